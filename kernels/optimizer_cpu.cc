@@ -1,0 +1,60 @@
+#include "kernels/optimizer_cpu.h"
+
+#include <cassert>
+#include <cstddef>
+
+#include "kernels/optimizer_functors.h"
+
+namespace shardps {
+
+void ApplySgd<CpuDevice>::operator()(float lr, float grad_scale,
+                                     absl::Span<const float> g,
+                                     absl::Span<float> p) const {
+  assert(g.size() == p.size());
+  const float* gp = g.data();
+  float* pp = p.data();
+  for (size_t i = 0; i < p.size(); ++i) SgdStep(lr, gp[i] * grad_scale, &pp[i]);
+}
+
+void ApplyMomentum<CpuDevice>::operator()(float lr, float mu, bool nesterov,
+                                          float grad_scale,
+                                          absl::Span<const float> g,
+                                          absl::Span<float> p,
+                                          absl::Span<float> v) const {
+  assert(g.size() == p.size() && v.size() == p.size());
+  const float* gp = g.data();
+  float* pp = p.data();
+  float* vp = v.data();
+  if (nesterov) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      MomentumStep(lr, mu, true, gp[i] * grad_scale, &pp[i], &vp[i]);
+    }
+  } else {
+    for (size_t i = 0; i < p.size(); ++i) {
+      MomentumStep(lr, mu, false, gp[i] * grad_scale, &pp[i], &vp[i]);
+    }
+  }
+}
+
+void ApplyAdagrad<CpuDevice>::operator()(float lr, float eps, float grad_scale,
+                                         absl::Span<const float> g,
+                                         absl::Span<float> p,
+                                         absl::Span<float> acc) const {
+  assert(g.size() == p.size() && acc.size() == p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    AdagradStep(lr, eps, g[i] * grad_scale, &p[i], &acc[i]);
+  }
+}
+
+void ApplyAdam<CpuDevice>::operator()(float lr_t, float beta1, float beta2,
+                                      float eps, float grad_scale,
+                                      absl::Span<const float> g,
+                                      absl::Span<float> p, absl::Span<float> m,
+                                      absl::Span<float> v) const {
+  assert(g.size() == p.size() && m.size() == p.size() && v.size() == p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    AdamStep(lr_t, beta1, beta2, eps, g[i] * grad_scale, &p[i], &m[i], &v[i]);
+  }
+}
+
+}  // namespace shardps

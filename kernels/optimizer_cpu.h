@@ -1,0 +1,55 @@
+#ifndef SHARDPS_KERNELS_OPTIMIZER_CPU_H_
+#define SHARDPS_KERNELS_OPTIMIZER_CPU_H_
+
+#include "absl/types/span.h"
+
+namespace shardps {
+
+// Loops that apply the functors of kernels/optimizer_functors.h to whole
+// spans on the CPU. Every gradient element is multiplied by `grad_scale`
+// first. All spans of one call have the same length (REQUIRES).
+// Thread-compatible: callers synchronise access to the spans.
+
+struct CpuDevice {};
+
+template <typename Device>
+struct ApplySgd;
+template <typename Device>
+struct ApplyMomentum;
+template <typename Device>
+struct ApplyAdagrad;
+template <typename Device>
+struct ApplyAdam;
+
+template <>
+struct ApplySgd<CpuDevice> {
+  void operator()(float lr, float grad_scale, absl::Span<const float> g,
+                  absl::Span<float> p) const;
+};
+
+template <>
+struct ApplyMomentum<CpuDevice> {
+  void operator()(float lr, float mu, bool nesterov, float grad_scale,
+                  absl::Span<const float> g, absl::Span<float> p,
+                  absl::Span<float> v) const;
+};
+
+template <>
+struct ApplyAdagrad<CpuDevice> {
+  void operator()(float lr, float eps, float grad_scale,
+                  absl::Span<const float> g, absl::Span<float> p,
+                  absl::Span<float> acc) const;
+};
+
+template <>
+struct ApplyAdam<CpuDevice> {
+  // `lr_t` carries the bias corrections (see AdamStep).
+  void operator()(float lr_t, float beta1, float beta2, float eps,
+                  float grad_scale, absl::Span<const float> g,
+                  absl::Span<float> p, absl::Span<float> m,
+                  absl::Span<float> v) const;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_KERNELS_OPTIMIZER_CPU_H_

@@ -1,0 +1,74 @@
+// pserver: holds a shard of a model's parameters and applies the optimizer.
+// See README.md and docs/flags.md.
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "common/flags.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "pserver/server.h"
+
+DEFINE_int32(port, 7164, "TCP port to serve on; 0 picks a free port");
+DEFINE_string(port_file, "",
+              "if set, write the bound port to this file once serving");
+DEFINE_int32(num_gradient_servers, 0,
+             "trainers in the job; 0 accepts the count the chief sends");
+DEFINE_string(host, "0.0.0.0", "address to listen on");
+DEFINE_int32(max_pull_wait_s, 20,
+             "a pull that waits longer is answered DEADLINE_EXCEEDED naming "
+             "the trainers it waits for (the trainer retries)");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "pserver --port=7164 --num_gradient_servers=N [--port_file=PATH]");
+  FLAGS_logtostderr = true;
+  absl::Status s =
+      shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
+  if (!s.ok()) {
+    std::cerr << "pserver: " << s.message() << "\n";
+    return 2;
+  }
+  if (argc > 1) {
+    std::cerr << "pserver: unexpected argument '" << argv[1] << "'\n";
+    return 2;
+  }
+  if (FLAGS_max_pull_wait_s <= 0) {
+    std::cerr << "pserver: --max_pull_wait_s must be positive\n";
+    return 2;
+  }
+  google::InitGoogleLogging(argv[0]);
+
+  // SIGTERM and SIGINT are handled by a thread that shuts the server down.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  shardps::PsServerOptions options;
+  options.host = FLAGS_host;
+  options.port = FLAGS_port;
+  options.port_file = FLAGS_port_file;
+  options.store.num_trainers = FLAGS_num_gradient_servers;
+  options.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);
+  auto server = shardps::PsServer::Create(options);
+  if (!server.ok()) {
+    std::cerr << "pserver: " << server.status().message() << "\n";
+    return 2;
+  }
+  s = (*server)->Start();
+  if (!s.ok()) {
+    std::cerr << "pserver: " << s.message() << "\n";
+    return 1;
+  }
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  signal_thread.detach();
+  return 0;
+}

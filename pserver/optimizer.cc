@@ -1,0 +1,182 @@
+#include "pserver/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/optimizer_cpu.h"
+
+namespace shardps {
+namespace {
+
+bool IsFinite(float x) { return std::isfinite(x); }
+
+}  // namespace
+
+absl::StatusOr<LearningRateSchedule> LearningRateSchedule::Create(
+    const OptimizerConfig& config, int64_t global_batch_size) {
+  LearningRateSchedule s;
+  const LrSchedule& c = config.schedule();
+  s.type_ = c.type();
+  s.base_lr_ = config.learning_rate();
+  switch (c.type()) {
+    case LrSchedule::CONSTANT:
+      break;
+    case LrSchedule::STEP:
+      if (c.step_size() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule STEP needs step_size > 0, got ", c.step_size()));
+      }
+      if (!(c.gamma() > 0 && c.gamma() <= 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule STEP needs gamma in (0, 1], got ", c.gamma()));
+      }
+      s.step_size_ = c.step_size();
+      s.gamma_ = c.gamma();
+      break;
+    case LrSchedule::WARMUP: {
+      if (c.warmup_steps() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule WARMUP needs warmup_steps >= 0, got ", c.warmup_steps()));
+      }
+      if (c.reference_batch_size() < 0) {
+        return absl::InvalidArgumentError(
+            "schedule WARMUP needs reference_batch_size >= 0");
+      }
+      double scale = 1.0;
+      if (c.reference_batch_size() > 0) {
+        if (global_batch_size <= 0) {
+          return absl::InvalidArgumentError(
+              "the linear scaling rule needs the job's global batch size");
+        }
+        scale = static_cast<double>(global_batch_size) /
+                static_cast<double>(c.reference_batch_size());
+      }
+      s.warmup_steps_ = c.warmup_steps();
+      s.target_lr_ = static_cast<float>(s.base_lr_ * scale);
+      s.start_lr_ = c.warmup_start_lr() > 0 ? c.warmup_start_lr() : s.base_lr_;
+      if (!IsFinite(s.target_lr_) || !IsFinite(s.start_lr_)) {
+        return absl::InvalidArgumentError("warm-up learning rate not finite");
+      }
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown learning-rate schedule ", c.type()));
+  }
+  return s;
+}
+
+float LearningRateSchedule::At(int64_t step) const {
+  switch (type_) {
+    case LrSchedule::STEP:
+      return base_lr_ * std::pow(gamma_, static_cast<float>(step / step_size_));
+    case LrSchedule::WARMUP:
+      if (step >= warmup_steps_) return target_lr_;
+      return start_lr_ + (target_lr_ - start_lr_) *
+                             (static_cast<float>(step) / warmup_steps_);
+    default:
+      return base_lr_;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerConfig& config_in, int64_t global_batch_size) {
+  OptimizerConfig config = config_in;
+  const float lr = config.learning_rate();
+  if (!(lr > 0) || !IsFinite(lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learning_rate must be positive and finite, got ", lr));
+  }
+  switch (config.type()) {
+    case OptimizerConfig::SGD:
+      break;
+    case OptimizerConfig::MOMENTUM:
+      if (!(config.momentum() >= 0 && config.momentum() < 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "momentum must be in [0, 1), got ", config.momentum()));
+      }
+      break;
+    case OptimizerConfig::ADAGRAD:
+      if (config.epsilon() == 0) config.set_epsilon(1e-10f);
+      if (config.initial_accumulator() == 0) {
+        config.set_initial_accumulator(0.1f);
+      }
+      if (!(config.initial_accumulator() >= 0)) {
+        return absl::InvalidArgumentError(
+            "initial_accumulator must be non-negative");
+      }
+      break;
+    case OptimizerConfig::ADAM:
+      if (config.beta1() == 0) config.set_beta1(0.9f);
+      if (config.beta2() == 0) config.set_beta2(0.999f);
+      if (config.epsilon() == 0) config.set_epsilon(1e-8f);
+      if (!(config.beta1() > 0 && config.beta1() < 1) ||
+          !(config.beta2() > 0 && config.beta2() < 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Adam betas must be in (0, 1), got ", config.beta1(),
+                         " and ", config.beta2()));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown optimizer type ", config.type()));
+  }
+  if (!(config.epsilon() >= 0) || !IsFinite(config.epsilon())) {
+    return absl::InvalidArgumentError("epsilon must be non-negative");
+  }
+  auto schedule = LearningRateSchedule::Create(config, global_batch_size);
+  if (!schedule.ok()) return schedule.status();
+  return std::unique_ptr<Optimizer>(new Optimizer(config, *schedule));
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config,
+                     LearningRateSchedule schedule)
+    : config_(config), schedule_(schedule) {
+  switch (config_.type()) {
+    case OptimizerConfig::MOMENTUM:
+      num_slots_ = 1;
+      break;
+    case OptimizerConfig::ADAGRAD:
+      num_slots_ = 1;
+      initial_slot_value_ = config_.initial_accumulator();
+      break;
+    case OptimizerConfig::ADAM:
+      num_slots_ = 2;
+      break;
+    default:
+      num_slots_ = 0;
+  }
+}
+
+void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
+                      absl::Span<const float> grad, absl::Span<float> value,
+                      absl::Span<const absl::Span<float>> slots) const {
+  const float lr = schedule_.At(step);
+  switch (config_.type()) {
+    case OptimizerConfig::SGD:
+      ApplySgd<CpuDevice>()(lr, grad_scale, grad, value);
+      break;
+    case OptimizerConfig::MOMENTUM:
+      ApplyMomentum<CpuDevice>()(lr, config_.momentum(), config_.nesterov(),
+                                 grad_scale, grad, value, slots[0]);
+      break;
+    case OptimizerConfig::ADAGRAD:
+      ApplyAdagrad<CpuDevice>()(lr, config_.epsilon(), grad_scale, grad, value,
+                                slots[0]);
+      break;
+    case OptimizerConfig::ADAM: {
+      const double t = static_cast<double>(update_count + 1);
+      const double b1 = config_.beta1(), b2 = config_.beta2();
+      const float lr_t = static_cast<float>(
+          lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t)));
+      ApplyAdam<CpuDevice>()(lr_t, config_.beta1(), config_.beta2(),
+                             config_.epsilon(), grad_scale, grad, value,
+                             slots[0], slots[1]);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // namespace shardps

@@ -1,0 +1,71 @@
+#ifndef SHARDPS_PSERVER_OPTIMIZER_H_
+#define SHARDPS_PSERVER_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/ps_service.pb.h"
+
+namespace shardps {
+
+// The learning rate at a step, from an OptimizerConfig's schedule.
+// Thread-safe (immutable after Create).
+class LearningRateSchedule {
+ public:
+  // `global_batch_size` is N*b, used by the linear scaling rule.
+  static absl::StatusOr<LearningRateSchedule> Create(
+      const OptimizerConfig& config, int64_t global_batch_size);
+  float At(int64_t step) const;
+
+ private:
+  LearningRateSchedule() = default;
+  LrSchedule::Type type_ = LrSchedule::CONSTANT;
+  float base_lr_ = 0;
+  float target_lr_ = 0;  // WARMUP: after the ramp
+  float start_lr_ = 0;   // WARMUP: at step 0
+  int64_t step_size_ = 0;
+  float gamma_ = 1;
+  int64_t warmup_steps_ = 0;
+};
+
+// A table's optimizer: turns a gradient into an update of values and state.
+// Thread-safe (immutable after Create); the caller synchronises the spans.
+class Optimizer {
+ public:
+  // Validates the config (learning rate positive and finite, momentum and
+  // betas in [0, 1), epsilon non-negative) and fills in defaults.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const OptimizerConfig& config, int64_t global_batch_size);
+
+  // Number of state vectors per value: 0 (SGD), 1 (momentum, Adagrad) or
+  // 2 (Adam).
+  int num_slots() const { return num_slots_; }
+  // Initial value of every state element (Adagrad's accumulator, else 0).
+  float initial_slot_value() const { return initial_slot_value_; }
+
+  // Applies one update. `step` selects the learning rate; `update_count` is
+  // the number of updates this block has seen before (Adam's t - 1).
+  // REQUIRES: grad, value and every slot have the same length;
+  //           slots.size() == num_slots().
+  void Apply(int64_t step, int64_t update_count, float grad_scale,
+             absl::Span<const float> grad, absl::Span<float> value,
+             absl::Span<const absl::Span<float>> slots) const;
+
+  float LearningRate(int64_t step) const { return schedule_.At(step); }
+  const OptimizerConfig& config() const { return config_; }
+
+ private:
+  Optimizer(const OptimizerConfig& config, LearningRateSchedule schedule);
+
+  const OptimizerConfig config_;
+  const LearningRateSchedule schedule_;
+  int num_slots_ = 0;
+  float initial_slot_value_ = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_OPTIMIZER_H_

@@ -1,0 +1,625 @@
+#include "pserver/parameter_store.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/shard_map.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace shardps {
+
+// One block of a dense table with its optimizer state and, in SYNC mode,
+// the gradients accumulated for the step being assembled.
+struct ParameterStore::Block {
+  explicit Block(uint32_t table_id, uint32_t index, int64_t size)
+      : table_id(table_id), index(index), size(size) {}
+  const uint32_t table_id;
+  const uint32_t index;
+  const int64_t size;
+
+  mutable absl::Mutex mu;
+  bool has_value ABSL_GUARDED_BY(mu) = false;
+  std::vector<float> value ABSL_GUARDED_BY(mu);
+  std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
+  int64_t version ABSL_GUARDED_BY(mu) = 0;  // updates applied
+  // SYNC: the step `version` being assembled.
+  std::vector<float> accum ABSL_GUARDED_BY(mu);
+  std::vector<uint8_t> pushed ABSL_GUARDED_BY(mu);  // per trainer
+  int num_pushed ABSL_GUARDED_BY(mu) = 0;
+  absl::Time first_push ABSL_GUARDED_BY(mu);
+  // Pulls waiting for a higher version.
+  std::vector<std::pair<int64_t, std::shared_ptr<Waiter>>> waiters
+      ABSL_GUARDED_BY(mu);
+};
+
+// A pull that has not been answered yet. `pending` counts what it still
+// waits for: one per block below min_version, one for the staleness gate,
+// and one held by Pull itself while it registers the others.
+struct ParameterStore::Waiter {
+  int trainer_id = 0;
+  int64_t min_version = 0;
+  int64_t step = 0;
+  std::vector<Block*> blocks;
+  PullSink sink;
+  PullDone done;
+  absl::Time start;
+  bool reported = false;  // guarded by waiters_mu_
+  std::atomic<int> pending{0};
+  std::atomic<bool> finished{false};
+};
+
+ParameterStore::ParameterStore(StoreOptions options)
+    : options_(std::move(options)) {}
+
+ParameterStore::~ParameterStore() {
+  CancelAllWaiters(absl::UnavailableError("pserver is shutting down"));
+}
+
+absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
+                                             absl::Span<const BlockId> blocks) {
+  absl::MutexLock l(&init_mu_);
+  if (initialized_) {
+    if (!google::protobuf::util::MessageDifferencer::Equals(job, job_)) {
+      ++rejected_;
+      return absl::FailedPreconditionError(
+          "InitJob: this pserver already holds a job with a different spec "
+          "(tables, shapes, optimizers, mode or trainer count differ); "
+          "restart the pserver to start a new job");
+    }
+    return ready();
+  }
+  // Validate the whole spec before changing anything.
+  if (job.mode() != SYNC && job.mode() != ASYNC) {
+    return absl::InvalidArgumentError("InitJob: mode must be SYNC or ASYNC");
+  }
+  if (job.num_trainers() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: num_trainers must be positive, got ", job.num_trainers()));
+  }
+  if (options_.num_trainers > 0 &&
+      job.num_trainers() != options_.num_trainers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "InitJob: the job has ", job.num_trainers(),
+        " trainers but this pserver was started with --num_gradient_servers=",
+        options_.num_trainers));
+  }
+  std::vector<Table> tables(job.tables_size());
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < job.tables_size(); ++i) {
+    const TableSpec& spec = job.tables(i);
+    if (spec.name().empty() || !names.insert(spec.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", i, " has an empty or repeated name '",
+                       spec.name(), "'"));
+    }
+    int64_t n = 1;
+    for (int64_t d : spec.shape()) {
+      if (d <= 0 || n > (int64_t{1} << 40) / d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitJob: table ", spec.name(), " has a bad shape"));
+      }
+      n *= d;
+    }
+    if (spec.shape_size() == 0) n = 0;
+    if (n == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", spec.name(), " is empty"));
+    }
+    if (spec.block_size() <= 0 || spec.block_size() > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(), " block_size must be in [1, 2^20]",
+          ", got ", spec.block_size()));
+    }
+    auto opt = Optimizer::Create(spec.optimizer(), job.global_batch_size());
+    if (!opt.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(), ": ", opt.status().message()));
+    }
+    tables[i].spec = spec;
+    tables[i].num_values = n;
+    tables[i].optimizer = std::move(*opt);
+  }
+  for (const BlockId& id : blocks) {
+    if (id.table_id >= tables.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: block of unknown table id ", id.table_id));
+    }
+    Table& t = tables[id.table_id];
+    const int64_t nb = NumBlocks(t.num_values, t.spec.block_size());
+    if (id.block >= nb) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", t.spec.name(), " has ", nb,
+                       " blocks; there is no block ", id.block));
+    }
+    const int64_t size =
+        std::min(t.spec.block_size(),
+                 t.num_values - int64_t{id.block} * t.spec.block_size());
+    auto b = std::make_unique<Block>(id.table_id, id.block, size);
+    if (!t.blocks.emplace(id.block, std::move(b)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", t.spec.name(), " block ", id.block,
+                       " listed twice"));
+    }
+  }
+  job_ = job;
+  tables_ = std::move(tables);
+  num_trainers_ = job.num_trainers();
+  sync_ = job.mode() == SYNC;
+  init_blocks_.assign(blocks.begin(), blocks.end());
+  {
+    absl::MutexLock c(&clock_mu_);
+    clocks_.assign(num_trainers_, 0);
+  }
+  initialized_ = true;
+  LOG(INFO) << "job initialised: " << (sync_ ? "sync" : "async") << ", "
+            << num_trainers_ << " trainers, " << tables_.size() << " tables, "
+            << blocks.size() << " blocks held here";
+  return false;
+}
+
+absl::Status ParameterStore::SetInitialValues(
+    absl::Span<const BlockData> blocks) {
+  absl::MutexLock l(&init_mu_);
+  if (!initialized_) {
+    return absl::FailedPreconditionError(
+        "SetInitialValues before InitJob: the chief must send the job spec "
+        "first");
+  }
+  if (ready()) return absl::OkStatus();  // trained values win
+  for (const BlockData& d : blocks) {
+    auto b = FindBlock(d.table_id, d.block);
+    if (!b.ok()) return b.status();
+    if (static_cast<int64_t>(d.values.size()) != (*b)->size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetInitialValues: table ",
+                       tables_[d.table_id].spec.name(), " block ", d.block,
+                       " has ", (*b)->size, " values, got ", d.values.size()));
+    }
+    for (float v : d.values) {
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "SetInitialValues: table ", tables_[d.table_id].spec.name(),
+            " block ", d.block, " has a NaN or Inf value"));
+      }
+    }
+  }
+  for (const BlockData& d : blocks) {
+    Block* b = *FindBlock(d.table_id, d.block);
+    const Optimizer& opt = *tables_[d.table_id].optimizer;
+    absl::MutexLock bl(&b->mu);
+    b->value.assign(d.values.begin(), d.values.end());
+    b->slots.assign(opt.num_slots(),
+                    std::vector<float>(b->size, opt.initial_slot_value()));
+    b->has_value = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::CommitInit() {
+  absl::MutexLock l(&init_mu_);
+  if (!initialized_) {
+    return absl::FailedPreconditionError("CommitInit before InitJob");
+  }
+  if (ready()) return absl::OkStatus();
+  for (const BlockId& id : init_blocks_) {
+    Block* b = *FindBlock(id.table_id, id.block);
+    absl::MutexLock bl(&b->mu);
+    if (!b->has_value) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CommitInit: table ", tables_[id.table_id].spec.name(),
+                       " block ", id.block, " has no initial value"));
+    }
+  }
+  ready_.store(true, std::memory_order_release);
+  LOG(INFO) << "job ready: " << init_blocks_.size() << " blocks";
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::CheckReadyAndTrainer(int trainer_id) const {
+  if (!ready()) {
+    return absl::FailedPreconditionError(
+        "the job is not initialised on this pserver yet (the chief, trainer "
+        "0, sends the tables first)");
+  }
+  if (trainer_id < 0 || trainer_id >= num_trainers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_id ", trainer_id, " is out of range: the job has ",
+        num_trainers_, " trainers"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParameterStore::Block*> ParameterStore::FindBlock(
+    uint32_t table_id, uint32_t block) const {
+  if (table_id >= tables_.size()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
+                                            ": the job has ", tables_.size(),
+                                            " tables"));
+  }
+  const Table& t = tables_[table_id];
+  auto it = t.blocks.find(block);
+  if (it == t.blocks.end()) {
+    return absl::NotFoundError(absl::StrCat("table ", t.spec.name(), " block ",
+                                            block,
+                                            " is not held by this pserver"));
+  }
+  return it->second.get();
+}
+
+void ParameterStore::ApplyUpdate(const Table& t, Block* b, int64_t step,
+                                 float scale, absl::Span<const float> grad) {
+  std::vector<absl::Span<float>> slots;
+  slots.reserve(b->slots.size());
+  for (auto& s : b->slots) slots.push_back(absl::MakeSpan(s));
+  t.optimizer->Apply(step, b->version, scale, grad, absl::MakeSpan(b->value),
+                     slots);
+  ++b->version;
+  ++block_updates_;
+}
+
+absl::Status ParameterStore::Push(int trainer_id, int64_t step,
+                                  absl::Span<const BlockData> grads) {
+  absl::Status st = CheckReadyAndTrainer(trainer_id);
+  if (st.ok() && step < 0) {
+    st = absl::InvalidArgumentError(absl::StrCat("negative step ", step));
+  }
+  // Validate everything that needs no block lock.
+  std::vector<std::pair<Block*, const BlockData*>> work;
+  work.reserve(grads.size());
+  for (size_t i = 0; st.ok() && i < grads.size(); ++i) {
+    const BlockData& g = grads[i];
+    auto b = FindBlock(g.table_id, g.block);
+    if (!b.ok()) {
+      st = b.status();
+      break;
+    }
+    const std::string& name = tables_[g.table_id].spec.name();
+    if (static_cast<int64_t>(g.values.size()) != (*b)->size) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("table ", name, " block ", g.block, ": gradient has ",
+                       g.values.size(), " values, the block has ", (*b)->size));
+      break;
+    }
+    for (size_t j = 0; j < g.values.size(); ++j) {
+      if (!std::isfinite(g.values[j])) {
+        st = absl::InvalidArgumentError(absl::StrCat(
+            "table ", name, " block ", g.block, ": gradient value ", j, " is ",
+            std::isnan(g.values[j]) ? "NaN" : "Inf", " (trainer ", trainer_id,
+            ", step ", step, "); nothing was applied"));
+        break;
+      }
+    }
+    if (!st.ok()) break;
+    work.emplace_back(*b, &g);
+  }
+  if (st.ok()) {
+    std::sort(work.begin(), work.end(), [](const auto& a, const auto& b) {
+      return std::make_pair(a.first->table_id, a.first->index) <
+             std::make_pair(b.first->table_id, b.first->index);
+    });
+    for (size_t i = 1; i < work.size(); ++i) {
+      if (work[i].first == work[i - 1].first) {
+        st = absl::InvalidArgumentError(absl::StrCat(
+            "table ", tables_[work[i].first->table_id].spec.name(), " block ",
+            work[i].first->index, " appears twice in one push"));
+        break;
+      }
+    }
+  }
+  if (!st.ok()) {
+    ++rejected_;
+    return st;
+  }
+
+  // Lock the blocks in (table, block) order, check the step, then apply:
+  // all or nothing.
+  for (auto& w : work) w.first->mu.Lock();
+  std::vector<std::shared_ptr<Waiter>> ready_waiters;
+  if (sync_) {
+    for (auto& w : work) {
+      Block* b = w.first;
+      b->mu.AssertHeld();
+      if (step != b->version) {
+        const std::string& name = tables_[b->table_id].spec.name();
+        st = absl::FailedPreconditionError(
+            step < b->version
+                ? absl::StrCat("push for step ", step, " of table ", name,
+                               " block ", b->index,
+                               " refused: that step was already applied "
+                               "(the block is at version ",
+                               b->version, ")")
+                : absl::StrCat("push for step ", step, " of table ", name,
+                               " block ", b->index,
+                               " refused: the block is still at step ",
+                               b->version, " (pull with min_version first)"));
+        break;
+      }
+    }
+    if (st.ok()) {
+      const absl::Time now = absl::Now();
+      for (auto& w : work) {
+        Block* b = w.first;
+        b->mu.AssertHeld();
+        const Table& t = tables_[b->table_id];
+        if (b->pushed.empty()) b->pushed.assign(num_trainers_, 0);
+        if (b->pushed[trainer_id]) {
+          ++duplicate_block_pushes_;
+          continue;
+        }
+        const absl::Span<const float> g = w.second->values;
+        if (num_trainers_ == 1) {
+          ApplyUpdate(t, b, step, 1.0f, g);
+        } else {
+          if (b->num_pushed == 0) {
+            b->accum.assign(g.begin(), g.end());
+            b->first_push = now;
+          } else {
+            float* acc = b->accum.data();
+            for (size_t j = 0; j < g.size(); ++j) acc[j] += g[j];
+          }
+          b->pushed[trainer_id] = 1;
+          if (++b->num_pushed < num_trainers_) continue;
+          ApplyUpdate(t, b, step, 1.0f / num_trainers_, b->accum);
+          b->num_pushed = 0;
+          std::fill(b->pushed.begin(), b->pushed.end(), 0);
+        }
+        // Collect the pulls this version satisfies.
+        auto& ws = b->waiters;
+        auto keep = std::partition(ws.begin(), ws.end(), [b](const auto& p) {
+          b->mu.AssertHeld();
+          return p.first > b->version;
+        });
+        for (auto it = keep; it != ws.end(); ++it) {
+          ready_waiters.push_back(std::move(it->second));
+        }
+        ws.erase(keep, ws.end());
+      }
+    }
+  } else {
+    for (auto& w : work) {
+      Block* b = w.first;
+      b->mu.AssertHeld();
+      ApplyUpdate(tables_[b->table_id], b, step, 1.0f, w.second->values);
+    }
+  }
+  for (auto it = work.rbegin(); it != work.rend(); ++it) it->first->mu.Unlock();
+  if (!st.ok()) {
+    ++rejected_;
+    return st;
+  }
+  ++pushes_;
+  for (auto& w : ready_waiters) Release(w);
+
+  if (!sync_) {
+    std::vector<std::shared_ptr<Waiter>> released;
+    {
+      absl::MutexLock c(&clock_mu_);
+      clocks_[trainer_id] = std::max(clocks_[trainer_id], step + 1);
+      auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
+                                 [this](const std::shared_ptr<Waiter>& w) {
+                                   clock_mu_.AssertHeld();
+                                   return !StalenessOk(w->step);
+                                 });
+      released.assign(keep, stale_waiters_.end());
+      stale_waiters_.erase(keep, stale_waiters_.end());
+    }
+    for (auto& w : released) Release(w);
+  }
+  return absl::OkStatus();
+}
+
+bool ParameterStore::StalenessOk(int64_t step) const {
+  const int s = job_.max_staleness();
+  if (sync_ || s < 0) return true;
+  const int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
+  return step - slowest <= s;
+}
+
+void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
+                          absl::Span<const BlockId> blocks, PullSink sink,
+                          PullDone done) {
+  absl::Status st = CheckReadyAndTrainer(trainer_id);
+  if (st.ok() && (min_version < 0 || step < 0)) {
+    st = absl::InvalidArgumentError("negative min_version or step in pull");
+  }
+  auto w = std::make_shared<Waiter>();
+  for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
+    auto b = FindBlock(blocks[i].table_id, blocks[i].block);
+    if (!b.ok()) {
+      st = b.status();
+      break;
+    }
+    w->blocks.push_back(*b);
+  }
+  if (!st.ok()) {
+    ++rejected_;
+    done(st, absl::ZeroDuration());
+    return;
+  }
+  ++pulls_;
+  w->trainer_id = trainer_id;
+  w->min_version = min_version;
+  w->step = step;
+  w->sink = std::move(sink);
+  w->done = std::move(done);
+  w->start = absl::Now();
+  // One unit per block, one for the staleness gate, one held here.
+  w->pending.store(static_cast<int>(w->blocks.size()) + 2);
+  {
+    absl::MutexLock l(&waiters_mu_);
+    waiters_.insert(w);
+  }
+  {
+    absl::MutexLock c(&clock_mu_);
+    if (StalenessOk(step)) {
+      w->pending.fetch_sub(1);
+    } else {
+      stale_waiters_.push_back(w);
+    }
+  }
+  for (Block* b : w->blocks) {
+    absl::MutexLock bl(&b->mu);
+    if (b->version >= min_version) {
+      w->pending.fetch_sub(1);
+    } else {
+      b->waiters.emplace_back(min_version, w);
+    }
+  }
+  Release(w);
+}
+
+void ParameterStore::Release(const std::shared_ptr<Waiter>& w) {
+  if (w->pending.fetch_sub(1) == 1) Complete(w);
+}
+
+void ParameterStore::Complete(const std::shared_ptr<Waiter>& w) {
+  if (w->finished.exchange(true)) return;
+  for (Block* b : w->blocks) {
+    absl::MutexLock bl(&b->mu);
+    w->sink(b->table_id, b->index, b->version, b->value);
+  }
+  {
+    absl::MutexLock l(&waiters_mu_);
+    waiters_.erase(w);
+  }
+  w->done(absl::OkStatus(), absl::Now() - w->start);
+}
+
+void ParameterStore::Finish(const std::shared_ptr<Waiter>& w,
+                            absl::Status status) {
+  if (w->finished.exchange(true)) return;
+  {
+    absl::MutexLock l(&waiters_mu_);
+    waiters_.erase(w);
+  }
+  w->done(std::move(status), absl::Now() - w->start);
+}
+
+std::string ParameterStore::DescribeWait(const Waiter& w) const {
+  // Which trainers have not pushed the step this pull waits for.
+  std::vector<int> missing;
+  int64_t lowest = INT64_MAX;
+  for (Block* b : w.blocks) {
+    absl::MutexLock bl(&b->mu);
+    if (b->version >= w.min_version) continue;
+    lowest = std::min(lowest, b->version);
+    for (int k = 0; k < num_trainers_; ++k) {
+      if ((b->pushed.empty() || !b->pushed[k]) &&
+          std::find(missing.begin(), missing.end(), k) == missing.end()) {
+        missing.push_back(k);
+      }
+    }
+  }
+  std::sort(missing.begin(), missing.end());
+  std::string out;
+  if (lowest != INT64_MAX) {
+    out = absl::StrCat("version ", w.min_version, " (a block is at ", lowest,
+                       "; waiting for the pushes of step ", lowest,
+                       " from trainer(s) ", absl::StrJoin(missing, ","), ")");
+  }
+  {
+    absl::MutexLock c(&clock_mu_);
+    if (!StalenessOk(w.step)) {
+      std::vector<int> slow;
+      for (int k = 0; k < num_trainers_; ++k) {
+        if (w.step - clocks_[k] > job_.max_staleness()) slow.push_back(k);
+      }
+      absl::StrAppend(&out, out.empty() ? "" : "; ", "staleness bound ",
+                      job_.max_staleness(), " at step ", w.step,
+                      ": waiting for trainer(s) ", absl::StrJoin(slow, ","));
+    }
+  }
+  return out;
+}
+
+void ParameterStore::Sweep(absl::Time now) {
+  std::vector<std::shared_ptr<Waiter>> expired, to_report;
+  {
+    absl::MutexLock l(&waiters_mu_);
+    for (const auto& w : waiters_) {
+      if (w->finished.load()) continue;
+      if (now - w->start >= options_.max_pull_wait) {
+        expired.push_back(w);
+      } else if (!w->reported && now - w->start >= options_.report_after) {
+        w->reported = true;
+        to_report.push_back(w);
+      }
+    }
+  }
+  for (const auto& w : to_report) {
+    const std::string what = DescribeWait(*w);
+    if (what.empty()) continue;
+    LOG(WARNING) << "pull from trainer " << w->trainer_id << " has waited "
+                 << absl::FormatDuration(now - w->start) << " for " << what;
+  }
+  for (const auto& w : expired) {
+    const std::string what = DescribeWait(*w);
+    ++pull_timeouts_;
+    LOG(WARNING) << "pull from trainer " << w->trainer_id << " timed out after "
+                 << absl::FormatDuration(now - w->start) << " waiting for "
+                 << what;
+    Finish(w, absl::DeadlineExceededError(absl::StrCat(
+                  "pserver waited ", absl::FormatDuration(now - w->start),
+                  " for ", what.empty() ? "the step" : what)));
+  }
+}
+
+void ParameterStore::CancelAllWaiters(const absl::Status& status) {
+  std::vector<std::shared_ptr<Waiter>> all;
+  {
+    absl::MutexLock l(&waiters_mu_);
+    all.assign(waiters_.begin(), waiters_.end());
+  }
+  for (const auto& w : all) Finish(w, status);
+}
+
+ParameterStore::VersionRange ParameterStore::Versions() const {
+  VersionRange r{INT64_MAX, 0};
+  if (!ready()) return VersionRange{};
+  for (const Table& t : tables_) {
+    for (const auto& [index, b] : t.blocks) {
+      absl::MutexLock bl(&b->mu);
+      r.min = std::min(r.min, b->version);
+      r.max = std::max(r.max, b->version);
+    }
+  }
+  if (r.min == INT64_MAX) r.min = 0;
+  return r;
+}
+
+StoreCounters ParameterStore::counters() const {
+  StoreCounters c;
+  c.pushes = pushes_.load();
+  c.block_updates = block_updates_.load();
+  c.duplicate_block_pushes = duplicate_block_pushes_.load();
+  c.rejected_requests = rejected_.load();
+  c.pulls = pulls_.load();
+  c.pull_timeouts = pull_timeouts_.load();
+  return c;
+}
+
+size_t ParameterStore::num_blocks() const {
+  absl::MutexLock l(&init_mu_);
+  return init_blocks_.size();
+}
+
+std::vector<float> ParameterStore::TEST_BlockValues(uint32_t table_id,
+                                                    uint32_t block) const {
+  auto b = FindBlock(table_id, block);
+  if (!b.ok()) return {};
+  absl::MutexLock bl(&(*b)->mu);
+  return (*b)->value;
+}
+
+int64_t ParameterStore::TEST_BlockVersion(uint32_t table_id,
+                                          uint32_t block) const {
+  auto b = FindBlock(table_id, block);
+  if (!b.ok()) return -1;
+  absl::MutexLock bl(&(*b)->mu);
+  return (*b)->version;
+}
+
+}  // namespace shardps

@@ -1,0 +1,184 @@
+#ifndef SHARDPS_PSERVER_PARAMETER_STORE_H_
+#define SHARDPS_PSERVER_PARAMETER_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/optimizer.h"
+
+namespace shardps {
+
+struct StoreOptions {
+  // Trainers in the job; 0 takes the count from the chief's JobSpec.
+  // Default: 0.
+  int num_trainers = 0;
+  // A sync step or a pull that has waited this long is logged with the ids
+  // of the trainers it waits for. Default: 5 s.
+  absl::Duration report_after = absl::Seconds(5);
+  // A pull waits at most this long; then it is answered DEADLINE_EXCEEDED
+  // with what it was waiting for, and the trainer retries. Default: 20 s.
+  absl::Duration max_pull_wait = absl::Seconds(20);
+};
+
+// Gradient or value for one block, as a view into the request.
+struct BlockData {
+  uint32_t table_id = 0;
+  uint32_t block = 0;
+  absl::Span<const float> values;
+};
+
+struct BlockId {
+  uint32_t table_id = 0;
+  uint32_t block = 0;
+};
+
+// Receives each pulled block, under that block's lock.
+using PullSink =
+    std::function<void(uint32_t table_id, uint32_t block, int64_t version,
+                       absl::Span<const float> values)>;
+// Called once when a pull ends: OK after every block went to the sink.
+using PullDone =
+    std::function<void(absl::Status status, absl::Duration waited)>;
+
+// Counters, cumulative since start.
+struct StoreCounters {
+  int64_t pushes = 0;
+  int64_t block_updates = 0;  // optimizer applications to one block
+  int64_t duplicate_block_pushes = 0;
+  int64_t rejected_requests = 0;
+  int64_t pulls = 0;
+  int64_t pull_timeouts = 0;
+};
+
+// The dense tables that one pserver holds, with their optimizer state, the
+// per-block sync barrier and the pulls that wait on it. Plain C++: no gRPC.
+// Locking is per block; no lock covers the whole store on the push or pull
+// path. Thread-safe.
+class ParameterStore {
+ public:
+  explicit ParameterStore(StoreOptions options);
+  // Answers every waiting pull with UNAVAILABLE.
+  ~ParameterStore();
+
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  // Job set-up, from the chief. InitJob with the spec and the blocks placed
+  // here; returns true when the job is ready already (same spec: a no-op).
+  // A different spec for an existing job is FAILED_PRECONDITION.
+  absl::StatusOr<bool> InitJob(const JobSpec& job,
+                               absl::Span<const BlockId> blocks);
+  // Initial values; ignored once the job is ready.
+  absl::Status SetInitialValues(absl::Span<const BlockData> blocks);
+  // Marks the job ready. FAILED_PRECONDITION if a block has no value yet.
+  absl::Status CommitInit();
+
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+  // REQUIRES: ready().
+  const JobSpec& job() const { return job_; }
+
+  // Applies one trainer's gradients for `step`, all or nothing: the whole
+  // request is validated first (trainer id, table, block, length, finite
+  // values, step) and refused with a status naming the problem.
+  // SYNC: accumulates per block; the block applies the mean once every
+  // trainer has pushed it for the step. A repeated (trainer, step) is
+  // ignored. ASYNC: applied on arrival.
+  absl::Status Push(int trainer_id, int64_t step,
+                    absl::Span<const BlockData> grads);
+
+  // Answers once every block has applied `min_version` updates and (ASYNC
+  // with max_staleness >= 0) step minus the slowest trainer's step is at
+  // most max_staleness. `sink` and `done` may run on this thread or on a
+  // pushing thread. Must outlive nothing: the store copies what it needs.
+  void Pull(int trainer_id, int64_t min_version, int64_t step,
+            absl::Span<const BlockId> blocks, PullSink sink, PullDone done);
+
+  // Times out pulls past max_pull_wait and logs stalled steps. Called about
+  // once a second by the server.
+  void Sweep(absl::Time now);
+
+  // Answers every waiting pull with `status` (shutdown).
+  void CancelAllWaiters(const absl::Status& status);
+
+  struct VersionRange {
+    int64_t min = 0;
+    int64_t max = 0;
+  };
+  VersionRange Versions() const;
+  StoreCounters counters() const;
+  size_t num_blocks() const;
+
+  // Test hooks.
+  std::vector<float> TEST_BlockValues(uint32_t table_id, uint32_t block) const;
+  int64_t TEST_BlockVersion(uint32_t table_id, uint32_t block) const;
+
+ private:
+  struct Waiter;
+  struct Block;
+  struct Table {
+    TableSpec spec;
+    int64_t num_values = 0;
+    std::unique_ptr<Optimizer> optimizer;
+    absl::flat_hash_map<uint32_t, std::unique_ptr<Block>> blocks;
+  };
+
+  absl::Status CheckReadyAndTrainer(int trainer_id) const;
+  absl::StatusOr<Block*> FindBlock(uint32_t table_id, uint32_t block) const;
+  // Applies a complete sync step or an async update to `b`.
+  // REQUIRES: b->mu held.
+  void ApplyUpdate(const Table& t, Block* b, int64_t step, float scale,
+                   absl::Span<const float> grad);
+  // Releases one pending unit of `w`; completes it at zero.
+  void Release(const std::shared_ptr<Waiter>& w);
+  void Complete(const std::shared_ptr<Waiter>& w);
+  void Finish(const std::shared_ptr<Waiter>& w, absl::Status status);
+  std::string DescribeWait(const Waiter& w) const;
+  bool StalenessOk(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
+
+  const StoreOptions options_;
+
+  // Set-up state. Tables and blocks are fixed once ready_ is true; after
+  // that they are read without init_mu_.
+  mutable absl::Mutex init_mu_;
+  std::atomic<bool> ready_{false};
+  bool initialized_ ABSL_GUARDED_BY(init_mu_) = false;
+  JobSpec job_;
+  std::vector<BlockId> init_blocks_ ABSL_GUARDED_BY(init_mu_);
+  std::vector<Table> tables_;
+  int num_trainers_ = 0;
+  bool sync_ = true;
+
+  // ASYNC staleness: each trainer's clock (steps pushed) and the pulls that
+  // wait for the slowest one.
+  mutable absl::Mutex clock_mu_;
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(clock_mu_);
+  std::vector<std::shared_ptr<Waiter>> stale_waiters_
+      ABSL_GUARDED_BY(clock_mu_);
+
+  // Pulls that wait, for time-outs and reports.
+  mutable absl::Mutex waiters_mu_;
+  absl::flat_hash_set<std::shared_ptr<Waiter>> waiters_
+      ABSL_GUARDED_BY(waiters_mu_);
+  absl::Time last_barrier_report_ ABSL_GUARDED_BY(waiters_mu_) =
+      absl::InfinitePast();
+
+  std::atomic<int64_t> pushes_{0}, block_updates_{0},
+      duplicate_block_pushes_{0}, rejected_{0}, pulls_{0}, pull_timeouts_{0};
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_PARAMETER_STORE_H_

@@ -1,0 +1,181 @@
+#include "pserver/ps_service_impl.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+
+namespace shardps {
+namespace {
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
+                                const absl::Status& s) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+// Views the float32 little-endian bytes of `bytes` as floats. Protobuf keeps
+// `bytes` fields in heap strings, which are aligned for float; a misaligned
+// buffer (never seen) is copied into `scratch`.
+absl::StatusOr<absl::Span<const float>> AsFloats(const std::string& bytes,
+                                                 std::vector<float>* scratch) {
+  if (bytes.size() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("values have ", bytes.size(),
+                     " bytes, not a whole number of float32 values"));
+  }
+  const size_t n = bytes.size() / sizeof(float);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    return absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()), n);
+  }
+  scratch->resize(n);
+  std::memcpy(scratch->data(), bytes.data(), bytes.size());
+  return absl::MakeConstSpan(*scratch);
+}
+
+absl::Status ToBlockData(
+    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
+    std::vector<BlockData>* out, std::vector<std::vector<float>>* scratch) {
+  out->reserve(blocks.size());
+  scratch->resize(blocks.size());
+  for (int i = 0; i < blocks.size(); ++i) {
+    const DenseBlock& b = blocks[i];
+    auto values = AsFloats(b.values(), &(*scratch)[i]);
+    if (!values.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table id ", b.table_id(), " block ", b.block(), ": ",
+                       values.status().message()));
+    }
+    out->push_back(BlockData{b.table_id(), b.block(), *values});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PsServiceImpl::InitJob(
+    grpc::CallbackServerContext* ctx, const InitJobRequest* req,
+    InitJobResponse* resp) {
+  if (req->trainer_id() != 0) {
+    return Reply(ctx, absl::PermissionDeniedError(absl::StrCat(
+                          "InitJob from trainer ", req->trainer_id(),
+                          ": only the chief (trainer 0) initialises the job")));
+  }
+  std::vector<BlockId> blocks;
+  blocks.reserve(req->blocks_size());
+  for (const BlockRef& r : req->blocks()) {
+    blocks.push_back(BlockId{r.table_id(), r.block()});
+  }
+  auto ready = store_->InitJob(req->job(), blocks);
+  if (ready.ok()) resp->set_already_ready(*ready);
+  return Reply(ctx, ready.status());
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::SetInitialValues(
+    grpc::CallbackServerContext* ctx, const SetInitialValuesRequest* req,
+    SetInitialValuesResponse* resp) {
+  std::vector<BlockData> blocks;
+  std::vector<std::vector<float>> scratch;
+  absl::Status s = ToBlockData(req->blocks(), &blocks, &scratch);
+  if (s.ok()) s = store_->SetInitialValues(blocks);
+  return Reply(ctx, s);
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::CommitInit(
+    grpc::CallbackServerContext* ctx, const CommitInitRequest* req,
+    CommitInitResponse* resp) {
+  return Reply(ctx, store_->CommitInit());
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Register(
+    grpc::CallbackServerContext* ctx, const RegisterRequest* req,
+    RegisterResponse* resp) {
+  if (req->trainer_id() < 0) {
+    return Reply(ctx, absl::InvalidArgumentError(absl::StrCat(
+                          "negative trainer_id ", req->trainer_id())));
+  }
+  if (store_->ready() && req->trainer_id() >= store_->job().num_trainers()) {
+    return Reply(ctx, absl::InvalidArgumentError(absl::StrCat(
+                          "trainer_id ", req->trainer_id(),
+                          " is out of range: the job has ",
+                          store_->job().num_trainers(), " trainers")));
+  }
+  LOG(INFO) << "trainer " << req->trainer_id() << " registered (incarnation "
+            << req->incarnation() << ", from " << ctx->peer() << ")";
+  resp->set_job_ready(store_->ready());
+  return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::GetStatus(
+    grpc::CallbackServerContext* ctx, const GetStatusRequest* req,
+    GetStatusResponse* resp) {
+  resp->set_job_ready(store_->ready());
+  if (store_->ready()) {
+    *resp->mutable_job() = store_->job();
+    const auto v = store_->Versions();
+    resp->set_min_version(v.min);
+    resp->set_max_version(v.max);
+  }
+  return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
+                                              const PullRequest* req,
+                                              PullResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::vector<BlockId> blocks;
+  blocks.reserve(req->blocks_size());
+  for (const BlockRef& r : req->blocks()) {
+    blocks.push_back(BlockId{r.table_id(), r.block()});
+  }
+  resp->mutable_blocks()->Reserve(req->blocks_size());
+  store_->Pull(
+      req->trainer_id(), req->min_version(), req->step(), blocks,
+      [resp](uint32_t table_id, uint32_t block, int64_t version,
+             absl::Span<const float> values) {
+        DenseBlock* b = resp->add_blocks();
+        b->set_table_id(table_id);
+        b->set_block(block);
+        b->set_version(version);
+        b->set_values(reinterpret_cast<const char*>(values.data()),
+                      values.size() * sizeof(float));
+      },
+      [reactor, resp](absl::Status s, absl::Duration waited) {
+        if (!s.ok()) resp->Clear();
+        resp->set_wait_micros(absl::ToInt64Microseconds(waited));
+        reactor->Finish(ToGrpcStatus(s));
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
+                                              const PushRequest* req,
+                                              PushResponse* resp) {
+  if (req->request_id() == 0) {
+    return Reply(ctx, absl::InvalidArgumentError(
+                          "push without request_id: every push carries a "
+                          "non-zero id so that a retry is applied once"));
+  }
+  absl::Status first;
+  switch (dedup_.Begin(req->request_id(), &first)) {
+    case RequestDedup::Outcome::kDone:
+      return Reply(ctx, first);
+    case RequestDedup::Outcome::kInFlight:
+      return Reply(ctx, absl::UnavailableError(
+                            absl::StrCat("push ", req->request_id(),
+                                         " is still being applied; retry")));
+    case RequestDedup::Outcome::kNew:
+      break;
+  }
+  std::vector<BlockData> blocks;
+  std::vector<std::vector<float>> scratch;
+  absl::Status s = ToBlockData(req->blocks(), &blocks, &scratch);
+  if (s.ok()) s = store_->Push(req->trainer_id(), req->step(), blocks);
+  dedup_.Finish(req->request_id(), s);
+  return Reply(ctx, s);
+}
+
+}  // namespace shardps

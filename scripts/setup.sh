@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what ShardPS needs to build, test and run its demo, from Debian's
+# packages only. Fast (a dpkg query, no network) when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgflags-dev libgoogle-glog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev libopenblas-dev libeigen3-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
