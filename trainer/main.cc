@@ -1,0 +1,209 @@
+// trainer: trains a model against the pservers. See README.md and
+// docs/flags.md.
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "kernels/blas.h"
+#include "trainer/grpc_ps_client.h"
+#include "trainer/trainer.h"
+
+DEFINE_string(pservers, "",
+              "comma-separated pserver addresses, host or "
+              "host:port (port 7164 by default); the same order everywhere");
+DEFINE_int32(trainer_id, -1,
+             "this trainer's index in [0, N); unset: from "
+             "the scheduler (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
+             "JOB_COMPLETION_INDEX)");
+DEFINE_int32(num_gradient_servers, 0,
+             "number of trainers N; unset: from the "
+             "scheduler, else 1");
+DEFINE_string(config, "", "model and job config, protobuf text format");
+DEFINE_string(mode, "sync", "sync (a barrier per step) or async");
+DEFINE_int32(max_staleness, -1,
+             "async: a trainer may run at most this many "
+             "steps ahead of the slowest; -1 = unbounded");
+DEFINE_int32(num_passes, 0, "passes over the data; 0 = the config's (1)");
+DEFINE_int64(max_steps, 0, "stop after this many steps; 0 = no limit");
+DEFINE_int32(batch_size, 0, "examples per step per trainer; 0 = the config's");
+DEFINE_bool(shuffle, false, "shuffle the local data each pass");
+DEFINE_uint64(seed, 1, "seed of the per-pass shuffle");
+DEFINE_string(metrics_file, "", "append JSON metrics lines to this file");
+DEFINE_string(save_dir, "", "the chief saves the trained model here");
+DEFINE_string(load_dir, "", "the chief starts from the model saved here");
+DEFINE_int32(log_every_steps, 50, "a step metrics line every this many steps");
+DEFINE_int32(num_threads, 1, "BLAS threads");
+DEFINE_int32(ready_timeout_s, 600,
+             "how long to wait for the chief to "
+             "initialise the job");
+DEFINE_int32(rpc_retry_s, 600,
+             "how long a call to a pserver keeps retrying "
+             "while the pserver is unavailable");
+DEFINE_string(progress, "auto",
+              "progress bar on stderr: auto (when stderr is "
+              "a terminal), on or off");
+
+namespace {
+
+// One line naming the problem, then exit 2.
+[[noreturn]] void Fail(const std::string& msg) {
+  std::cerr << "trainer: " << msg << "\n";
+  std::exit(2);
+}
+
+class OneLineErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty()) {
+      first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ",
+                           message);
+    }
+  }
+  std::string first;
+};
+
+shardps::ModelConfig ReadConfig(const std::string& path) {
+  if (path.empty()) Fail("--config is required (a .pbtxt model config)");
+  std::ifstream f(path);
+  if (!f) Fail(absl::StrCat("--config=", path, ": cannot read the file"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  shardps::ModelConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  OneLineErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(ss.str(), &config)) {
+    Fail(absl::StrCat("--config=", path, ": ", errors.first));
+  }
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "trainer --pservers=host1:7164,host2:7164 --trainer_id=k "
+      "--num_gradient_servers=N --config=configs/fmnist_mlp.pbtxt");
+  FLAGS_logtostderr = true;
+  absl::Status s =
+      shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
+  if (!s.ok()) Fail(std::string(s.message()));
+  if (argc > 1) Fail(absl::StrCat("unexpected argument '", argv[1], "'"));
+  google::InitGoogleLogging(argv[0]);
+
+  shardps::TrainerOptions o;
+  // Trainer id and count: flags or SHARDPS_ variables, then the scheduler.
+  shardps::SchedulerRank sched;
+  s = shardps::DetectSchedulerRank(shardps::ProcessEnv(), &sched);
+  if (!s.ok()) Fail(std::string(s.message()));
+  o.num_trainers = FLAGS_num_gradient_servers;
+  if (!shardps::FlagWasSet("num_gradient_servers")) {
+    o.num_trainers = sched.size.value_or(1);
+  }
+  if (o.num_trainers <= 0) {
+    Fail(absl::StrCat("--num_gradient_servers must be positive, got ",
+                      o.num_trainers));
+  }
+  o.trainer_id = FLAGS_trainer_id;
+  if (!shardps::FlagWasSet("trainer_id")) {
+    if (sched.rank.has_value()) {
+      o.trainer_id = *sched.rank;
+    } else if (o.num_trainers == 1) {
+      o.trainer_id = 0;
+    } else {
+      Fail(
+          "--trainer_id is not set and no scheduler variable "
+          "(OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
+          "JOB_COMPLETION_INDEX) gives it");
+    }
+  }
+  if (o.trainer_id < 0 || o.trainer_id >= o.num_trainers) {
+    Fail(absl::StrCat("--trainer_id=", o.trainer_id, " must be in [0, ",
+                      o.num_trainers,
+                      ") (--num_gradient_servers=", o.num_trainers, ")"));
+  }
+
+  std::vector<std::string> addresses;
+  for (absl::string_view a :
+       absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
+    auto addr = shardps::GrpcPsClient::NormalizeAddress(std::string(a));
+    if (!addr.ok()) Fail(absl::StrCat("--pservers: ", addr.status().message()));
+    addresses.push_back(*addr);
+  }
+  if (addresses.empty()) Fail("--pservers is required (host:port,...)");
+
+  o.config = ReadConfig(FLAGS_config);
+  if (FLAGS_mode == "sync") {
+    o.mode = shardps::SYNC;
+  } else if (FLAGS_mode == "async") {
+    o.mode = shardps::ASYNC;
+  } else {
+    Fail(absl::StrCat("--mode=", FLAGS_mode, ": must be sync or async"));
+  }
+  if (FLAGS_max_staleness < -1) Fail("--max_staleness must be >= -1");
+  if (FLAGS_max_staleness >= 0 && o.mode != shardps::ASYNC) {
+    Fail("--max_staleness applies to --mode=async only");
+  }
+  o.max_staleness = FLAGS_max_staleness;
+  o.num_passes = FLAGS_num_passes > 0        ? FLAGS_num_passes
+                 : o.config.num_passes() > 0 ? o.config.num_passes()
+                                             : 1;
+  if (FLAGS_num_passes < 0) Fail("--num_passes must be >= 0");
+  if (FLAGS_max_steps < 0) Fail("--max_steps must be >= 0");
+  o.max_steps = FLAGS_max_steps;
+  if (FLAGS_batch_size < 0) Fail("--batch_size must be >= 0");
+  o.batch_size = FLAGS_batch_size > 0        ? FLAGS_batch_size
+                 : o.config.batch_size() > 0 ? o.config.batch_size()
+                                             : 64;
+  o.shuffle = FLAGS_shuffle;
+  o.shuffle_seed = FLAGS_seed;
+  o.metrics_file = FLAGS_metrics_file;
+  o.save_dir = FLAGS_save_dir;
+  o.load_dir = FLAGS_load_dir;
+  if (FLAGS_log_every_steps <= 0) Fail("--log_every_steps must be positive");
+  o.log_every_steps = FLAGS_log_every_steps;
+  if (FLAGS_num_threads <= 0) Fail("--num_threads must be positive");
+  if (FLAGS_ready_timeout_s <= 0) Fail("--ready_timeout_s must be positive");
+  if (FLAGS_rpc_retry_s <= 0) Fail("--rpc_retry_s must be positive");
+  o.ready_timeout = absl::Seconds(FLAGS_ready_timeout_s);
+  if (FLAGS_progress == "auto") {
+    o.progress_bar = isatty(STDERR_FILENO);
+  } else if (FLAGS_progress == "on" || FLAGS_progress == "off") {
+    o.progress_bar = FLAGS_progress == "on";
+  } else {
+    Fail("--progress must be auto, on or off");
+  }
+  o.incarnation = std::random_device{}();
+  shardps::SetBlasThreads(FLAGS_num_threads);
+
+  shardps::RetryTimer timer;
+  shardps::RpcOptions rpc;
+  rpc.retry_budget = absl::Seconds(FLAGS_rpc_retry_s);
+  std::vector<std::unique_ptr<shardps::GrpcPsClient>> clients;
+  std::vector<shardps::PsClientInterface*> servers;
+  for (const auto& a : addresses) {
+    clients.push_back(shardps::GrpcPsClient::Create(a, rpc, &timer));
+    servers.push_back(clients.back().get());
+  }
+  shardps::Trainer trainer(o, servers);
+  s = trainer.Run();
+  if (!s.ok()) {
+    LOG(ERROR) << "trainer " << o.trainer_id << " failed: " << s;
+    std::cerr << "trainer: " << s.message() << "\n";
+    return 1;
+  }
+  const auto& r = trainer.result();
+  LOG(INFO) << "trainer " << o.trainer_id << " done: " << r.steps
+            << " steps, test accuracy " << r.test_accuracy;
+  return 0;
+}

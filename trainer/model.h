@@ -1,0 +1,105 @@
+#ifndef SHARDPS_TRAINER_MODEL_H_
+#define SHARDPS_TRAINER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/model_config.pb.h"
+#include "trainer/layers.h"
+
+namespace shardps {
+
+// Loss and accuracy of a batch.
+struct BatchStats {
+  double loss_sum = 0.0;  // sum over the examples (divide by count for mean)
+  int64_t correct = 0;    // examples whose prediction equals the label
+  int64_t count = 0;      // examples in the batch
+};
+
+// A sequential model on the CPU, built from a ModelConfig: fully connected
+// layers and elementwise activations, ending in a softmax cross-entropy or a
+// logistic loss. The parameters live in tables() (the trainer copies pulled
+// values in and pushes the gradients out).
+// Requires external synchronization: even Evaluate() writes the model's
+// activation buffers.
+class Model {
+ public:
+  // Validates `config` and builds the layers and parameter tables (values and
+  // gradients zero; see InitializeParameters). Returns InvalidArgument, naming
+  // the layer, for an FC layer with output_dim <= 0, an unknown layer type,
+  // a model without FC layer, or a model output width that does not fit the
+  // loss (LOGISTIC: 1 and num_classes <= 2; SOFTMAX_CROSS_ENTROPY:
+  // num_classes). Unnamed layers are named after their type and position:
+  // "fc0", "relu1", "sigmoid2", "tanh3".
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelConfig& config, int input_dim, int num_classes);
+
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // The parameter tables in a fixed order: for each FULLY_CONNECTED layer,
+  // "<name>.weight" {in, out} then "<name>.bias" {out}. Callers may write
+  // value (and read grad), but must not resize the vector or the tables.
+  std::vector<ParamTable>& tables() { return tables_; }
+  const std::vector<ParamTable>& tables() const { return tables_; }
+
+  // Fills every table's value from its initializer (weights: weight_init,
+  // default XAVIER_UNIFORM; biases: bias_init, default CONSTANT 0). The same
+  // seed gives bit-identical values on any machine.
+  void InitializeParameters(uint64_t seed);
+
+  // Runs forward and backward on `batch` examples: x is (batch x input_dim)
+  // row-major, labels in [0, num_classes) (0 or 1 for LOGISTIC). Overwrites
+  // every table's grad with the gradient of the MEAN loss over the batch.
+  // Returns InvalidArgument for batch <= 0 or a label out of range, in which
+  // case the gradients are unspecified.
+  absl::StatusOr<BatchStats> TrainBatch(const float* x, const int32_t* labels,
+                                        int batch);
+
+  // Forward only. For LOGISTIC, an example is correct when (p >= 0.5) equals
+  // its label. If `probabilities` is not null it receives batch * output_dim()
+  // floats: P(label = 1) per example for LOGISTIC, the softmax row per example
+  // for SOFTMAX_CROSS_ENTROPY.
+  // REQUIRES: labels in range (an out-of-range label is counted in `count`,
+  // never as correct, and adds no loss; a warning is logged).
+  BatchStats Evaluate(const float* x, const int32_t* labels, int batch,
+                      float* probabilities = nullptr);
+
+  int input_dim() const { return input_dim_; }
+  int num_classes() const { return num_classes_; }
+  // Width of the model output: 1 for LOGISTIC, num_classes otherwise.
+  int output_dim() const { return layers_.back()->output_dim(); }
+  // Total number of parameters over all tables.
+  int64_t num_parameters() const;
+  // The config, with every layer named.
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  Model(const ModelConfig& config, int input_dim, int num_classes);
+
+  // Makes room for `batch` examples in the activation buffers (grows only).
+  void Reserve(int batch);
+  // Runs the layers on x; the output is acts_.back().
+  void Forward(const float* x, int batch);
+  // Loss and accuracy of the output in acts_.back(); if `dlogits` is not null
+  // writes the gradient of the mean loss there. Skips invalid labels.
+  BatchStats Loss(const int32_t* labels, int batch, float* dlogits,
+                  float* probabilities) const;
+  absl::Status CheckLabels(const int32_t* labels, int batch) const;
+
+  ModelConfig config_;  // owns the LayerConfigs that tables_ point to
+  const int input_dim_;
+  const int num_classes_;
+  std::vector<ParamTable> tables_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  int batch_capacity_ = 0;
+  // acts_[i]: output of layers_[i]; grads_[i]: d loss / d acts_[i].
+  std::vector<std::vector<float>> acts_;
+  std::vector<std::vector<float>> grads_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_MODEL_H_

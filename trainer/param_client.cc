@@ -1,0 +1,315 @@
+#include "trainer/param_client.h"
+
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shard_map.h"
+#include "common/wire_limits.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace shardps {
+namespace {
+
+// Collects the first error of parallel calls.
+class FirstError {
+ public:
+  void Add(const absl::Status& s) {
+    if (s.ok()) return;
+    absl::MutexLock l(&mu_);
+    if (status_.ok()) status_ = s;
+  }
+  absl::Status Get() {
+    absl::MutexLock l(&mu_);
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::vector<std::vector<std::vector<BlockPlacement>>> PlanChunks(
+    const std::vector<DenseTableLayout>& tables, int num_servers,
+    size_t max_chunk_bytes) {
+  std::vector<std::vector<BlockPlacement>> per_server(num_servers);
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const DenseTableLayout& layout = tables[t];
+    const uint64_t hash = TableHash(layout.name);
+    const int64_t nb = NumBlocks(layout.num_values, layout.block_size);
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockPlacement p;
+      p.table_id = static_cast<uint32_t>(t);
+      p.block = static_cast<uint32_t>(b);
+      p.offset = b * layout.block_size;
+      p.size = std::min(layout.block_size, layout.num_values - p.offset);
+      per_server[DenseBlockServer(hash, b, num_servers)].push_back(p);
+    }
+  }
+  std::vector<std::vector<std::vector<BlockPlacement>>> chunks(num_servers);
+  for (int s = 0; s < num_servers; ++s) {
+    size_t bytes = 0;
+    for (const BlockPlacement& p : per_server[s]) {
+      const size_t b = static_cast<size_t>(p.size) * sizeof(float);
+      if (chunks[s].empty() || bytes + b > max_chunk_bytes) {
+        chunks[s].emplace_back();
+        bytes = 0;
+      }
+      chunks[s].back().push_back(p);
+      bytes += b;
+    }
+  }
+  return chunks;
+}
+
+ParamClient::ParamClient(std::vector<PsClientInterface*> servers,
+                         int trainer_id, std::vector<DenseTableLayout> tables)
+    : servers_(std::move(servers)),
+      trainer_id_(trainer_id),
+      tables_(std::move(tables)),
+      chunks_(PlanChunks(tables_, static_cast<int>(servers_.size()),
+                         kMaxChunkBytes)),
+      id_rng_(std::random_device{}() ^
+              (static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) << 8) ^
+              static_cast<uint64_t>(trainer_id)) {}
+
+uint64_t ParamClient::NextRequestId() {
+  uint64_t id = 0;
+  while (id == 0) id = id_rng_();
+  return id;
+}
+
+absl::Status ParamClient::Register(uint64_t incarnation) {
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(servers_.size()));
+  std::vector<RegisterRequest> reqs(servers_.size());
+  std::vector<RegisterResponse> resps(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    reqs[s].set_trainer_id(trainer_id_);
+    reqs[s].set_incarnation(incarnation);
+    servers_[s]->RegisterAsync(reqs[s], &resps[s], [&](absl::Status st) {
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  return err.Get();
+}
+
+absl::Status ParamClient::InitJob(
+    const JobSpec& job, const std::vector<const float*>& initial_values) {
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    PsClientInterface* server = servers_[s];
+    InitJobRequest req;
+    req.set_trainer_id(trainer_id_);
+    *req.mutable_job() = job;
+    for (const auto& chunk : chunks_[s]) {
+      for (const BlockPlacement& p : chunk) {
+        BlockRef* r = req.add_blocks();
+        r->set_table_id(p.table_id);
+        r->set_block(p.block);
+      }
+    }
+    InitJobResponse resp;
+    absl::Status st = server->InitJob(req, &resp);
+    if (!st.ok()) return st;
+    if (resp.already_ready()) {
+      LOG(INFO) << "pserver " << server->address()
+                << " already holds this job; keeping its values";
+      continue;
+    }
+    for (const auto& chunk : chunks_[s]) {
+      SetInitialValuesRequest vreq;
+      vreq.set_trainer_id(trainer_id_);
+      for (const BlockPlacement& p : chunk) {
+        DenseBlock* b = vreq.add_blocks();
+        b->set_table_id(p.table_id);
+        b->set_block(p.block);
+        b->set_values(reinterpret_cast<const char*>(initial_values[p.table_id] +
+                                                    p.offset),
+                      p.size * sizeof(float));
+      }
+      SetInitialValuesResponse vresp;
+      st = server->SetInitialValues(vreq, &vresp);
+      if (!st.ok()) return st;
+    }
+    CommitInitRequest creq;
+    creq.set_trainer_id(trainer_id_);
+    CommitInitResponse cresp;
+    st = server->CommitInit(creq, &cresp);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParamClient::WaitUntilReady(const JobSpec& expected,
+                                         absl::Duration timeout) {
+  const absl::Time start = absl::Now();
+  absl::Time last_log = start;
+  std::vector<bool> ready(servers_.size(), false);
+  while (true) {
+    std::vector<std::string> waiting;
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      if (ready[s]) continue;
+      GetStatusRequest req;
+      GetStatusResponse resp;
+      absl::Status st = servers_[s]->GetStatus(req, &resp);
+      if (!st.ok()) return st;
+      if (!resp.job_ready()) {
+        waiting.push_back(servers_[s]->address());
+        continue;
+      }
+      if (!google::protobuf::util::MessageDifferencer::Equals(resp.job(),
+                                                              expected)) {
+        std::string diff;
+        google::protobuf::util::MessageDifferencer d;
+        d.ReportDifferencesToString(&diff);
+        d.Compare(expected, resp.job());
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pserver ", servers_[s]->address(),
+            " holds a job that differs from this trainer's config (the "
+            "chief's config, mode, trainer count or batch size differ): ",
+            diff.substr(0, 400)));
+      }
+      ready[s] = true;
+    }
+    if (waiting.empty()) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (now - start > timeout) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the chief (trainer 0) has not initialised pserver(s) ",
+                       absl::StrJoin(waiting, ", "), " after ",
+                       absl::FormatDuration(now - start)));
+    }
+    if (now - last_log >= absl::Seconds(10)) {
+      last_log = now;
+      LOG(INFO) << "waiting for the chief (trainer 0) to initialise pserver(s) "
+                << absl::StrJoin(waiting, ", ");
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
+                               const std::vector<float*>& values,
+                               TransferStats* stats) {
+  struct Pending {
+    const std::vector<BlockPlacement>* chunk;
+    PsClientInterface* server;
+    PullRequest req;
+    PullResponse resp;
+  };
+  std::vector<std::unique_ptr<Pending>> calls;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    for (const auto& chunk : chunks_[s]) {
+      auto p = std::make_unique<Pending>();
+      p->chunk = &chunk;
+      p->server = servers_[s];
+      p->req.set_trainer_id(trainer_id_);
+      p->req.set_min_version(min_version);
+      p->req.set_step(step);
+      for (const BlockPlacement& b : chunk) {
+        BlockRef* r = p->req.add_blocks();
+        r->set_table_id(b.table_id);
+        r->set_block(b.block);
+      }
+      calls.push_back(std::move(p));
+    }
+  }
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Pending* p = calls[i].get();
+    PsClientInterface* srv = p->server;
+    srv->PullAsync(p->req, &p->resp, [&, p, srv](absl::Status st) {
+      if (st.ok()) {
+        // Check the reply against the request, then copy it out.
+        if (p->resp.blocks_size() != static_cast<int>(p->chunk->size())) {
+          st = absl::DataLossError(absl::StrCat(
+              "pull from ", srv->address(), ": asked for ", p->chunk->size(),
+              " blocks, got ", p->resp.blocks_size()));
+        }
+        for (int j = 0; st.ok() && j < p->resp.blocks_size(); ++j) {
+          const DenseBlock& got = p->resp.blocks(j);
+          const BlockPlacement& want = (*p->chunk)[j];
+          if (got.table_id() != want.table_id || got.block() != want.block ||
+              got.values().size() != want.size * sizeof(float)) {
+            st = absl::DataLossError(
+                absl::StrCat("pull from ", srv->address(), ": block ", j,
+                             " of the reply does not match the request"));
+            break;
+          }
+          std::memcpy(values[want.table_id] + want.offset, got.values().data(),
+                      got.values().size());
+        }
+      }
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  if (stats != nullptr) {
+    *stats = TransferStats{};
+    for (const auto& p : calls) {
+      stats->bytes += static_cast<int64_t>(p->resp.ByteSizeLong());
+      stats->server_wait_us =
+          std::max(stats->server_wait_us, p->resp.wait_micros());
+    }
+    stats->rpcs = static_cast<int64_t>(calls.size());
+  }
+  return err.Get();
+}
+
+absl::Status ParamClient::Push(int64_t step,
+                               const std::vector<const float*>& grads,
+                               TransferStats* stats) {
+  struct Pending {
+    PushRequest req;
+    PushResponse resp;
+  };
+  std::vector<std::unique_ptr<Pending>> calls;
+  std::vector<PsClientInterface*> targets;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    for (const auto& chunk : chunks_[s]) {
+      auto p = std::make_unique<Pending>();
+      p->req.set_trainer_id(trainer_id_);
+      p->req.set_step(step);
+      p->req.set_request_id(NextRequestId());
+      for (const BlockPlacement& b : chunk) {
+        DenseBlock* d = p->req.add_blocks();
+        d->set_table_id(b.table_id);
+        d->set_block(b.block);
+        d->set_values(
+            reinterpret_cast<const char*>(grads[b.table_id] + b.offset),
+            b.size * sizeof(float));
+      }
+      calls.push_back(std::move(p));
+      targets.push_back(servers_[s]);
+    }
+  }
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    targets[i]->PushAsync(calls[i]->req, &calls[i]->resp, [&](absl::Status st) {
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  if (stats != nullptr) {
+    *stats = TransferStats{};
+    for (const auto& p : calls) {
+      stats->bytes += static_cast<int64_t>(p->req.ByteSizeLong());
+    }
+    stats->rpcs = static_cast<int64_t>(calls.size());
+  }
+  return err.Get();
+}
+
+}  // namespace shardps

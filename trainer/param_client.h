@@ -1,0 +1,96 @@
+#ifndef SHARDPS_TRAINER_PARAM_CLIENT_H_
+#define SHARDPS_TRAINER_PARAM_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/ps_service.pb.h"
+#include "trainer/ps_client_interface.h"
+
+namespace shardps {
+
+// One dense table as the trainer holds it: a flat float buffer.
+struct DenseTableLayout {
+  std::string name;
+  int64_t num_values = 0;
+  int64_t block_size = 0;
+};
+
+// Bytes and time of one pull or push over all pservers.
+struct TransferStats {
+  int64_t bytes = 0;  // serialized payload, requests or replies
+  int64_t rpcs = 0;
+  int64_t server_wait_us = 0;  // pulls: longest time held by a pserver
+};
+
+// Where one block lives and which part of its table it covers.
+struct BlockPlacement {
+  uint32_t table_id = 0;
+  uint32_t block = 0;
+  int64_t offset = 0;  // first value within the table
+  int64_t size = 0;
+};
+
+// Cuts the blocks of `tables` into chunks per pserver: chunks[s][c] lists
+// the blocks of call c to pserver s, at most kMaxChunkBytes of values each
+// (a single larger block gets a call of its own). Pure function.
+std::vector<std::vector<std::vector<BlockPlacement>>> PlanChunks(
+    const std::vector<DenseTableLayout>& tables, int num_servers,
+    size_t max_chunk_bytes);
+
+// The trainer's view of the dense parameters on all pservers: splits pulls
+// and pushes by the shard map into chunks of at most 4 MiB and sends all of
+// them at once, one or more calls per pserver, in parallel. Thread-compatible:
+// one thread calls it at a time. `servers` must outlive it.
+class ParamClient {
+ public:
+  ParamClient(std::vector<PsClientInterface*> servers, int trainer_id,
+              std::vector<DenseTableLayout> tables);
+
+  // Registers this trainer with every pserver.
+  absl::Status Register(uint64_t incarnation);
+
+  // Chief only: sends the job spec and the initial values to every pserver
+  // and marks the job ready. If the pservers already hold the job (a
+  // restarted chief), their values are kept.
+  absl::Status InitJob(const JobSpec& job,
+                       const std::vector<const float*>& initial_values);
+
+  // Waits until every pserver reports the job ready, logging whom it waits
+  // for every 10 s; DEADLINE_EXCEEDED after `timeout`. Then checks that the
+  // pservers' job equals `expected` (FAILED_PRECONDITION naming the
+  // difference otherwise).
+  absl::Status WaitUntilReady(const JobSpec& expected, absl::Duration timeout);
+
+  // Fills values[t] (num_values floats each) once every block has applied
+  // `min_version` updates (sync) and the staleness bound allows `step`.
+  absl::Status Pull(int64_t min_version, int64_t step,
+                    const std::vector<float*>& values, TransferStats* stats);
+
+  // Sends grads[t] for `step`. A retried call keeps its request id, so the
+  // pserver applies it once.
+  absl::Status Push(int64_t step, const std::vector<const float*>& grads,
+                    TransferStats* stats);
+
+  const std::vector<std::vector<std::vector<BlockPlacement>>>& chunks() const {
+    return chunks_;
+  }
+
+ private:
+  uint64_t NextRequestId();
+
+  const std::vector<PsClientInterface*> servers_;
+  const int trainer_id_;
+  const std::vector<DenseTableLayout> tables_;
+  const std::vector<std::vector<std::vector<BlockPlacement>>> chunks_;
+  std::mt19937_64 id_rng_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_PARAM_CLIENT_H_

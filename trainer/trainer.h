@@ -1,0 +1,81 @@
+#ifndef SHARDPS_TRAINER_TRAINER_H_
+#define SHARDPS_TRAINER_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/model_config.pb.h"
+#include "proto/ps_service.pb.h"
+#include "trainer/ps_client_interface.h"
+
+namespace shardps {
+
+struct TrainerOptions {
+  int trainer_id = 0;
+  int num_trainers = 1;
+  // The model, its data and its optimizer; batch_size, num_passes and seed
+  // in it are the defaults that the fields below override.
+  ModelConfig config;
+  TrainingMode mode = SYNC;
+  // ASYNC: bound on how far this trainer may run ahead of the slowest one;
+  // -1 = unbounded. Default: -1.
+  int max_staleness = -1;
+  int num_passes = 1;
+  // Stop after this many steps in all; 0 = no limit. Default: 0.
+  int64_t max_steps = 0;
+  int batch_size = 64;  // per trainer
+  bool shuffle = false;
+  uint64_t shuffle_seed = 1;
+  std::string metrics_file;  // JSON lines; empty = none
+  std::string save_dir;      // chief saves the final model here; empty = no
+  std::string load_dir;      // chief starts from this saved model; empty = no
+  // A "step" metrics line, and a progress line when stderr is no terminal,
+  // every this many steps. Default: 50.
+  int log_every_steps = 50;
+  bool progress_bar = false;  // redraw one line on stderr (a terminal)
+  // How long a non-chief waits for the chief to initialise the job.
+  absl::Duration ready_timeout = absl::Minutes(10);
+  uint64_t incarnation = 0;  // distinguishes restarts of one trainer id
+};
+
+// What a run achieved.
+struct TrainerResult {
+  int64_t steps = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  int64_t push_bytes = 0;
+  int64_t pull_bytes = 0;
+  double train_seconds = 0;
+};
+
+// Trains a model on this trainer's shard of the data against the pservers:
+// each step pulls the parameters, computes the gradient of the local batch
+// and pushes it. Evaluates on the test set after each pass. Thread-compatible.
+class Trainer {
+ public:
+  // `servers` (one per pserver, in --pservers order) must outlive Run().
+  Trainer(TrainerOptions options, std::vector<PsClientInterface*> servers);
+
+  absl::Status Run();
+  const TrainerResult& result() const { return result_; }
+
+  // The job spec this trainer's options describe, given the model's tables
+  // (exposed for tests).
+  static JobSpec MakeJobSpec(const TrainerOptions& options,
+                             const std::vector<std::string>& table_names,
+                             const std::vector<std::vector<int64_t>>& shapes,
+                             const std::vector<OptimizerConfig>& optimizers);
+
+ private:
+  const TrainerOptions options_;
+  const std::vector<PsClientInterface*> servers_;
+  TrainerResult result_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_TRAINER_H_
