@@ -1,0 +1,175 @@
+// DESIGN.md's sync equivalence: N trainers with local batch b and record
+// sharding, shuffling off, end with the same parameters as one trainer with
+// batch N*b, up to float rounding. Pservers and trainers run in this process
+// and talk over gRPC's in-process channels.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pserver/server.h"
+#include "trainer/grpc_ps_client.h"
+#include "trainer/model.h"
+#include "trainer/saved_model.h"
+#include "trainer/trainer.h"
+
+namespace shardps {
+namespace {
+
+void PutBigEndian(uint32_t v, std::string* out) {
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    out->push_back(static_cast<char>(v >> shift));
+  }
+}
+
+// Writes an IDX image file of `n` records of 4x4 pixels and a label file,
+// with labels that depend on the pixels (so the model learns something).
+void WriteData(const std::string& dir, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string img, lab;
+  PutBigEndian(0x00000803, &img);
+  PutBigEndian(n, &img);
+  PutBigEndian(4, &img);
+  PutBigEndian(4, &img);
+  PutBigEndian(0x00000801, &lab);
+  PutBigEndian(n, &lab);
+  for (int r = 0; r < n; ++r) {
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int px = static_cast<int>(rng() % 256);
+      sum += i < 8 ? px : 0;
+      img.push_back(static_cast<char>(px));
+    }
+    lab.push_back(static_cast<char>((sum / 256) % 3));
+  }
+  std::ofstream(dir + "/images", std::ios::binary) << img;
+  std::ofstream(dir + "/labels", std::ios::binary) << lab;
+}
+
+ModelConfig SmallModel(const std::string& dir) {
+  ModelConfig c;
+  auto* fc1 = c.add_layers();
+  fc1->set_name("fc1");
+  fc1->set_type(LayerConfig::FULLY_CONNECTED);
+  fc1->set_output_dim(12);
+  c.add_layers()->set_type(LayerConfig::TANH);
+  auto* fc2 = c.add_layers();
+  fc2->set_name("fc2");
+  fc2->set_type(LayerConfig::FULLY_CONNECTED);
+  fc2->set_output_dim(3);
+  c.mutable_loss()->set_type(LossConfig::SOFTMAX_CROSS_ENTROPY);
+  c.mutable_optimizer()->set_type(OptimizerConfig::MOMENTUM);
+  c.mutable_optimizer()->set_learning_rate(0.1f);
+  c.mutable_optimizer()->set_momentum(0.9f);
+  c.mutable_data()->set_train_images(dir + "/images");
+  c.mutable_data()->set_train_labels(dir + "/labels");
+  c.mutable_data()->set_test_images(dir + "/images");
+  c.mutable_data()->set_test_labels(dir + "/labels");
+  c.set_block_size(40);  // several blocks per table, spread over pservers
+  c.set_seed(7);
+  return c;
+}
+
+// Runs a job of `num_trainers` trainers with local batch `batch` on
+// `num_servers` in-process pservers; returns the final parameters.
+std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
+                                       int num_trainers, int batch,
+                                       int num_passes, int64_t max_steps,
+                                       const std::string& save_dir) {
+  std::vector<std::unique_ptr<PsServer>> servers;
+  for (int s = 0; s < num_servers; ++s) {
+    PsServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.store.num_trainers = num_trainers;
+    servers.push_back(std::move(*PsServer::Create(o)));
+    EXPECT_TRUE(servers.back()->Start().ok());
+  }
+  RetryTimer timer;
+  std::vector<absl::Status> status(num_trainers);
+  std::vector<std::thread> threads;
+  // All clients exist before any thread runs; they outlive the threads.
+  std::vector<std::vector<std::unique_ptr<GrpcPsClient>>> clients(num_trainers);
+  for (int k = 0; k < num_trainers; ++k) {
+    for (int s = 0; s < num_servers; ++s) {
+      clients[k].push_back(std::make_unique<GrpcPsClient>(
+          "in-process-" + std::to_string(s), servers[s]->InProcessChannel(),
+          RpcOptions{}, &timer));
+    }
+  }
+  for (int k = 0; k < num_trainers; ++k) {
+    threads.emplace_back([&, k] {
+      TrainerOptions o;
+      o.trainer_id = k;
+      o.num_trainers = num_trainers;
+      o.config = SmallModel(dir);
+      o.mode = SYNC;
+      o.batch_size = batch;
+      o.num_passes = num_passes;
+      o.max_steps = max_steps;
+      o.save_dir = k == 0 ? save_dir : "";
+      std::vector<PsClientInterface*> ptrs;
+      for (auto& c : clients[k]) ptrs.push_back(c.get());
+      Trainer t(o, ptrs);
+      status[k] = t.Run();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < num_trainers; ++k) {
+    EXPECT_TRUE(status[k].ok()) << "trainer " << k << ": " << status[k];
+  }
+  auto model = Model::Create(SmallModel(dir), 16, 3);
+  EXPECT_TRUE(model.ok());
+  EXPECT_TRUE(LoadModelParams(save_dir, &(*model)->tables()).ok());
+  std::vector<std::vector<float>> out;
+  for (const auto& t : (*model)->tables()) out.push_back(t.value);
+  return out;
+}
+
+class SyncEquivalenceTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("shardps_sync_eq_" + std::to_string(::getpid()) + "_" +
+            std::to_string(GetParam()));
+    std::filesystem::create_directories(dir_);
+    WriteData(dir_, 480, 42);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_P(SyncEquivalenceTest, NTrainersMatchOneTrainerWithNTimesTheBatch) {
+  const int n = GetParam();
+  const int b = 4;
+  // Two passes of 480 / (n * b) steps, so momentum state and the pass
+  // boundary are both exercised.
+  const auto one = RunJob(dir_, 2, 1, n * b, 2, 0, dir_ + "/one");
+  const auto many = RunJob(dir_, 2, n, b, 2, 0, dir_ + "/many");
+  ASSERT_EQ(one.size(), many.size());
+  double max_diff = 0, max_change = 0;
+  auto init = Model::Create(SmallModel(dir_), 16, 3);
+  (*init)->InitializeParameters(7);
+  for (size_t t = 0; t < one.size(); ++t) {
+    ASSERT_EQ(one[t].size(), many[t].size());
+    for (size_t i = 0; i < one[t].size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(double{one[t][i]} - many[t][i]));
+      max_change = std::max(
+          max_change,
+          std::fabs(double{one[t][i]} - (*init)->tables()[t].value[i]));
+    }
+  }
+  EXPECT_GT(max_change, 0.05) << "training moved nothing: the test is void";
+  EXPECT_LT(max_diff, 1e-4) << "N=" << n << " differs from one trainer";
+}
+
+INSTANTIATE_TEST_SUITE_P(Trainers, SyncEquivalenceTest,
+                         ::testing::Values(2, 3, 4));
+
+}  // namespace
+}  // namespace shardps
