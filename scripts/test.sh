@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets everything up on a fresh machine, builds, and runs every test.
+#   scripts/test.sh            # all tests
+#   BUILD_DIR=build-asan PS_SANITIZE=address scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+start=$(date +%s)
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPS_SANITIZE="${PS_SANITIZE:-}" >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+built=$(date +%s)
+echo "build: $((built - start)) s"
+# One BLAS thread per process: the tests run several processes on 2 cores.
+export OPENBLAS_NUM_THREADS=1
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" \
+  --timeout 600 "$@"
+echo "tests: $(($(date +%s) - built)) s"
