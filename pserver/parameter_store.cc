@@ -450,7 +450,17 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   w->pending.store(static_cast<int>(w->blocks.size()) + 2);
   {
     absl::MutexLock l(&waiters_mu_);
-    waiters_.insert(w);
+    if (closed_) {
+      w->finished.store(true);
+      // Outside the lock: `done` may re-enter the store.
+    } else {
+      waiters_.insert(w);
+    }
+  }
+  if (w->finished.load()) {
+    w->done(absl::UnavailableError("pserver is shutting down"),
+            absl::ZeroDuration());
+    return;
   }
   {
     absl::MutexLock c(&clock_mu_);
@@ -571,6 +581,7 @@ void ParameterStore::CancelAllWaiters(const absl::Status& status) {
   std::vector<std::shared_ptr<Waiter>> all;
   {
     absl::MutexLock l(&waiters_mu_);
+    closed_ = true;
     all.assign(waiters_.begin(), waiters_.end());
   }
   for (const auto& w : all) Finish(w, status);

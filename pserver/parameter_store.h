@@ -110,7 +110,8 @@ class ParameterStore {
   // once a second by the server.
   void Sweep(absl::Time now);
 
-  // Answers every waiting pull with `status` (shutdown).
+  // Answers every waiting pull with `status`, and every later pull with
+  // UNAVAILABLE (shutdown).
   void CancelAllWaiters(const absl::Status& status);
 
   struct VersionRange {
@@ -172,8 +173,7 @@ class ParameterStore {
   mutable absl::Mutex waiters_mu_;
   absl::flat_hash_set<std::shared_ptr<Waiter>> waiters_
       ABSL_GUARDED_BY(waiters_mu_);
-  absl::Time last_barrier_report_ ABSL_GUARDED_BY(waiters_mu_) =
-      absl::InfinitePast();
+  bool closed_ ABSL_GUARDED_BY(waiters_mu_) = false;
 
   std::atomic<int64_t> pushes_{0}, block_updates_{0},
       duplicate_block_pushes_{0}, rejected_{0}, pulls_{0}, pull_timeouts_{0};

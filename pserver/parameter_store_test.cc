@@ -309,5 +309,13 @@ TEST_F(ParameterStoreTest, DestructionAnswersWaitersUnavailable) {
   EXPECT_EQ(pull->status.code(), absl::StatusCode::kUnavailable);
 }
 
+TEST_F(ParameterStoreTest, PullAfterCancelIsUnavailable) {
+  Init(SYNC, 2);
+  store_->CancelAllWaiters(absl::UnavailableError("stopping"));
+  auto pull = StartPull(0, 0, 0, {{0, 0}});
+  ASSERT_TRUE(pull->done.HasBeenNotified());
+  EXPECT_EQ(pull->status.code(), absl::StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace shardps
