@@ -41,8 +41,13 @@ void ApplyAdagrad<CpuDevice>::operator()(float lr, float eps, float grad_scale,
                                          absl::Span<float> p,
                                          absl::Span<float> acc) const {
   assert(g.size() == p.size() && acc.size() == p.size());
+  // Raw pointers: Debian's abseil hardens Span::operator[] with a bounds
+  // check, which keeps the loop from being vectorised.
+  const float* gp = g.data();
+  float* pp = p.data();
+  float* ap = acc.data();
   for (size_t i = 0; i < p.size(); ++i) {
-    AdagradStep(lr, eps, g[i] * grad_scale, &p[i], &acc[i]);
+    AdagradStep(lr, eps, gp[i] * grad_scale, &pp[i], &ap[i]);
   }
 }
 
@@ -52,8 +57,13 @@ void ApplyAdam<CpuDevice>::operator()(float lr_t, float beta1, float beta2,
                                       absl::Span<float> p, absl::Span<float> m,
                                       absl::Span<float> v) const {
   assert(g.size() == p.size() && m.size() == p.size() && v.size() == p.size());
+  const float* gp = g.data();
+  float* pp = p.data();
+  float* mp = m.data();
+  float* vp = v.data();
   for (size_t i = 0; i < p.size(); ++i) {
-    AdamStep(lr_t, beta1, beta2, eps, g[i] * grad_scale, &p[i], &m[i], &v[i]);
+    AdamStep(lr_t, beta1, beta2, eps, gp[i] * grad_scale, &pp[i], &mp[i],
+             &vp[i]);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/flags.h"
+#include "common/malloc_tuning.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "pserver/server.h"
@@ -20,6 +21,7 @@ DEFINE_int32(max_pull_wait_s, 20,
              "the trainers it waits for (the trainer retries)");
 
 int main(int argc, char** argv) {
+  shardps::TuneMallocForLargeMessages();
   gflags::SetUsageMessage(
       "pserver --port=7164 --num_gradient_servers=N [--port_file=PATH]");
   FLAGS_logtostderr = true;

@@ -8,6 +8,7 @@
 #include "common/shard_map.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "kernels/finite.h"
 
 namespace shardps {
 
@@ -283,11 +284,13 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
                        g.values.size(), " values, the block has ", (*b)->size));
       break;
     }
-    for (size_t j = 0; j < g.values.size(); ++j) {
-      if (!std::isfinite(g.values[j])) {
+    const float* gv = g.values.data();
+    const bool finite = AllFinite(gv, g.values.size());
+    for (size_t j = 0; !finite && j < g.values.size(); ++j) {
+      if (!std::isfinite(gv[j])) {
         st = absl::InvalidArgumentError(absl::StrCat(
             "table ", name, " block ", g.block, ": gradient value ", j, " is ",
-            std::isnan(g.values[j]) ? "NaN" : "Inf", " (trainer ", trainer_id,
+            std::isnan(gv[j]) ? "NaN" : "Inf", " (trainer ", trainer_id,
             ", step ", step, "); nothing was applied"));
         break;
       }

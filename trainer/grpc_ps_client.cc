@@ -120,7 +120,14 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
       s = absl::Status(s.code(), absl::StrCat(call->name, " to pserver ",
                                               address_, ": ", s.message()));
     }
-    call->done(std::move(s));
+    // This closure, and the Call it holds, may be destroyed on a gRPC thread
+    // after `done` has let the owner destroy this client. Drop the context
+    // (and its reference to the channel) now, while the client still holds
+    // the channel: a channel released last on a gRPC callback thread can
+    // abort gRPC 1.51 when it shuts its callback completion queue down.
+    call->ctx.reset();
+    StatusCallback done = std::move(call->done);
+    done(std::move(s));
   };
   method(call->ctx.get(), call->req, call->resp, std::move(on_done));
 }

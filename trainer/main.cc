@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/malloc_tuning.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -91,6 +92,7 @@ shardps::ModelConfig ReadConfig(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  shardps::TuneMallocForLargeMessages();
   gflags::SetUsageMessage(
       "trainer --pservers=host1:7164,host2:7164 --trainer_id=k "
       "--num_gradient_servers=N --config=configs/fmnist_mlp.pbtxt");

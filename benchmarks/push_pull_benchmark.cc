@@ -1,0 +1,261 @@
+// Dense push and pull throughput against real pservers over loopback TCP.
+//
+// Each benchmark starts PsServers in this process (port 0, 127.0.0.1) and a
+// trainer-side ParamClient over GrpcPsClients connected to 127.0.0.1:port, so
+// every byte crosses the kernel's TCP stack, is parsed by gRPC and protobuf
+// and, for pushes, goes through the pserver's SGD optimizer. One dense table
+// of the payload size (float32), block_size 65536, ASYNC with 1 trainer and
+// no staleness bound: a push applies at once and a pull never waits.
+//
+// Arguments: payload bytes, number of pservers (the payload is split between
+// them by the shard map). Throughput counts payload bytes once per push, once
+// per pull, and once per push+pull round (model bytes synchronised per
+// second). Client and pservers share the machine's cores.
+//
+// Results depend on what ran before in the same process: glibc's malloc
+// raises its mmap and trim thresholds after large buffers are freed, and
+// fewer page faults make a 4 MiB push about twice as fast after a 64 MiB run.
+// For figures a trainer with one model size would see, run one payload per
+// process, as scripts/bench.sh does:
+//   push_pull_benchmark --benchmark_filter=/bytes:4194304/
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "benchmark/benchmark.h"
+#include "common/malloc_tuning.h"
+#include "glog/logging.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/server.h"
+#include "trainer/grpc_ps_client.h"
+#include "trainer/param_client.h"
+#include "trainer/retry_timer.h"
+
+namespace shardps {
+namespace {
+
+constexpr int64_t kBlockSize = 65536;
+constexpr int64_t kKiB = 1024;
+constexpr int64_t kMiB = 1024 * 1024;
+
+// Pservers, clients and buffers for one (payload, pservers) pair. Members are
+// destroyed in reverse order: the trainer side before the pservers.
+struct Cluster {
+  int64_t num_values = 0;
+  std::vector<std::unique_ptr<PsServer>> servers;
+  std::unique_ptr<RetryTimer> timer;
+  std::vector<std::unique_ptr<GrpcPsClient>> clients;
+  std::unique_ptr<ParamClient> params;
+  std::vector<float> grads;
+  std::vector<float> values;
+  int64_t step = 0;
+};
+
+JobSpec MakeJob(int64_t num_values) {
+  JobSpec job;
+  job.set_mode(ASYNC);
+  job.set_num_trainers(1);
+  job.set_max_staleness(-1);
+  job.set_global_batch_size(1);
+  TableSpec* t = job.add_tables();
+  t->set_name("dense");
+  t->add_shape(num_values);
+  t->set_block_size(kBlockSize);
+  t->mutable_optimizer()->set_type(OptimizerConfig::SGD);
+  t->mutable_optimizer()->set_learning_rate(0.01f);
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
+                                                      int num_servers) {
+  auto c = std::make_unique<Cluster>();
+  c->num_values = payload_bytes / static_cast<int64_t>(sizeof(float));
+  std::vector<PsClientInterface*> ifaces;
+  c->timer = std::make_unique<RetryTimer>();
+  for (int s = 0; s < num_servers; ++s) {
+    PsServerOptions opts;
+    opts.host = "127.0.0.1";
+    opts.port = 0;
+    auto server = PsServer::Create(opts);
+    if (!server.ok()) return server.status();
+    absl::Status st = (*server)->Start();
+    if (!st.ok()) return st;
+    c->clients.push_back(
+        GrpcPsClient::Create(absl::StrCat("127.0.0.1:", (*server)->port()),
+                             RpcOptions{}, c->timer.get()));
+    ifaces.push_back(c->clients.back().get());
+    c->servers.push_back(std::move(*server));
+  }
+  c->params = std::make_unique<ParamClient>(
+      ifaces, /*trainer_id=*/0,
+      std::vector<DenseTableLayout>{{"dense", c->num_values, kBlockSize}});
+  // Small gradients keep the values finite however long the benchmark runs.
+  c->grads.assign(c->num_values, 1e-3f);
+  c->values.assign(c->num_values, 0.0f);
+  std::vector<float> init(c->num_values, 0.5f);
+  const JobSpec job = MakeJob(c->num_values);
+  absl::Status st = c->params->Register(/*incarnation=*/1);
+  if (st.ok()) st = c->params->InitJob(job, {init.data()});
+  if (st.ok()) st = c->params->WaitUntilReady(job, absl::Seconds(30));
+  if (!st.ok()) return st;
+  return c;
+}
+
+// The cluster of the running benchmark. Google Benchmark calls a benchmark
+// function several times while it sizes the iteration count; they share one
+// cluster, which is replaced when the arguments change.
+std::unique_ptr<Cluster>& CurrentCluster() {
+  static auto* c = new std::unique_ptr<Cluster>();
+  return *c;
+}
+std::pair<int64_t, int>& CurrentKey() {
+  static auto* k = new std::pair<int64_t, int>(0, 0);
+  return *k;
+}
+
+Cluster* GetCluster(benchmark::State& state) {
+  const std::pair<int64_t, int> key(state.range(0),
+                                    static_cast<int>(state.range(1)));
+  std::unique_ptr<Cluster>& c = CurrentCluster();
+  if (c == nullptr || CurrentKey() != key) {
+    c.reset();  // free the previous payload's memory first
+    auto started = StartCluster(key.first, key.second);
+    if (!started.ok()) {
+      state.SkipWithError(started.status().ToString().c_str());
+      return nullptr;
+    }
+    c = std::move(*started);
+    CurrentKey() = key;
+  }
+  return c.get();
+}
+
+// Keeps gRPC's shared callback completion queue referenced for the whole run.
+// Without it, replacing a cluster can drop that queue's last reference on one
+// of its own "nexting" threads: GrpcPsClient's per-call state (holding a
+// ClientContext, hence a channel) is released there after `done` has run, and
+// gRPC 1.51 then joins that thread from itself and frees the queue under it
+// ("assertion failed: prior > 0" in grpc_cq_internal_unref, an abort). A
+// started pserver that serves nothing holds one reference until the end.
+absl::StatusOr<std::unique_ptr<PsServer>> StartGrpcAnchor() {
+  PsServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = 0;
+  auto server = PsServer::Create(opts);
+  if (!server.ok()) return server.status();
+  absl::Status st = (*server)->Start();
+  if (!st.ok()) return st;
+  return server;
+}
+
+absl::Status PushOnce(Cluster* c, TransferStats* stats) {
+  return c->params->Push(c->step++, {c->grads.data()}, stats);
+}
+
+absl::Status PullOnce(Cluster* c, TransferStats* stats) {
+  return c->params->Pull(/*min_version=*/0, c->step, {c->values.data()}, stats);
+}
+
+enum class Op { kPush, kPull, kRound };
+
+void RunTransfer(benchmark::State& state, Op op) {
+  Cluster* c = GetCluster(state);
+  if (c == nullptr) return;
+  const int64_t payload = c->num_values * static_cast<int64_t>(sizeof(float));
+  const StoreCounters before = c->servers[0]->store()->counters();
+  TransferStats stats;
+  int64_t wire_bytes = 0, rpcs = 0;
+  for (auto _ : state) {
+    absl::Status st;
+    if (op != Op::kPull) {
+      st = PushOnce(c, &stats);
+      wire_bytes += stats.bytes;
+      rpcs += stats.rpcs;
+    }
+    if (st.ok() && op != Op::kPush) {
+      st = PullOnce(c, &stats);
+      wire_bytes += stats.bytes;
+      rpcs += stats.rpcs;
+    }
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(c->values.data());
+  }
+  const int64_t iters = static_cast<int64_t>(state.iterations());
+  if (iters == 0) return;
+  // A pull must see the pushes applied by SGD: 0.5 - k * 0.01 * 1e-3.
+  if (op == Op::kRound && !(c->values[0] < 0.5f)) {
+    state.SkipWithError("pulled value unchanged: push was not applied");
+    return;
+  }
+  state.SetBytesProcessed(iters * payload);
+  state.counters["MiB/s"] = benchmark::Counter(
+      static_cast<double>(iters * payload) / kMiB, benchmark::Counter::kIsRate);
+  state.counters["rpcs/op"] = static_cast<double>(rpcs) / iters;
+  state.counters["wire_overhead"] =
+      static_cast<double>(wire_bytes) /
+      static_cast<double>(iters * payload * (op == Op::kRound ? 2 : 1));
+  if (op != Op::kPull) {
+    const StoreCounters after = c->servers[0]->store()->counters();
+    // Blocks that server 0's optimizer applied per push (its share).
+    state.counters["s0_block_updates/op"] =
+        static_cast<double>(after.block_updates - before.block_updates) / iters;
+  }
+  state.SetLabel(absl::StrCat(payload / kKiB, "KiB x", state.range(1),
+                              op == Op::kPush   ? " push"
+                              : op == Op::kPull ? " pull"
+                                                : " push+pull"));
+}
+
+void BM_Push(benchmark::State& state) { RunTransfer(state, Op::kPush); }
+void BM_Pull(benchmark::State& state) { RunTransfer(state, Op::kPull); }
+void BM_PushPull(benchmark::State& state) { RunTransfer(state, Op::kRound); }
+
+// Payloads from 64 KiB to 64 MiB; 1 and 2 pservers. MinTime bounds each run:
+// a 64 MiB transfer takes 20 to 100 ms here, so at least 3 iterations.
+void Args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"bytes", "pservers"});
+  for (int servers : {1, 2}) {
+    for (int64_t bytes :
+         {64 * kKiB, 256 * kKiB, 1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}) {
+      b->Args({bytes, servers});
+    }
+  }
+  b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+}
+
+BENCHMARK(BM_Push)->Apply(Args);
+BENCHMARK(BM_Pull)->Apply(Args);
+BENCHMARK(BM_PushPull)->Apply(Args);
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  shardps::TuneMallocForLargeMessages();  // as pserver and trainer do
+  // The pservers log every job start at INFO; keep the output to the results.
+  FLAGS_minloglevel = 1;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  auto anchor = shardps::StartGrpcAnchor();
+  if (!anchor.ok()) {
+    LOG(ERROR) << "cannot start a pserver: " << anchor.status();
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  // Stop the pservers before static destruction tears down gRPC, and let the
+  // callback threads release the last calls before the anchor goes.
+  shardps::CurrentCluster().reset();
+  absl::SleepFor(absl::Milliseconds(200));
+  anchor->reset();
+  benchmark::Shutdown();
+  return 0;
+}
