@@ -26,15 +26,48 @@ std::string EnvVarForFlag(const std::string& name) {
 absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
   // Which flags does the command line set? Parse a copy first, without
   // removing anything, so that the environment fills in only the others.
+  // Check every flag on the command line here, so that an unknown flag or a
+  // bad value gets one line and exit status 2 (gflags would exit 1 itself).
   std::set<std::string> on_command_line;
   for (int i = 1; i < *argc; ++i) {
-    std::string a = (*argv)[i];
-    if (a == "--") break;
-    if (!absl::StartsWith(a, "-")) continue;
-    a = a.substr(a[1] == '-' ? 2 : 1);
-    a = a.substr(0, a.find('='));
-    on_command_line.insert(a);
-    if (absl::StartsWith(a, "no")) on_command_line.insert(a.substr(2));
+    const std::string arg = (*argv)[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    std::string name = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t eq = name.find('=');
+    std::optional<std::string> value;
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    gflags::CommandLineFlagInfo info;
+    if (!gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
+      gflags::CommandLineFlagInfo negated;
+      if (absl::StartsWith(name, "no") && !value.has_value() &&
+          gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &negated) &&
+          negated.type == "bool") {
+        on_command_line.insert(name.substr(2));
+        continue;
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    on_command_line.insert(name);
+    if (!value.has_value() && info.type != "bool") {
+      if (i + 1 >= *argc) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag --", name, " is missing its value"));
+      }
+      value = (*argv)[i + 1];
+    }
+    if (value.has_value() && name != "flagfile" && name != "fromenv" &&
+        name != "tryfromenv") {
+      gflags::FlagSaver restore;  // only checking the value here
+      if (gflags::SetCommandLineOption(name.c_str(), value->c_str()).empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", name, "=", *value, ": not a valid ", info.type, " value"));
+      }
+    }
   }
   std::vector<gflags::CommandLineFlagInfo> flags;
   gflags::GetAllFlags(&flags);

@@ -67,6 +67,20 @@ TEST_F(FlagsTest, BadEnvironmentValueNamesTheVariable) {
   EXPECT_NE(s.message().find("--test_port"), std::string::npos);
 }
 
+TEST_F(FlagsTest, UnknownFlagOrBadValueIsAnErrorNotAnExit) {
+  absl::Status s = Parse({"--no_such_flag=1"}, FakeEnv({}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("unknown flag --no_such_flag"), std::string::npos);
+  s = Parse({"--test_port=abc"}, FakeEnv({}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--test_port=abc"), std::string::npos) << s;
+  EXPECT_EQ(FLAGS_test_port, 7164);  // the check changed nothing
+  s = Parse({"--test_port"}, FakeEnv({}));
+  EXPECT_NE(s.message().find("missing its value"), std::string::npos) << s;
+  ASSERT_TRUE(Parse({"--test_port", "99"}, FakeEnv({})).ok());
+  EXPECT_EQ(FLAGS_test_port, 99);
+}
+
 TEST(SchedulerRankTest, OpenMpiFirst) {
   SchedulerRank r;
   ASSERT_TRUE(DetectSchedulerRank(FakeEnv({{"OMPI_COMM_WORLD_RANK", "3"},

@@ -57,6 +57,9 @@ absl::Status PsServer::Start() {
   grpc::ServerBuilder builder;
   const std::string addr = absl::StrCat(options_.host, ":", options_.port);
   builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port_);
+  // gRPC sets SO_REUSEPORT by default, which would let a second pserver
+  // share this port and split the trainers' connections between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.RegisterService(&service_);

@@ -38,7 +38,9 @@ absl::StatusOr<std::string> GrpcPsClient::NormalizeAddress(
     port = addr.substr(colon + 1);
   }
   int p = 0;
-  if (host.empty() || !absl::SimpleAtoi(port, &p) || p <= 0 || p > 65535) {
+  const bool bad_host =
+      host.empty() || (!bracketed_v6 && host.find(':') != std::string::npos);
+  if (bad_host || !absl::SimpleAtoi(port, &p) || p <= 0 || p > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad pserver address '", addr, "': expected host or host:port with a ",
         "port in [1, 65535]"));
@@ -90,8 +92,9 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
   call->ctx->set_deadline(
       std::chrono::system_clock::now() +
       absl::ToChronoMilliseconds(options_.attempt_deadline));
-  // Wait for a pserver that is not up yet instead of failing at once.
-  call->ctx->set_wait_for_ready(true);
+  // No wait_for_ready: while a pserver is down a call fails at once with
+  // UNAVAILABLE, and the retry loop below logs whom it waits for.
+  call->ctx->set_wait_for_ready(false);
   ++call->attempt;
   auto on_done = [this, call, method](grpc::Status gs) {
     absl::Status s = FromGrpcStatus(gs);

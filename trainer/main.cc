@@ -1,5 +1,6 @@
 // trainer: trains a model against the pservers. See README.md and
 // docs/flags.md.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -75,6 +76,10 @@ class OneLineErrors : public google::protobuf::io::ErrorCollector {
 
 shardps::ModelConfig ReadConfig(const std::string& path) {
   if (path.empty()) Fail("--config is required (a .pbtxt model config)");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    Fail(absl::StrCat("--config=", path, ": no such file"));
+  }
   std::ifstream f(path);
   if (!f) Fail(absl::StrCat("--config=", path, ": cannot read the file"));
   std::stringstream ss;
@@ -130,9 +135,13 @@ int main(int argc, char** argv) {
     }
   }
   if (o.trainer_id < 0 || o.trainer_id >= o.num_trainers) {
-    Fail(absl::StrCat("--trainer_id=", o.trainer_id, " must be in [0, ",
-                      o.num_trainers,
-                      ") (--num_gradient_servers=", o.num_trainers, ")"));
+    const std::string source =
+        shardps::FlagWasSet("trainer_id")
+            ? absl::StrCat("--trainer_id=", o.trainer_id)
+            : absl::StrCat(sched.source.substr(0, sched.source.find('/')), "=",
+                           o.trainer_id, ": the trainer id");
+    Fail(absl::StrCat(source, " must be in [0, ", o.num_trainers,
+                      ") (the trainer count is ", o.num_trainers, ")"));
   }
 
   std::vector<std::string> addresses;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -170,7 +171,10 @@ absl::Status LoadModelParams(const std::string& dir,
     r.Skip(count * sizeof(float));
   }
   if (r.pos() + 4 != data.size()) return corrupt("trailing bytes");
-  for (uint32_t i = 0; i < n; ++i) (*tables)[i].value = std::move(values[i]);
+  // Copy into the existing buffers: callers hold pointers to them.
+  for (uint32_t i = 0; i < n; ++i) {
+    std::copy(values[i].begin(), values[i].end(), (*tables)[i].value.begin());
+  }
   return absl::OkStatus();
 }
 

@@ -19,7 +19,8 @@ namespace shardps {
 absl::Status SaveModel(const std::string& dir, const ModelConfig& config,
                        const std::vector<ParamTable>& tables);
 
-// Loads params.bin from `dir` into `tables`, whose names and shapes must
+// Loads params.bin from `dir` into `tables` (copying into the existing value
+// buffers, so pointers to them stay valid), whose names and shapes must
 // match the file's (FAILED_PRECONDITION naming the table otherwise).
 // DATA_LOSS for a truncated or corrupted file.
 absl::Status LoadModelParams(const std::string& dir,

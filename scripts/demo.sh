@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One command on a new machine: installs what is missing (scripts/setup.sh),
+# builds pserver and trainer, then trains the Fashion-MNIST MLP for one pass
+# on 2 pservers and 2 synchronous trainers on this machine, and prints the
+# test accuracy. Works from any directory:
+#
+#   bash scripts/demo.sh [extra trainer flags, e.g. --num_passes=3]
+#
+# BUILD_DIR (default build/ of this repository) picks the build folder;
+# LOG_DIR (default a fresh /tmp/shardps-demo-XXXX) the folder for the logs.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$REPO/build}"
+cd "$REPO"
+
+say() { echo "demo: $*" >&2; }
+
+bash "$REPO/scripts/setup.sh"
+
+PYTHON="$(command -v python3 || true)"
+if [ -z "$PYTHON" ] && [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; fi
+if [ -z "$PYTHON" ]; then
+  say "python3 is needed to run the local cluster (apt-get install python3)"
+  exit 1
+fi
+
+# RelWithDebInfo, as scripts/test.sh builds.
+say "configuring $BUILD_DIR"
+if ! out="$(cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo 2>&1)"; then
+  echo "$out" >&2
+  say "cmake could not configure $BUILD_DIR"
+  exit 1
+fi
+say "building pserver and trainer (cmake --build $BUILD_DIR -j2)"
+cmake --build "$BUILD_DIR" -j2 --target pserver trainer
+
+LOG_DIR="${LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/shardps-demo-XXXX")}"
+say "training: 2 pservers, 2 sync trainers, 1 pass of configs/fmnist_mlp.pbtxt"
+status=0
+"$PYTHON" "$REPO/scripts/local_cluster.py" \
+  --pservers 2 --trainers 2 \
+  --config "$REPO/configs/fmnist_mlp.pbtxt" \
+  --bin_dir "$BUILD_DIR" --log_dir "$LOG_DIR" --timeout 1200 \
+  -- --mode=sync --num_passes=1 "$@" || status=$?
+
+if [ "$status" -ne 0 ]; then
+  say "the job failed (status $status); logs in $LOG_DIR"
+  exit "$status"
+fi
+"$PYTHON" - "$LOG_DIR/summary.json" <<'EOF'
+import json, sys
+with open(sys.argv[1]) as f:
+    summary = json.load(f)
+t = summary["trainers"][0]
+print("demo: test accuracy %.4f after %s steps (trainer 0; logs in %s)" %
+      (t["test_accuracy"], t["step"], summary["log_dir"]))
+EOF
