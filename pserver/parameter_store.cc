@@ -43,6 +43,7 @@ struct ParameterStore::Waiter {
   int trainer_id = 0;
   int64_t min_version = 0;
   int64_t step = 0;
+  int64_t min_clock = 0;
   std::vector<Block*> blocks;
   PullSink sink;
   PullDone done;
@@ -404,7 +405,7 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
       auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
                                  [this](const std::shared_ptr<Waiter>& w) {
                                    clock_mu_.AssertHeld();
-                                   return !StalenessOk(w->step);
+                                   return !ClockGateOk(*w);
                                  });
       released.assign(keep, stale_waiters_.end());
       stale_waiters_.erase(keep, stale_waiters_.end());
@@ -414,19 +415,20 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
   return absl::OkStatus();
 }
 
-bool ParameterStore::StalenessOk(int64_t step) const {
+bool ParameterStore::ClockGateOk(const Waiter& w) const {
+  if (sync_) return true;
   const int s = job_.max_staleness();
-  if (sync_ || s < 0) return true;
   const int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
-  return step - slowest <= s;
+  return (s < 0 || w.step - slowest <= s) && slowest >= w.min_clock;
 }
 
 void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
-                          absl::Span<const BlockId> blocks, PullSink sink,
-                          PullDone done) {
+                          int64_t min_clock, absl::Span<const BlockId> blocks,
+                          PullSink sink, PullDone done) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
-  if (st.ok() && (min_version < 0 || step < 0)) {
-    st = absl::InvalidArgumentError("negative min_version or step in pull");
+  if (st.ok() && (min_version < 0 || step < 0 || min_clock < 0)) {
+    st = absl::InvalidArgumentError(
+        "negative min_version, step or min_clock in pull");
   }
   auto w = std::make_shared<Waiter>();
   for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
@@ -446,6 +448,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   w->trainer_id = trainer_id;
   w->min_version = min_version;
   w->step = step;
+  w->min_clock = min_clock;
   w->sink = std::move(sink);
   w->done = std::move(done);
   w->start = absl::Now();
@@ -467,7 +470,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   }
   {
     absl::MutexLock c(&clock_mu_);
-    if (StalenessOk(step)) {
+    if (ClockGateOk(*w)) {
       w->pending.fetch_sub(1);
     } else {
       stale_waiters_.push_back(w);
@@ -535,14 +538,20 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
   }
   {
     absl::MutexLock c(&clock_mu_);
-    if (!StalenessOk(w.step)) {
+    if (!ClockGateOk(w)) {
       std::vector<int> slow;
+      const int s = job_.max_staleness();
       for (int k = 0; k < num_trainers_; ++k) {
-        if (w.step - clocks_[k] > job_.max_staleness()) slow.push_back(k);
+        if ((s >= 0 && w.step - clocks_[k] > s) || clocks_[k] < w.min_clock) {
+          slow.push_back(k);
+        }
       }
-      absl::StrAppend(&out, out.empty() ? "" : "; ", "staleness bound ",
-                      job_.max_staleness(), " at step ", w.step,
-                      ": waiting for trainer(s) ", absl::StrJoin(slow, ","));
+      absl::StrAppend(
+          &out, out.empty() ? "" : "; ",
+          w.min_clock > 0
+              ? absl::StrCat("the end of step ", w.min_clock - 1)
+              : absl::StrCat("staleness bound ", s, " at step ", w.step),
+          ": waiting for trainer(s) ", absl::StrJoin(slow, ","));
     }
   }
   return out;

@@ -99,12 +99,14 @@ class ParameterStore {
   absl::Status Push(int trainer_id, int64_t step,
                     absl::Span<const BlockData> grads);
 
-  // Answers once every block has applied `min_version` updates and (ASYNC
-  // with max_staleness >= 0) step minus the slowest trainer's step is at
-  // most max_staleness. `sink` and `done` may run on this thread or on a
-  // pushing thread. Must outlive nothing: the store copies what it needs.
+  // Answers once every block has applied `min_version` updates and, in
+  // ASYNC mode, (with max_staleness >= 0) step minus the slowest trainer's
+  // step is at most max_staleness, and every trainer has pushed `min_clock`
+  // steps (the end-of-training evaluation waits for all with it). `sink`
+  // and `done` may run on this thread or on a pushing thread.
   void Pull(int trainer_id, int64_t min_version, int64_t step,
-            absl::Span<const BlockId> blocks, PullSink sink, PullDone done);
+            int64_t min_clock, absl::Span<const BlockId> blocks, PullSink sink,
+            PullDone done);
 
   // Times out pulls past max_pull_wait and logs stalled steps. Called about
   // once a second by the server.
@@ -147,7 +149,9 @@ class ParameterStore {
   void Complete(const std::shared_ptr<Waiter>& w);
   void Finish(const std::shared_ptr<Waiter>& w, absl::Status status);
   std::string DescribeWait(const Waiter& w) const;
-  bool StalenessOk(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
+  // ASYNC: the staleness bound and min_clock allow the pull `w`.
+  bool ClockGateOk(const Waiter& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
 
   const StoreOptions options_;
 

@@ -81,11 +81,12 @@ class ParameterStoreTest : public ::testing::Test {
 
   std::unique_ptr<PullResult> StartPull(int trainer, int64_t min_version,
                                         int64_t step,
-                                        std::vector<BlockId> blocks) {
+                                        std::vector<BlockId> blocks,
+                                        int64_t min_clock = 0) {
     auto r = std::make_unique<PullResult>();
     PullResult* p = r.get();
     store_->Pull(
-        trainer, min_version, step, blocks,
+        trainer, min_version, step, min_clock, blocks,
         [p](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
           p->values.emplace_back(v.begin(), v.end());
         },
@@ -299,6 +300,21 @@ TEST_F(ParameterStoreTest, AsyncStalenessBoundWaitsForSlowestTrainer) {
   ASSERT_TRUE(PushW0(1, 0, {0, 0, 0, 0}).ok());
   ASSERT_TRUE(fast->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_TRUE(fast->status.ok());
+}
+
+TEST_F(ParameterStoreTest, AsyncMinClockWaitsForEveryTrainersEnd) {
+  Init(ASYNC, 2);
+  ASSERT_TRUE(PushW0(0, 0, {0, 0, 0, 0}).ok());
+  ASSERT_TRUE(PushW0(0, 1, {0, 0, 0, 0}).ok());
+  auto final_pull = StartPull(0, 0, 2, {{0, 0}}, /*min_clock=*/2);
+  EXPECT_FALSE(final_pull->done.HasBeenNotified());
+  store_->Sweep(absl::Now() + absl::Seconds(6));  // logs whom it waits for
+  ASSERT_TRUE(PushW0(1, 0, {0, 0, 0, 0}).ok());
+  EXPECT_FALSE(final_pull->done.HasBeenNotified());
+  ASSERT_TRUE(PushW0(1, 1, {0, 0, 0, 0}).ok());
+  ASSERT_TRUE(
+      final_pull->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(final_pull->status.ok());
 }
 
 TEST_F(ParameterStoreTest, DestructionAnswersWaitersUnavailable) {

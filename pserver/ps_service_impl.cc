@@ -133,7 +133,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
   }
   resp->mutable_blocks()->Reserve(req->blocks_size());
   store_->Pull(
-      req->trainer_id(), req->min_version(), req->step(), blocks,
+      req->trainer_id(), req->min_version(), req->step(), req->min_clock(),
+      blocks,
       [resp](uint32_t table_id, uint32_t block, int64_t version,
              absl::Span<const float> values) {
         DenseBlock* b = resp->add_blocks();

@@ -198,7 +198,7 @@ absl::Status ParamClient::WaitUntilReady(const JobSpec& expected,
 
 absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
                                const std::vector<float*>& values,
-                               TransferStats* stats) {
+                               TransferStats* stats, int64_t min_clock) {
   struct Pending {
     const std::vector<BlockPlacement>* chunk;
     PsClientInterface* server;
@@ -214,6 +214,7 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
       p->req.set_trainer_id(trainer_id_);
       p->req.set_min_version(min_version);
       p->req.set_step(step);
+      p->req.set_min_clock(min_clock);
       for (const BlockPlacement& b : chunk) {
         BlockRef* r = p->req.add_blocks();
         r->set_table_id(b.table_id);

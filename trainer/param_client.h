@@ -69,8 +69,11 @@ class ParamClient {
 
   // Fills values[t] (num_values floats each) once every block has applied
   // `min_version` updates (sync) and the staleness bound allows `step`.
+  // ASYNC: with `min_clock` > 0, also waits until every trainer has pushed
+  // that many steps.
   absl::Status Pull(int64_t min_version, int64_t step,
-                    const std::vector<float*>& values, TransferStats* stats);
+                    const std::vector<float*>& values, TransferStats* stats,
+                    int64_t min_clock = 0);
 
   // Sends grads[t] for `step`. A retried call keeps its request id, so the
   // pserver applies it once.

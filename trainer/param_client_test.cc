@@ -63,15 +63,19 @@ class FakeServer : public PsClientInterface {
   }
   void PullAsync(const PullRequest& req, PullResponse* resp,
                  StatusCallback done) override {
+    // Answer from another thread, as gRPC does. After `done` the test may
+    // destroy this server, so nothing of it is touched then.
     std::thread([this, &req, resp, done] {
-      absl::MutexLock l(&mu_);
-      for (const BlockRef& r : req.blocks()) {
-        DenseBlock* b = resp->add_blocks();
-        b->set_table_id(r.table_id());
-        b->set_block(r.block());
-        b->set_values(blocks_[{r.table_id(), r.block()}]);
+      {
+        absl::MutexLock l(&mu_);
+        for (const BlockRef& r : req.blocks()) {
+          DenseBlock* b = resp->add_blocks();
+          b->set_table_id(r.table_id());
+          b->set_block(r.block());
+          b->set_values(blocks_[{r.table_id(), r.block()}]);
+        }
+        ++pulls;
       }
-      ++pulls;
       done(absl::OkStatus());
     }).detach();
   }

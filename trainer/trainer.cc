@@ -173,8 +173,11 @@ absl::Status Trainer::Run() {
   int64_t step = 0;
 
   auto evaluate = [&](int pass, bool final) -> absl::Status {
+    // Async: the final evaluation waits until every trainer has finished,
+    // so that all report the accuracy of the final parameters.
     TransferStats ps;
-    RETURN_IF_ERROR(client.Pull(sync ? step : 0, step, values, &ps));
+    RETURN_IF_ERROR(client.Pull(sync ? step : 0, step, values, &ps,
+                                !sync && final ? total_steps : 0));
     pull_bytes += ps.bytes;
     const EvalResult e = Evaluate(model.get(), test);
     result_.test_loss = e.loss;
