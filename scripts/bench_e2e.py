@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of the canonical dense workload (../shared/
+BENCHMARKS.md): Fashion-MNIST, MLP 784-256-128-10, momentum 0.9, lr 0.05,
+batch 64 per trainer, 2 trainers, 3 passes.
+
+Runs ShardPS (1 and 2 pservers, sync and async) and, when Debian's
+python3-torch and the peer script are there, PyTorch DDP on the same machine,
+interleaved over --repeats rounds, and prints the medians as a markdown table:
+samples/s over the training loop (both trainers together) and the test
+accuracy after each pass.
+
+    python3 scripts/bench_e2e.py [--repeats 3] [--passes 3] [--bin_dir build]
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER = os.path.join(os.path.dirname(REPO), "shared", "peers",
+                    "torch_fmnist.py")
+
+
+def run_shardps(args, pservers, mode, tmp):
+    log_dir = tempfile.mkdtemp(dir=tmp)
+    metrics = os.path.join(log_dir, "metrics")
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "local_cluster.py"),
+           "--pservers", str(pservers), "--trainers", "2",
+           "--config", os.path.join(REPO, "configs", "fmnist_mlp.pbtxt"),
+           "--bin_dir", args.bin_dir, "--log_dir", log_dir,
+           "--metrics_dir", metrics, "--timeout", "900", "--quiet", "--",
+           "--mode=" + mode, "--num_passes=%d" % args.passes, "--progress=off"]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    evals = {}
+    for path in glob.glob(os.path.join(metrics, "*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                ev = json.loads(line)
+                if ev.get("event") == "eval":
+                    evals.setdefault(ev["trainer_id"], []).append(ev)
+    # Samples/s of the job: both trainers' samples over the longer loop.
+    last = [e[-1] for e in evals.values()]
+    samples = sum(e["step"] * 64 for e in last)
+    seconds = max(e["train_seconds"] for e in last)
+    accs = [e["test_accuracy"] for e in evals[0]]
+    return samples / seconds, accs
+
+
+def run_torch(args):
+    out = subprocess.run(["/usr/bin/python3", PEER, "--mode", "ddp",
+                          "--epochs", str(args.passes), "--port", "29517"],
+                         check=True, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[len("RESULT "):])
+            epochs = r["epochs"]
+            samples = sum(e["samples"] for e in epochs)
+            seconds = sum(e["wall_s"] for e in epochs)
+            return samples / seconds, [e["test_acc"] for e in epochs]
+    raise RuntimeError("no RESULT line from " + PEER)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--bin_dir", default=os.path.join(REPO, "build"))
+    p.add_argument("--no_torch", action="store_true")
+    args = p.parse_args()
+
+    runs = [("ShardPS sync, 1 pserver", lambda t: run_shardps(args, 1, "sync", t)),
+            ("ShardPS async, 1 pserver", lambda t: run_shardps(args, 1, "async", t)),
+            ("ShardPS sync, 2 pservers", lambda t: run_shardps(args, 2, "sync", t)),
+            ("ShardPS async, 2 pservers", lambda t: run_shardps(args, 2, "async", t))]
+    have_torch = (not args.no_torch and os.path.exists(PEER) and
+                  subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                                 capture_output=True).returncode == 0)
+    if have_torch:
+        runs.append(("PyTorch DDP (gloo), 2 processes", lambda t: run_torch(args)))
+    results = {name: [] for name, _ in runs}
+    with tempfile.TemporaryDirectory(prefix="shardps-bench-") as tmp:
+        for r in range(args.repeats):
+            for name, fn in runs:
+                sps, accs = fn(tmp)
+                results[name].append((sps, accs))
+                print("round %d %-34s %8.0f samples/s  accuracy %s" %
+                      (r + 1, name, sps, " ".join("%.4f" % a for a in accs)),
+                      file=sys.stderr, flush=True)
+    base = None
+    if have_torch:
+        base = statistics.median(s for s, _ in results[runs[-1][0]])
+    print("| run | samples/s (median of %d) | vs DDP | test accuracy per pass "
+          "(median run) |" % args.repeats)
+    print("|---|---|---|---|")
+    for name, _ in runs:
+        rs = sorted(results[name], key=lambda x: x[0])
+        sps, accs = rs[len(rs) // 2]
+        ratio = "%.2f" % (sps / base) if base else "-"
+        print("| %s | %.0f | %s | %s |" % (
+            name, sps, ratio, " / ".join("%.3f" % a for a in accs if a is not None)))
+
+
+if __name__ == "__main__":
+    main()
