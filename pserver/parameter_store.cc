@@ -51,6 +51,7 @@ struct ParameterStore::Waiter {
   bool reported = false;  // guarded by waiters_mu_
   std::atomic<int> pending{0};
   std::atomic<bool> finished{false};
+  std::atomic<bool> registered{false};  // in waiters_
 };
 
 ParameterStore::ParameterStore(StoreOptions options)
@@ -455,20 +456,6 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   // One unit per block, one for the staleness gate, one held here.
   w->pending.store(static_cast<int>(w->blocks.size()) + 2);
   {
-    absl::MutexLock l(&waiters_mu_);
-    if (closed_) {
-      w->finished.store(true);
-      // Outside the lock: `done` may re-enter the store.
-    } else {
-      waiters_.insert(w);
-    }
-  }
-  if (w->finished.load()) {
-    w->done(absl::UnavailableError("pserver is shutting down"),
-            absl::ZeroDuration());
-    return;
-  }
-  {
     absl::MutexLock c(&clock_mu_);
     if (ClockGateOk(*w)) {
       w->pending.fetch_sub(1);
@@ -484,7 +471,28 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
       b->waiters.emplace_back(min_version, w);
     }
   }
-  Release(w);
+  if (w->pending.fetch_sub(1) == 1) {
+    Complete(w);  // the fast path: nothing to wait for, no store-wide lock
+    return;
+  }
+  // It waits: register it for time-outs, reports and shutdown.
+  bool closed = false;
+  {
+    absl::MutexLock l(&waiters_mu_);
+    closed = closed_;
+    if (!closed) {
+      waiters_.insert(w);
+      w->registered.store(true);
+    }
+  }
+  if (closed) {
+    Finish(w, absl::UnavailableError("pserver is shutting down"));
+  } else if (w->finished.load()) {
+    // Completed between the registrations above and the insert: Complete
+    // may not have seen `registered`, so remove it here.
+    absl::MutexLock l(&waiters_mu_);
+    waiters_.erase(w);
+  }
 }
 
 void ParameterStore::Release(const std::shared_ptr<Waiter>& w) {
@@ -497,7 +505,7 @@ void ParameterStore::Complete(const std::shared_ptr<Waiter>& w) {
     absl::MutexLock bl(&b->mu);
     w->sink(b->table_id, b->index, b->version, b->value);
   }
-  {
+  if (w->registered.load()) {
     absl::MutexLock l(&waiters_mu_);
     waiters_.erase(w);
   }
@@ -507,7 +515,7 @@ void ParameterStore::Complete(const std::shared_ptr<Waiter>& w) {
 void ParameterStore::Finish(const std::shared_ptr<Waiter>& w,
                             absl::Status status) {
   if (w->finished.exchange(true)) return;
-  {
+  if (w->registered.load()) {
     absl::MutexLock l(&waiters_mu_);
     waiters_.erase(w);
   }

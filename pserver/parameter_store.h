@@ -112,8 +112,8 @@ class ParameterStore {
   // once a second by the server.
   void Sweep(absl::Time now);
 
-  // Answers every waiting pull with `status`, and every later pull with
-  // UNAVAILABLE (shutdown).
+  // Answers every waiting pull with `status`, and every later pull that
+  // would have to wait with UNAVAILABLE (shutdown).
   void CancelAllWaiters(const absl::Status& status);
 
   struct VersionRange {
@@ -173,7 +173,8 @@ class ParameterStore {
   std::vector<std::shared_ptr<Waiter>> stale_waiters_
       ABSL_GUARDED_BY(clock_mu_);
 
-  // Pulls that wait, for time-outs and reports.
+  // Pulls that wait, for time-outs, reports and shutdown. A pull that can be
+  // answered at once never takes this lock.
   mutable absl::Mutex waiters_mu_;
   absl::flat_hash_set<std::shared_ptr<Waiter>> waiters_
       ABSL_GUARDED_BY(waiters_mu_);

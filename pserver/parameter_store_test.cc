@@ -325,10 +325,13 @@ TEST_F(ParameterStoreTest, DestructionAnswersWaitersUnavailable) {
   EXPECT_EQ(pull->status.code(), absl::StatusCode::kUnavailable);
 }
 
-TEST_F(ParameterStoreTest, PullAfterCancelIsUnavailable) {
+TEST_F(ParameterStoreTest, WaitingPullAfterCancelIsUnavailable) {
   Init(SYNC, 2);
   store_->CancelAllWaiters(absl::UnavailableError("stopping"));
-  auto pull = StartPull(0, 0, 0, {{0, 0}});
+  auto now = StartPull(0, 0, 0, {{0, 0}});  // nothing to wait for: answered
+  ASSERT_TRUE(now->done.HasBeenNotified());
+  EXPECT_TRUE(now->status.ok());
+  auto pull = StartPull(0, 1, 1, {{0, 0}});  // would wait: refused
   ASSERT_TRUE(pull->done.HasBeenNotified());
   EXPECT_EQ(pull->status.code(), absl::StatusCode::kUnavailable);
 }
