@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the transport and optimizer benchmarks and prints them as
-# markdown tables next to the peers' figures from /work/shared/BENCHMARKS.md.
+# markdown tables. ShardPS's push and pull are divided by plain gRPC's,
+# measured in the same run and processes (BM_PlainGrpc* in
+# push_pull_benchmark); the figures of /work/shared/BENCHMARKS.md, taken on
+# another day and machine, are shown only as a reference.
 #
 #   scripts/bench.sh                 # build dir ./build, 3 repetitions
 #   BUILD_DIR=out BENCH_REPS=1 scripts/bench.sh
@@ -13,8 +16,9 @@
 #               (default: $BUILD_DIR/bench)
 #
 # Repetitions run interleaved in random order, as the peers' medians were,
-# because these machines drift by tens of percent within a minute. Takes
-# about 1 to 2 minutes on the project's 2-core machines. The JSON of
+# because these machines drift by tens of percent within a minute; the plain
+# gRPC baseline is interleaved with ShardPS's runs of the same payload. Takes
+# about 2 to 3 minutes on the project's 2-core machines. The JSON of
 # both programs stays in $BENCH_OUT for later comparison.
 set -euo pipefail
 
@@ -76,17 +80,19 @@ import json
 import re
 import sys
 
-# Peer figures on this kind of machine, MiB/s of payload, copied from
+# Reference only: peer figures, MiB/s of payload, copied from
 # /work/shared/BENCHMARKS.md ("Transport ceilings and a peer parameter
-# server"), measured 2026-11-21. None: not measured there.
-PLAIN_GRPC = {  # synchronous unary, one protobuf `bytes` field, loopback
+# server"), measured 2026-11-21 on another machine of this kind, not side by
+# side with this run. The ratios use plain gRPC measured in this run
+# (BM_PlainGrpcPush / BM_PlainGrpcPull). Absent: not measured there.
+REF_PLAIN_GRPC = {  # synchronous unary, one protobuf `bytes` field, loopback
     64 << 10: (470, 370),
     1 << 20: (810, 910),
     4 << 20: (930, 860),
     16 << 20: (900, 830),
     64 << 20: (350, 350),
 }
-PS_LITE = {  # ZeroMQ over TCP, empty server handler, 1 worker
+REF_PS_LITE = {  # ZeroMQ over TCP, empty server handler, 1 worker
     1 << 20: (2640, 2130),
     16 << 20: (2520, 1700),
     64 << 20: (1210, 1080),
@@ -144,14 +150,19 @@ calib_note = (
     f"{MEMCPY_PEER_GIBS} GiB/s in BENCHMARKS.md"
     + ("" if calib_gibs is None else
        f" ({calib_gibs / MEMCPY_PEER_GIBS:.1f}x)")
-    + "; the peer columns were measured on another day, not side by side.")
+    + "; BENCHMARKS.md's figures were measured on another day and machine, "
+    "not side by side with this run.")
 
 transfer, ctx = load(*sys.argv[2:])
 mibs = {}  # (op, bytes, pservers) -> MiB/s
+grpc_mibs = {}  # (op, bytes) -> MiB/s, plain gRPC in this run
 for name, b in transfer.items():
     m = re.match(r"BM_(Push|Pull|PushPull)/bytes:(\d+)/pservers:(\d+)", name)
     if m:
         mibs[(m.group(1), int(m.group(2)), int(m.group(3)))] = b["MiB/s"]
+    m = re.match(r"BM_PlainGrpc(Push|Pull)/bytes:(\d+)/", name)
+    if m:
+        grpc_mibs[(m.group(1), int(m.group(2)))] = b["MiB/s"]
 
 load_avg = ", ".join(f"{x:.2f}" for x in ctx.get("load_avg", []))
 print(f"## Dense push/pull over loopback TCP, MiB/s of payload "
@@ -159,14 +170,20 @@ print(f"## Dense push/pull over loopback TCP, MiB/s of payload "
 print()
 print("ShardPS: in-process pservers and one ASYNC trainer over 127.0.0.1, "
       "block 65536 floats, SGD applied on the pserver; round = one push and "
-      "one pull of the payload, payload / round time. x gRPC: ShardPS / plain "
-      "gRPC. Peers from BENCHMARKS.md (plain gRPC unary `bytes`; ps-lite 1 "
-      "worker, empty handler).")
+      "one pull of the payload, payload / round time. Plain gRPC: measured "
+      "in this run, in the same processes, interleaved with ShardPS: sync "
+      "unary calls carrying one protobuf `bytes` field of the payload to a "
+      "server that answers at once (no store, optimizer or chunking). "
+      "÷ gRPC: ShardPS / plain gRPC of this run. Reference columns: "
+      "BENCHMARKS.md's figures (plain gRPC unary `bytes`; ps-lite 1 worker, "
+      "empty handler), push / pull, from another day and machine; do not "
+      "divide by them.")
 print()
 print("Calibration: " + calib_note)
 print()
-print("| payload | pservers | push | pull | round | push x gRPC | pull x gRPC "
-      "| plain gRPC push | plain gRPC pull | ps-lite push | ps-lite pull |")
+print("| payload | pservers | push | pull | round | plain gRPC push "
+      "| plain gRPC pull | push ÷ gRPC | pull ÷ gRPC "
+      "| ref. plain gRPC, BENCHMARKS.md | ref. ps-lite, BENCHMARKS.md |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -174,17 +191,23 @@ def ratio(a, b):
     return None if a is None or b is None else a / b
 
 
-for size in sorted({k[1] for k in mibs}):
-    g_push, g_pull = PLAIN_GRPC.get(size, (None, None))
-    l_push, l_pull = PS_LITE.get(size, (None, None))
-    for servers in sorted({k[2] for k in mibs}):
+def pair(p):
+    return "—" if p is None else f"{fmt(p[0])} / {fmt(p[1])}"
+
+
+for size in sorted({k[1] for k in mibs} | {k[1] for k in grpc_mibs}):
+    g_push = grpc_mibs.get(("Push", size))
+    g_pull = grpc_mibs.get(("Pull", size))
+    ref_grpc = pair(REF_PLAIN_GRPC.get(size))
+    ref_lite = pair(REF_PS_LITE.get(size))
+    for servers in sorted({k[2] for k in mibs}) or [None]:
         push = mibs.get(("Push", size, servers))
         pull = mibs.get(("Pull", size, servers))
         rnd = mibs.get(("PushPull", size, servers))
-        print(f"| {size_name(size)} | {servers} | {fmt(push)} | {fmt(pull)} "
-              f"| {fmt(rnd)} | {fmt(ratio(push, g_push), 2)} "
-              f"| {fmt(ratio(pull, g_pull), 2)} | {fmt(g_push)} | {fmt(g_pull)} "
-              f"| {fmt(l_push)} | {fmt(l_pull)} |")
+        print(f"| {size_name(size)} | {servers or '—'} | {fmt(push)} "
+              f"| {fmt(pull)} | {fmt(rnd)} | {fmt(g_push)} | {fmt(g_pull)} "
+              f"| {fmt(ratio(push, g_push), 2)} "
+              f"| {fmt(ratio(pull, g_pull), 2)} | {ref_grpc} | {ref_lite} |")
 
 print()
 print("## Optimizer update throughput (CPU functors), GB/s of memory touched")
