@@ -67,4 +67,19 @@ void ApplyAdam<CpuDevice>::operator()(float lr_t, float beta1, float beta2,
   }
 }
 
+void ApplyFtrl<CpuDevice>::operator()(float alpha, float beta, float l1,
+                                      float l2, float grad_scale,
+                                      absl::Span<const float> g,
+                                      absl::Span<float> p, absl::Span<float> z,
+                                      absl::Span<float> n) const {
+  assert(g.size() == p.size() && z.size() == p.size() && n.size() == p.size());
+  const float* gp = g.data();
+  float* pp = p.data();
+  float* zp = z.data();
+  float* np = n.data();
+  for (size_t i = 0; i < p.size(); ++i) {
+    FtrlStep(alpha, beta, l1, l2, gp[i] * grad_scale, &pp[i], &zp[i], &np[i]);
+  }
+}
+
 }  // namespace shardps

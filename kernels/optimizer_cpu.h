@@ -20,6 +20,8 @@ template <typename Device>
 struct ApplyAdagrad;
 template <typename Device>
 struct ApplyAdam;
+template <typename Device>
+struct ApplyFtrl;
 
 template <>
 struct ApplySgd<CpuDevice> {
@@ -48,6 +50,14 @@ struct ApplyAdam<CpuDevice> {
                   float grad_scale, absl::Span<const float> g,
                   absl::Span<float> p, absl::Span<float> m,
                   absl::Span<float> v) const;
+};
+
+template <>
+struct ApplyFtrl<CpuDevice> {
+  // `p` holds the weights, recomputed from z and n (see FtrlStep).
+  void operator()(float alpha, float beta, float l1, float l2, float grad_scale,
+                  absl::Span<const float> g, absl::Span<float> p,
+                  absl::Span<float> z, absl::Span<float> n) const;
 };
 
 }  // namespace shardps

@@ -57,5 +57,24 @@ TEST(OptimizerCpuTest, AdamFirstStepMovesByLearningRate) {
   EXPECT_NEAR(p[1], 1 + lr, 1e-6);
 }
 
+TEST(OptimizerCpuTest, FtrlMatchesTheClosedForm) {
+  // One step from w = z = n = 0 with g = 2, alpha 0.5, beta 1, l1 0.1,
+  // l2 0.2: n = 4; sigma = 2 / 0.5 = 4; z = 2 - 4 * 0 = 2;
+  // w = -(2 - 0.1) / ((1 + 2) / 0.5 + 0.2) = -1.9 / 6.2.
+  std::vector<float> p = {0}, z = {0}, n = {0}, g = {2};
+  ApplyFtrl<CpuDevice>()(0.5f, 1.0f, 0.1f, 0.2f, 1.0f, g, absl::MakeSpan(p),
+                         absl::MakeSpan(z), absl::MakeSpan(n));
+  EXPECT_FLOAT_EQ(n[0], 4.0f);
+  EXPECT_FLOAT_EQ(z[0], 2.0f);
+  EXPECT_FLOAT_EQ(p[0], -1.9f / 6.2f);
+}
+
+TEST(OptimizerCpuTest, FtrlL1KeepsSmallWeightsAtZero) {
+  std::vector<float> p = {0}, z = {0}, n = {0}, g = {0.05f};
+  ApplyFtrl<CpuDevice>()(0.5f, 1.0f, 0.1f, 0.0f, 1.0f, g, absl::MakeSpan(p),
+                         absl::MakeSpan(z), absl::MakeSpan(n));
+  EXPECT_EQ(p[0], 0.0f);  // |z| = 0.05 <= l1: sparsity
+}
+
 }  // namespace
 }  // namespace shardps

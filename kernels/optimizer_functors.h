@@ -43,6 +43,29 @@ PS_HOSTDEVICE inline void AdamStep(float lr_t, float beta1, float beta2,
   *p -= lr_t * nm / (sqrtf(nv) + eps);
 }
 
+// FTRL-Proximal (McMahan et al. 2013, Algorithm 1), per coordinate. State:
+// z and n; the weight is a closed form of them:
+//   sigma = (sqrt(n + g^2) - sqrt(n)) / alpha;  z += g - sigma * w;
+//   n += g^2;
+//   w = 0 if |z| <= l1, else -(z - sign(z) * l1) / ((beta + sqrt(n)) / alpha
+//                                                    + l2).
+PS_HOSTDEVICE inline void FtrlStep(float alpha, float beta, float l1, float l2,
+                                   float g, float* w, float* z, float* n) {
+  const float n_old = *n;
+  const float n_new = n_old + g * g;
+  const float sigma = (sqrtf(n_new) - sqrtf(n_old)) / alpha;
+  const float z_new = *z + g - sigma * *w;
+  *z = z_new;
+  *n = n_new;
+  const float az = z_new < 0 ? -z_new : z_new;
+  if (az <= l1) {
+    *w = 0.0f;
+  } else {
+    const float sign = z_new < 0 ? -1.0f : 1.0f;
+    *w = -(z_new - sign * l1) / ((beta + sqrtf(n_new)) / alpha + l2);
+  }
+}
+
 }  // namespace shardps
 
 #endif  // SHARDPS_KERNELS_OPTIMIZER_FUNCTORS_H_

@@ -117,6 +117,16 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
                          " and ", config.beta2()));
       }
       break;
+    case OptimizerConfig::FTRL:
+      if (config.beta() == 0) config.set_beta(1.0f);
+      if (!(config.l1() >= 0) || !(config.l2() >= 0) || !(config.beta() > 0) ||
+          !IsFinite(config.l1()) || !IsFinite(config.l2()) ||
+          !IsFinite(config.beta())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("FTRL needs l1 >= 0, l2 >= 0 and beta > 0, got ",
+                         config.l1(), ", ", config.l2(), ", ", config.beta()));
+      }
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown optimizer type ", config.type()));
@@ -141,6 +151,7 @@ Optimizer::Optimizer(const OptimizerConfig& config,
       initial_slot_value_ = config_.initial_accumulator();
       break;
     case OptimizerConfig::ADAM:
+    case OptimizerConfig::FTRL:  // z and n
       num_slots_ = 2;
       break;
     default:
@@ -174,6 +185,10 @@ void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
                              slots[0], slots[1]);
       break;
     }
+    case OptimizerConfig::FTRL:
+      ApplyFtrl<CpuDevice>()(lr, config_.beta(), config_.l1(), config_.l2(),
+                             grad_scale, grad, value, slots[0], slots[1]);
+      break;
     default:
       break;
   }

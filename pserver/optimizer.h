@@ -41,7 +41,7 @@ class Optimizer {
       const OptimizerConfig& config, int64_t global_batch_size);
 
   // Number of state vectors per value: 0 (SGD), 1 (momentum, Adagrad) or
-  // 2 (Adam).
+  // 2 (Adam: m and v; FTRL: z and n, with the value the closed-form weight).
   int num_slots() const { return num_slots_; }
   // Initial value of every state element (Adagrad's accumulator, else 0).
   float initial_slot_value() const { return initial_slot_value_; }

@@ -93,6 +93,11 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
   absl::flat_hash_set<std::string> names;
   for (int i = 0; i < job.tables_size(); ++i) {
     const TableSpec& spec = job.tables(i);
+    if (spec.kind() != TableSpec::DENSE) {
+      return absl::UnimplementedError(absl::StrCat(
+          "InitJob: table ", spec.name(),
+          " is sparse; this pserver serves dense tables only so far"));
+    }
     if (spec.name().empty() || !names.insert(spec.name()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitJob: table ", i, " has an empty or repeated name '",

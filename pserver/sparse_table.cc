@@ -1,0 +1,189 @@
+#include "pserver/sparse_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/shard_map.h"
+
+namespace shardps {
+namespace {
+
+// SplitMix64: a counter-based generator, so a row's values depend only on
+// (seed, key, position).
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+SparseTable::SparseTable(const SparseTableOptions& options,
+                         const Optimizer* optimizer, int num_stripes)
+    : dim_(options.dim()),
+      row_floats_(options.dim() * (1 + optimizer->num_slots())),
+      options_(options),
+      optimizer_(optimizer),
+      stripes_(std::max(1, num_stripes)) {}
+
+SparseTable::Stripe& SparseTable::StripeOf(uint64_t key) const {
+  // The high bits: the low bits of Mix64 chose the pserver.
+  return stripes_[(Mix64(key) >> 40) % stripes_.size()];
+}
+
+float* SparseTable::RowPtr(const Stripe& s, uint32_t slot, int row_floats) {
+  return s.chunks[slot / kRowsPerChunk].get() +
+         static_cast<size_t>(slot % kRowsPerChunk) * row_floats;
+}
+
+void SparseTable::InitialRow(uint64_t key, float* out) const {
+  const RowInitializer& init = options_.init();
+  switch (init.type()) {
+    case RowInitializer::CONSTANT:
+      std::fill(out, out + dim_, init.scale());
+      return;
+    case RowInitializer::UNIFORM: {
+      uint64_t state = Mix64(init.seed() ^ Mix64(key));
+      for (int j = 0; j < dim_; ++j) {
+        // 24 random bits to a float in [0, 1), exactly, on any machine.
+        const float u =
+            static_cast<float>(SplitMix64(&state) >> 40) * (1.0f / 16777216.0f);
+        out[j] = (2.0f * u - 1.0f) * init.scale();
+      }
+      return;
+    }
+    default:
+      std::fill(out, out + dim_, 0.0f);
+  }
+}
+
+uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
+  uint32_t slot;
+  if (!s.free_slots.empty()) {
+    slot = s.free_slots.back();
+    s.free_slots.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(s.meta.size());
+    if (slot % kRowsPerChunk == 0) {
+      s.chunks.emplace_back(
+          new float[static_cast<size_t>(kRowsPerChunk) * row_floats_]);
+    }
+    s.meta.emplace_back();
+  }
+  float* row = RowPtr(s, slot, row_floats_);
+  InitialRow(key, row);
+  std::fill(row + dim_, row + row_floats_, optimizer_->initial_slot_value());
+  s.meta[slot] = RowMeta{key, 0, 0};
+  s.index.emplace(key, slot);
+  ++s.created;
+  return slot;
+}
+
+void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Stripe& s = StripeOf(keys[i]);
+    float* dst = out + i * dim_;
+    absl::MutexLock l(&s.mu);
+    auto it = s.index.find(keys[i]);
+    if (it == s.index.end()) {
+      InitialRow(keys[i], dst);
+    } else {
+      std::memcpy(dst, RowPtr(s, it->second, row_floats_),
+                  sizeof(float) * dim_);
+    }
+  }
+}
+
+void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
+                        absl::Span<const float> grads,
+                        absl::Span<const float> scales) {
+  const int num_slots = optimizer_->num_slots();
+  const int64_t admit_after = std::max<int64_t>(1, options_.admit_after());
+  std::vector<absl::Span<float>> slots(num_slots);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t key = keys[i];
+    Stripe& s = StripeOf(key);
+    absl::MutexLock l(&s.mu);
+    auto it = s.index.find(key);
+    uint32_t slot;
+    if (it != s.index.end()) {
+      slot = it->second;
+    } else {
+      if (admit_after > 1) {
+        Sighting& seen = s.sightings[key];
+        seen.last_step = step;
+        if (++seen.count < admit_after) {
+          ++s.dropped;
+          continue;
+        }
+        s.sightings.erase(key);
+      }
+      slot = NewRow(s, key);
+    }
+    float* row = RowPtr(s, slot, row_floats_);
+    for (int k = 0; k < num_slots; ++k) {
+      slots[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
+    }
+    RowMeta& meta = s.meta[slot];
+    optimizer_->Apply(
+        step, meta.updates, scales.size() == 1 ? scales[0] : scales[i],
+        grads.subspan(i * dim_, dim_), absl::MakeSpan(row, dim_), slots);
+    ++meta.updates;
+    meta.last_step = step;
+  }
+}
+
+int64_t SparseTable::Evict(int64_t current_step) {
+  const int64_t after = options_.evict_after_steps();
+  if (after <= 0) return 0;
+  const int64_t oldest = current_step - after;
+  int64_t removed = 0;
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    for (auto it = s.index.begin(); it != s.index.end();) {
+      auto cur = it++;
+      if (s.meta[cur->second].last_step < oldest) {
+        s.free_slots.push_back(cur->second);
+        s.index.erase(cur);
+        ++removed;
+        ++s.evicted;
+      }
+    }
+    for (auto it = s.sightings.begin(); it != s.sightings.end();) {
+      auto cur = it++;
+      if (cur->second.last_step < oldest) s.sightings.erase(cur);
+    }
+  }
+  return removed;
+}
+
+SparseCounters SparseTable::counters() const {
+  SparseCounters c;
+  for (const Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    c.rows += static_cast<int64_t>(s.index.size());
+    c.pending_keys += static_cast<int64_t>(s.sightings.size());
+    c.created += s.created;
+    c.evicted += s.evicted;
+    c.dropped_updates += s.dropped;
+  }
+  return c;
+}
+
+size_t SparseTable::MemoryBytes() const {
+  size_t bytes = 0;
+  for (const Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    // A flat_hash_map slot is the pair plus one control byte.
+    bytes += s.index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
+    bytes +=
+        s.sightings.capacity() * (sizeof(std::pair<uint64_t, Sighting>) + 1);
+    bytes += s.chunks.size() * sizeof(float) * kRowsPerChunk * row_floats_;
+    bytes += s.meta.capacity() * sizeof(RowMeta);
+    bytes += s.free_slots.capacity() * sizeof(uint32_t);
+  }
+  return bytes;
+}
+
+}  // namespace shardps

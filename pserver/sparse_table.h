@@ -1,0 +1,112 @@
+#ifndef SHARDPS_PSERVER_SPARSE_TABLE_H_
+#define SHARDPS_PSERVER_SPARSE_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/optimizer.h"
+
+namespace shardps {
+
+// Counters of a sparse table, cumulative except `rows` and `pending_keys`.
+struct SparseCounters {
+  int64_t rows = 0;             // rows held now
+  int64_t pending_keys = 0;     // keys seen, not yet admitted
+  int64_t created = 0;          // rows created
+  int64_t evicted = 0;          // rows removed by eviction
+  int64_t dropped_updates = 0;  // gradients of keys not yet admitted
+};
+
+// The rows of one sparse table that one pserver holds: uint64 key to `dim`
+// floats plus the optimizer's per-row state. A row is created on first
+// update from an initializer seeded by (table seed, key) only, so its
+// initial value does not depend on which pserver or trainer touched it
+// first. Memory grows with the keys updated, never with the key space: rows
+// live in chunks of kRowsPerChunk, indexed by an absl::flat_hash_map.
+// Keys are split over stripes by Mix64(key), each with its own mutex; no lock
+// covers the whole table. Thread-safe.
+class SparseTable {
+ public:
+  static constexpr int kDefaultStripes = 64;
+  static constexpr int kRowsPerChunk = 1024;
+
+  // REQUIRES: options.dim() > 0. `optimizer` must outlive the table.
+  SparseTable(const SparseTableOptions& options, const Optimizer* optimizer,
+              int num_stripes = kDefaultStripes);
+
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
+  int dim() const { return dim_; }
+
+  // Copies the rows of `keys` to `out` (keys.size() * dim floats). A key
+  // without a row reads as its initial value; reading creates nothing.
+  void Read(absl::Span<const uint64_t> keys, float* out) const;
+
+  // Applies one update per key: grads holds keys.size() rows of dim floats,
+  // and key i's gradient is multiplied by scales[i] (the 1/count of a sync
+  // mean; a span of size 1 applies to every key). `step` selects the
+  // learning rate and marks the rows updated. A key not yet admitted (see
+  // SparseTableOptions.admit_after) counts a sighting and its gradient is
+  // dropped and counted; at the sighting that admits it, its row is created
+  // and updated.
+  // REQUIRES: keys distinct; grads.size() == keys.size() * dim.
+  void Apply(int64_t step, absl::Span<const uint64_t> keys,
+             absl::Span<const float> grads, absl::Span<const float> scales);
+
+  // Removes the rows not updated for evict_after_steps steps before
+  // `current_step`, and forgets pending sightings as old. Returns the rows
+  // removed. A no-op when eviction is off.
+  int64_t Evict(int64_t current_step);
+
+  // The initial value of `key`'s row (dim floats).
+  void InitialRow(uint64_t key, float* out) const;
+
+  SparseCounters counters() const;
+  // Bytes held for rows, their state and the indexes.
+  size_t MemoryBytes() const;
+
+ private:
+  struct RowMeta {
+    uint64_t key = 0;
+    int64_t last_step = 0;
+    int64_t updates = 0;  // Adam's t - 1
+  };
+  struct Sighting {
+    int64_t count = 0;
+    int64_t last_step = 0;
+  };
+  struct Stripe {
+    mutable absl::Mutex mu;
+    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
+    std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
+    std::vector<RowMeta> meta ABSL_GUARDED_BY(mu);  // per slot
+    std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<uint64_t, Sighting> sightings ABSL_GUARDED_BY(mu);
+    int64_t created ABSL_GUARDED_BY(mu) = 0;
+    int64_t evicted ABSL_GUARDED_BY(mu) = 0;
+    int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  Stripe& StripeOf(uint64_t key) const;
+  // The row's floats: value, then each optimizer slot.
+  static float* RowPtr(const Stripe& s, uint32_t slot, int row_floats)
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+
+  const int dim_;
+  const int row_floats_;  // dim * (1 + optimizer slots)
+  const SparseTableOptions options_;
+  const Optimizer* const optimizer_;
+  mutable std::vector<Stripe> stripes_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_SPARSE_TABLE_H_
