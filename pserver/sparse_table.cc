@@ -95,43 +95,85 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
   }
 }
 
+void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
+                           const float* grad, float scale,
+                           std::vector<absl::Span<float>>* slots) {
+  auto it = s.index.find(key);
+  uint32_t slot;
+  if (it != s.index.end()) {
+    slot = it->second;
+  } else {
+    const int64_t admit_after = std::max<int64_t>(1, options_.admit_after());
+    if (admit_after > 1) {
+      Sighting& seen = s.sightings[key];
+      seen.last_step = step;
+      if (++seen.count < admit_after) {
+        ++s.dropped;
+        return;
+      }
+      s.sightings.erase(key);
+    }
+    slot = NewRow(s, key);
+  }
+  float* row = RowPtr(s, slot, row_floats_);
+  for (size_t k = 0; k < slots->size(); ++k) {
+    (*slots)[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
+  }
+  RowMeta& meta = s.meta[slot];
+  optimizer_->Apply(step, meta.updates, scale, absl::MakeConstSpan(grad, dim_),
+                    absl::MakeSpan(row, dim_), *slots);
+  ++meta.updates;
+  meta.last_step = step;
+}
+
 void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
                         absl::Span<const float> grads,
                         absl::Span<const float> scales) {
-  const int num_slots = optimizer_->num_slots();
-  const int64_t admit_after = std::max<int64_t>(1, options_.admit_after());
-  std::vector<absl::Span<float>> slots(num_slots);
+  std::vector<absl::Span<float>> slots(optimizer_->num_slots());
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t key = keys[i];
-    Stripe& s = StripeOf(key);
+    Stripe& s = StripeOf(keys[i]);
     absl::MutexLock l(&s.mu);
-    auto it = s.index.find(key);
-    uint32_t slot;
-    if (it != s.index.end()) {
-      slot = it->second;
-    } else {
-      if (admit_after > 1) {
-        Sighting& seen = s.sightings[key];
-        seen.last_step = step;
-        if (++seen.count < admit_after) {
-          ++s.dropped;
-          continue;
-        }
-        s.sightings.erase(key);
-      }
-      slot = NewRow(s, key);
-    }
-    float* row = RowPtr(s, slot, row_floats_);
-    for (int k = 0; k < num_slots; ++k) {
-      slots[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
-    }
-    RowMeta& meta = s.meta[slot];
-    optimizer_->Apply(
-        step, meta.updates, scales.size() == 1 ? scales[0] : scales[i],
-        grads.subspan(i * dim_, dim_), absl::MakeSpan(row, dim_), slots);
-    ++meta.updates;
-    meta.last_step = step;
+    ApplyOne(s, step, keys[i], grads.data() + i * dim_,
+             scales.size() == 1 ? scales[0] : scales[i], &slots);
   }
+}
+
+void SparseTable::Accumulate(absl::Span<const uint64_t> keys,
+                             absl::Span<const float> grads) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Stripe& s = StripeOf(keys[i]);
+    const float* g = grads.data() + i * dim_;
+    absl::MutexLock l(&s.mu);
+    auto [it, inserted] = s.accum_index.try_emplace(
+        keys[i], static_cast<uint32_t>(s.accum_keys.size()));
+    if (inserted) {
+      s.accum_keys.push_back(keys[i]);
+      s.accum_sums.insert(s.accum_sums.end(), g, g + dim_);
+      s.accum_counts.push_back(1);
+    } else {
+      float* sum = s.accum_sums.data() + static_cast<size_t>(it->second) * dim_;
+      for (int j = 0; j < dim_; ++j) sum[j] += g[j];
+      ++s.accum_counts[it->second];
+    }
+  }
+}
+
+int64_t SparseTable::ApplyAccumulated(int64_t step) {
+  std::vector<absl::Span<float>> slots(optimizer_->num_slots());
+  int64_t n = 0;
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    for (size_t i = 0; i < s.accum_keys.size(); ++i) {
+      ApplyOne(s, step, s.accum_keys[i], s.accum_sums.data() + i * dim_,
+               1.0f / s.accum_counts[i], &slots);
+    }
+    n += static_cast<int64_t>(s.accum_keys.size());
+    s.accum_index.clear();
+    s.accum_keys.clear();
+    s.accum_sums.clear();
+    s.accum_counts.clear();
+  }
+  return n;
 }
 
 int64_t SparseTable::Evict(int64_t current_step) {
@@ -182,6 +224,11 @@ size_t SparseTable::MemoryBytes() const {
     bytes += s.chunks.size() * sizeof(float) * kRowsPerChunk * row_floats_;
     bytes += s.meta.capacity() * sizeof(RowMeta);
     bytes += s.free_slots.capacity() * sizeof(uint32_t);
+    bytes +=
+        s.accum_index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
+        s.accum_keys.capacity() * sizeof(uint64_t) +
+        s.accum_sums.capacity() * sizeof(float) +
+        s.accum_counts.capacity() * sizeof(int32_t);
   }
   return bytes;
 }

@@ -60,6 +60,15 @@ class SparseTable {
   void Apply(int64_t step, absl::Span<const uint64_t> keys,
              absl::Span<const float> grads, absl::Span<const float> scales);
 
+  // SYNC: adds one trainer's gradients for the step being assembled (keys
+  // distinct within a call; each trainer pushes a key at most once a step).
+  // REQUIRES: grads.size() == keys.size() * dim.
+  void Accumulate(absl::Span<const uint64_t> keys,
+                  absl::Span<const float> grads);
+  // SYNC: applies, per key, the mean over the trainers that pushed it, and
+  // clears the accumulators. Returns the keys updated.
+  int64_t ApplyAccumulated(int64_t step);
+
   // Removes the rows not updated for evict_after_steps steps before
   // `current_step`, and forgets pending sightings as old. Returns the rows
   // removed. A no-op when eviction is off.
@@ -89,6 +98,12 @@ class SparseTable {
     std::vector<RowMeta> meta ABSL_GUARDED_BY(mu);  // per slot
     std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<uint64_t, Sighting> sightings ABSL_GUARDED_BY(mu);
+    // SYNC accumulators: key to its position in accum_sums (dim floats) and
+    // accum_counts (trainers that pushed it).
+    absl::flat_hash_map<uint64_t, uint32_t> accum_index ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> accum_keys ABSL_GUARDED_BY(mu);
+    std::vector<float> accum_sums ABSL_GUARDED_BY(mu);
+    std::vector<int32_t> accum_counts ABSL_GUARDED_BY(mu);
     int64_t created ABSL_GUARDED_BY(mu) = 0;
     int64_t evicted ABSL_GUARDED_BY(mu) = 0;
     int64_t dropped ABSL_GUARDED_BY(mu) = 0;
@@ -99,6 +114,10 @@ class SparseTable {
   static float* RowPtr(const Stripe& s, uint32_t slot, int row_floats)
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Applies one update to `key` (admission included).
+  void ApplyOne(Stripe& s, int64_t step, uint64_t key, const float* grad,
+                float scale, std::vector<absl::Span<float>>* slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
   const int dim_;
   const int row_floats_;  // dim * (1 + optimizer slots)

@@ -165,6 +165,21 @@ TEST(SparseTableTest, MemoryIsProportionalToRowsNotKeySpace) {
   EXPECT_EQ(t.counters().rows, 200000);  // no collisions expected in 2^40
 }
 
+TEST(SparseTableTest, SyncMeanIsPerKeyOverTheTrainersThatPushedIt) {
+  auto opt = MakeOptimizer(OptimizerConfig::SGD, 1.0f);
+  SparseTable t(Options(1, 0.0f), opt.get());
+  // Trainer 0 pushes keys 1 and 2; trainer 1 pushes key 1 only.
+  const uint64_t k01[] = {1, 2}, k1[] = {1};
+  const float g0[] = {2.0f, 6.0f}, g1[] = {4.0f};
+  t.Accumulate(k01, g0);
+  t.Accumulate(k1, g1);
+  EXPECT_EQ(Row(t, 1)[0], 0.0f);  // nothing applied before the step ends
+  EXPECT_EQ(t.ApplyAccumulated(0), 2);
+  EXPECT_FLOAT_EQ(Row(t, 1)[0], -3.0f);  // mean of 2 and 4
+  EXPECT_FLOAT_EQ(Row(t, 2)[0], -6.0f);  // only trainer 0 pushed it
+  EXPECT_EQ(t.ApplyAccumulated(1), 0);   // cleared
+}
+
 TEST(SparseTableTest, ConcurrentUpdatesAreAllApplied) {
   auto opt = MakeOptimizer(OptimizerConfig::SGD, 1.0f);
   SparseTable t(Options(4, 0.0f), opt.get(), 8);
