@@ -45,6 +45,7 @@ struct ParameterStore::Waiter {
   int64_t step = 0;
   int64_t min_clock = 0;
   std::vector<Block*> blocks;
+  std::vector<SparsePull> sparse;
   PullSink sink;
   PullDone done;
   absl::Time start;
@@ -93,15 +94,38 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
   absl::flat_hash_set<std::string> names;
   for (int i = 0; i < job.tables_size(); ++i) {
     const TableSpec& spec = job.tables(i);
-    if (spec.kind() != TableSpec::DENSE) {
-      return absl::UnimplementedError(absl::StrCat(
-          "InitJob: table ", spec.name(),
-          " is sparse; this pserver serves dense tables only so far"));
-    }
     if (spec.name().empty() || !names.insert(spec.name()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitJob: table ", i, " has an empty or repeated name '",
                        spec.name(), "'"));
+    }
+    if (spec.kind() == TableSpec::SPARSE) {
+      const SparseTableOptions& so = spec.sparse();
+      if (so.dim() <= 0 || so.dim() > (1 << 16)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitJob: sparse table ", spec.name(),
+                         " needs a row dim in [1, 65536], got ", so.dim()));
+      }
+      if (so.admit_after() < 0 || so.evict_after_steps() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitJob: sparse table ", spec.name(),
+                         " has a negative admit_after or evict_after_steps"));
+      }
+      auto opt = Optimizer::Create(spec.optimizer(), job.global_batch_size());
+      if (!opt.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "InitJob: table ", spec.name(), ": ", opt.status().message()));
+      }
+      tables[i].spec = spec;
+      tables[i].optimizer = std::move(*opt);
+      tables[i].sparse =
+          std::make_unique<SparseTable>(so, tables[i].optimizer.get());
+      tables[i].sparse_step = std::make_unique<SparseStep>();
+      continue;
+    }
+    if (spec.kind() != TableSpec::DENSE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(), " has unknown kind ", spec.kind()));
     }
     int64_t n = 1;
     for (int64_t d : spec.shape()) {
@@ -136,6 +160,10 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
           absl::StrCat("InitJob: block of unknown table id ", id.table_id));
     }
     Table& t = tables[id.table_id];
+    if (t.sparse != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", t.spec.name(), " is sparse and has no blocks"));
+    }
     const int64_t nb = NumBlocks(t.num_values, t.spec.block_size());
     if (id.block >= nb) {
       return absl::InvalidArgumentError(
@@ -160,6 +188,12 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
   {
     absl::MutexLock c(&clock_mu_);
     clocks_.assign(num_trainers_, 0);
+  }
+  for (Table& t : tables_) {
+    if (t.sparse_step == nullptr) continue;
+    absl::MutexLock sl(&t.sparse_step->mu);
+    t.sparse_step->expected.assign(num_trainers_, 0);
+    t.sparse_step->received.assign(num_trainers_, 0);
   }
   initialized_ = true;
   LOG(INFO) << "job initialised: " << (sync_ ? "sync" : "async") << ", "
@@ -403,22 +437,211 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
   ++pushes_;
   for (auto& w : ready_waiters) Release(w);
 
-  if (!sync_) {
-    std::vector<std::shared_ptr<Waiter>> released;
-    {
-      absl::MutexLock c(&clock_mu_);
-      clocks_[trainer_id] = std::max(clocks_[trainer_id], step + 1);
-      auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
-                                 [this](const std::shared_ptr<Waiter>& w) {
-                                   clock_mu_.AssertHeld();
-                                   return !ClockGateOk(*w);
-                                 });
-      released.assign(keep, stale_waiters_.end());
-      stale_waiters_.erase(keep, stale_waiters_.end());
-    }
-    for (auto& w : released) Release(w);
-  }
+  if (!sync_) AdvanceClock(trainer_id, step);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> ParameterStore::SparseDim(uint32_t table_id) const {
+  if (!ready()) {
+    return absl::FailedPreconditionError(
+        "the job is not initialised on this pserver yet (the chief, trainer "
+        "0, sends the tables first)");
+  }
+  if (table_id >= tables_.size()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
+                                            ": the job has ", tables_.size(),
+                                            " tables"));
+  }
+  const Table& t = tables_[table_id];
+  if (t.sparse == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", t.spec.name(), " is dense; it has blocks, not keyed rows"));
+  }
+  return t.sparse->dim();
+}
+
+absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
+                                        absl::Span<const SparseData> rows) {
+  absl::Status st = CheckReadyAndTrainer(trainer_id);
+  if (st.ok() && step < 0) {
+    st = absl::InvalidArgumentError(absl::StrCat("negative step ", step));
+  }
+  // Validate the whole request first.
+  absl::flat_hash_set<uint64_t> seen;
+  std::vector<uint32_t> table_ids;
+  for (size_t i = 0; st.ok() && i < rows.size(); ++i) {
+    const SparseData& r = rows[i];
+    auto dim = SparseDim(r.table_id);
+    if (!dim.ok()) {
+      st = dim.status();
+      break;
+    }
+    const std::string& name = tables_[r.table_id].spec.name();
+    if (r.grads.size() != r.keys.size() * static_cast<size_t>(*dim)) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": ", r.keys.size(), " keys but ",
+                       r.grads.size(), " values; rows have ", *dim,
+                       " values each (keys and values of different lengths)"));
+      break;
+    }
+    if (sync_ && r.num_chunks < 1) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name,
+                       ": num_chunks must be at least 1, got ", r.num_chunks));
+      break;
+    }
+    if (!AllFinite(r.grads.data(), r.grads.size())) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", name, ": a gradient value is NaN or Inf (trainer ",
+          trainer_id, ", step ", step, "); nothing was applied"));
+      break;
+    }
+    seen.clear();
+    for (uint64_t k : r.keys) {
+      if (!seen.insert(k).second) {
+        st = absl::InvalidArgumentError(absl::StrCat(
+            "sparse table ", name, ": key ", k,
+            " appears twice in one push (the trainer sums a batch's "
+            "gradients per key)"));
+        break;
+      }
+    }
+    if (std::find(table_ids.begin(), table_ids.end(), r.table_id) !=
+        table_ids.end()) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, " appears twice in one push"));
+    }
+    table_ids.push_back(r.table_id);
+  }
+  if (!st.ok()) {
+    ++rejected_;
+    return st;
+  }
+  // Order by table for the locks; then check steps, then apply.
+  std::vector<const SparseData*> work;
+  for (const SparseData& r : rows) work.push_back(&r);
+  std::sort(work.begin(), work.end(), [](const auto* a, const auto* b) {
+    return a->table_id < b->table_id;
+  });
+  for (const SparseData* r : work) tables_[r->table_id].sparse_step->mu.Lock();
+  std::vector<std::shared_ptr<Waiter>> ready_waiters;
+  for (const SparseData* r : work) {
+    SparseStep& ss = *tables_[r->table_id].sparse_step;
+    ss.mu.AssertHeld();
+    if (!sync_) break;
+    const std::string& name = tables_[r->table_id].spec.name();
+    if (step != ss.version) {
+      st = absl::FailedPreconditionError(
+          step < ss.version
+              ? absl::StrCat("push for step ", step, " of sparse table ", name,
+                             " refused: that step was already applied "
+                             "(the table is at version ",
+                             ss.version, ")")
+              : absl::StrCat("push for step ", step, " of sparse table ", name,
+                             " refused: the table is still at step ",
+                             ss.version, " (pull with min_version first)"));
+      break;
+    }
+    if (ss.expected[trainer_id] != 0 &&
+        ss.expected[trainer_id] != r->num_chunks) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": trainer ", trainer_id,
+                       " announced ", ss.expected[trainer_id],
+                       " chunks for step ", step, ", now ", r->num_chunks));
+      break;
+    }
+  }
+  if (st.ok()) {
+    const absl::Time now = absl::Now();
+    for (const SparseData* r : work) {
+      Table& t = tables_[r->table_id];
+      SparseStep& ss = *t.sparse_step;
+      ss.mu.AssertHeld();
+      if (!sync_) {
+        const float one[] = {1.0f};
+        t.sparse->Apply(step, r->keys, r->grads, one);
+        ++ss.version;
+        const int64_t every =
+            std::max<int64_t>(1, t.spec.sparse().evict_after_steps() / 2);
+        if (t.spec.sparse().evict_after_steps() > 0 &&
+            step >= ss.last_evict_step + every) {
+          ss.last_evict_step = step;
+          const int64_t n = t.sparse->Evict(step);
+          if (n > 0) {
+            LOG(INFO) << "sparse table " << t.spec.name() << ": evicted " << n
+                      << " rows not updated since step "
+                      << step - t.spec.sparse().evict_after_steps();
+          }
+        }
+        continue;
+      }
+      if (ss.expected[trainer_id] != 0 &&
+          ss.received[trainer_id] >= ss.expected[trainer_id]) {
+        ++duplicate_block_pushes_;  // a chunk beyond the count: a repeat
+        continue;
+      }
+      if (ss.trainers_done == 0 &&
+          std::all_of(ss.received.begin(), ss.received.end(),
+                      [](int32_t x) { return x == 0; })) {
+        ss.first_push = now;
+      }
+      ss.expected[trainer_id] = r->num_chunks;
+      t.sparse->Accumulate(r->keys, r->grads);
+      if (++ss.received[trainer_id] < ss.expected[trainer_id]) continue;
+      if (++ss.trainers_done < num_trainers_) continue;
+      // Every trainer has sent all its chunks: apply the step.
+      t.sparse->ApplyAccumulated(step);
+      ++ss.version;
+      ++block_updates_;
+      ss.trainers_done = 0;
+      std::fill(ss.expected.begin(), ss.expected.end(), 0);
+      std::fill(ss.received.begin(), ss.received.end(), 0);
+      if (t.spec.sparse().evict_after_steps() > 0) {
+        const int64_t n = t.sparse->Evict(ss.version);
+        if (n > 0) {
+          LOG(INFO) << "sparse table " << t.spec.name() << ": evicted " << n
+                    << " rows not updated since step "
+                    << ss.version - t.spec.sparse().evict_after_steps();
+        }
+      }
+      auto& ws = ss.waiters;
+      auto keep = std::partition(ws.begin(), ws.end(), [&ss](const auto& p) {
+        ss.mu.AssertHeld();
+        return p.first > ss.version;
+      });
+      for (auto it = keep; it != ws.end(); ++it) {
+        ready_waiters.push_back(std::move(it->second));
+      }
+      ws.erase(keep, ws.end());
+    }
+  }
+  for (auto it = work.rbegin(); it != work.rend(); ++it) {
+    tables_[(*it)->table_id].sparse_step->mu.Unlock();
+  }
+  if (!st.ok()) {
+    ++rejected_;
+    return st;
+  }
+  ++pushes_;
+  for (auto& w : ready_waiters) Release(w);
+  if (!sync_) AdvanceClock(trainer_id, step);
+  return absl::OkStatus();
+}
+
+void ParameterStore::AdvanceClock(int trainer_id, int64_t step) {
+  std::vector<std::shared_ptr<Waiter>> released;
+  {
+    absl::MutexLock c(&clock_mu_);
+    clocks_[trainer_id] = std::max(clocks_[trainer_id], step + 1);
+    auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
+                               [this](const std::shared_ptr<Waiter>& w) {
+                                 clock_mu_.AssertHeld();
+                                 return !ClockGateOk(*w);
+                               });
+    released.assign(keep, stale_waiters_.end());
+    stale_waiters_.erase(keep, stale_waiters_.end());
+  }
+  for (auto& w : released) Release(w);
 }
 
 bool ParameterStore::ClockGateOk(const Waiter& w) const {
@@ -430,7 +653,8 @@ bool ParameterStore::ClockGateOk(const Waiter& w) const {
 
 void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
                           int64_t min_clock, absl::Span<const BlockId> blocks,
-                          PullSink sink, PullDone done) {
+                          absl::Span<const SparsePull> sparse, PullSink sink,
+                          PullDone done) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
   if (st.ok() && (min_version < 0 || step < 0 || min_clock < 0)) {
     st = absl::InvalidArgumentError(
@@ -445,6 +669,10 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     }
     w->blocks.push_back(*b);
   }
+  for (size_t i = 0; st.ok() && i < sparse.size(); ++i) {
+    st = SparseDim(sparse[i].table_id).status();
+    w->sparse.push_back(sparse[i]);
+  }
   if (!st.ok()) {
     ++rejected_;
     done(st, absl::ZeroDuration());
@@ -458,8 +686,9 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   w->sink = std::move(sink);
   w->done = std::move(done);
   w->start = absl::Now();
-  // One unit per block, one for the staleness gate, one held here.
-  w->pending.store(static_cast<int>(w->blocks.size()) + 2);
+  // One unit per block and sparse table, one for the staleness gate, one
+  // held here.
+  w->pending.store(static_cast<int>(w->blocks.size() + w->sparse.size()) + 2);
   {
     absl::MutexLock c(&clock_mu_);
     if (ClockGateOk(*w)) {
@@ -474,6 +703,15 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
       w->pending.fetch_sub(1);
     } else {
       b->waiters.emplace_back(min_version, w);
+    }
+  }
+  for (const SparsePull& sp : w->sparse) {
+    SparseStep& ss = *tables_[sp.table_id].sparse_step;
+    absl::MutexLock sl(&ss.mu);
+    if (!sync_ || ss.version >= min_version) {
+      w->pending.fetch_sub(1);
+    } else {
+      ss.waiters.emplace_back(min_version, w);
     }
   }
   if (w->pending.fetch_sub(1) == 1) {
@@ -510,6 +748,9 @@ void ParameterStore::Complete(const std::shared_ptr<Waiter>& w) {
     absl::MutexLock bl(&b->mu);
     w->sink(b->table_id, b->index, b->version, b->value);
   }
+  for (const SparsePull& sp : w->sparse) {
+    tables_[sp.table_id].sparse->Read(sp.keys, sp.out);
+  }
   if (w->registered.load()) {
     absl::MutexLock l(&waiters_mu_);
     waiters_.erase(w);
@@ -537,6 +778,19 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
     lowest = std::min(lowest, b->version);
     for (int k = 0; k < num_trainers_; ++k) {
       if ((b->pushed.empty() || !b->pushed[k]) &&
+          std::find(missing.begin(), missing.end(), k) == missing.end()) {
+        missing.push_back(k);
+      }
+    }
+  }
+  for (const SparsePull& sp : w.sparse) {
+    SparseStep& ss = *tables_[sp.table_id].sparse_step;
+    absl::MutexLock sl(&ss.mu);
+    if (ss.version >= w.min_version) continue;
+    lowest = std::min(lowest, ss.version);
+    for (int k = 0; k < num_trainers_; ++k) {
+      const bool done = ss.expected[k] > 0 && ss.received[k] >= ss.expected[k];
+      if (!done &&
           std::find(missing.begin(), missing.end(), k) == missing.end()) {
         missing.push_back(k);
       }
@@ -621,6 +875,12 @@ ParameterStore::VersionRange ParameterStore::Versions() const {
       r.min = std::min(r.min, b->version);
       r.max = std::max(r.max, b->version);
     }
+  }
+  for (const Table& t : tables_) {
+    if (t.sparse_step == nullptr) continue;
+    absl::MutexLock sl(&t.sparse_step->mu);
+    r.min = std::min(r.min, t.sparse_step->version);
+    r.max = std::max(r.max, t.sparse_step->version);
   }
   if (r.min == INT64_MAX) r.min = 0;
   return r;

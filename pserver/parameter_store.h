@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/optimizer.h"
+#include "pserver/sparse_table.h"
 
 namespace shardps {
 
@@ -43,6 +44,25 @@ struct BlockData {
 struct BlockId {
   uint32_t table_id = 0;
   uint32_t block = 0;
+};
+
+// One chunk of a trainer's gradients for a sparse table, as views into the
+// request: keys.size() rows of the table's dim floats.
+struct SparseData {
+  uint32_t table_id = 0;
+  absl::Span<const uint64_t> keys;
+  absl::Span<const float> grads;
+  // SYNC: how many chunks of this table the trainer sends this pserver for
+  // the step (every chunk carries the same count; an empty chunk counts).
+  int32_t num_chunks = 1;
+};
+
+// The rows of `keys` that a pull wants, written to `out` (keys.size() * dim
+// floats, owned by the caller until the pull is done).
+struct SparsePull {
+  uint32_t table_id = 0;
+  absl::Span<const uint64_t> keys;
+  float* out = nullptr;
 };
 
 // Receives each pulled block, under that block's lock.
@@ -99,14 +119,30 @@ class ParameterStore {
   absl::Status Push(int trainer_id, int64_t step,
                     absl::Span<const BlockData> grads);
 
+  // Applies one trainer's gradients of sparse tables for `step`, all or
+  // nothing, after validating the whole request (table, lengths, finite
+  // values, distinct keys, step). SYNC: accumulated per key; once every
+  // trainer has sent all its chunks of a table for the step, each key gets
+  // the mean over the trainers that pushed it and the table's version moves
+  // on. A repeated chunk beyond a trainer's count is ignored. ASYNC: applied
+  // on arrival under per-stripe locks.
+  absl::Status PushSparse(int trainer_id, int64_t step,
+                          absl::Span<const SparseData> rows);
+
+  // The row width of sparse table `table_id`; NOT_FOUND or INVALID_ARGUMENT
+  // when there is no such sparse table.
+  absl::StatusOr<int> SparseDim(uint32_t table_id) const;
+
   // Answers once every block has applied `min_version` updates and, in
   // ASYNC mode, (with max_staleness >= 0) step minus the slowest trainer's
   // step is at most max_staleness, and every trainer has pushed `min_clock`
   // steps (the end-of-training evaluation waits for all with it). `sink`
   // and `done` may run on this thread or on a pushing thread.
+  // Sparse tables wait for their own version in the same way, and their
+  // rows are written to each SparsePull's `out` before `done`.
   void Pull(int trainer_id, int64_t min_version, int64_t step,
-            int64_t min_clock, absl::Span<const BlockId> blocks, PullSink sink,
-            PullDone done);
+            int64_t min_clock, absl::Span<const BlockId> blocks,
+            absl::Span<const SparsePull> sparse, PullSink sink, PullDone done);
 
   // Times out pulls past max_pull_wait and logs stalled steps. Called about
   // once a second by the server.
@@ -131,11 +167,26 @@ class ParameterStore {
  private:
   struct Waiter;
   struct Block;
+  // The step state of a sparse table: its version and, in SYNC mode, which
+  // trainers have sent all their chunks of the step being assembled.
+  struct SparseStep {
+    absl::Mutex mu;
+    int64_t version ABSL_GUARDED_BY(mu) = 0;
+    std::vector<int32_t> expected ABSL_GUARDED_BY(mu);  // per trainer; 0: none
+    std::vector<int32_t> received ABSL_GUARDED_BY(mu);
+    int trainers_done ABSL_GUARDED_BY(mu) = 0;
+    absl::Time first_push ABSL_GUARDED_BY(mu);
+    int64_t last_evict_step ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::pair<int64_t, std::shared_ptr<Waiter>>> waiters
+        ABSL_GUARDED_BY(mu);
+  };
   struct Table {
     TableSpec spec;
     int64_t num_values = 0;
     std::unique_ptr<Optimizer> optimizer;
     absl::flat_hash_map<uint32_t, std::unique_ptr<Block>> blocks;
+    std::unique_ptr<SparseTable> sparse;  // SPARSE tables only
+    std::unique_ptr<SparseStep> sparse_step;
   };
 
   absl::Status CheckReadyAndTrainer(int trainer_id) const;
@@ -144,6 +195,9 @@ class ParameterStore {
   // REQUIRES: b->mu held.
   void ApplyUpdate(const Table& t, Block* b, int64_t step, float scale,
                    absl::Span<const float> grad);
+  // ASYNC: trainer `trainer_id` has pushed `step`; releases the pulls that
+  // waited for it.
+  void AdvanceClock(int trainer_id, int64_t step);
   // Releases one pending unit of `w`; completes it at zero.
   void Release(const std::shared_ptr<Waiter>& w);
   void Complete(const std::shared_ptr<Waiter>& w);

@@ -86,7 +86,7 @@ class ParameterStoreTest : public ::testing::Test {
     auto r = std::make_unique<PullResult>();
     PullResult* p = r.get();
     store_->Pull(
-        trainer, min_version, step, min_clock, blocks,
+        trainer, min_version, step, min_clock, blocks, {},
         [p](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
           p->values.emplace_back(v.begin(), v.end());
         },
@@ -334,6 +334,128 @@ TEST_F(ParameterStoreTest, WaitingPullAfterCancelIsUnavailable) {
   auto pull = StartPull(0, 1, 1, {{0, 0}});  // would wait: refused
   ASSERT_TRUE(pull->done.HasBeenNotified());
   EXPECT_EQ(pull->status.code(), absl::StatusCode::kUnavailable);
+}
+
+// Sparse tables: "e" (dim 2, SGD lr 1, rows start at 0) next to dense "w".
+JobSpec SparseJob(TrainingMode mode, int trainers) {
+  JobSpec job = MakeJob(mode, trainers);
+  TableSpec* e = job.add_tables();
+  e->set_name("e");
+  e->set_kind(TableSpec::SPARSE);
+  e->mutable_sparse()->set_dim(2);
+  e->mutable_optimizer()->set_type(OptimizerConfig::SGD);
+  e->mutable_optimizer()->set_learning_rate(1.0f);
+  return job;
+}
+
+class SparseStoreTest : public ::testing::Test {
+ protected:
+  void Init(TrainingMode mode, int trainers) {
+    store_ = std::make_unique<ParameterStore>(StoreOptions{});
+    ASSERT_TRUE(store_->InitJob(SparseJob(mode, trainers), {}).ok());
+    ASSERT_TRUE(store_->CommitInit().ok());
+  }
+  absl::Status Push(int trainer, int64_t step, std::vector<uint64_t> keys,
+                    std::vector<float> grads, int32_t chunks = 1,
+                    uint32_t table = 2) {
+    std::vector<SparseData> rows = {{table, keys, grads, chunks}};
+    return store_->PushSparse(trainer, step, rows);
+  }
+  std::vector<float> Read(std::vector<uint64_t> keys, int64_t min_version = 0) {
+    std::vector<float> out(keys.size() * 2, -99.0f);
+    absl::Notification done;
+    absl::Status status;
+    std::vector<SparsePull> sparse = {{2, keys, out.data()}};
+    store_->Pull(
+        0, min_version, 0, 0, {}, sparse,
+        [](uint32_t, uint32_t, int64_t, absl::Span<const float>) {},
+        [&](absl::Status s, absl::Duration) {
+          status = s;
+          done.Notify();
+        });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  }
+  std::unique_ptr<ParameterStore> store_;
+};
+
+TEST_F(SparseStoreTest, SyncAppliesPerKeyMeanOnceEveryTrainerSentAllChunks) {
+  Init(SYNC, 2);
+  // Trainer 0 sends two chunks; trainer 1 one chunk.
+  ASSERT_TRUE(Push(0, 0, {1}, {2, 2}, 2).ok());
+  ASSERT_TRUE(Push(1, 0, {1, 5}, {4, 4, 6, 6}, 1).ok());
+  EXPECT_EQ(Read({1, 5}), (std::vector<float>{0, 0, 0, 0}));  // not yet
+  ASSERT_TRUE(Push(0, 0, {7}, {1, 1}, 2).ok());  // trainer 0's last chunk
+  EXPECT_EQ(Read({1, 5, 7, 8}, /*min_version=*/1),
+            (std::vector<float>{-3, -3, -6, -6, -1, -1, 0, 0}));
+}
+
+TEST_F(SparseStoreTest, SyncRepeatedChunkIgnoredStepsChecked) {
+  Init(SYNC, 1);
+  ASSERT_TRUE(Push(0, 0, {1}, {1, 1}, 2).ok());
+  ASSERT_TRUE(Push(0, 0, {2}, {1, 1}, 2).ok());  // step 0 applied
+  EXPECT_EQ(Push(0, 0, {1}, {1, 1}, 2).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Push(0, 3, {1}, {1, 1}, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Read({1, 2}), (std::vector<float>{-1, -1, -1, -1}));
+  // A chunk count that changes within a step is refused.
+  ASSERT_TRUE(Push(0, 1, {1}, {1, 1}, 3).ok());
+  EXPECT_EQ(Push(0, 1, {2}, {1, 1}, 2).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SparseStoreTest, BadSparseRequestsAreRefusedAndChangeNothing) {
+  Init(ASYNC, 2);
+  auto expect = [&](absl::Status s, absl::StatusCode code,
+                    const std::string& needle) {
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s;
+    EXPECT_EQ(Read({1, 2}), (std::vector<float>{0, 0, 0, 0}));
+  };
+  expect(Push(0, 0, {1}, {1, 1}, 1, /*table=*/9), absl::StatusCode::kNotFound,
+         "unknown table id 9");
+  expect(Push(0, 0, {1}, {1, 1}, 1, /*table=*/0),
+         absl::StatusCode::kInvalidArgument, "is dense");
+  expect(Push(0, 0, {1, 2}, {1, 1, 1}), absl::StatusCode::kInvalidArgument,
+         "keys and values of different lengths");
+  expect(Push(0, 0, {1, 2}, {1, 1, std::nanf(""), 1}),
+         absl::StatusCode::kInvalidArgument, "NaN or Inf");
+  expect(Push(0, 0, {1, 1}, {1, 1, 1, 1}), absl::StatusCode::kInvalidArgument,
+         "appears twice");
+  expect(Push(3, 0, {1}, {1, 1}), absl::StatusCode::kInvalidArgument,
+         "trainer_id 3 is out of range");
+}
+
+TEST_F(SparseStoreTest, AsyncAppliesOnArrival) {
+  Init(ASYNC, 2);
+  ASSERT_TRUE(Push(1, 4, {10}, {1, 2}).ok());
+  EXPECT_EQ(Read({10}), (std::vector<float>{-1, -2}));
+  ASSERT_TRUE(Push(0, 0, {10}, {1, 2}).ok());
+  EXPECT_EQ(Read({10}), (std::vector<float>{-2, -4}));
+}
+
+TEST_F(SparseStoreTest, SyncPullTimesOutNamingTheMissingTrainer) {
+  Init(SYNC, 2);
+  ASSERT_TRUE(Push(0, 0, {1}, {1, 1}).ok());
+  std::vector<uint64_t> keys = {1};
+  std::vector<float> out(2);
+  std::vector<SparsePull> sparse = {{2, keys, out.data()}};
+  absl::Notification done;
+  absl::Status status;
+  store_->Pull(
+      0, 1, 1, 0, {}, sparse,
+      [](uint32_t, uint32_t, int64_t, absl::Span<const float>) {},
+      [&](absl::Status s, absl::Duration) {
+        status = s;
+        done.Notify();
+      });
+  EXPECT_FALSE(done.HasBeenNotified());
+  store_->Sweep(absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(done.HasBeenNotified());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find("trainer(s) 1"), std::string::npos) << status;
 }
 
 }  // namespace

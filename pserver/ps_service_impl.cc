@@ -36,6 +36,21 @@ absl::StatusOr<absl::Span<const float>> AsFloats(const std::string& bytes,
   return absl::MakeConstSpan(*scratch);
 }
 
+// Views little-endian uint64 keys in `bytes` (protobuf keeps `bytes` in
+// buffers aligned for them).
+absl::StatusOr<absl::Span<const uint64_t>> AsKeys(const std::string& bytes) {
+  if (bytes.size() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keys have ", bytes.size(),
+                     " bytes, not a whole number of uint64 keys"));
+  }
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0) {
+    return absl::InternalError("misaligned keys buffer");
+  }
+  return absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(bytes.data()),
+                             bytes.size() / sizeof(uint64_t));
+}
+
 absl::Status ToBlockData(
     const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
     std::vector<BlockData>* out, std::vector<std::vector<float>>* scratch) {
@@ -132,9 +147,26 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
     blocks.push_back(BlockId{r.table_id(), r.block()});
   }
   resp->mutable_blocks()->Reserve(req->blocks_size());
+  // Sparse rows are written straight into the reply's buffers.
+  std::vector<SparsePull> sparse;
+  for (const SparseRows& r : req->sparse()) {
+    auto dim = store_->SparseDim(r.table_id());
+    auto keys = AsKeys(r.keys());
+    if (!dim.ok() || !keys.ok()) {
+      resp->Clear();
+      reactor->Finish(ToGrpcStatus(dim.ok() ? keys.status() : dim.status()));
+      return reactor;
+    }
+    SparseRows* out = resp->add_sparse();
+    out->set_table_id(r.table_id());
+    out->mutable_values()->resize(keys->size() * *dim * sizeof(float));
+    sparse.push_back(
+        SparsePull{r.table_id(), *keys,
+                   reinterpret_cast<float*>(out->mutable_values()->data())});
+  }
   store_->Pull(
       req->trainer_id(), req->min_version(), req->step(), req->min_clock(),
-      blocks,
+      blocks, sparse,
       [resp](uint32_t table_id, uint32_t block, int64_t version,
              absl::Span<const float> values) {
         DenseBlock* b = resp->add_blocks();
@@ -171,10 +203,32 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
     case RequestDedup::Outcome::kNew:
       break;
   }
-  std::vector<BlockData> blocks;
-  std::vector<std::vector<float>> scratch;
-  absl::Status s = ToBlockData(req->blocks(), &blocks, &scratch);
-  if (s.ok()) s = store_->Push(req->trainer_id(), req->step(), blocks);
+  absl::Status s;
+  if (req->blocks_size() > 0 && req->sparse_size() > 0) {
+    s = absl::InvalidArgumentError(
+        "a push carries dense blocks or sparse rows, not both");
+  } else if (req->sparse_size() > 0) {
+    std::vector<SparseData> rows;
+    std::vector<std::vector<float>> scratch(req->sparse_size());
+    for (int i = 0; s.ok() && i < req->sparse_size(); ++i) {
+      const SparseRows& r = req->sparse(i);
+      auto keys = AsKeys(r.keys());
+      auto grads = AsFloats(r.values(), &scratch[i]);
+      if (!keys.ok() || !grads.ok()) {
+        s = absl::InvalidArgumentError(absl::StrCat(
+            "sparse rows of table id ", r.table_id(), ": ",
+            (keys.ok() ? grads.status() : keys.status()).message()));
+        break;
+      }
+      rows.push_back(SparseData{r.table_id(), *keys, *grads, r.num_chunks()});
+    }
+    if (s.ok()) s = store_->PushSparse(req->trainer_id(), req->step(), rows);
+  } else {
+    std::vector<BlockData> blocks;
+    std::vector<std::vector<float>> scratch;
+    s = ToBlockData(req->blocks(), &blocks, &scratch);
+    if (s.ok()) s = store_->Push(req->trainer_id(), req->step(), blocks);
+  }
   dedup_.Finish(req->request_id(), s);
   return Reply(ctx, s);
 }

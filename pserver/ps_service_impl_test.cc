@@ -227,5 +227,71 @@ TEST_F(PsServiceTest, ShutdownAnswersWaitingPullUnavailable) {
       << result.error_message();
 }
 
+TEST_F(PsServiceTest, SparseRowsOverTheWire) {
+  // A job with the dense table "w" and a sparse table "e" of dim 2.
+  InitJobRequest req;
+  req.set_trainer_id(0);
+  JobSpec job = Job();
+  job.set_num_trainers(1);
+  TableSpec* e = job.add_tables();
+  e->set_name("e");
+  e->set_kind(TableSpec::SPARSE);
+  e->mutable_sparse()->set_dim(2);
+  e->mutable_optimizer()->set_type(OptimizerConfig::SGD);
+  e->mutable_optimizer()->set_learning_rate(1.0f);
+  *req.mutable_job() = job;
+  InitJobResponse iresp;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub_->InitJob(&c1, req, &iresp).ok());
+  grpc::ClientContext c2;
+  CommitInitRequest creq;
+  CommitInitResponse cresp;
+  ASSERT_TRUE(stub_->CommitInit(&c2, creq, &cresp).ok());
+
+  auto keys_bytes = [](std::vector<uint64_t> k) {
+    return std::string(reinterpret_cast<const char*>(k.data()),
+                       k.size() * sizeof(uint64_t));
+  };
+  auto push = [&](uint64_t id, std::string keys, std::string values,
+                  bool with_dense = false) {
+    PushRequest p;
+    p.set_trainer_id(0);
+    p.set_step(0);
+    p.set_request_id(id);
+    SparseRows* r = p.add_sparse();
+    r->set_table_id(1);
+    r->set_keys(keys);
+    r->set_values(values);
+    r->set_num_chunks(1);
+    if (with_dense) p.add_blocks()->set_values(Bytes({1, 1, 1, 1}));
+    PushResponse presp;
+    grpc::ClientContext ctx;
+    return stub_->Push(&ctx, p, &presp);
+  };
+  ExpectCode(push(1, keys_bytes({3}).substr(0, 7), Bytes({1, 1})),
+             grpc::StatusCode::INVALID_ARGUMENT, "whole number of uint64");
+  ExpectCode(push(2, keys_bytes({3}), Bytes({1, 1}), /*with_dense=*/true),
+             grpc::StatusCode::INVALID_ARGUMENT, "not both");
+  ASSERT_TRUE(push(3, keys_bytes({3, 4}), Bytes({1, 2, 3, 4})).ok());
+
+  PullRequest preq;
+  preq.set_trainer_id(0);
+  preq.set_min_version(1);
+  SparseRows* want = preq.add_sparse();
+  want->set_table_id(1);
+  want->set_keys(keys_bytes({4, 3, 5}));
+  PullResponse presp;
+  grpc::ClientContext c3;
+  ASSERT_TRUE(stub_->Pull(&c3, preq, &presp).ok());
+  ASSERT_EQ(presp.sparse_size(), 1);
+  EXPECT_EQ(Floats(presp.sparse(0).values()),
+            (std::vector<float>{-3, -4, -1, -2, 0, 0}));
+  // A dense table asked for as sparse is refused.
+  want->set_table_id(0);
+  grpc::ClientContext c4;
+  ExpectCode(stub_->Pull(&c4, preq, &presp), grpc::StatusCode::INVALID_ARGUMENT,
+             "is dense");
+}
+
 }  // namespace
 }  // namespace shardps
