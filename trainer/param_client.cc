@@ -313,4 +313,165 @@ absl::Status ParamClient::Push(int64_t step,
   return err.Get();
 }
 
+namespace {
+
+// Positions (into a transfer's keys) per pserver, cut into chunks of at
+// most kMaxChunkBytes of keys and values. In `sync` mode every pserver gets
+// at least one chunk, possibly empty.
+std::vector<std::vector<std::vector<uint32_t>>> SplitKeys(
+    absl::Span<const uint64_t> keys, int dim, int num_servers, bool sync) {
+  std::vector<std::vector<uint32_t>> per_server(num_servers);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    per_server[SparseKeyServer(keys[i], num_servers)].push_back(
+        static_cast<uint32_t>(i));
+  }
+  const size_t per_key = sizeof(uint64_t) + sizeof(float) * dim;
+  const size_t max_keys = std::max<size_t>(1, kMaxChunkBytes / per_key);
+  std::vector<std::vector<std::vector<uint32_t>>> chunks(num_servers);
+  for (int s = 0; s < num_servers; ++s) {
+    const auto& idx = per_server[s];
+    for (size_t start = 0; start < idx.size(); start += max_keys) {
+      chunks[s].emplace_back(
+          idx.begin() + start,
+          idx.begin() + std::min(idx.size(), start + max_keys));
+    }
+    if (sync && chunks[s].empty()) chunks[s].emplace_back();
+  }
+  return chunks;
+}
+
+}  // namespace
+
+absl::Status ParamClient::PullSparse(int64_t min_version, int64_t step,
+                                     const std::vector<SparseTransfer>& tables,
+                                     TransferStats* stats) {
+  struct Pending {
+    const SparseTransfer* table;
+    std::vector<uint32_t> positions;
+    PsClientInterface* server;
+    PullRequest req;
+    PullResponse resp;
+  };
+  const int num_servers = static_cast<int>(servers_.size());
+  std::vector<std::unique_ptr<Pending>> calls;
+  for (const SparseTransfer& t : tables) {
+    auto chunks = SplitKeys(t.keys, t.dim, num_servers, /*sync=*/false);
+    for (int s = 0; s < num_servers; ++s) {
+      for (auto& chunk : chunks[s]) {
+        auto p = std::make_unique<Pending>();
+        p->table = &t;
+        p->positions = std::move(chunk);
+        p->server = servers_[s];
+        p->req.set_trainer_id(trainer_id_);
+        p->req.set_min_version(min_version);
+        p->req.set_step(step);
+        SparseRows* r = p->req.add_sparse();
+        r->set_table_id(t.table_id);
+        std::string* keys = r->mutable_keys();
+        keys->resize(p->positions.size() * sizeof(uint64_t));
+        uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
+        for (size_t j = 0; j < p->positions.size(); ++j) {
+          k[j] = t.keys[p->positions[j]];
+        }
+        calls.push_back(std::move(p));
+      }
+    }
+  }
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (auto& call : calls) {
+    Pending* p = call.get();
+    p->server->PullAsync(p->req, &p->resp, [&, p](absl::Status st) {
+      const size_t row_bytes = sizeof(float) * p->table->dim;
+      if (st.ok() &&
+          (p->resp.sparse_size() != 1 || p->resp.sparse(0).values().size() !=
+                                             p->positions.size() * row_bytes)) {
+        st = absl::DataLossError(
+            absl::StrCat("sparse pull from ", p->server->address(),
+                         ": the reply does not match the request"));
+      }
+      if (st.ok()) {
+        const char* src = p->resp.sparse(0).values().data();
+        for (size_t j = 0; j < p->positions.size(); ++j) {
+          std::memcpy(p->table->rows +
+                          static_cast<size_t>(p->positions[j]) * p->table->dim,
+                      src + j * row_bytes, row_bytes);
+        }
+      }
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  if (stats != nullptr) {
+    *stats = TransferStats{};
+    for (const auto& p : calls) {
+      stats->bytes +=
+          static_cast<int64_t>(p->req.ByteSizeLong() + p->resp.ByteSizeLong());
+      stats->server_wait_us =
+          std::max(stats->server_wait_us, p->resp.wait_micros());
+    }
+    stats->rpcs = static_cast<int64_t>(calls.size());
+  }
+  return err.Get();
+}
+
+absl::Status ParamClient::PushSparse(int64_t step, bool sync,
+                                     const std::vector<SparseTransfer>& tables,
+                                     TransferStats* stats) {
+  struct Pending {
+    PsClientInterface* server;
+    PushRequest req;
+    PushResponse resp;
+  };
+  const int num_servers = static_cast<int>(servers_.size());
+  std::vector<std::unique_ptr<Pending>> calls;
+  for (const SparseTransfer& t : tables) {
+    const auto chunks = SplitKeys(t.keys, t.dim, num_servers, sync);
+    for (int s = 0; s < num_servers; ++s) {
+      for (const auto& chunk : chunks[s]) {
+        auto p = std::make_unique<Pending>();
+        p->server = servers_[s];
+        p->req.set_trainer_id(trainer_id_);
+        p->req.set_step(step);
+        p->req.set_request_id(NextRequestId());
+        SparseRows* r = p->req.add_sparse();
+        r->set_table_id(t.table_id);
+        r->set_num_chunks(static_cast<int32_t>(chunks[s].size()));
+        std::string* keys = r->mutable_keys();
+        std::string* values = r->mutable_values();
+        keys->resize(chunk.size() * sizeof(uint64_t));
+        values->resize(chunk.size() * sizeof(float) * t.dim);
+        uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
+        char* v = values->data();
+        const size_t row_bytes = sizeof(float) * t.dim;
+        for (size_t j = 0; j < chunk.size(); ++j) {
+          k[j] = t.keys[chunk[j]];
+          std::memcpy(v + j * row_bytes,
+                      t.grads + static_cast<size_t>(chunk[j]) * t.dim,
+                      row_bytes);
+        }
+        calls.push_back(std::move(p));
+      }
+    }
+  }
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (auto& call : calls) {
+    call->server->PushAsync(call->req, &call->resp, [&](absl::Status st) {
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  if (stats != nullptr) {
+    *stats = TransferStats{};
+    for (const auto& p : calls) {
+      stats->bytes += static_cast<int64_t>(p->req.ByteSizeLong());
+    }
+    stats->rpcs = static_cast<int64_t>(calls.size());
+  }
+  return err.Get();
+}
+
 }  // namespace shardps

@@ -36,6 +36,16 @@ struct BlockPlacement {
   int64_t size = 0;
 };
 
+// The rows of one sparse table that a pull wants or a push sends: distinct
+// keys, and keys.size() * dim floats to fill (pull) or to send (push).
+struct SparseTransfer {
+  uint32_t table_id = 0;  // index in the job's tables
+  int dim = 0;
+  absl::Span<const uint64_t> keys;
+  float* rows = nullptr;         // pulls: filled
+  const float* grads = nullptr;  // pushes: sent
+};
+
 // Cuts the blocks of `tables` into chunks per pserver: chunks[s][c] lists
 // the blocks of call c to pserver s, at most kMaxChunkBytes of values each
 // (a single larger block gets a call of its own). Pure function.
@@ -79,6 +89,19 @@ class ParamClient {
   // pserver applies it once.
   absl::Status Push(int64_t step, const std::vector<const float*>& grads,
                     TransferStats* stats);
+
+  // Sparse tables: keys go to pserver Mix64(key) % P, in calls of at most
+  // 4 MiB of keys and values, all in flight at once. Pull fills each
+  // transfer's rows once the tables have applied `min_version` steps
+  // (sync). Push sends each transfer's grads for `step`; in sync mode every
+  // pserver gets at least one (possibly empty) chunk of every table, with
+  // the chunk count, so that it knows when this trainer's step is complete.
+  absl::Status PullSparse(int64_t min_version, int64_t step,
+                          const std::vector<SparseTransfer>& tables,
+                          TransferStats* stats);
+  absl::Status PushSparse(int64_t step, bool sync,
+                          const std::vector<SparseTransfer>& tables,
+                          TransferStats* stats);
 
   const std::vector<std::vector<std::vector<BlockPlacement>>>& chunks() const {
     return chunks_;
