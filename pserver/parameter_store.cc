@@ -897,6 +897,18 @@ StoreCounters ParameterStore::counters() const {
   return c;
 }
 
+std::vector<ParameterStore::SparseTableStats> ParameterStore::SparseStats()
+    const {
+  std::vector<SparseTableStats> out;
+  if (!ready()) return out;
+  for (const Table& t : tables_) {
+    if (t.sparse == nullptr) continue;
+    out.push_back(SparseTableStats{t.spec.name(), t.sparse->counters(),
+                                   t.sparse->MemoryBytes()});
+  }
+  return out;
+}
+
 size_t ParameterStore::num_blocks() const {
   absl::MutexLock l(&init_mu_);
   return init_blocks_.size();

@@ -158,6 +158,14 @@ class ParameterStore {
   };
   VersionRange Versions() const;
   StoreCounters counters() const;
+
+  // Rows, memory and admission/eviction counters of each sparse table.
+  struct SparseTableStats {
+    std::string name;
+    SparseCounters counters;
+    size_t memory_bytes = 0;
+  };
+  std::vector<SparseTableStats> SparseStats() const;
   size_t num_blocks() const;
 
   // Test hooks.

@@ -105,6 +105,14 @@ void PsServer::Shutdown(absl::Duration grace) {
             << " pulls, " << c.block_updates << " block updates, "
             << c.rejected_requests << " rejected requests, " << c.pull_timeouts
             << " pull time-outs";
+  for (const auto& t : store_.SparseStats()) {
+    LOG(INFO) << "sparse table " << t.name << ": " << t.counters.rows
+              << " rows (" << t.memory_bytes / (1 << 20) << " MiB), "
+              << t.counters.created << " created, " << t.counters.evicted
+              << " evicted, " << t.counters.pending_keys
+              << " keys awaiting admission, " << t.counters.dropped_updates
+              << " updates dropped before admission";
+  }
   done_.Notify();
 }
 
