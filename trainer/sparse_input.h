@@ -1,0 +1,60 @@
+#ifndef SHARDPS_TRAINER_SPARSE_INPUT_H_
+#define SHARDPS_TRAINER_SPARSE_INPUT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+
+namespace shardps {
+
+// A batch of sparse records in CSR form: record r has the features
+// ids[offsets[r] .. offsets[r+1]) with their values.
+struct SparseBatch {
+  std::vector<int64_t> offsets;  // batch + 1 entries, offsets[0] == 0
+  std::vector<uint64_t> ids;
+  std::vector<float> values;
+  int batch() const { return static_cast<int>(offsets.size()) - 1; }
+};
+
+// The sparse input layer of a model: each record's features look up rows of
+// `dim` floats in a sparse table, and the record's input is the
+// value-weighted sum of its rows (sum pooling), h_r = sum_j x_j * E[id_j].
+// The batch's keys are deduplicated, so a trainer pulls and pushes each
+// touched row once per step, and the gradient it pushes for a row is the sum
+// over the batch of that row's contributions. Requires external
+// synchronization.
+class SparseInput {
+ public:
+  explicit SparseInput(int dim) : dim_(dim) {}
+
+  int dim() const { return dim_; }
+
+  // Sets the batch: collects its distinct keys (in first-seen order).
+  void SetBatch(const SparseBatch* batch);
+  // The distinct keys of the batch; rows() must be filled for them.
+  const std::vector<uint64_t>& keys() const { return keys_; }
+  // keys().size() * dim floats: the rows of keys(), to fill from a pull.
+  std::vector<float>& rows() { return rows_; }
+
+  // h (batch x dim) from the rows.
+  void Forward(float* h) const;
+  // From dh (batch x dim), the gradient of each distinct key's row,
+  // keys().size() * dim floats in grads().
+  void Backward(const float* dh);
+  const std::vector<float>& grads() const { return grads_; }
+
+ private:
+  const int dim_;
+  const SparseBatch* batch_ = nullptr;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> slot_;  // per feature occurrence: its key's index
+  std::vector<float> rows_;
+  std::vector<float> grads_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_SPARSE_INPUT_H_
