@@ -461,7 +461,7 @@ absl::StatusOr<int> ParameterStore::SparseDim(uint32_t table_id) const {
 }
 
 absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
-                                        absl::Span<const SparseData> rows) {
+                                        absl::Span<const SparseGrads> rows) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
   if (st.ok() && step < 0) {
     st = absl::InvalidArgumentError(absl::StrCat("negative step ", step));
@@ -470,7 +470,7 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   absl::flat_hash_set<uint64_t> seen;
   std::vector<uint32_t> table_ids;
   for (size_t i = 0; st.ok() && i < rows.size(); ++i) {
-    const SparseData& r = rows[i];
+    const SparseGrads& r = rows[i];
     auto dim = SparseDim(r.table_id);
     if (!dim.ok()) {
       st = dim.status();
@@ -518,14 +518,14 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
     return st;
   }
   // Order by table for the locks; then check steps, then apply.
-  std::vector<const SparseData*> work;
-  for (const SparseData& r : rows) work.push_back(&r);
+  std::vector<const SparseGrads*> work;
+  for (const SparseGrads& r : rows) work.push_back(&r);
   std::sort(work.begin(), work.end(), [](const auto* a, const auto* b) {
     return a->table_id < b->table_id;
   });
-  for (const SparseData* r : work) tables_[r->table_id].sparse_step->mu.Lock();
+  for (const SparseGrads* r : work) tables_[r->table_id].sparse_step->mu.Lock();
   std::vector<std::shared_ptr<Waiter>> ready_waiters;
-  for (const SparseData* r : work) {
+  for (const SparseGrads* r : work) {
     SparseStep& ss = *tables_[r->table_id].sparse_step;
     ss.mu.AssertHeld();
     if (!sync_) break;
@@ -553,7 +553,7 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   }
   if (st.ok()) {
     const absl::Time now = absl::Now();
-    for (const SparseData* r : work) {
+    for (const SparseGrads* r : work) {
       Table& t = tables_[r->table_id];
       SparseStep& ss = *t.sparse_step;
       ss.mu.AssertHeld();

@@ -48,7 +48,7 @@ struct BlockId {
 
 // One chunk of a trainer's gradients for a sparse table, as views into the
 // request: keys.size() rows of the table's dim floats.
-struct SparseData {
+struct SparseGrads {
   uint32_t table_id = 0;
   absl::Span<const uint64_t> keys;
   absl::Span<const float> grads;
@@ -127,7 +127,7 @@ class ParameterStore {
   // on. A repeated chunk beyond a trainer's count is ignored. ASYNC: applied
   // on arrival under per-stripe locks.
   absl::Status PushSparse(int trainer_id, int64_t step,
-                          absl::Span<const SparseData> rows);
+                          absl::Span<const SparseGrads> rows);
 
   // The row width of sparse table `table_id`; NOT_FOUND or INVALID_ARGUMENT
   // when there is no such sparse table.

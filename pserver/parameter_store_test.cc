@@ -358,7 +358,7 @@ class SparseStoreTest : public ::testing::Test {
   absl::Status Push(int trainer, int64_t step, std::vector<uint64_t> keys,
                     std::vector<float> grads, int32_t chunks = 1,
                     uint32_t table = 2) {
-    std::vector<SparseData> rows = {{table, keys, grads, chunks}};
+    std::vector<SparseGrads> rows = {{table, keys, grads, chunks}};
     return store_->PushSparse(trainer, step, rows);
   }
   std::vector<float> Read(std::vector<uint64_t> keys, int64_t min_version = 0) {

@@ -208,7 +208,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
     s = absl::InvalidArgumentError(
         "a push carries dense blocks or sparse rows, not both");
   } else if (req->sparse_size() > 0) {
-    std::vector<SparseData> rows;
+    std::vector<SparseGrads> rows;
     std::vector<std::vector<float>> scratch(req->sparse_size());
     for (int i = 0; s.ok() && i < req->sparse_size(); ++i) {
       const SparseRows& r = req->sparse(i);
@@ -220,7 +220,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
             (keys.ok() ? grads.status() : keys.status()).message()));
         break;
       }
-      rows.push_back(SparseData{r.table_id(), *keys, *grads, r.num_chunks()});
+      rows.push_back(SparseGrads{r.table_id(), *keys, *grads, r.num_chunks()});
     }
     if (s.ok()) s = store_->PushSparse(req->trainer_id(), req->step(), rows);
   } else {
