@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libopenblas-dev libeigen3-dev
   dataset-fashion-mnist
+  liblinear-tools  # examples/heart_scale for libsvm_reader_test
 )
 
 missing=()
