@@ -98,10 +98,12 @@ CtrSampleStream::CtrSampleStream(const CtrGenerator* gen, uint64_t stream_id)
 
 void CtrSampleStream::Next(uint64_t* ids, double* prob, int32_t* label) {
   const int fields = gen_->options_.num_fields;
+  ranks_.resize(fields);
   for (int f = 0; f < fields; ++f) {
-    ids[f] = gen_->FeatureId(f, gen_->zipf_.Sample(rng_));
+    ranks_[f] = gen_->zipf_.Sample(rng_);
+    ids[f] = gen_->FeatureId(f, ranks_[f]);
   }
-  *prob = Sigmoid(gen_->Logit(ids, fields));
+  *prob = Sigmoid(gen_->Logit(ranks_.data(), fields));
   *label = Uniform01(rng_) < *prob ? 1 : 0;
 }
 
@@ -137,13 +139,13 @@ absl::StatusOr<std::unique_ptr<CtrGenerator>> CtrGenerator::Create(
   // Fit the bias on a calibration stream: the mean of sigmoid(bias + sum of
   // weights) grows with the bias, so bisect.
   std::vector<double> sums(kCalibrationSamples);
-  std::vector<uint64_t> ids(options.num_fields);
+  std::vector<int64_t> ranks(options.num_fields);
   CtrSampleStream stream = gen->NewStream(kCalibrationStream);
   for (double& sum : sums) {
     for (int f = 0; f < options.num_fields; ++f) {
-      ids[f] = gen->FeatureId(f, gen->zipf_.Sample(stream.rng_));
+      ranks[f] = gen->zipf_.Sample(stream.rng_);
     }
-    sum = gen->Logit(ids.data(), options.num_fields);  // bias_ is still 0
+    sum = gen->Logit(ranks.data(), options.num_fields);  // bias_ is still 0
   }
   double lo = -50, hi = 50;
   for (int iter = 0; iter < 100; ++iter) {
@@ -181,9 +183,14 @@ double CtrGenerator::Weight(uint64_t id) const {
          std::cos(2.0 * M_PI * u2);
 }
 
-double CtrGenerator::Logit(const uint64_t* ids, int num_ids) const {
+double CtrGenerator::RankWeight(int field, int64_t rank) const {
+  if (options_.signal_ranks > 0 && rank >= options_.signal_ranks) return 0;
+  return Weight(FeatureId(field, rank));
+}
+
+double CtrGenerator::Logit(const int64_t* ranks, int num_fields) const {
   double sum = bias_;
-  for (int i = 0; i < num_ids; ++i) sum += Weight(ids[i]);
+  for (int f = 0; f < num_fields; ++f) sum += RankWeight(f, ranks[f]);
   return sum;
 }
 

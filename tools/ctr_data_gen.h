@@ -35,9 +35,13 @@ struct CtrGenOptions {
   // With the other defaults, 300k samples hold about 1.5 million distinct
   // ids.
   int64_t vocab_per_field = 10000000;
-  double zipf_exponent = 1.1;   // P(rank k) ~ (k + 1)^-zipf_exponent; > 0
-  double weight_stddev = 0.35;  // the logit's spread is ~ this * sqrt(fields)
-  double target_ctr = 0.15;     // in (0, 1)
+  double zipf_exponent = 1.1;  // P(rank k) ~ (k + 1)^-zipf_exponent; > 0
+  double weight_stddev = 0.6;  // the logit's spread is ~ this * sqrt(fields)
+  // Only the `signal_ranks` most frequent features of each field carry a
+  // planted weight; the rarer ones, most of the distinct ids, are noise, as
+  // in real click logs where rare ids say little. 0: every rank carries one.
+  int64_t signal_ranks = 1000;
+  double target_ctr = 0.15;  // in (0, 1)
   uint64_t seed = 1;
 };
 
@@ -79,6 +83,7 @@ class CtrSampleStream {
 
   const CtrGenerator* const gen_;
   std::mt19937_64 rng_;
+  std::vector<int64_t> ranks_;  // of the sample being drawn
 };
 
 // The planted model and its sample streams. Thread-safe: const after
@@ -103,8 +108,12 @@ class CtrGenerator {
   // The planted weight of `id`: ~ N(0, weight_stddev), fixed by (seed, id).
   double Weight(uint64_t id) const;
 
-  // bias + the weights of `ids`.
-  double Logit(const uint64_t* ids, int num_ids) const;
+  // The planted weight of the feature of `rank` in `field`: Weight of its
+  // id, or 0 beyond signal_ranks.
+  double RankWeight(int field, int64_t rank) const;
+
+  // bias + the weights of one sample's features, ranks[f] being field f's.
+  double Logit(const int64_t* ranks, int num_fields) const;
 
   double bias() const { return bias_; }
   const CtrGenOptions& options() const { return options_; }

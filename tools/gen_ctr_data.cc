@@ -33,7 +33,10 @@ DEFINE_int64(num_test, 50000, "test samples");
 DEFINE_int32(num_fields, 20, "fields: one feature per field per sample");
 DEFINE_int64(vocab_per_field, 10000000, "Zipf ranks per field");
 DEFINE_double(zipf_exponent, 1.1, "exponent of the per-field Zipf law");
-DEFINE_double(weight_stddev, 0.35, "stddev of the planted feature weights");
+DEFINE_double(weight_stddev, 0.6, "stddev of the planted feature weights");
+DEFINE_int64(signal_ranks, 1000,
+             "only the this many most frequent features of a field carry a "
+             "planted weight; 0: all");
 DEFINE_double(target_ctr, 0.15, "mean click rate the bias is fitted to");
 DEFINE_uint64(seed, 1,
               "the data and the planted model depend only on this "
@@ -107,6 +110,7 @@ int Run() {
   options.vocab_per_field = FLAGS_vocab_per_field;
   options.zipf_exponent = FLAGS_zipf_exponent;
   options.weight_stddev = FLAGS_weight_stddev;
+  options.signal_ranks = FLAGS_signal_ranks;
   options.target_ctr = FLAGS_target_ctr;
   options.seed = FLAGS_seed;
   if (FLAGS_num_train < 0 || FLAGS_num_test < 0 || FLAGS_shards < 0) {

@@ -124,16 +124,19 @@ absl::StatusOr<std::unique_ptr<ShardedDataset>> ShardedDataset::Create(
 ShardedDataset::ShardedDataset(IdxData data, std::vector<int64_t> local)
     : data_(std::move(data)), local_(std::move(local)), order_(local_) {}
 
-void ShardedDataset::StartPass(int pass, bool shuffle, uint64_t seed) {
-  order_ = local_;
-  if (!shuffle) return;
+void ShuffleForPass(std::vector<int64_t>* order, int pass, uint64_t seed) {
   // Fisher-Yates with our own bounded draw (std::shuffle's use of the
   // generator is implementation-defined).
   std::mt19937_64 rng(Mix(seed, static_cast<uint64_t>(pass)));
-  for (size_t i = order_.size(); i > 1; --i) {
+  for (size_t i = order->size(); i > 1; --i) {
     const size_t j = static_cast<size_t>(UniformBelow(rng, i));
-    std::swap(order_[i - 1], order_[j]);
+    std::swap((*order)[i - 1], (*order)[j]);
   }
+}
+
+void ShardedDataset::StartPass(int pass, bool shuffle, uint64_t seed) {
+  order_ = local_;
+  if (shuffle) ShuffleForPass(&order_, pass, seed);
 }
 
 void ShardedDataset::GetBatch(int64_t batch_index, int batch_size, float* x,

@@ -32,6 +32,10 @@ absl::StatusOr<std::vector<std::string>> FilesForTrainer(
 // trainer r mod num_trainers).
 std::vector<int64_t> RecordsPerTrainer(int64_t total_records, int num_trainers);
 
+// Permutes `order` with a permutation that depends only on (seed, pass)
+// and is the same on any machine.
+void ShuffleForPass(std::vector<int64_t>* order, int pass, uint64_t seed);
+
 // A trainer's share of a data set and its batching order. Requires external
 // synchronization.
 class ShardedDataset {

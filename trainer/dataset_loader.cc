@@ -121,4 +121,49 @@ absl::StatusOr<IdxData> LoadTestData(const DataConfig& config) {
   return all;
 }
 
+absl::StatusOr<SparseTrainData> LoadSparseTrainData(const DataConfig& config,
+                                                    int trainer_id,
+                                                    int num_trainers) {
+  const auto files = SplitFileList(config.train_images());
+  if (files.empty()) {
+    return absl::InvalidArgumentError(
+        "data: train_images must name the libsvm training file(s)");
+  }
+  SparseTrainData out;
+  if (files.size() == 1) {
+    ASSIGN_OR_RETURN(int64_t total, CountLibsvmRecords(files[0]));
+    out.records_per_trainer = RecordsPerTrainer(total, num_trainers);
+    LibsvmReadOptions options;
+    options.shard_index = trainer_id;
+    options.num_shards = num_trainers;
+    ASSIGN_OR_RETURN(SparseData mine, ReadLibsvm(files[0], options));
+    out.shard = std::make_unique<SparseDataset>(std::move(mine));
+    return out;
+  }
+  out.records_per_trainer.assign(num_trainers, 0);
+  for (const auto& f : files) {
+    ASSIGN_OR_RETURN(int shard, ParseShardSuffix(f));
+    ASSIGN_OR_RETURN(int64_t n, CountLibsvmRecords(f));
+    out.records_per_trainer[shard % num_trainers] += n;
+  }
+  ASSIGN_OR_RETURN(auto mine_files,
+                   FilesForTrainer(files, trainer_id, num_trainers));
+  if (mine_files.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: no training file has a shard suffix i with i mod ",
+                     num_trainers, " == ", trainer_id));
+  }
+  ASSIGN_OR_RETURN(SparseData mine, ReadLibsvmFiles(mine_files));
+  out.shard = std::make_unique<SparseDataset>(std::move(mine));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<SparseDataset>> LoadSparseTestData(
+    const DataConfig& config) {
+  const auto files = SplitFileList(config.test_images());
+  if (files.empty()) return std::make_unique<SparseDataset>(SparseData{});
+  ASSIGN_OR_RETURN(SparseData all, ReadLibsvmFiles(files));
+  return std::make_unique<SparseDataset>(std::move(all));
+}
+
 }  // namespace shardps

@@ -8,6 +8,7 @@
 #include "proto/model_config.pb.h"
 #include "trainer/data_shard.h"
 #include "trainer/idx_reader.h"
+#include "trainer/sparse_dataset.h"
 
 namespace shardps {
 
@@ -28,6 +29,18 @@ absl::StatusOr<TrainData> LoadTrainData(const DataConfig& config,
 
 // Reads the whole test set (every trainer evaluates on all of it).
 absl::StatusOr<IdxData> LoadTestData(const DataConfig& config);
+
+// LIBSVM data: `train_images` names one file (sharded by record) or a list
+// `name-00000,...` (sharded by file suffix).
+struct SparseTrainData {
+  std::unique_ptr<SparseDataset> shard;
+  std::vector<int64_t> records_per_trainer;
+};
+absl::StatusOr<SparseTrainData> LoadSparseTrainData(const DataConfig& config,
+                                                    int trainer_id,
+                                                    int num_trainers);
+absl::StatusOr<std::unique_ptr<SparseDataset>> LoadSparseTestData(
+    const DataConfig& config);
 
 }  // namespace shardps
 

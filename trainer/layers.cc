@@ -1,5 +1,6 @@
 #include "trainer/layers.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 
@@ -91,6 +92,30 @@ void ActivationLayer::Backward(const float* in, const float* out,
     default:
       for (size_t i = 0; i < size; ++i) din[i] = TanhBackward(out[i], dout[i]);
       break;
+  }
+}
+
+BiasLayer::BiasLayer(std::string name, int dim, ParamTable* bias)
+    : Layer(std::move(name), dim, dim), bias_(bias) {}
+
+void BiasLayer::Forward(const float* in, int batch, float* out) {
+  const int n = output_dim();
+  const float* b = bias_->value.data();
+  for (int r = 0; r < batch; ++r) {
+    for (int j = 0; j < n; ++j) out[r * n + j] = in[r * n + j] + b[j];
+  }
+}
+
+void BiasLayer::Backward(const float* in, const float* out, const float* dout,
+                         int batch, float* din) {
+  const int n = output_dim();
+  float* g = bias_->grad.data();
+  std::fill(g, g + n, 0.0f);
+  for (int r = 0; r < batch; ++r) {
+    for (int j = 0; j < n; ++j) g[j] += dout[r * n + j];
+  }
+  if (din != nullptr) {
+    std::copy(dout, dout + static_cast<size_t>(batch) * n, din);
   }
 }
 

@@ -83,6 +83,21 @@ class ActivationLayer : public Layer {
   const LayerConfig::Type type_;
 };
 
+// y = x + b, b is {dim}: a learned bias without a weight (logistic
+// regression over a sparse input). Requires external synchronization.
+class BiasLayer : public Layer {
+ public:
+  // `bias` must outlive the layer.
+  BiasLayer(std::string name, int dim, ParamTable* bias);
+
+  void Forward(const float* in, int batch, float* out) override;
+  void Backward(const float* in, const float* out, const float* dout, int batch,
+                float* din) override;
+
+ private:
+  ParamTable* const bias_;
+};
+
 }  // namespace shardps
 
 #endif  // SHARDPS_TRAINER_LAYERS_H_

@@ -51,6 +51,12 @@ DEFINE_int32(ready_timeout_s, 600,
 DEFINE_int32(rpc_retry_s, 600,
              "how long a call to a pserver keeps retrying "
              "while the pserver is unavailable");
+DEFINE_string(train_data, "",
+              "training data file(s), replacing the config's train_images "
+              "(LIBSVM: the libsvm files; IDX: the image files)");
+DEFINE_string(test_data, "", "test data file(s), replacing test_images");
+DEFINE_string(train_labels, "", "IDX: label file(s), replacing train_labels");
+DEFINE_string(test_labels, "", "IDX: label file(s), replacing test_labels");
 DEFINE_string(progress, "auto",
               "progress bar on stderr: auto (when stderr is "
               "a terminal), on or off");
@@ -154,6 +160,11 @@ int main(int argc, char** argv) {
   if (addresses.empty()) Fail("--pservers is required (host:port,...)");
 
   o.config = ReadConfig(FLAGS_config);
+  shardps::DataConfig* data = o.config.mutable_data();
+  if (!FLAGS_train_data.empty()) data->set_train_images(FLAGS_train_data);
+  if (!FLAGS_test_data.empty()) data->set_test_images(FLAGS_test_data);
+  if (!FLAGS_train_labels.empty()) data->set_train_labels(FLAGS_train_labels);
+  if (!FLAGS_test_labels.empty()) data->set_test_labels(FLAGS_test_labels);
   if (FLAGS_mode == "sync") {
     o.mode = shardps::SYNC;
   } else if (FLAGS_mode == "async") {

@@ -27,6 +27,8 @@ const char* TypePrefix(LayerConfig::Type type) {
       return "sigmoid";
     case LayerConfig::TANH:
       return "tanh";
+    case LayerConfig::BIAS:
+      return "bias";
     default:
       return "layer";
   }
@@ -120,6 +122,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
         last_fc = i;
         break;
       }
+      case LayerConfig::BIAS: {
+        ParamTable bias;
+        bias.name = absl::StrCat(layer->name(), ".bias");
+        bias.shape = {dim};
+        bias.layer = layer;
+        bias.value.assign(dim, 0.0f);
+        bias.grad.assign(dim, 0.0f);
+        model->tables_.push_back(std::move(bias));
+        last_fc = i;
+        break;
+      }
       case LayerConfig::RELU:
       case LayerConfig::SIGMOID:
       case LayerConfig::TANH:
@@ -131,16 +144,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     }
   }
   if (last_fc < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", cfg.name(), ": needs at least one FULLY_CONNECTED layer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", cfg.name(),
+                     ": needs at least one FULLY_CONNECTED or BIAS layer"));
   }
-  const LayerConfig& last = cfg.layers(last_fc);
+  LayerConfig last = cfg.layers(last_fc);
+  if (last.type() == LayerConfig::BIAS) last.set_output_dim(dim);
   switch (cfg.loss().type()) {
     case LossConfig::LOGISTIC:
       if (last.output_dim() != 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "layer ", last.name(), ": LOGISTIC loss needs the last ",
-            "FULLY_CONNECTED layer to have output_dim 1, got ",
+            "FULLY_CONNECTED or BIAS layer to have output_dim 1, got ",
             last.output_dim()));
       }
       if (num_classes > 2) {
@@ -173,6 +188,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
           &model->tables_[table + 1]));
       table += 2;
       dim = layer.output_dim();
+    } else if (layer.type() == LayerConfig::BIAS) {
+      model->layers_.push_back(std::make_unique<BiasLayer>(
+          layer.name(), dim, &model->tables_[table]));
+      table += 1;
     } else {
       model->layers_.push_back(
           std::make_unique<ActivationLayer>(layer.name(), dim, layer.type()));
@@ -197,7 +216,12 @@ void Model::InitializeParameters(uint64_t seed) {
     ParamTable& table = tables_[t];
     const bool is_bias = table.shape.size() == 1;
     const int64_t fan_out = table.shape.back();
-    const int64_t fan_in = is_bias ? tables_[t - 1].shape[0] : table.shape[0];
+    // A bias's fan-in is its layer's input: the weight before it, or (a BIAS
+    // layer) its own width.
+    const bool bias_layer = table.layer->type() == LayerConfig::BIAS;
+    const int64_t fan_in = !is_bias     ? table.shape[0]
+                           : bias_layer ? fan_out
+                                        : tables_[t - 1].shape[0];
     InitializerConfig init;
     if (is_bias) {
       if (table.layer->has_bias_init()) {
@@ -305,7 +329,8 @@ BatchStats Model::Loss(const int32_t* labels, int batch, float* dlogits,
 }
 
 absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
-                                             const int32_t* labels, int batch) {
+                                             const int32_t* labels, int batch,
+                                             float* input_grad) {
   if (batch <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch must be positive, got ", batch));
@@ -316,7 +341,7 @@ absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
   BatchStats stats = Loss(labels, batch, grads_.back().data(), nullptr);
   for (size_t i = layers_.size(); i-- > 0;) {
     const float* in = i == 0 ? x : acts_[i - 1].data();
-    float* din = i == 0 ? nullptr : grads_[i - 1].data();
+    float* din = i == 0 ? input_grad : grads_[i - 1].data();
     layers_[i]->Backward(in, acts_[i].data(), grads_[i].data(), batch, din);
   }
   return stats;

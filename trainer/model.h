@@ -55,8 +55,10 @@ class Model {
   // every table's grad with the gradient of the MEAN loss over the batch.
   // Returns InvalidArgument for batch <= 0 or a label out of range, in which
   // case the gradients are unspecified.
+  // If `input_grad` is not null it receives the gradient of the mean loss
+  // with respect to x (batch x input_dim), for a sparse input below.
   absl::StatusOr<BatchStats> TrainBatch(const float* x, const int32_t* labels,
-                                        int batch);
+                                        int batch, float* input_grad = nullptr);
 
   // Forward only. For LOGISTIC, an example is correct when (p >= 0.5) equals
   // its label. If `probabilities` is not null it receives batch * output_dim()

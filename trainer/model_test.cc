@@ -119,6 +119,42 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.activation + "_" + info.param.loss;
     });
 
+// A BIAS layer (logistic regression on a 1-wide input): its gradient and
+// the gradient with respect to the input, against central differences.
+TEST(ModelTest, BiasLayerGradients) {
+  ModelConfig config = ParseConfig(
+      "layers { type: BIAS bias_init { type: CONSTANT value: 0.3 } } "
+      "loss { type: LOGISTIC }");
+  auto model = MustCreate(config, 1, 2);
+  ASSERT_NE(model, nullptr);
+  ASSERT_EQ(model->tables().size(), 1u);
+  EXPECT_EQ(model->tables()[0].name, "bias0.bias");
+  model->InitializeParameters(1);
+  EXPECT_FLOAT_EQ(model->tables()[0].value[0], 0.3f);
+  std::vector<float> x = {0.5f, -1.0f, 2.0f};
+  const std::vector<int32_t> labels = {1, 0, 1};
+  std::vector<float> dx(3);
+  ASSERT_TRUE(model->TrainBatch(x.data(), labels.data(), 3, dx.data()).ok());
+  const float db = model->tables()[0].grad[0];
+  const float h = 1e-3f;
+  float& b = model->tables()[0].value[0];
+  b += h;
+  const double plus = MeanLoss(model.get(), x, labels);
+  b -= 2 * h;
+  const double minus = MeanLoss(model.get(), x, labels);
+  b += h;
+  EXPECT_NEAR(db, (plus - minus) / (2 * h), 1e-4);
+  for (int i = 0; i < 3; ++i) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    const double up = MeanLoss(model.get(), x, labels);
+    x[i] = saved - h;
+    const double down = MeanLoss(model.get(), x, labels);
+    x[i] = saved;
+    EXPECT_NEAR(dx[i], (up - down) / (2 * h), 1e-4) << i;
+  }
+}
+
 TEST(ModelTest, TablesAndDefaultNames) {
   auto model = MustCreate(
       ParseConfig(

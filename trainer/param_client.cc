@@ -102,6 +102,24 @@ absl::Status ParamClient::Register(uint64_t incarnation) {
   return err.Get();
 }
 
+absl::Status ParamClient::MarkDone(int64_t steps) {
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(servers_.size()));
+  std::vector<PushRequest> reqs(servers_.size());
+  std::vector<PushResponse> resps(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    reqs[s].set_trainer_id(trainer_id_);
+    reqs[s].set_step(steps);
+    reqs[s].set_request_id(NextRequestId());
+    servers_[s]->PushAsync(reqs[s], &resps[s], [&](absl::Status st) {
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  return err.Get();
+}
+
 absl::Status ParamClient::InitJob(
     const JobSpec& job, const std::vector<const float*>& initial_values) {
   for (size_t s = 0; s < servers_.size(); ++s) {

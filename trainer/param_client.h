@@ -90,6 +90,12 @@ class ParamClient {
   absl::Status Push(int64_t step, const std::vector<const float*>& grads,
                     TransferStats* stats);
 
+  // ASYNC: tells every pserver that this trainer has finished `steps`
+  // steps, with an empty push tagged steps (after all its pushes were
+  // acknowledged), so that a pull with min_clock = steps + 1 sees every
+  // update of every trainer.
+  absl::Status MarkDone(int64_t steps);
+
   // Sparse tables: keys go to pserver Mix64(key) % P, in calls of at most
   // 4 MiB of keys and values, all in flight at once. Pull fills each
   // transfer's rows once the tables have applied `min_version` steps

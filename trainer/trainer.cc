@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +9,9 @@
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
+#include "trainer/auc.h"
 #include "trainer/dataset_loader.h"
+#include "trainer/input_pipeline.h"
 #include "trainer/metrics.h"
 #include "trainer/model.h"
 #include "trainer/param_client.h"
@@ -25,23 +28,49 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;
+  double auc = std::nan("");      // binary tasks
+  double logloss = std::nan("");  // binary tasks
 };
 
-EvalResult Evaluate(Model* model, const IdxData& test) {
+// Evaluates `model` on the whole test set of `input`, pulling what each
+// batch needs (sparse rows) with `min_version`.
+absl::StatusOr<EvalResult> Evaluate(Model* model, InputPipeline* input,
+                                    ParamClient* client, int64_t min_version,
+                                    int64_t step, int64_t* pull_bytes) {
   BatchStats total;
-  for (int64_t start = 0; start < test.num_records; start += kEvalBatch) {
-    const int n = static_cast<int>(
-        std::min<int64_t>(kEvalBatch, test.num_records - start));
-    BatchStats s = model->Evaluate(test.features.data() + start * test.dim,
-                                   test.labels.data() + start, n);
+  const bool binary = model->num_classes() == 2;
+  const int out_dim = model->output_dim();
+  std::vector<float> probs, p1;
+  std::vector<int32_t> labels;
+  const int64_t n_test = input->test_records();
+  for (int64_t start = 0; start < n_test; start += kEvalBatch) {
+    const int n =
+        static_cast<int>(std::min<int64_t>(kEvalBatch, n_test - start));
+    input->LoadTestBatch(start, n);
+    TransferStats ps;
+    RETURN_IF_ERROR(input->PullRows(client, min_version, step, &ps));
+    *pull_bytes += ps.bytes;
+    probs.resize(static_cast<size_t>(n) * out_dim);
+    BatchStats s =
+        model->Evaluate(input->x(), input->labels(), n, probs.data());
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
+    if (binary) {
+      for (int i = 0; i < n; ++i) {
+        p1.push_back(out_dim == 1 ? probs[i] : probs[2 * i + 1]);
+        labels.push_back(input->labels()[i]);
+      }
+    }
   }
   EvalResult r;
   if (total.count > 0) {
     r.loss = total.loss_sum / total.count;
     r.accuracy = static_cast<double>(total.correct) / total.count;
+  }
+  if (binary && !p1.empty()) {
+    r.auc = Auc(p1, labels);
+    r.logloss = LogLoss(p1, labels);
   }
   return r;
 }
@@ -95,38 +124,38 @@ absl::Status Trainer::Run() {
 
   // Data and model.
   const absl::Time load_start = absl::Now();
-  ASSIGN_OR_RETURN(TrainData train,
-                   LoadTrainData(o.config.data(), k, o.num_trainers));
-  ASSIGN_OR_RETURN(IdxData test, LoadTestData(o.config.data()));
-  const int num_classes =
-      std::max(train.shard->num_classes(), test.num_classes);
-  if (test.num_records > 0 && test.dim != train.shard->dim()) {
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<InputPipeline> input,
+      InputPipeline::Create(o.config, k, o.num_trainers, o.batch_size));
+  if (input->has_sparse_table() && !o.save_dir.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("test records have ", test.dim, " values, training ",
-                     "records ", train.shard->dim()));
+        "--save_dir saves dense tables only; a model with a sparse input "
+        "keeps its rows on the pservers");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                   Model::Create(o.config, train.shard->dim(), num_classes));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Model> model,
+      Model::Create(o.config, input->model_input_dim(), input->num_classes()));
+  const std::vector<int64_t>& records = input->records_per_trainer();
   const int64_t steps_per_pass =
-      ShardedDataset::StepsPerPass(train.records_per_trainer, o.batch_size);
+      ShardedDataset::StepsPerPass(records, o.batch_size);
   if (steps_per_pass <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch size ", o.batch_size, " exceeds the records of some trainer (",
-        *std::min_element(train.records_per_trainer.begin(),
-                          train.records_per_trainer.end()),
+        *std::min_element(records.begin(), records.end()),
         "): no step would run"));
   }
   int64_t total_steps = steps_per_pass * o.num_passes;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   LOG(INFO) << "trainer " << k << "/" << o.num_trainers << ": "
-            << train.shard->num_local_records() << " training records, "
-            << test.num_records << " test records, " << model->num_parameters()
-            << " parameters, " << steps_per_pass << " steps per pass, "
-            << total_steps << " steps (" << (sync ? "sync" : "async")
-            << "), loaded in "
+            << input->local_records() << " training records, "
+            << input->test_records() << " test records, "
+            << model->num_parameters() << " dense parameters"
+            << (input->has_sparse_table() ? " and a sparse table" : "") << ", "
+            << steps_per_pass << " steps per pass, " << total_steps
+            << " steps (" << (sync ? "sync" : "async") << "), loaded in "
             << absl::FormatDuration(absl::Now() - load_start);
 
-  // Tables and the job.
+  // Tables and the job: the model's dense tables, then the sparse one.
   std::vector<DenseTableLayout> layouts;
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -141,12 +170,16 @@ absl::Status Trainer::Run() {
     values.push_back(t.value.data());
     grads.push_back(t.grad.data());
   }
-  const JobSpec job = MakeJobSpec(o, names, shapes, optimizers);
+  JobSpec job = MakeJobSpec(o, names, shapes, optimizers);
   for (const TableSpec& t : job.tables()) {
     layouts.push_back(DenseTableLayout{
         t.name(),
         static_cast<int64_t>(model->tables()[layouts.size()].value.size()),
         t.block_size()});
+  }
+  if (input->has_sparse_table()) {
+    input->set_sparse_table_id(static_cast<uint32_t>(job.tables_size()));
+    *job.add_tables() = input->SparseTableSpec();
   }
   ParamClient client(servers_, k, layouts);
   RETURN_IF_ERROR(client.Register(o.incarnation));
@@ -168,56 +201,75 @@ absl::Status Trainer::Run() {
   absl::Duration train_time;  // excludes evaluation
   PhaseTimes window;
   absl::Time window_start = absl::Now(), last_draw = absl::InfinitePast();
-  std::vector<float> x(static_cast<size_t>(o.batch_size) * train.shard->dim());
-  std::vector<int32_t> labels(o.batch_size);
   int64_t step = 0;
 
   auto evaluate = [&](int pass, bool final) -> absl::Status {
-    // Async: the final evaluation waits until every trainer has finished,
-    // so that all report the accuracy of the final parameters.
+    // Async: the final evaluation waits until every trainer has finished
+    // (and said so once all its pushes were acknowledged), so that all
+    // report the accuracy of the final parameters.
+    if (!sync && final) RETURN_IF_ERROR(client.MarkDone(total_steps));
     TransferStats ps;
     RETURN_IF_ERROR(client.Pull(sync ? step : 0, step, values, &ps,
-                                !sync && final ? total_steps : 0));
+                                !sync && final ? total_steps + 1 : 0));
     pull_bytes += ps.bytes;
-    const EvalResult e = Evaluate(model.get(), test);
+    ASSIGN_OR_RETURN(const EvalResult e,
+                     Evaluate(model.get(), input.get(), &client,
+                              sync ? step : 0, step, &pull_bytes));
     result_.test_loss = e.loss;
     result_.test_accuracy = e.accuracy;
+    result_.test_auc = e.auc;
     const double secs = Seconds(train_time);
-    metrics->Write(
-        JsonLine("eval")
-            .Add("trainer_id", k)
-            .Add("pass", pass)
-            .Add("step", step)
-            .Add("final", final ? 1 : 0)
-            .Add("test_loss", e.loss)
-            .Add("test_accuracy", e.accuracy)
-            .Add("push_bytes", push_bytes)
-            .Add("pull_bytes", pull_bytes)
-            .Add("train_seconds", secs)
-            .Add("samples_per_s", secs > 0 ? step * o.batch_size / secs : 0.0));
+    JsonLine line("eval");
+    line.Add("trainer_id", k)
+        .Add("pass", pass)
+        .Add("step", step)
+        .Add("final", final ? 1 : 0)
+        .Add("test_loss", e.loss)
+        .Add("test_accuracy", e.accuracy);
+    if (!std::isnan(e.auc)) {
+      line.Add("test_auc", e.auc).Add("test_logloss", e.logloss);
+    }
+    line.Add("push_bytes", push_bytes)
+        .Add("pull_bytes", pull_bytes)
+        .Add("train_seconds", secs)
+        .Add("samples_per_s", secs > 0 ? step * o.batch_size / secs : 0.0);
+    metrics->Write(line);
     if (o.progress_bar) std::fputs("\n", stderr);
     LOG(INFO) << absl::StrFormat(
-        "trainer %d pass %d step %d: test loss %.4f, test accuracy %.4f, "
+        "trainer %d pass %d step %d: test loss %.4f, test accuracy %.4f%s, "
         "pushed %.1f MB, pulled %.1f MB",
-        k, pass, step, e.loss, e.accuracy, push_bytes / 1e6, pull_bytes / 1e6);
+        k, pass, step, e.loss, e.accuracy,
+        std::isnan(e.auc) ? "" : absl::StrFormat(", test AUC %.4f", e.auc),
+        push_bytes / 1e6, pull_bytes / 1e6);
     return absl::OkStatus();
   };
 
   int pass = 0;
   for (; pass < o.num_passes && step < total_steps; ++pass) {
-    train.shard->StartPass(pass, o.shuffle, o.shuffle_seed);
+    input->StartPass(pass, o.shuffle, o.shuffle_seed);
     for (int64_t i = 0; i < steps_per_pass && step < total_steps; ++i) {
       const absl::Time t0 = absl::Now();
-      train.shard->GetBatch(i, o.batch_size, x.data(), labels.data());
+      input->LoadTrainBatch(i, o.batch_size);
       const absl::Time t1 = absl::Now();
-      TransferStats pull;
+      TransferStats pull, sparse_pull;
       RETURN_IF_ERROR(client.Pull(sync ? step : 0, step, values, &pull));
+      RETURN_IF_ERROR(
+          input->PullRows(&client, sync ? step : 0, step, &sparse_pull));
+      pull.bytes += sparse_pull.bytes;
+      pull.server_wait_us =
+          std::max(pull.server_wait_us, sparse_pull.server_wait_us);
       const absl::Time t2 = absl::Now();
-      ASSIGN_OR_RETURN(BatchStats bs, model->TrainBatch(x.data(), labels.data(),
-                                                        o.batch_size));
+      ASSIGN_OR_RETURN(BatchStats bs,
+                       model->TrainBatch(input->x(), input->labels(),
+                                         o.batch_size, input->input_grad()));
       const absl::Time t3 = absl::Now();
-      TransferStats push;
+      // Sparse rows first: a pserver that has a trainer's dense push for a
+      // step then also has its sparse push (the async final evaluation
+      // relies on it).
+      TransferStats push, sparse_push;
+      RETURN_IF_ERROR(input->PushRows(&client, step, sync, &sparse_push));
       RETURN_IF_ERROR(client.Push(step, grads, &push));
+      push.bytes += sparse_push.bytes;
       const absl::Time t4 = absl::Now();
       ++step;
       pull_bytes += pull.bytes;

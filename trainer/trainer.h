@@ -47,6 +47,7 @@ struct TrainerResult {
   int64_t steps = 0;
   double test_loss = 0;
   double test_accuracy = 0;
+  double test_auc = 0;  // binary tasks; NaN otherwise
   int64_t push_bytes = 0;
   int64_t pull_bytes = 0;
   double train_seconds = 0;

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Sparse CTR models end to end: generated click data with a planted logistic
+model (tools/gen_ctr_data: Zipf ids over 2^40, over a million distinct ids
+in 300k samples), trained with configs/ctr_lr.pbtxt on 2 pservers and 2
+trainers, and compared with the true model and with a plain single-process
+Adagrad logistic regression (tools/lr_baseline); and the real heart_scale
+file of Debian's liblinear-tools.
+
+    python3 tests/ctr_test.py [--bin_dir build] [-k pattern]
+"""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import testlib
+from testlib import clean_env
+
+REPO = testlib.REPO
+CTR_LR = os.path.join(REPO, "configs", "ctr_lr.pbtxt")
+HEART_SCALE = "/usr/share/doc/liblinear-tools/examples/heart_scale"
+
+
+def tool(name):
+    return os.path.join(testlib.BIN_DIR, "tools", name)
+
+
+class CtrTest(testlib.ProcessTestCase):
+
+    def generate(self):
+        train = os.path.join(self.tmp, "train")
+        test = os.path.join(self.tmp, "test")
+        r = subprocess.run([tool("gen_ctr_data"), "--train_out=" + train,
+                            "--test_out=" + test], stdout=subprocess.PIPE,
+                           universal_newlines=True, check=True, timeout=120)
+        truth = json.loads(r.stdout.strip().splitlines()[-1])
+        return train, test, truth
+
+    def train(self, train, test, mode, extra=(), config=CTR_LR):
+        r, summary = self.run_cluster(
+            ["--pservers", "2", "--trainers", "2", "--config", config],
+            ["--mode=" + mode, "--train_data=" + train,
+             "--test_data=" + test] + list(extra), timeout=240)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        evals = [testlib.final_eval(t["metrics_file"], t["id"])
+                 for t in summary["trainers"]]
+        for ev in evals:
+            self.assertIn("test_auc", ev)
+            self.assertIn("test_logloss", ev)
+        self.assertEqual(evals[0]["test_auc"], evals[1]["test_auc"])
+        return evals[0]
+
+    def test_ctr_lr_matches_truth_and_single_process_lr(self):
+        train, test, truth = self.generate()
+        self.assertGreaterEqual(truth["train_distinct_ids"], 1000000)
+        self.assertEqual(truth["num_train"], 300000)
+        sync = self.train(train, test, "sync")
+        # A key pushed by one trainer gets that trainer's gradient (the
+        # mean over the trainers that pushed it), so the single-process
+        # reference uses the per-trainer batch.
+        r = subprocess.run([tool("lr_baseline"), "--train=" + train,
+                            "--test=" + test, "--batch_size=256",
+                            "--learning_rate=0.5",
+                            "--initial_accumulator=0.01"],
+                           stdout=subprocess.PIPE, universal_newlines=True,
+                           check=True, timeout=120)
+        baseline = json.loads(r.stdout)
+        async_ = self.train(train, test, "async")
+        sys.stderr.write(
+            "[true AUC %.4f, sync %.4f, async %.4f, single-process LR %.4f, "
+            "%d distinct ids] " % (truth["true_test_auc"], sync["test_auc"],
+                                   async_["test_auc"], baseline["test_auc"],
+                                   truth["train_distinct_ids"]))
+        self.assertGreaterEqual(sync["test_auc"],
+                                truth["true_test_auc"] - 0.06)
+        self.assertLessEqual(abs(sync["test_auc"] - baseline["test_auc"]),
+                             0.01)
+        self.assertGreaterEqual(async_["test_auc"],
+                                truth["true_test_auc"] - 0.06)
+
+    def test_heart_scale(self):
+        if not os.path.exists(HEART_SCALE):
+            self.skipTest(HEART_SCALE + " missing (apt-get install "
+                          "liblinear-tools)")
+        with open(HEART_SCALE) as f:
+            lines = [l for l in f if l.strip()]
+        self.assertEqual(len(lines), 270)
+        train = os.path.join(self.tmp, "heart_train")
+        test = os.path.join(self.tmp, "heart_test")
+        with open(train, "w") as f:
+            f.writelines(lines[:200])
+        with open(test, "w") as f:
+            f.writelines(lines[200:])
+        ev = self.train(train, test, "sync",
+                        ["--batch_size=10", "--num_passes=30"])
+        sys.stderr.write("[heart_scale: accuracy %.3f, AUC %.3f] " %
+                         (ev["test_accuracy"], ev["test_auc"]))
+        self.assertGreaterEqual(ev["test_accuracy"], 0.75)
+        self.assertGreaterEqual(ev["test_auc"], 0.85)
+
+
+if __name__ == "__main__":
+    testlib.main()
