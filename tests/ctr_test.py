@@ -80,6 +80,20 @@ class CtrTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(async_["test_auc"],
                                 truth["true_test_auc"] - 0.06)
 
+    def test_ctr_dnn_per_field_embeddings(self):
+        train = os.path.join(self.tmp, "dnn_train")
+        test = os.path.join(self.tmp, "dnn_test")
+        r = subprocess.run([tool("gen_ctr_data"), "--field_in_high_bits",
+                            "--train_out=" + train, "--test_out=" + test],
+                           stdout=subprocess.PIPE, universal_newlines=True,
+                           check=True, timeout=120)
+        truth = json.loads(r.stdout.strip().splitlines()[-1])
+        ev = self.train(train, test, "sync",
+                        config=os.path.join(REPO, "configs", "ctr_dnn.pbtxt"))
+        sys.stderr.write("[ctr_dnn: AUC %.4f, true %.4f] " %
+                         (ev["test_auc"], truth["true_test_auc"]))
+        self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
+
     def test_heart_scale(self):
         if not os.path.exists(HEART_SCALE):
             self.skipTest(HEART_SCALE + " missing (apt-get install "

@@ -171,6 +171,7 @@ uint64_t CtrGenerator::FeatureId(int field, int64_t rank) const {
   x ^= x >> 20;
   x = (x * 0x94d049bb133111ebULL) & kIdMask;
   x ^= x >> 21;
+  if (options_.field_in_high_bits) x |= static_cast<uint64_t>(field) << kIdBits;
   return x;
 }
 

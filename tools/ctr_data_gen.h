@@ -41,6 +41,9 @@ struct CtrGenOptions {
   // planted weight; the rarer ones, most of the distinct ids, are noise, as
   // in real click logs where rare ids say little. 0: every rank carries one.
   int64_t signal_ranks = 1000;
+  // Write each id with its field in the bits above 40 (id | field << 40),
+  // so that a model can pool its embeddings per field (configs/ctr_dnn).
+  bool field_in_high_bits = false;
   double target_ctr = 0.15;  // in (0, 1)
   uint64_t seed = 1;
 };

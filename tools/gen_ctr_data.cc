@@ -34,6 +34,8 @@ DEFINE_int32(num_fields, 20, "fields: one feature per field per sample");
 DEFINE_int64(vocab_per_field, 10000000, "Zipf ranks per field");
 DEFINE_double(zipf_exponent, 1.1, "exponent of the per-field Zipf law");
 DEFINE_double(weight_stddev, 0.6, "stddev of the planted feature weights");
+DEFINE_bool(field_in_high_bits, false,
+            "write ids as id | field << 40, for per-field pooling");
 DEFINE_int64(signal_ranks, 1000,
              "only the this many most frequent features of a field carry a "
              "planted weight; 0: all");
@@ -111,6 +113,7 @@ int Run() {
   options.zipf_exponent = FLAGS_zipf_exponent;
   options.weight_stddev = FLAGS_weight_stddev;
   options.signal_ranks = FLAGS_signal_ranks;
+  options.field_in_high_bits = FLAGS_field_in_high_bits;
   options.target_ctr = FLAGS_target_ctr;
   options.seed = FLAGS_seed;
   if (FLAGS_num_train < 0 || FLAGS_num_test < 0 || FLAGS_shards < 0) {

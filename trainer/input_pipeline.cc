@@ -62,9 +62,10 @@ class SparseInputPipeline final : public InputPipeline {
       : config_(config),
         train_(std::move(train)),
         test_(std::move(test)),
-        input_(config.sparse_input().dim()) {}
+        input_(config.sparse_input().dim(), config.sparse_input().num_fields(),
+               config.sparse_input().field_shift()) {}
 
-  int model_input_dim() const override { return input_.dim(); }
+  int model_input_dim() const override { return input_.width(); }
   int num_classes() const override { return 2; }
   int64_t local_records() const override { return train_.shard->num_records(); }
   int64_t test_records() const override { return test_->num_records(); }
@@ -118,7 +119,7 @@ class SparseInputPipeline final : public InputPipeline {
     labels_.resize(n);
     data.GetRange(first, n, &batch_, labels_.data());
     input_.SetBatch(&batch_);
-    h_.assign(static_cast<size_t>(n) * input_.dim(), 0.0f);
+    h_.assign(static_cast<size_t>(n) * input_.width(), 0.0f);
     dh_.assign(h_.size(), 0.0f);
   }
 
@@ -138,9 +139,15 @@ absl::StatusOr<std::unique_ptr<InputPipeline>> InputPipeline::Create(
     int batch_size) {
   const DataConfig& data = config.data();
   if (data.format() == DataConfig::LIBSVM) {
-    if (config.sparse_input().dim() <= 0) {
+    const SparseInputConfig& si = config.sparse_input();
+    if (si.dim() <= 0) {
       return absl::InvalidArgumentError(
           "config: LIBSVM data needs a sparse_input with dim > 0");
+    }
+    if (si.num_fields() < 0 || si.field_shift() < 0 || si.field_shift() > 63) {
+      return absl::InvalidArgumentError(
+          "config: sparse_input needs num_fields >= 0 and field_shift in "
+          "[0, 63]");
     }
     ASSIGN_OR_RETURN(SparseTrainData train,
                      LoadSparseTrainData(data, trainer_id, num_trainers));

@@ -21,13 +21,14 @@ void SparseInput::SetBatch(const SparseBatch* batch) {
 
 void SparseInput::Forward(float* h) const {
   const int n = batch_->batch();
-  std::fill(h, h + static_cast<size_t>(n) * dim_, 0.0f);
+  std::fill(h, h + static_cast<size_t>(n) * width_, 0.0f);
   for (int r = 0; r < n; ++r) {
-    float* hr = h + static_cast<size_t>(r) * dim_;
+    float* hr = h + static_cast<size_t>(r) * width_;
     for (int64_t j = batch_->offsets[r]; j < batch_->offsets[r + 1]; ++j) {
       const float x = batch_->values[j];
       const float* row = rows_.data() + static_cast<size_t>(slot_[j]) * dim_;
-      for (int d = 0; d < dim_; ++d) hr[d] += x * row[d];
+      float* out = hr + Offset(batch_->ids[j]);
+      for (int d = 0; d < dim_; ++d) out[d] += x * row[d];
     }
   }
 }
@@ -36,11 +37,12 @@ void SparseInput::Backward(const float* dh) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   const int n = batch_->batch();
   for (int r = 0; r < n; ++r) {
-    const float* dhr = dh + static_cast<size_t>(r) * dim_;
+    const float* dhr = dh + static_cast<size_t>(r) * width_;
     for (int64_t j = batch_->offsets[r]; j < batch_->offsets[r + 1]; ++j) {
       const float x = batch_->values[j];
       float* g = grads_.data() + static_cast<size_t>(slot_[j]) * dim_;
-      for (int d = 0; d < dim_; ++d) g[d] += x * dhr[d];
+      const float* in = dhr + Offset(batch_->ids[j]);
+      for (int d = 0; d < dim_; ++d) g[d] += x * in[d];
     }
   }
 }

@@ -63,5 +63,24 @@ TEST(SparseInputTest, NumericalGradientOfALinearLoss) {
   }
 }
 
+TEST(SparseInputTest, PerFieldPoolingPutsFieldsSideBySide) {
+  // Field = id >> 40: ids 7 and (1 << 40) | 9 are fields 0 and 1.
+  SparseBatch b;
+  const uint64_t f1 = (uint64_t{1} << 40) | 9;
+  b.offsets = {0, 2};
+  b.ids = {7, f1};
+  b.values = {1.0f, 2.0f};
+  SparseInput in(2, /*num_fields=*/2, /*field_shift=*/40);
+  EXPECT_EQ(in.width(), 4);
+  in.SetBatch(&b);
+  in.rows() = {1, 2, 10, 20};
+  std::vector<float> h(4);
+  in.Forward(h.data());
+  EXPECT_EQ(h, (std::vector<float>{1, 2, 20, 40}));
+  const std::vector<float> dh = {1, 2, 3, 4};
+  in.Backward(dh.data());
+  EXPECT_EQ(in.grads(), (std::vector<float>{1, 2, 6, 8}));
+}
+
 }  // namespace
 }  // namespace shardps
