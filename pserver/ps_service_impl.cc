@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/value_encoding.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -58,7 +59,33 @@ absl::Status ToBlockData(
   scratch->resize(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     const DenseBlock& b = blocks[i];
-    auto values = AsFloats(b.values(), &(*scratch)[i]);
+    absl::StatusOr<absl::Span<const float>> values;
+    switch (b.encoding()) {
+      case FLOAT32:
+        values = AsFloats(b.values(), &(*scratch)[i]);
+        break;
+      case FLOAT16:
+      case BFLOAT16: {
+        (*scratch)[i].resize(b.values().size() / 2);
+        absl::Status st = DecodeValues(b.values(), b.encoding(),
+                                       absl::MakeSpan((*scratch)[i]));
+        if (b.values().size() % 2 != 0) {
+          st = absl::InvalidArgumentError(
+              absl::StrCat("values have ", b.values().size(),
+                           " bytes, not a whole number of 16-bit values"));
+        }
+        if (st.ok()) {
+          values = absl::MakeConstSpan((*scratch)[i]);
+        } else {
+          values = st;
+        }
+        break;
+      }
+      default:
+        values = absl::InvalidArgumentError(absl::StrCat(
+            "values in encoding ", ValueEncoding_Name(b.encoding()),
+            ", which this pserver cannot read here"));
+    }
     if (!values.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("table id ", b.table_id(), " block ", b.block(), ": ",
@@ -141,6 +168,13 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
                                               const PullRequest* req,
                                               PullResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const ValueEncoding encoding = req->encoding();
+  if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("pull encoding ", ValueEncoding_Name(encoding),
+                     ": pulls come as FLOAT32, FLOAT16 or BFLOAT16"))));
+    return reactor;
+  }
   std::vector<BlockId> blocks;
   blocks.reserve(req->blocks_size());
   for (const BlockRef& r : req->blocks()) {
@@ -167,14 +201,14 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
   store_->Pull(
       req->trainer_id(), req->min_version(), req->step(), req->min_clock(),
       blocks, sparse,
-      [resp](uint32_t table_id, uint32_t block, int64_t version,
-             absl::Span<const float> values) {
+      [resp, encoding](uint32_t table_id, uint32_t block, int64_t version,
+                       absl::Span<const float> values) {
         DenseBlock* b = resp->add_blocks();
         b->set_table_id(table_id);
         b->set_block(block);
         b->set_version(version);
-        b->set_values(reinterpret_cast<const char*>(values.data()),
-                      values.size() * sizeof(float));
+        b->set_encoding(encoding);
+        EncodeValues(values, encoding, b->mutable_values());
       },
       [reactor, resp](absl::Status s, absl::Duration waited) {
         if (!s.ok()) resp->Clear();

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/value_encoding.h"
 #include "gtest/gtest.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "pserver/server.h"
@@ -291,6 +292,57 @@ TEST_F(PsServiceTest, SparseRowsOverTheWire) {
   grpc::ClientContext c4;
   ExpectCode(stub_->Pull(&c4, preq, &presp), grpc::StatusCode::INVALID_ARGUMENT,
              "is dense");
+}
+
+TEST_F(PsServiceTest, HalfPrecisionPushAndPull) {
+  InitJob();
+  // Trainer 0 pushes float16, trainer 1 bfloat16; both exact here.
+  for (int k = 0; k < 2; ++k) {
+    PushRequest p;
+    p.set_trainer_id(k);
+    p.set_step(0);
+    p.set_request_id(100 + k);
+    DenseBlock* b = p.add_blocks();
+    b->set_block(0);
+    b->set_encoding(k == 0 ? FLOAT16 : BFLOAT16);
+    EncodeValues(std::vector<float>{2, 2, 2, 2}, b->encoding(),
+                 b->mutable_values());
+    PushResponse r;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Push(&ctx, p, &r).ok());
+  }
+  PullRequest req;
+  req.set_trainer_id(0);
+  req.set_min_version(1);
+  req.set_encoding(FLOAT16);
+  req.add_blocks()->set_block(0);
+  PullResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->Pull(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.blocks(0).encoding(), FLOAT16);
+  ASSERT_EQ(resp.blocks(0).values().size(), 8u);  // half the bytes
+  std::vector<float> v(4);
+  ASSERT_TRUE(
+      DecodeValues(resp.blocks(0).values(), FLOAT16, absl::MakeSpan(v)).ok());
+  EXPECT_EQ(v, (std::vector<float>{0, 1, 2, 3}));  // 1..4 - 0.5 * 2
+
+  // An odd byte count and a pull encoding that is not plain are refused.
+  PushRequest bad;
+  bad.set_trainer_id(0);
+  bad.set_step(1);
+  bad.set_request_id(200);
+  DenseBlock* b = bad.add_blocks();
+  b->set_block(0);
+  b->set_encoding(FLOAT16);
+  b->set_values(std::string(7, '\0'));
+  PushResponse r;
+  grpc::ClientContext c2;
+  ExpectCode(stub_->Push(&c2, bad, &r), grpc::StatusCode::INVALID_ARGUMENT,
+             "16-bit");
+  req.set_encoding(THRESHOLD);
+  grpc::ClientContext c3;
+  ExpectCode(stub_->Pull(&c3, req, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+             "pull encoding");
 }
 
 }  // namespace
