@@ -441,6 +441,18 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> ParameterStore::BlockSize(uint32_t table_id,
+                                                  uint32_t block) const {
+  if (!ready()) {
+    return absl::FailedPreconditionError(
+        "the job is not initialised on this pserver yet (the chief, trainer "
+        "0, sends the tables first)");
+  }
+  auto b = FindBlock(table_id, block);
+  if (!b.ok()) return b.status();
+  return (*b)->size;
+}
+
 absl::StatusOr<int> ParameterStore::SparseDim(uint32_t table_id) const {
   if (!ready()) {
     return absl::FailedPreconditionError(

@@ -129,6 +129,10 @@ class ParameterStore {
   absl::Status PushSparse(int trainer_id, int64_t step,
                           absl::Span<const SparseGrads> rows);
 
+  // The number of values of dense block (table_id, block) held here;
+  // NOT_FOUND when there is none.
+  absl::StatusOr<int64_t> BlockSize(uint32_t table_id, uint32_t block) const;
+
   // The row width of sparse table `table_id`; NOT_FOUND or INVALID_ARGUMENT
   // when there is no such sparse table.
   absl::StatusOr<int> SparseDim(uint32_t table_id) const;

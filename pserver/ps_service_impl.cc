@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/threshold_codec.h"
 #include "common/value_encoding.h"
 #include "glog/logging.h"
 
@@ -54,7 +55,8 @@ absl::StatusOr<absl::Span<const uint64_t>> AsKeys(const std::string& bytes) {
 
 absl::Status ToBlockData(
     const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    std::vector<BlockData>* out, std::vector<std::vector<float>>* scratch) {
+    const ParameterStore& store, std::vector<BlockData>* out,
+    std::vector<std::vector<float>>* scratch) {
   out->reserve(blocks.size());
   scratch->resize(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
@@ -81,10 +83,29 @@ absl::Status ToBlockData(
         }
         break;
       }
+      case THRESHOLD: {
+        // A threshold or bitmap message of the block's gradient; empty
+        // bytes mean a zero gradient (nothing reached the threshold).
+        auto size = store.BlockSize(b.table_id(), b.block());
+        if (!size.ok()) {
+          values = size.status();
+          break;
+        }
+        (*scratch)[i].assign(*size, 0.0f);
+        absl::Status st = absl::OkStatus();
+        if (!b.values().empty()) {
+          st = DecodeAddBytes(b.values(), absl::MakeSpan((*scratch)[i]));
+        }
+        if (st.ok()) {
+          values = absl::MakeConstSpan((*scratch)[i]);
+        } else {
+          values = st;
+        }
+        break;
+      }
       default:
-        values = absl::InvalidArgumentError(absl::StrCat(
-            "values in encoding ", ValueEncoding_Name(b.encoding()),
-            ", which this pserver cannot read here"));
+        values = absl::InvalidArgumentError(
+            absl::StrCat("values in unknown encoding ", b.encoding()));
     }
     if (!values.ok()) {
       return absl::InvalidArgumentError(
@@ -121,7 +142,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::SetInitialValues(
     SetInitialValuesResponse* resp) {
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
-  absl::Status s = ToBlockData(req->blocks(), &blocks, &scratch);
+  absl::Status s = ToBlockData(req->blocks(), *store_, &blocks, &scratch);
   if (s.ok()) s = store_->SetInitialValues(blocks);
   return Reply(ctx, s);
 }
@@ -260,7 +281,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
   } else {
     std::vector<BlockData> blocks;
     std::vector<std::vector<float>> scratch;
-    s = ToBlockData(req->blocks(), &blocks, &scratch);
+    s = ToBlockData(req->blocks(), *store_, &blocks, &scratch);
     if (s.ok()) s = store_->Push(req->trainer_id(), req->step(), blocks);
   }
   dedup_.Finish(req->request_id(), s);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/threshold_codec.h"
 #include "common/value_encoding.h"
 #include "gtest/gtest.h"
 #include "proto/ps_service.grpc.pb.h"
@@ -343,6 +344,44 @@ TEST_F(PsServiceTest, HalfPrecisionPushAndPull) {
   grpc::ClientContext c3;
   ExpectCode(stub_->Pull(&c3, req, &resp), grpc::StatusCode::INVALID_ARGUMENT,
              "pull encoding");
+}
+
+TEST_F(PsServiceTest, ThresholdMessagesAreDecodedOrRefusedWhole) {
+  InitJob();
+  auto push = [&](int trainer, uint64_t id, uint32_t block,
+                  const std::string& bytes) {
+    PushRequest p;
+    p.set_trainer_id(trainer);
+    p.set_step(0);
+    p.set_request_id(id);
+    DenseBlock* b = p.add_blocks();
+    b->set_block(block);
+    b->set_encoding(THRESHOLD);
+    b->set_values(bytes);
+    PushResponse r;
+    grpc::ClientContext ctx;
+    return stub_->Push(&ctx, p, &r);
+  };
+  // Trainer 0: a threshold message of residual {2, 0, -2, 0} at t = 1.
+  std::vector<float> residual = {2, 0, -2, 0};
+  std::vector<int32_t> msg;
+  ASSERT_TRUE(
+      EncodeThresholdOrBitmap(absl::MakeSpan(residual), 1.0f, &msg).ok());
+  std::string bytes;
+  AppendMessageBytes(msg, &bytes);
+  // A message whose header names another length is refused whole.
+  std::vector<float> other(6, 3.0f);
+  std::vector<int32_t> bad;
+  ASSERT_TRUE(EncodeThresholdOrBitmap(absl::MakeSpan(other), 1.0f, &bad).ok());
+  std::string bad_bytes;
+  AppendMessageBytes(bad, &bad_bytes);
+  ExpectCode(push(0, 300, 0, bad_bytes), grpc::StatusCode::INVALID_ARGUMENT,
+             "block 0");
+  ASSERT_TRUE(push(0, 301, 0, bytes).ok());
+  // Trainer 1: an empty message, a zero gradient.
+  ASSERT_TRUE(push(1, 302, 0, "").ok());
+  // Mean of {1, 0, -1, 0} and 0, times lr 0.5.
+  EXPECT_EQ(PullAll(1 - 1), (std::vector<float>{0.75f, 2, 3.25f, 4, 5, 6}));
 }
 
 }  // namespace

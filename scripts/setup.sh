@@ -11,6 +11,7 @@ PACKAGES=(
   zlib1g-dev libopenblas-dev libeigen3-dev
   dataset-fashion-mnist
   liblinear-tools  # examples/heart_scale for libsvm_reader_test
+  clang-14 libclang-rt-14-dev  # libFuzzer for tests/fuzz_codec.sh
 )
 
 missing=()

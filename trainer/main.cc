@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -57,6 +58,32 @@ DEFINE_string(train_data, "",
 DEFINE_string(test_data, "", "test data file(s), replacing test_images");
 DEFINE_string(train_labels, "", "IDX: label file(s), replacing train_labels");
 DEFINE_string(test_labels, "", "IDX: label file(s), replacing test_labels");
+DEFINE_string(compression, "none",
+              "dense gradient compression: none, fp16 or bf16 (16-bit "
+              "pushes and pulls, float32 master weights on the pservers), "
+              "threshold (threshold encoding with residuals)");
+DEFINE_double(updates_threshold, 1e-3,
+              "--compression=threshold: the threshold, or the adaptive "
+              "algorithm's starting value");
+DEFINE_bool(adaptive_threshold, true,
+            "--compression=threshold: adapt the threshold to keep the sent "
+            "fraction in [1e-4, 1e-2] (DL4J's AdaptiveThresholdAlgorithm); "
+            "false: fixed");
+DEFINE_double(threshold_min_sparsity, 1e-4,
+              "--compression=threshold, adaptive: the threshold falls while "
+              "fewer than this fraction of values is sent");
+DEFINE_double(threshold_max_sparsity, 1e-2,
+              "--compression=threshold, adaptive: the threshold rises while "
+              "more than this fraction is sent");
+DEFINE_bool(residual_clipping, false,
+            "--compression=threshold: clip the residual to +-5 thresholds "
+            "every 5 steps");
+DEFINE_int64(shake_frequency, 0,
+             "--compression=threshold: every this many steps send a bitmap "
+             "of the residual at a third of the threshold; 0: never");
+DEFINE_bool(residual, true,
+            "--compression=threshold: keep what is not sent for later "
+            "(false: drop it, for comparison)");
 DEFINE_string(progress, "auto",
               "progress bar on stderr: auto (when stderr is "
               "a terminal), on or off");
@@ -205,6 +232,31 @@ int main(int argc, char** argv) {
   } else {
     Fail("--progress must be auto, on or off");
   }
+  if (FLAGS_compression != "none" && FLAGS_compression != "fp16" &&
+      FLAGS_compression != "bf16" && FLAGS_compression != "threshold") {
+    Fail(absl::StrCat("--compression=", FLAGS_compression,
+                      ": must be none, fp16, bf16 or threshold"));
+  }
+  o.compression = FLAGS_compression;
+  if (!(FLAGS_updates_threshold > 0) ||
+      !std::isfinite(FLAGS_updates_threshold)) {
+    Fail("--updates_threshold must be positive and finite");
+  }
+  if (FLAGS_shake_frequency < 0) Fail("--shake_frequency must be >= 0");
+  o.updates_threshold = FLAGS_updates_threshold;
+  o.adaptive_threshold = FLAGS_adaptive_threshold;
+  o.residual_clipping = FLAGS_residual_clipping;
+  o.shake_frequency = FLAGS_shake_frequency;
+  o.use_residual = FLAGS_residual;
+  if (!(FLAGS_threshold_min_sparsity > 0) ||
+      !(FLAGS_threshold_min_sparsity <= FLAGS_threshold_max_sparsity) ||
+      !(FLAGS_threshold_max_sparsity < 1)) {
+    Fail(
+        "--threshold_min_sparsity and --threshold_max_sparsity need "
+        "0 < min <= max < 1");
+  }
+  o.min_sparsity = FLAGS_threshold_min_sparsity;
+  o.max_sparsity = FLAGS_threshold_max_sparsity;
   o.incarnation = std::random_device{}();
   shardps::SetBlasThreads(FLAGS_num_threads);
 

@@ -8,6 +8,8 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "common/value_encoding.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -78,6 +80,62 @@ ParamClient::ParamClient(std::vector<PsClientInterface*> servers,
       id_rng_(std::random_device{}() ^
               (static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) << 8) ^
               static_cast<uint64_t>(trainer_id)) {}
+
+absl::Status ParamClient::EncodeThreshold(const BlockPlacement& b,
+                                          absl::Span<const float> grad,
+                                          std::string* out) {
+  auto& compressor = compressors_[{b.table_id, b.block}];
+  if (compressor == nullptr) {
+    std::unique_ptr<ThresholdAlgorithm> algorithm;
+    if (threshold_.adaptive) {
+      AdaptiveThreshold::Options o;
+      o.initial_threshold = threshold_.threshold;
+      o.min_sparsity_target = threshold_.min_sparsity;
+      o.max_sparsity_target = threshold_.max_sparsity;
+      ASSIGN_OR_RETURN(algorithm, AdaptiveThreshold::Create(o));
+    } else {
+      ASSIGN_OR_RETURN(algorithm, FixedThreshold::Create(threshold_.threshold));
+    }
+    GradientCompressor::Options o;
+    o.clip = threshold_.clip;
+    o.shake_frequency = threshold_.shake_frequency;
+    o.use_residual = threshold_.use_residual;
+    ASSIGN_OR_RETURN(compressor, GradientCompressor::Create(
+                                     grad.size(), std::move(algorithm), o));
+  }
+  CompressionStats& st = compression_stats_;
+  st.threshold_sum += compressor->threshold();
+  ++st.threshold_count;
+  message_.clear();
+  ASSIGN_OR_RETURN(EncodeInfo info, compressor->Step(grad, &message_));
+  out->clear();
+  st.elements += static_cast<int64_t>(grad.size());
+  switch (info.kind) {
+    case EncodeInfo::Kind::kEmpty:
+      ++st.empty_messages;  // empty bytes: a zero gradient
+      return absl::OkStatus();
+    case EncodeInfo::Kind::kNonFinite:
+      // Nothing sent and the residual kept: the block pushes a zero
+      // gradient this step (a sync step still needs every block).
+      ++st.nonfinite_messages;
+      return absl::OkStatus();
+    case EncodeInfo::Kind::kThreshold:
+      ++st.threshold_messages;
+      break;
+    case EncodeInfo::Kind::kBitmap:
+      ++st.bitmap_messages;
+      break;
+  }
+  st.selected += info.selected;
+  AppendMessageBytes(message_, out);
+  return absl::OkStatus();
+}
+
+ParamClient::CompressionStats ParamClient::TakeCompressionStats() {
+  CompressionStats out = compression_stats_;
+  compression_stats_ = CompressionStats{};
+  return out;
+}
 
 uint64_t ParamClient::NextRequestId() {
   uint64_t id = 0;
@@ -233,6 +291,7 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
       p->req.set_min_version(min_version);
       p->req.set_step(step);
       p->req.set_min_clock(min_clock);
+      p->req.set_encoding(pull_encoding_);
       for (const BlockPlacement& b : chunk) {
         BlockRef* r = p->req.add_blocks();
         r->set_table_id(b.table_id);
@@ -258,14 +317,16 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
           const DenseBlock& got = p->resp.blocks(j);
           const BlockPlacement& want = (*p->chunk)[j];
           if (got.table_id() != want.table_id || got.block() != want.block ||
-              got.values().size() != want.size * sizeof(float)) {
+              got.encoding() != pull_encoding_ ||
+              !DecodeValues(got.values(), got.encoding(),
+                            absl::MakeSpan(values[want.table_id] + want.offset,
+                                           want.size))
+                   .ok()) {
             st = absl::DataLossError(
                 absl::StrCat("pull from ", srv->address(), ": block ", j,
                              " of the reply does not match the request"));
             break;
           }
-          std::memcpy(values[want.table_id] + want.offset, got.values().data(),
-                      got.values().size());
         }
       }
       err.Add(st);
@@ -304,9 +365,14 @@ absl::Status ParamClient::Push(int64_t step,
         DenseBlock* d = p->req.add_blocks();
         d->set_table_id(b.table_id);
         d->set_block(b.block);
-        d->set_values(
-            reinterpret_cast<const char*>(grads[b.table_id] + b.offset),
-            b.size * sizeof(float));
+        const absl::Span<const float> g(grads[b.table_id] + b.offset, b.size);
+        if (use_threshold_) {
+          d->set_encoding(THRESHOLD);
+          RETURN_IF_ERROR(EncodeThreshold(b, g, d->mutable_values()));
+        } else {
+          d->set_encoding(push_encoding_);
+          EncodeValues(g, push_encoding_, d->mutable_values());
+        }
       }
       calls.push_back(std::move(p));
       targets.push_back(servers_[s]);

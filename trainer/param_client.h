@@ -3,12 +3,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/threshold_control.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/ps_client_interface.h"
 
@@ -61,6 +64,45 @@ class ParamClient {
  public:
   ParamClient(std::vector<PsClientInterface*> servers, int trainer_id,
               std::vector<DenseTableLayout> tables);
+
+  // How dense values travel: pushes as FLOAT32, FLOAT16 or BFLOAT16, pulls
+  // as FLOAT32, FLOAT16 or BFLOAT16 (the pservers keep float32 master
+  // values). Default: FLOAT32 both ways.
+  void set_encodings(ValueEncoding push, ValueEncoding pull) {
+    push_encoding_ = push;
+    pull_encoding_ = pull;
+  }
+
+  // Threshold encoding of dense pushes (docs/compression.md): one
+  // GradientCompressor, with its residual, per block. Pulls stay as set by
+  // set_encodings.
+  struct ThresholdOptions {
+    bool adaptive = true;         // DL4J's adaptive algorithm, else fixed
+    double threshold = 1e-3;      // fixed value, or the adaptive start
+    bool clip = false;            // residual clipping (5, 5)
+    int64_t shake_frequency = 0;  // shake-up bitmap every N steps; 0: off
+    bool use_residual = true;     // false: drop what is not sent
+    // Adaptive: the band of sent fraction the threshold keeps to.
+    double min_sparsity = 1e-4;
+    double max_sparsity = 1e-2;
+  };
+  void set_threshold_compression(const ThresholdOptions& options) {
+    threshold_ = options;
+    use_threshold_ = true;
+  }
+  // Of the pushes since the last call: messages per format, elements sent
+  // and in all, the mean threshold used, non-finite steps skipped.
+  struct CompressionStats {
+    int64_t threshold_messages = 0;
+    int64_t bitmap_messages = 0;
+    int64_t empty_messages = 0;
+    int64_t nonfinite_messages = 0;
+    int64_t selected = 0;
+    int64_t elements = 0;
+    double threshold_sum = 0;
+    int64_t threshold_count = 0;
+  };
+  CompressionStats TakeCompressionStats();
 
   // Registers this trainer with every pserver.
   absl::Status Register(uint64_t incarnation);
@@ -115,12 +157,25 @@ class ParamClient {
 
  private:
   uint64_t NextRequestId();
+  // Encodes block `b`'s gradient with its compressor into `out` (empty
+  // bytes: a zero gradient).
+  absl::Status EncodeThreshold(const BlockPlacement& b,
+                               absl::Span<const float> grad, std::string* out);
 
   const std::vector<PsClientInterface*> servers_;
   const int trainer_id_;
   const std::vector<DenseTableLayout> tables_;
   const std::vector<std::vector<std::vector<BlockPlacement>>> chunks_;
   std::mt19937_64 id_rng_;
+  ValueEncoding push_encoding_ = FLOAT32;
+  ValueEncoding pull_encoding_ = FLOAT32;
+  bool use_threshold_ = false;
+  ThresholdOptions threshold_;
+  // Per (table, block): created on the first push.
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<GradientCompressor>>
+      compressors_;
+  CompressionStats compression_stats_;
+  std::vector<int32_t> message_;  // scratch
 };
 
 }  // namespace shardps

@@ -170,6 +170,38 @@ absl::Status Trainer::Run() {
     values.push_back(t.value.data());
     grads.push_back(t.grad.data());
   }
+  // Threshold compression shares updates, not gradients (as DL4J does): the
+  // trainer applies the learning rate and momentum to its own gradient,
+  // encodes the update with a threshold on its scale, and the pservers add
+  // the mean update (SGD with learning rate 1). See docs/compression.md.
+  const bool share_updates = o.compression == "threshold";
+  std::vector<OptimizerConfig> local_optimizers;
+  std::vector<std::vector<float>> velocity, updates;
+  std::vector<const float*> push_buffers = grads;
+  if (share_updates) {
+    for (size_t t = 0; t < optimizers.size(); ++t) {
+      const OptimizerConfig& oc = optimizers[t];
+      if ((oc.type() != OptimizerConfig::SGD &&
+           oc.type() != OptimizerConfig::MOMENTUM) ||
+          oc.schedule().type() != LrSchedule::CONSTANT ||
+          !(oc.learning_rate() > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--compression=threshold shares updates computed on the trainer: "
+            "table ",
+            names[t],
+            " needs an SGD or MOMENTUM optimizer with a constant, positive "
+            "learning rate"));
+      }
+      local_optimizers.push_back(oc);
+      OptimizerConfig sgd;
+      sgd.set_type(OptimizerConfig::SGD);
+      sgd.set_learning_rate(1.0f);
+      optimizers[t] = sgd;
+      velocity.emplace_back(model->tables()[t].grad.size(), 0.0f);
+      updates.emplace_back(model->tables()[t].grad.size(), 0.0f);
+      push_buffers[t] = updates.back().data();
+    }
+  }
   JobSpec job = MakeJobSpec(o, names, shapes, optimizers);
   for (const TableSpec& t : job.tables()) {
     layouts.push_back(DenseTableLayout{
@@ -182,6 +214,25 @@ absl::Status Trainer::Run() {
     *job.add_tables() = input->SparseTableSpec();
   }
   ParamClient client(servers_, k, layouts);
+  if (o.compression == "fp16") {
+    client.set_encodings(FLOAT16, FLOAT16);
+  } else if (o.compression == "bf16") {
+    client.set_encodings(BFLOAT16, BFLOAT16);
+  } else if (o.compression == "threshold") {
+    ParamClient::ThresholdOptions t;
+    t.adaptive = o.adaptive_threshold;
+    t.threshold = o.updates_threshold;
+    t.clip = o.residual_clipping;
+    t.shake_frequency = o.shake_frequency;
+    t.use_residual = o.use_residual;
+    t.min_sparsity = o.min_sparsity;
+    t.max_sparsity = o.max_sparsity;
+    client.set_threshold_compression(t);
+  } else if (o.compression != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compression=", o.compression,
+                     ": must be none, fp16, bf16 or threshold"));
+  }
   RETURN_IF_ERROR(client.Register(o.incarnation));
   if (k == 0) {
     if (!o.load_dir.empty()) {
@@ -268,7 +319,23 @@ absl::Status Trainer::Run() {
       // relies on it).
       TransferStats push, sparse_push;
       RETURN_IF_ERROR(input->PushRows(&client, step, sync, &sparse_push));
-      RETURN_IF_ERROR(client.Push(step, grads, &push));
+      if (share_updates) {
+        // u = lr * v with v = mu * v + g (Nesterov: lr * (g + mu * v)).
+        for (size_t t = 0; t < updates.size(); ++t) {
+          const OptimizerConfig& oc = local_optimizers[t];
+          const float lr = oc.learning_rate();
+          const float mu =
+              oc.type() == OptimizerConfig::MOMENTUM ? oc.momentum() : 0.0f;
+          const float* g = grads[t];
+          float* v = velocity[t].data();
+          float* u = updates[t].data();
+          for (size_t i = 0; i < updates[t].size(); ++i) {
+            v[i] = mu * v[i] + g[i];
+            u[i] = lr * (oc.nesterov() ? g[i] + mu * v[i] : v[i]);
+          }
+        }
+      }
+      RETURN_IF_ERROR(client.Push(step, push_buffers, &push));
       push.bytes += sparse_push.bytes;
       const absl::Time t4 = absl::Now();
       ++step;
@@ -288,8 +355,21 @@ absl::Status Trainer::Run() {
       const bool report = step % o.log_every_steps == 0 || step == total_steps;
       if (report) {
         const double secs = Seconds(t4 - window_start);
-        metrics->Write(JsonLine("step")
-                           .Add("trainer_id", k)
+        JsonLine line("step");
+        if (o.compression == "threshold") {
+          const auto c = client.TakeCompressionStats();
+          line.Add("threshold", c.threshold_count > 0
+                                    ? c.threshold_sum / c.threshold_count
+                                    : 0.0)
+              .Add("sparsity",
+                   c.elements > 0 ? static_cast<double>(c.selected) / c.elements
+                                  : 0.0)
+              .Add("threshold_messages", c.threshold_messages)
+              .Add("bitmap_messages", c.bitmap_messages)
+              .Add("empty_messages", c.empty_messages)
+              .Add("nonfinite_messages", c.nonfinite_messages);
+        }
+        metrics->Write(line.Add("trainer_id", k)
                            .Add("pass", pass)
                            .Add("step", step)
                            .Add("train_loss", window.loss_sum / window.samples)

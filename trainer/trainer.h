@@ -40,6 +40,18 @@ struct TrainerOptions {
   // How long a non-chief waits for the chief to initialise the job.
   absl::Duration ready_timeout = absl::Minutes(10);
   uint64_t incarnation = 0;  // distinguishes restarts of one trainer id
+  // Dense gradient compression: "none", "fp16" or "bf16" (pushes and pulls
+  // in 16 bits), "threshold" (threshold encoding with residuals).
+  std::string compression = "none";
+  // "threshold": fixed threshold, or DL4J's adaptive algorithm starting
+  // there; residual clipping; shake-up frequency; residuals on or off.
+  bool adaptive_threshold = true;
+  double updates_threshold = 1e-3;
+  bool residual_clipping = false;
+  int64_t shake_frequency = 0;
+  bool use_residual = true;
+  double min_sparsity = 1e-4;  // adaptive threshold's band
+  double max_sparsity = 1e-2;
 };
 
 // What a run achieved.
