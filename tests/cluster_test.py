@@ -82,6 +82,30 @@ class ClusterTest(testlib.ProcessTestCase):
         sys.stderr.write("[async: accuracy %.4f, %.1f s] " % (
             evals[0]["test_accuracy"], time.monotonic() - start))
 
+    def test_compression(self):
+        """fp16 halves the bytes both ways at dense accuracy; threshold
+        encoding pushes at least 30 times fewer bytes than dense."""
+        results = {}
+        for c in ("none", "fp16", "threshold"):
+            r, summary = self.run_cluster(
+                ["--pservers", "2", "--trainers", "2"],
+                ["--compression=" + c],
+                log_dir=os.path.join(self.tmp, "logs-" + c))
+            self.assertRanWell(r, summary)
+            results[c] = self.final_evals(summary)[0]
+        dense, fp16, thr = results["none"], results["fp16"], results["threshold"]
+        sys.stderr.write("[push MB: dense %.1f, fp16 %.1f, threshold %.1f; "
+                         "accuracy %.4f / %.4f / %.4f] " % (
+                             dense["push_bytes"] / 1e6, fp16["push_bytes"] / 1e6,
+                             thr["push_bytes"] / 1e6, dense["test_accuracy"],
+                             fp16["test_accuracy"], thr["test_accuracy"]))
+        self.assertLess(fp16["push_bytes"], 0.51 * dense["push_bytes"])
+        self.assertLess(fp16["pull_bytes"], 0.51 * dense["pull_bytes"])
+        self.assertGreaterEqual(fp16["test_accuracy"],
+                                dense["test_accuracy"] - 0.01)
+        self.assertLess(thr["push_bytes"] * 30, dense["push_bytes"])
+        self.assertGreaterEqual(thr["test_accuracy"], 0.75)
+
     def test_sync_trainer_killed(self):
         """A sync trainer killed mid-run: the pservers say which trainer the
         survivor waits for (after 5 s), the launcher shows it, and Ctrl-C
