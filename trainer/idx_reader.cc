@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/gz_file.h"
 
 namespace shardps {
 namespace {
@@ -17,31 +18,12 @@ namespace {
 constexpr uint32_t kImagesMagic = 0x00000803;  // unsigned byte, 3 dims
 constexpr uint32_t kLabelsMagic = 0x00000801;  // unsigned byte, 1 dim
 
-struct GzCloser {
-  void operator()(gzFile f) const { gzclose(f); }
-};
-using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
-
 // An open IDX file positioned after its header.
 struct IdxFile {
   std::string path;
   GzFile file;
   std::vector<int64_t> dims;
 };
-
-absl::StatusOr<GzFile> Open(const std::string& path) {
-  errno = 0;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    const std::string msg =
-        absl::StrCat(path, ": cannot open: ", err ? std::strerror(err) : "");
-    if (err == ENOENT) return absl::NotFoundError(msg);
-    if (err == EACCES) return absl::PermissionDeniedError(msg);
-    return absl::UnavailableError(msg);
-  }
-  return GzFile(f);
-}
 
 // Reads exactly `size` bytes.
 absl::Status ReadFully(gzFile f, const std::string& path, void* buf,
@@ -79,7 +61,7 @@ uint32_t BigEndian32(const unsigned char* b) {
 absl::StatusOr<IdxFile> OpenIdx(const std::string& path, uint32_t magic) {
   IdxFile idx;
   idx.path = path;
-  absl::StatusOr<GzFile> f = Open(path);
+  absl::StatusOr<GzFile> f = OpenGz(path);
   if (!f.ok()) return f.status();
   idx.file = std::move(f).value();
   unsigned char word[4];

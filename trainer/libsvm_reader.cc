@@ -14,31 +14,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "trainer/gz_file.h"
 
 namespace shardps {
 namespace {
 
 constexpr unsigned kGzBufferBytes = 1 << 18;
-
-struct GzCloser {
-  void operator()(gzFile f) const { gzclose(f); }
-};
-using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
-
-absl::StatusOr<GzFile> Open(const std::string& path) {
-  errno = 0;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    const std::string msg =
-        absl::StrCat(path, ": cannot open: ", err ? std::strerror(err) : "");
-    if (err == ENOENT) return absl::NotFoundError(msg);
-    if (err == EACCES) return absl::PermissionDeniedError(msg);
-    return absl::UnavailableError(msg);
-  }
-  gzbuffer(f, kGzBufferBytes);
-  return GzFile(f);
-}
 
 // DataLoss naming the file if zlib has flagged an error on `f` (a truncated
 // or corrupt gzip stream, or a read error), else OK.
@@ -123,7 +104,7 @@ class LineReader {
 // `*next_record`) when r % num_shards == shard_index.
 absl::Status ReadInto(const std::string& path, const LibsvmReadOptions& options,
                       int64_t* next_record, SparseData* data) {
-  absl::StatusOr<GzFile> file = Open(path);
+  absl::StatusOr<GzFile> file = OpenGz(path, kGzBufferBytes);
   if (!file.ok()) return file.status();
   auto reader = std::make_unique<LineReader>(path, std::move(file).value());
   absl::string_view line;
@@ -199,7 +180,7 @@ absl::StatusOr<SparseData> ReadLibsvm(const std::string& path,
 }
 
 absl::StatusOr<int64_t> CountLibsvmRecords(const std::string& path) {
-  absl::StatusOr<GzFile> file = Open(path);
+  absl::StatusOr<GzFile> file = OpenGz(path, kGzBufferBytes);
   if (!file.ok()) return file.status();
   enum { kLineStart, kRecord, kComment } state = kLineStart;
   int64_t records = 0;
