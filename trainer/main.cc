@@ -75,6 +75,9 @@ DEFINE_double(threshold_min_sparsity, 1e-4,
 DEFINE_double(threshold_max_sparsity, 1e-2,
               "--compression=threshold, adaptive: the threshold rises while "
               "more than this fraction is sent");
+DEFINE_bool(momentum_masking, true,
+            "--compression=threshold: zero the trainer's momentum where a "
+            "value was sent (DGC's momentum factor masking)");
 DEFINE_bool(residual_clipping, false,
             "--compression=threshold: clip the residual to +-5 thresholds "
             "every 5 steps");
@@ -248,6 +251,7 @@ int main(int argc, char** argv) {
   o.residual_clipping = FLAGS_residual_clipping;
   o.shake_frequency = FLAGS_shake_frequency;
   o.use_residual = FLAGS_residual;
+  o.momentum_masking = FLAGS_momentum_masking;
   if (!(FLAGS_threshold_min_sparsity > 0) ||
       !(FLAGS_threshold_min_sparsity <= FLAGS_threshold_max_sparsity) ||
       !(FLAGS_threshold_max_sparsity < 1)) {

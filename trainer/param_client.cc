@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "common/threshold_codec.h"
 #include "common/value_encoding.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
@@ -110,6 +111,12 @@ absl::Status ParamClient::EncodeThreshold(const BlockPlacement& b,
   ASSIGN_OR_RETURN(EncodeInfo info, compressor->Step(grad, &message_));
   out->clear();
   st.elements += static_cast<int64_t>(grad.size());
+  if (sent_masks_.size() <= b.table_id) sent_masks_.resize(tables_.size());
+  if (sent_masks_[b.table_id].empty()) {
+    sent_masks_[b.table_id].assign(tables_[b.table_id].num_values, 0);
+  }
+  std::fill(sent_masks_[b.table_id].begin() + b.offset,
+            sent_masks_[b.table_id].begin() + b.offset + b.size, 0);
   switch (info.kind) {
     case EncodeInfo::Kind::kEmpty:
       ++st.empty_messages;  // empty bytes: a zero gradient
@@ -128,6 +135,15 @@ absl::Status ParamClient::EncodeThreshold(const BlockPlacement& b,
   }
   st.selected += info.selected;
   AppendMessageBytes(message_, out);
+  // Mark what this message changes (for momentum masking).
+  decoded_.assign(grad.size(), 0.0f);
+  RETURN_IF_ERROR(DecodeAdd(message_, absl::MakeSpan(decoded_)));
+  if (sent_masks_.size() <= b.table_id) sent_masks_.resize(tables_.size());
+  std::vector<uint8_t>& mask = sent_masks_[b.table_id];
+  if (mask.empty()) mask.assign(tables_[b.table_id].num_values, 0);
+  for (size_t i = 0; i < decoded_.size(); ++i) {
+    mask[b.offset + i] = decoded_[i] != 0.0f;
+  }
   return absl::OkStatus();
 }
 

@@ -104,6 +104,12 @@ class ParamClient {
   };
   CompressionStats TakeCompressionStats();
 
+  // Threshold compression: after a Push, which values of table `t` the
+  // messages changed (1) this step, for momentum masking on the trainer.
+  const std::vector<uint8_t>& sent_mask(size_t t) const {
+    return sent_masks_[t];
+  }
+
   // Registers this trainer with every pserver.
   absl::Status Register(uint64_t incarnation);
 
@@ -175,7 +181,9 @@ class ParamClient {
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<GradientCompressor>>
       compressors_;
   CompressionStats compression_stats_;
-  std::vector<int32_t> message_;  // scratch
+  std::vector<int32_t> message_;                  // scratch
+  std::vector<std::vector<uint8_t>> sent_masks_;  // per table
+  std::vector<float> decoded_;                    // scratch
 };
 
 }  // namespace shardps

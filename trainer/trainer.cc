@@ -336,6 +336,15 @@ absl::Status Trainer::Run() {
         }
       }
       RETURN_IF_ERROR(client.Push(step, push_buffers, &push));
+      if (share_updates && o.momentum_masking) {
+        for (size_t t = 0; t < velocity.size(); ++t) {
+          const std::vector<uint8_t>& mask = client.sent_mask(t);
+          float* v = velocity[t].data();
+          for (size_t i = 0; i < mask.size(); ++i) {
+            if (mask[i]) v[i] = 0.0f;
+          }
+        }
+      }
       push.bytes += sparse_push.bytes;
       const absl::Time t4 = absl::Now();
       ++step;

@@ -50,6 +50,9 @@ struct TrainerOptions {
   bool residual_clipping = false;
   int64_t shake_frequency = 0;
   bool use_residual = true;
+  // Threshold: zero the trainer's velocity where a message sent the
+  // value (DGC's momentum factor masking).
+  bool momentum_masking = true;
   double min_sparsity = 1e-4;  // adaptive threshold's band
   double max_sparsity = 1e-2;
 };
