@@ -36,6 +36,36 @@ class FirstError {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// One push call in flight: its pserver, request and reply.
+struct PendingPush {
+  PsClientInterface* server = nullptr;
+  PushRequest req;
+  PushResponse resp;
+};
+
+// Sends every push at once, waits for all, returns the first error and
+// (if `stats`) the bytes of the requests.
+absl::Status SendPushes(const std::vector<std::unique_ptr<PendingPush>>& calls,
+                        TransferStats* stats) {
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (const auto& call : calls) {
+    call->server->PushAsync(call->req, &call->resp, [&](absl::Status st) {
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  if (stats != nullptr) {
+    *stats = TransferStats{};
+    for (const auto& p : calls) {
+      stats->bytes += static_cast<int64_t>(p->req.ByteSizeLong());
+    }
+    stats->rpcs = static_cast<int64_t>(calls.size());
+  }
+  return err.Get();
+}
+
 }  // namespace
 
 std::vector<std::vector<std::vector<BlockPlacement>>> PlanChunks(
@@ -177,21 +207,16 @@ absl::Status ParamClient::Register(uint64_t incarnation) {
 }
 
 absl::Status ParamClient::MarkDone(int64_t steps) {
-  FirstError err;
-  absl::BlockingCounter pending(static_cast<int>(servers_.size()));
-  std::vector<PushRequest> reqs(servers_.size());
-  std::vector<PushResponse> resps(servers_.size());
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    reqs[s].set_trainer_id(trainer_id_);
-    reqs[s].set_step(steps);
-    reqs[s].set_request_id(NextRequestId());
-    servers_[s]->PushAsync(reqs[s], &resps[s], [&](absl::Status st) {
-      err.Add(st);
-      pending.DecrementCount();
-    });
+  std::vector<std::unique_ptr<PendingPush>> calls;
+  for (PsClientInterface* server : servers_) {
+    auto p = std::make_unique<PendingPush>();
+    p->server = server;
+    p->req.set_trainer_id(trainer_id_);
+    p->req.set_step(steps);
+    p->req.set_request_id(NextRequestId());
+    calls.push_back(std::move(p));
   }
-  pending.Wait();
-  return err.Get();
+  return SendPushes(calls, nullptr);
 }
 
 absl::Status ParamClient::InitJob(
@@ -365,15 +390,11 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
 absl::Status ParamClient::Push(int64_t step,
                                const std::vector<const float*>& grads,
                                TransferStats* stats) {
-  struct Pending {
-    PushRequest req;
-    PushResponse resp;
-  };
-  std::vector<std::unique_ptr<Pending>> calls;
-  std::vector<PsClientInterface*> targets;
+  std::vector<std::unique_ptr<PendingPush>> calls;
   for (size_t s = 0; s < servers_.size(); ++s) {
     for (const auto& chunk : chunks_[s]) {
-      auto p = std::make_unique<Pending>();
+      auto p = std::make_unique<PendingPush>();
+      p->server = servers_[s];
       p->req.set_trainer_id(trainer_id_);
       p->req.set_step(step);
       p->req.set_request_id(NextRequestId());
@@ -391,26 +412,9 @@ absl::Status ParamClient::Push(int64_t step,
         }
       }
       calls.push_back(std::move(p));
-      targets.push_back(servers_[s]);
     }
   }
-  FirstError err;
-  absl::BlockingCounter pending(static_cast<int>(calls.size()));
-  for (size_t i = 0; i < calls.size(); ++i) {
-    targets[i]->PushAsync(calls[i]->req, &calls[i]->resp, [&](absl::Status st) {
-      err.Add(st);
-      pending.DecrementCount();
-    });
-  }
-  pending.Wait();
-  if (stats != nullptr) {
-    *stats = TransferStats{};
-    for (const auto& p : calls) {
-      stats->bytes += static_cast<int64_t>(p->req.ByteSizeLong());
-    }
-    stats->rpcs = static_cast<int64_t>(calls.size());
-  }
-  return err.Get();
+  return SendPushes(calls, stats);
 }
 
 namespace {
@@ -519,18 +523,13 @@ absl::Status ParamClient::PullSparse(int64_t min_version, int64_t step,
 absl::Status ParamClient::PushSparse(int64_t step, bool sync,
                                      const std::vector<SparseTransfer>& tables,
                                      TransferStats* stats) {
-  struct Pending {
-    PsClientInterface* server;
-    PushRequest req;
-    PushResponse resp;
-  };
   const int num_servers = static_cast<int>(servers_.size());
-  std::vector<std::unique_ptr<Pending>> calls;
+  std::vector<std::unique_ptr<PendingPush>> calls;
   for (const SparseTransfer& t : tables) {
     const auto chunks = SplitKeys(t.keys, t.dim, num_servers, sync);
     for (int s = 0; s < num_servers; ++s) {
       for (const auto& chunk : chunks[s]) {
-        auto p = std::make_unique<Pending>();
+        auto p = std::make_unique<PendingPush>();
         p->server = servers_[s];
         p->req.set_trainer_id(trainer_id_);
         p->req.set_step(step);
@@ -555,23 +554,7 @@ absl::Status ParamClient::PushSparse(int64_t step, bool sync,
       }
     }
   }
-  FirstError err;
-  absl::BlockingCounter pending(static_cast<int>(calls.size()));
-  for (auto& call : calls) {
-    call->server->PushAsync(call->req, &call->resp, [&](absl::Status st) {
-      err.Add(st);
-      pending.DecrementCount();
-    });
-  }
-  pending.Wait();
-  if (stats != nullptr) {
-    *stats = TransferStats{};
-    for (const auto& p : calls) {
-      stats->bytes += static_cast<int64_t>(p->req.ByteSizeLong());
-    }
-    stats->rpcs = static_cast<int64_t>(calls.size());
-  }
-  return err.Get();
+  return SendPushes(calls, stats);
 }
 
 }  // namespace shardps
