@@ -3,11 +3,13 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/fault_injection_env.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
@@ -326,6 +328,206 @@ TEST_F(CheckpointTest, UnrelatedEntriesAreLeftAlone) {
   EXPECT_EQ(RootChildren(), (std::vector<std::string>{"ckpt-000000000002",
                                                       "ckpt-12", "notes"}));
 }
+
+// --- Faults: a failed or interrupted write leaves the previous checkpoint
+// loadable and the failed one invisible. ---
+
+struct FaultCase {
+  std::string name;
+  std::function<void(FaultInjectionEnv*)> arm;
+  absl::Status want;  // what Write(200) returns
+};
+
+class CheckpointFaultTest : public CheckpointTest,
+                            public ::testing::WithParamInterface<FaultCase> {};
+
+absl::Status Point(FaultInjectionEnv* e, FaultPoint p) {
+  e->SetPointCallback(p, [p](int, const std::string&) {
+    return absl::AbortedError(std::string(FaultPointName(p)));
+  });
+  return absl::OkStatus();
+}
+
+TEST_P(CheckpointFaultTest, PreviousSurvivesFailedOneIsInvisible) {
+  FaultInjectionEnv fenv(env_);
+  CheckpointWriter w(&fenv, root_, /*keep=*/1);
+  ASSERT_TRUE(WriteStep(&w, 100).ok());
+  GetParam().arm(&fenv);
+  EXPECT_EQ(WriteStep(&w, 200), GetParam().want);
+
+  EXPECT_EQ(Complete(), std::vector<int64_t>{100});
+  CheckpointReader r(env_, root_);
+  ExpectStep(r.LoadNewest(), 100);
+  EXPECT_EQ(r.Load(200).status().code(), absl::StatusCode::kNotFound);
+  // The failed attempt's .tmp was removed.
+  EXPECT_EQ(RootChildren(), std::vector<std::string>{"ckpt-000000000100"});
+
+  // Faults are one-shot; the next attempt succeeds and prunes (keep=1).
+  fenv.SetPointCallback(FaultPoint::kMidWrite, nullptr);
+  fenv.SetPointCallback(FaultPoint::kAfterDataBeforeManifest, nullptr);
+  fenv.SetPointCallback(FaultPoint::kBeforeRename, nullptr);
+  ASSERT_TRUE(WriteStep(&w, 200).ok());
+  ExpectStep(r.LoadNewest(), 200);
+  EXPECT_EQ(Complete(), std::vector<int64_t>{200});
+}
+
+const absl::Status kIoError = absl::ErrnoToStatus(EIO, "injected");
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, CheckpointFaultTest,
+    ::testing::Values(
+        FaultCase{"FailedBlobSync",
+                  [](FaultInjectionEnv* e) {
+                    e->FailNth(FaultOp::kSync, 2, kIoError);
+                  },
+                  absl::Status(kIoError.code(),
+                               "checkpoint 200: injected: Input/output "
+                               "error")},
+        FaultCase{"FailedManifestSync",
+                  [](FaultInjectionEnv* e) {
+                    e->FailNth(FaultOp::kSync, 4, absl::InternalError("s"));
+                  },
+                  absl::InternalError("checkpoint 200: s")},
+        FaultCase{"ErrorMidWrite",
+                  [](FaultInjectionEnv* e) {
+                    e->FailNth(FaultOp::kAppend, 2,
+                               absl::ResourceExhaustedError("disk full"));
+                  },
+                  absl::ResourceExhaustedError("checkpoint 200: disk full")},
+        FaultCase{"FailedTmpDirSync",
+                  [](FaultInjectionEnv* e) {
+                    e->FailNth(FaultOp::kSyncDir, 1, absl::InternalError("d"));
+                  },
+                  absl::InternalError("checkpoint 200: d")},
+        FaultCase{"FailedRename",
+                  [](FaultInjectionEnv* e) {
+                    e->FailNth(FaultOp::kRename, 1, absl::InternalError("r"));
+                  },
+                  absl::InternalError("checkpoint 200: r")},
+        FaultCase{"AtMidWrite",
+                  [](FaultInjectionEnv* e) {
+                    Point(e, FaultPoint::kMidWrite).IgnoreError();
+                  },
+                  absl::AbortedError("checkpoint 200: mid_write")},
+        FaultCase{
+            "AtAfterDataBeforeManifest",
+            [](FaultInjectionEnv* e) {
+              Point(e, FaultPoint::kAfterDataBeforeManifest).IgnoreError();
+            },
+            absl::AbortedError("checkpoint 200: after_data_before_manifest")},
+        FaultCase{"AtBeforeRename",
+                  [](FaultInjectionEnv* e) {
+                    Point(e, FaultPoint::kBeforeRename).IgnoreError();
+                  },
+                  absl::AbortedError("checkpoint 200: before_rename")}),
+    [](const ::testing::TestParamInfo<FaultCase>& info) {
+      return info.param.name;
+    });
+
+TEST_F(CheckpointTest, TornBlobIsCommittedButNeverLoaded) {
+  FaultInjectionEnv fenv(env_);
+  CheckpointWriter w(&fenv, root_, /*keep=*/2);
+  ASSERT_TRUE(WriteStep(&w, 100).ok());
+  fenv.TearNextFile("table_1.bin", 1000);
+  // The disk acknowledged bytes it then lost: the write cannot tell.
+  ASSERT_TRUE(WriteStep(&w, 200).ok());
+  CheckpointReader r(env_, root_);
+  EXPECT_EQ(r.Load(200).status(),
+            absl::DataLossError(StepPath(200, "table_1.bin") +
+                                ": size 1000 != manifest 100000"));
+  ExpectStep(r.LoadNewest(), 100);
+}
+
+TEST_F(CheckpointTest, FailedRootSyncKeepsOlderCheckpoints) {
+  FaultInjectionEnv fenv(env_);
+  CheckpointWriter w(&fenv, root_, /*keep=*/1);
+  ASSERT_TRUE(WriteStep(&w, 100).ok());
+  // The first SyncDir is the .tmp directory's, the second the root's after
+  // the rename: the new checkpoint is visible but not known durable.
+  fenv.FailNth(FaultOp::kSyncDir, 2, absl::InternalError("root"));
+  EXPECT_EQ(WriteStep(&w, 200), absl::InternalError("checkpoint 200: root"));
+  ExpectStep(CheckpointReader(env_, root_).Load(100), 100);
+}
+
+TEST_F(CheckpointTest, FailedSwapKeepsTheOldVersionOfTheStep) {
+  FaultInjectionEnv fenv(env_);
+  CheckpointWriter w(&fenv, root_);
+  ASSERT_TRUE(WriteStep(&w, 100).ok());
+  fenv.FailNth(FaultOp::kExchange, 1, absl::InternalError("x"));
+  EXPECT_EQ(w.Write(100, "v2", {{"a.bin", "v2"}}),
+            absl::InternalError("checkpoint 100: x"));
+  ExpectStep(CheckpointReader(env_, root_).LoadNewest(), 100);
+  EXPECT_EQ(RootChildren(), std::vector<std::string>{"ckpt-000000000100"});
+}
+
+TEST_F(CheckpointTest, RewriteWithoutExchangeMovesTheOldOneAside) {
+  FaultInjectionEnv fenv(env_);
+  CheckpointWriter w(&fenv, root_);
+  ASSERT_TRUE(WriteStep(&w, 100).ok());
+  fenv.FailNth(FaultOp::kExchange, 1, absl::UnimplementedError("no swap"));
+  ASSERT_TRUE(w.Write(100, "v2", {{"a.bin", "v2"}}).ok());
+  auto c = CheckpointReader(env_, root_).Load(100);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metadata, "v2");
+  EXPECT_EQ(RootChildren(), std::vector<std::string>{"ckpt-000000000100"});
+
+  // If the second rename fails, the old one is put back.
+  fenv.FailNth(FaultOp::kExchange, 1, absl::UnimplementedError("no swap"));
+  fenv.FailNth(FaultOp::kRename, 2, absl::InternalError("r"));
+  EXPECT_EQ(w.Write(100, "v3", {{"a.bin", "v3"}}),
+            absl::InternalError("checkpoint 100: r"));
+  c = CheckpointReader(env_, root_).Load(100);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metadata, "v2");
+  EXPECT_EQ(RootChildren(), std::vector<std::string>{"ckpt-000000000100"});
+}
+
+// A real crash (_exit(1) from SHARDPS_TEST_CHECKPOINT_FAULT) at each named
+// point of the second checkpoint, in a child process.
+class CheckpointCrashTest : public CheckpointTest,
+                            public ::testing::WithParamInterface<std::string> {
+};
+
+TEST_P(CheckpointCrashTest, PreviousCheckpointLoadsAfterCrash) {
+  const std::string spec = "crash_" + GetParam() + ":2";
+  auto getenv_fn = [&spec](const char* name) -> const char* {
+    return std::string(name) == kCheckpointFaultEnvVar ? spec.c_str() : nullptr;
+  };
+  EXPECT_EXIT(
+      {
+        auto fenv = CheckpointFaultEnvFromEnvironment(env_, getenv_fn);
+        if (!fenv.ok() || *fenv == nullptr) std::exit(3);
+        CheckpointWriter w(fenv->get(), root_);
+        if (!WriteStep(&w, 100).ok()) std::exit(4);
+        WriteStep(&w, 200).IgnoreError();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(1), "");
+
+  CheckpointReader r(env_, root_);
+  EXPECT_EQ(Complete(), std::vector<int64_t>{100});
+  ExpectStep(r.LoadNewest(), 100);
+  EXPECT_EQ(RootChildren(), (std::vector<std::string>{
+                                "ckpt-000000000100", "ckpt-000000000200.tmp"}));
+  if (GetParam() == "mid_write") {
+    std::string torn;
+    ASSERT_TRUE(
+        env_->ReadFileToString(
+                JoinPath(root_, "ckpt-000000000200.tmp/table_0.bin"), &torn)
+            .ok());
+    EXPECT_EQ(torn, "dens");  // half of "dense-200"
+  }
+  // The next write cleans the leftover.
+  CheckpointWriter w(env_, root_);
+  ASSERT_TRUE(WriteStep(&w, 300).ok());
+  EXPECT_EQ(RootChildren(), (std::vector<std::string>{"ckpt-000000000100",
+                                                      "ckpt-000000000300"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, CheckpointCrashTest,
+                         ::testing::Values("mid_write",
+                                           "after_data_before_manifest",
+                                           "before_rename"));
 
 }  // namespace
 }  // namespace shardps
