@@ -84,14 +84,15 @@ class ClusterTest(testlib.ProcessTestCase):
 
     def test_compression(self):
         """fp16 halves the bytes both ways at dense accuracy; threshold
-        encoding pushes at least 30 times fewer bytes than dense."""
+        encoding (fixed threshold 1e-2) pushes over 100 times fewer bytes
+        than dense within a point of its accuracy."""
         results = {}
         for c in ("none", "fp16", "threshold"):
             r, summary = self.run_cluster(
                 ["--pservers", "2", "--trainers", "2"],
                 ["--compression=" + c] + (
-                    ["--threshold_max_sparsity=0.03"] if c == "threshold"
-                    else []),
+                    ["--adaptive_threshold=false", "--updates_threshold=1e-2"]
+                    if c == "threshold" else []),
                 log_dir=os.path.join(self.tmp, "logs-" + c))
             self.assertRanWell(r, summary)
             results[c] = self.final_evals(summary)[0]
@@ -105,12 +106,12 @@ class ClusterTest(testlib.ProcessTestCase):
         self.assertLess(fp16["pull_bytes"], 0.51 * dense["pull_bytes"])
         self.assertGreaterEqual(fp16["test_accuracy"],
                                 dense["test_accuracy"] - 0.01)
-        # Measured: 49 times fewer bytes, 1.2 points below dense; the
-        # guard leaves room for the run-to-run noise of the sync mean's
-        # summation order.
-        self.assertLess(thr["push_bytes"] * 30, dense["push_bytes"])
+        # Measured (scripts/compression_e2.py): 153 times fewer bytes, 0.27
+        # points below dense; the guard leaves room for the run-to-run noise
+        # of the sync mean's summation order.
+        self.assertLess(thr["push_bytes"] * 100, dense["push_bytes"])
         self.assertGreaterEqual(thr["test_accuracy"],
-                                dense["test_accuracy"] - 0.03)
+                                dense["test_accuracy"] - 0.01)
 
     def test_sync_trainer_killed(self):
         """A sync trainer killed mid-run: the pservers say which trainer the
