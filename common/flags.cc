@@ -88,6 +88,8 @@ absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
     for (char** e = environ; *e != nullptr; ++e) {
       std::string kv = *e;
       if (!absl::StartsWith(kv, "SHARDPS_")) continue;
+      // Test hooks (e.g. SHARDPS_TEST_CHECKPOINT_FAULT) are not flags.
+      if (absl::StartsWith(kv, "SHARDPS_TEST_")) continue;
       const std::string var = kv.substr(0, kv.find('='));
       if (!known_vars.count(var)) {
         std::cerr << "warning: " << var

@@ -4,6 +4,8 @@
 #include <iostream>
 #include <thread>
 
+#include "common/env.h"
+#include "common/fault_injection_env.h"
 #include "common/flags.h"
 #include "common/malloc_tuning.h"
 #include "gflags/gflags.h"
@@ -19,6 +21,14 @@ DEFINE_string(host, "0.0.0.0", "address to listen on");
 DEFINE_int32(max_pull_wait_s, 20,
              "a pull that waits longer is answered DEADLINE_EXCEEDED naming "
              "the trainers it waits for (the trainer retries)");
+
+DEFINE_int32(trainer_timeout, 60,
+             "a registered trainer silent this many seconds (no heartbeat, "
+             "pull or push) is dropped from the barrier; 0 = never");
+DEFINE_string(checkpoint_dir, "",
+              "directory for this pserver's checkpoints; the newest complete "
+              "one is loaded at start. Empty: no checkpoints");
+DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept (>= 1)");
 
 int main(int argc, char** argv) {
   shardps::TuneMallocForLargeMessages();
@@ -39,6 +49,22 @@ int main(int argc, char** argv) {
     std::cerr << "pserver: --max_pull_wait_s must be positive\n";
     return 2;
   }
+  if (FLAGS_trainer_timeout < 0) {
+    std::cerr << "pserver: --trainer_timeout must be >= 0\n";
+    return 2;
+  }
+  if (FLAGS_keep_checkpoints < 1) {
+    std::cerr << "pserver: --keep_checkpoints must be >= 1\n";
+    return 2;
+  }
+  // Fault injection for the multi-process tests (kill during a checkpoint
+  // write): SHARDPS_TEST_CHECKPOINT_FAULT, see common/fault_injection_env.h.
+  auto fault_env = shardps::CheckpointFaultEnvFromEnvironment(
+      shardps::Env::Default(), shardps::ProcessEnv());
+  if (!fault_env.ok()) {
+    std::cerr << "pserver: " << fault_env.status().message() << "\n";
+    return 2;
+  }
   google::InitGoogleLogging(argv[0]);
 
   // SIGTERM and SIGINT are handled by a thread that shuts the server down.
@@ -54,6 +80,14 @@ int main(int argc, char** argv) {
   options.port_file = FLAGS_port_file;
   options.store.num_trainers = FLAGS_num_gradient_servers;
   options.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);
+  options.store.trainer_timeout = absl::Seconds(FLAGS_trainer_timeout);
+  options.checkpoint_dir = FLAGS_checkpoint_dir;
+  options.keep_checkpoints = FLAGS_keep_checkpoints;
+  if (*fault_env != nullptr) {
+    LOG(WARNING) << "checkpoint fault injection armed by "
+                 << shardps::kCheckpointFaultEnvVar;
+    options.env = fault_env->get();
+  }
   auto server = shardps::PsServer::Create(options);
   if (!server.ok()) {
     std::cerr << "pserver: " << server.status().message() << "\n";

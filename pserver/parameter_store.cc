@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/shard_map.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/finite.h"
@@ -82,6 +84,14 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
   if (job.num_trainers() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InitJob: num_trainers must be positive, got ", job.num_trainers()));
+  }
+  if (job.replicas_to_aggregate() < 0 ||
+      job.replicas_to_aggregate() > job.num_trainers() ||
+      (job.replicas_to_aggregate() > 0 && job.mode() != SYNC)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: replicas_to_aggregate must be in [0, num_trainers = ",
+        job.num_trainers(), "] and needs SYNC mode, got ",
+        job.replicas_to_aggregate()));
   }
   if (options_.num_trainers > 0 &&
       job.num_trainers() != options_.num_trainers) {
@@ -183,8 +193,27 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
   job_ = job;
   tables_ = std::move(tables);
   num_trainers_ = job.num_trainers();
+  quorum_ = job.replicas_to_aggregate();
   sync_ = job.mode() == SYNC;
   init_blocks_.assign(blocks.begin(), blocks.end());
+  for (Table& t : tables_) {
+    for (auto& [index, b] : t.blocks) all_blocks_.push_back(b.get());
+  }
+  std::sort(all_blocks_.begin(), all_blocks_.end(),
+            [](const Block* a, const Block* b) {
+              return std::make_pair(a->table_id, a->index) <
+                     std::make_pair(b->table_id, b->index);
+            });
+  required_from_.reset(new std::atomic<int64_t>[num_trainers_]);
+  last_seen_us_.reset(new std::atomic<int64_t>[num_trainers_]);
+  for (int k = 0; k < num_trainers_; ++k) {
+    required_from_[k].store(0);
+    last_seen_us_[k].store(0);
+  }
+  {
+    absl::MutexLock m(&members_mu_);
+    members_.assign(num_trainers_, Member{});
+  }
   {
     absl::MutexLock c(&clock_mu_);
     clocks_.assign(num_trainers_, 0);
@@ -194,6 +223,7 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
     absl::MutexLock sl(&t.sparse_step->mu);
     t.sparse_step->expected.assign(num_trainers_, 0);
     t.sparse_step->received.assign(num_trainers_, 0);
+    t.sparse_step->done.assign(num_trainers_, 0);
   }
   initialized_ = true;
   LOG(INFO) << "job initialised: " << (sync_ ? "sync" : "async") << ", "
@@ -271,6 +301,17 @@ absl::Status ParameterStore::CheckReadyAndTrainer(int trainer_id) const {
         "trainer_id ", trainer_id, " is out of range: the job has ",
         num_trainers_, " trainers"));
   }
+  last_seen_us_[trainer_id].store(absl::ToUnixMicros(absl::Now()),
+                                  std::memory_order_relaxed);
+  if (required_from_[trainer_id].load() == INT64_MAX) {
+    absl::MutexLock m(&members_mu_);
+    if (members_[trainer_id].state == MemberState::kDropped) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer ", trainer_id,
+          " was dropped from the job after --trainer_timeout without a "
+          "word; restart it to rejoin"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -303,7 +344,9 @@ void ParameterStore::ApplyUpdate(const Table& t, Block* b, int64_t step,
 }
 
 absl::Status ParameterStore::Push(int trainer_id, int64_t step,
-                                  absl::Span<const BlockData> grads) {
+                                  absl::Span<const BlockData> grads,
+                                  uint64_t generation, int* late_blocks) {
+  if (late_blocks != nullptr) *late_blocks = 0;
   absl::Status st = CheckReadyAndTrainer(trainer_id);
   if (st.ok() && step < 0) {
     st = absl::InvalidArgumentError(absl::StrCat("negative step ", step));
@@ -362,10 +405,21 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
   // all or nothing.
   for (auto& w : work) w.first->mu.Lock();
   std::vector<std::shared_ptr<Waiter>> ready_waiters;
-  if (sync_) {
-    for (auto& w : work) {
-      Block* b = w.first;
+  std::vector<uint8_t> late(work.size(), 0);
+  if (sync_ && generation != kAnyGeneration &&
+      generation != generation_.load()) {
+    st = absl::AbortedError(absl::StrCat(
+        "push from generation ", generation, ": this pserver is on generation ",
+        generation_.load(), ", restarted from step ", base_step_.load(),
+        "; the trainer must recover"));
+  } else if (sync_) {
+    for (size_t i = 0; i < work.size(); ++i) {
+      Block* b = work[i].first;
       b->mu.AssertHeld();
+      if (step < b->version && quorum_ > 0) {
+        late[i] = 1;  // the step went ahead without this push
+        continue;
+      }
       if (step != b->version) {
         const std::string& name = tables_[b->table_id].spec.name();
         st = absl::FailedPreconditionError(
@@ -384,16 +438,21 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
     }
     if (st.ok()) {
       const absl::Time now = absl::Now();
-      for (auto& w : work) {
-        Block* b = w.first;
+      for (size_t i = 0; i < work.size(); ++i) {
+        Block* b = work[i].first;
         b->mu.AssertHeld();
+        if (late[i]) {
+          ++late_;
+          if (late_blocks != nullptr) ++*late_blocks;
+          continue;
+        }
         const Table& t = tables_[b->table_id];
         if (b->pushed.empty()) b->pushed.assign(num_trainers_, 0);
         if (b->pushed[trainer_id]) {
           ++duplicate_block_pushes_;
           continue;
         }
-        const absl::Span<const float> g = w.second->values;
+        const absl::Span<const float> g = work[i].second->values;
         if (num_trainers_ == 1) {
           ApplyUpdate(t, b, step, 1.0f, g);
         } else {
@@ -405,21 +464,13 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
             for (size_t j = 0; j < g.size(); ++j) acc[j] += g[j];
           }
           b->pushed[trainer_id] = 1;
-          if (++b->num_pushed < num_trainers_) continue;
-          ApplyUpdate(t, b, step, 1.0f / num_trainers_, b->accum);
+          ++b->num_pushed;
+          if (!StepComplete(b->pushed, b->num_pushed, b->version)) continue;
+          ApplyUpdate(t, b, step, 1.0f / b->num_pushed, b->accum);
           b->num_pushed = 0;
           std::fill(b->pushed.begin(), b->pushed.end(), 0);
         }
-        // Collect the pulls this version satisfies.
-        auto& ws = b->waiters;
-        auto keep = std::partition(ws.begin(), ws.end(), [b](const auto& p) {
-          b->mu.AssertHeld();
-          return p.first > b->version;
-        });
-        for (auto it = keep; it != ws.end(); ++it) {
-          ready_waiters.push_back(std::move(it->second));
-        }
-        ws.erase(keep, ws.end());
+        TakeReadyWaiters(b, &ready_waiters);
       }
     }
   } else {
@@ -473,7 +524,8 @@ absl::StatusOr<int> ParameterStore::SparseDim(uint32_t table_id) const {
 }
 
 absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
-                                        absl::Span<const SparseGrads> rows) {
+                                        absl::Span<const SparseGrads> rows,
+                                        uint64_t generation) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
   if (st.ok() && step < 0) {
     st = absl::InvalidArgumentError(absl::StrCat("negative step ", step));
@@ -537,11 +589,24 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   });
   for (const SparseGrads* r : work) tables_[r->table_id].sparse_step->mu.Lock();
   std::vector<std::shared_ptr<Waiter>> ready_waiters;
-  for (const SparseGrads* r : work) {
+  std::vector<uint8_t> late(work.size(), 0);
+  if (sync_ && generation != kAnyGeneration &&
+      generation != generation_.load()) {
+    st = absl::AbortedError(absl::StrCat(
+        "push from generation ", generation, ": this pserver is on generation ",
+        generation_.load(), ", restarted from step ", base_step_.load(),
+        "; the trainer must recover"));
+  }
+  for (size_t i = 0; st.ok() && i < work.size(); ++i) {
+    const SparseGrads* r = work[i];
     SparseStep& ss = *tables_[r->table_id].sparse_step;
     ss.mu.AssertHeld();
     if (!sync_) break;
     const std::string& name = tables_[r->table_id].spec.name();
+    if (step < ss.version && quorum_ > 0) {
+      late[i] = 1;
+      continue;
+    }
     if (step != ss.version) {
       st = absl::FailedPreconditionError(
           step < ss.version
@@ -565,10 +630,15 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   }
   if (st.ok()) {
     const absl::Time now = absl::Now();
-    for (const SparseGrads* r : work) {
+    for (size_t i = 0; i < work.size(); ++i) {
+      const SparseGrads* r = work[i];
       Table& t = tables_[r->table_id];
       SparseStep& ss = *t.sparse_step;
       ss.mu.AssertHeld();
+      if (late[i]) {
+        ++late_;
+        continue;
+      }
       if (!sync_) {
         const float one[] = {1.0f};
         t.sparse->Apply(step, r->keys, r->grads, one);
@@ -600,31 +670,10 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
       ss.expected[trainer_id] = r->num_chunks;
       t.sparse->Accumulate(r->keys, r->grads);
       if (++ss.received[trainer_id] < ss.expected[trainer_id]) continue;
-      if (++ss.trainers_done < num_trainers_) continue;
-      // Every trainer has sent all its chunks: apply the step.
-      t.sparse->ApplyAccumulated(step);
-      ++ss.version;
-      ++block_updates_;
-      ss.trainers_done = 0;
-      std::fill(ss.expected.begin(), ss.expected.end(), 0);
-      std::fill(ss.received.begin(), ss.received.end(), 0);
-      if (t.spec.sparse().evict_after_steps() > 0) {
-        const int64_t n = t.sparse->Evict(ss.version);
-        if (n > 0) {
-          LOG(INFO) << "sparse table " << t.spec.name() << ": evicted " << n
-                    << " rows not updated since step "
-                    << ss.version - t.spec.sparse().evict_after_steps();
-        }
-      }
-      auto& ws = ss.waiters;
-      auto keep = std::partition(ws.begin(), ws.end(), [&ss](const auto& p) {
-        ss.mu.AssertHeld();
-        return p.first > ss.version;
-      });
-      for (auto it = keep; it != ws.end(); ++it) {
-        ready_waiters.push_back(std::move(it->second));
-      }
-      ws.erase(keep, ws.end());
+      ++ss.trainers_done;
+      ss.done[trainer_id] = 1;
+      if (!StepComplete(ss.done, ss.trainers_done, ss.version)) continue;
+      ApplySparseStep(t, ss, &ready_waiters);
     }
   }
   for (auto it = work.rbegin(); it != work.rend(); ++it) {
@@ -638,6 +687,278 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   for (auto& w : ready_waiters) Release(w);
   if (!sync_) AdvanceClock(trainer_id, step);
   return absl::OkStatus();
+}
+
+void ParameterStore::TakeReadyWaiters(
+    Block* b, std::vector<std::shared_ptr<Waiter>>* ready) {
+  auto& ws = b->waiters;
+  auto keep = std::partition(ws.begin(), ws.end(), [b](const auto& p) {
+    b->mu.AssertHeld();
+    return p.first > b->version;
+  });
+  for (auto it = keep; it != ws.end(); ++it) {
+    ready->push_back(std::move(it->second));
+  }
+  ws.erase(keep, ws.end());
+}
+
+void ParameterStore::ApplySparseStep(
+    Table& t, SparseStep& ss, std::vector<std::shared_ptr<Waiter>>* ready) {
+  ss.mu.AssertHeld();
+  t.sparse->ApplyAccumulated(ss.version);
+  ++ss.version;
+  ++block_updates_;
+  ss.trainers_done = 0;
+  std::fill(ss.expected.begin(), ss.expected.end(), 0);
+  std::fill(ss.received.begin(), ss.received.end(), 0);
+  std::fill(ss.done.begin(), ss.done.end(), 0);
+  if (t.spec.sparse().evict_after_steps() > 0) {
+    const int64_t n = t.sparse->Evict(ss.version);
+    if (n > 0) {
+      LOG(INFO) << "sparse table " << t.spec.name() << ": evicted " << n
+                << " rows not updated since step "
+                << ss.version - t.spec.sparse().evict_after_steps();
+    }
+  }
+  auto& ws = ss.waiters;
+  auto keep = std::partition(ws.begin(), ws.end(), [&ss](const auto& p) {
+    ss.mu.AssertHeld();
+    return p.first > ss.version;
+  });
+  for (auto it = keep; it != ws.end(); ++it) {
+    ready->push_back(std::move(it->second));
+  }
+  ws.erase(keep, ws.end());
+}
+
+bool ParameterStore::StepComplete(const std::vector<uint8_t>& done,
+                                  int num_done, int64_t version) const {
+  if (num_done == 0) return false;
+  if (quorum_ > 0 && num_done >= quorum_) return true;
+  for (int k = 0; k < num_trainers_; ++k) {
+    if (!done[k] && version >= required_from_[k].load()) return false;
+  }
+  return true;
+}
+
+void ParameterStore::RecheckBarriers() {
+  if (!ready()) return;
+  std::vector<std::shared_ptr<Waiter>> ready_waiters;
+  if (sync_) {
+    for (Block* b : all_blocks_) {
+      absl::MutexLock bl(&b->mu);
+      if (b->num_pushed == 0 ||
+          !StepComplete(b->pushed, b->num_pushed, b->version)) {
+        continue;
+      }
+      ApplyUpdate(tables_[b->table_id], b, b->version, 1.0f / b->num_pushed,
+                  b->accum);
+      b->num_pushed = 0;
+      std::fill(b->pushed.begin(), b->pushed.end(), 0);
+      TakeReadyWaiters(b, &ready_waiters);
+    }
+    for (Table& t : tables_) {
+      if (t.sparse_step == nullptr) continue;
+      SparseStep& ss = *t.sparse_step;
+      absl::MutexLock sl(&ss.mu);
+      if (StepComplete(ss.done, ss.trainers_done, ss.version)) {
+        ApplySparseStep(t, ss, &ready_waiters);
+      }
+    }
+  } else {
+    absl::MutexLock c(&clock_mu_);
+    auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
+                               [this](const std::shared_ptr<Waiter>& w) {
+                                 clock_mu_.AssertHeld();
+                                 return !ClockGateOk(*w);
+                               });
+    ready_waiters.assign(keep, stale_waiters_.end());
+    stale_waiters_.erase(keep, stale_waiters_.end());
+  }
+  for (auto& w : ready_waiters) Release(w);
+}
+
+void ParameterStore::LockAll() const {
+  for (Block* b : all_blocks_) b->mu.Lock();
+  for (const Table& t : tables_) {
+    if (t.sparse_step != nullptr) t.sparse_step->mu.Lock();
+  }
+}
+
+void ParameterStore::UnlockAll() const {
+  for (auto it = tables_.rbegin(); it != tables_.rend(); ++it) {
+    if (it->sparse_step != nullptr) it->sparse_step->mu.Unlock();
+  }
+  for (auto it = all_blocks_.rbegin(); it != all_blocks_.rend(); ++it) {
+    (*it)->mu.Unlock();
+  }
+}
+
+int64_t ParameterStore::MaxVersionLocked() const {
+  int64_t v = 0;
+  for (Block* b : all_blocks_) {
+    b->mu.AssertHeld();
+    v = std::max(v, b->version);
+  }
+  for (const Table& t : tables_) {
+    if (t.sparse_step == nullptr) continue;
+    t.sparse_step->mu.AssertHeld();
+    v = std::max(v, t.sparse_step->version);
+  }
+  return v;
+}
+
+absl::StatusOr<RegisterResult> ParameterStore::Register(int trainer_id,
+                                                        uint64_t incarnation,
+                                                        absl::Time now) {
+  RegisterResult r;
+  r.job_ready = ready();
+  r.generation = generation_.load();
+  if (!r.job_ready) return r;  // everyone is expected from the start
+  if (trainer_id < 0 || trainer_id >= num_trainers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_id ", trainer_id, " is out of range: the job has ",
+        num_trainers_, " trainers"));
+  }
+  bool rejoined = false;
+  {
+    absl::MutexLock m(&members_mu_);
+    RegisterLocked(trainer_id, incarnation, now, &r, &rejoined);
+  }
+  // A rejoin at join_step may complete a step that waited for the previous
+  // incarnation.
+  if (rejoined) RecheckBarriers();
+  return r;
+}
+
+void ParameterStore::RegisterLocked(int trainer_id, uint64_t incarnation,
+                                    absl::Time now, RegisterResult* out,
+                                    bool* rejoined) {
+  RegisterResult& r = *out;
+  Member& mem = members_[trainer_id];
+  last_seen_us_[trainer_id].store(absl::ToUnixMicros(now));
+  if (mem.state == MemberState::kExpected ||
+      (mem.state == MemberState::kActive && mem.incarnation == incarnation)) {
+    mem.state = MemberState::kActive;
+    mem.incarnation = incarnation;
+    r.join_step = required_from_[trainer_id].load();
+    if (!sync_) {
+      absl::MutexLock c(&clock_mu_);
+      r.join_step = clocks_[trainer_id];
+    }
+    return;
+  }
+  // A rejoin: a new incarnation, or a trainer that was dropped or left.
+  const char* was = mem.state == MemberState::kDropped ? "dropped"
+                    : mem.state == MemberState::kLeft  ? "gone"
+                                                       : "running";
+  if (sync_) {
+    LockAll();
+    r.join_step = MaxVersionLocked() + 1;
+    required_from_[trainer_id].store(r.join_step);
+    UnlockAll();
+  } else {
+    absl::MutexLock c(&clock_mu_);
+    r.join_step = clocks_[trainer_id];
+    required_from_[trainer_id].store(0);
+  }
+  mem.state = MemberState::kActive;
+  mem.incarnation = incarnation;
+  ++rejoined_;
+  *rejoined = true;
+  LOG(WARNING) << "trainer " << trainer_id << " rejoined (incarnation "
+               << incarnation << "; it was " << was << "): "
+               << (sync_ ? "the barrier waits for it from step "
+                         : "it resumes at step ")
+               << r.join_step;
+}
+
+absl::Status ParameterStore::ConfirmJoin(int trainer_id, uint64_t incarnation,
+                                         int64_t start_step) {
+  RETURN_IF_ERROR(CheckReadyAndTrainer(trainer_id));
+  if (start_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative start_step ", start_step));
+  }
+  {
+    absl::MutexLock m(&members_mu_);
+    const Member& mem = members_[trainer_id];
+    if (mem.state != MemberState::kActive || mem.incarnation != incarnation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer ", trainer_id, " incarnation ", incarnation,
+          " confirms a join it did not register for (register first)"));
+    }
+    if (!sync_) return absl::OkStatus();
+    const int64_t from = required_from_[trainer_id].load();
+    if (start_step <= from) return absl::OkStatus();
+    required_from_[trainer_id].store(start_step);
+  }
+  RecheckBarriers();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Heartbeat(int trainer_id, uint64_t incarnation,
+                                       absl::Time now) {
+  if (!ready()) return absl::OkStatus();
+  if (trainer_id < 0 || trainer_id >= num_trainers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_id ", trainer_id, " is out of range: the job has ",
+        num_trainers_, " trainers"));
+  }
+  absl::MutexLock m(&members_mu_);
+  Member& mem = members_[trainer_id];
+  if (mem.state == MemberState::kExpected) {
+    // First word since this store started (a restarted pserver).
+    mem.state = MemberState::kActive;
+    mem.incarnation = incarnation;
+  }
+  if (mem.incarnation != incarnation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer ", trainer_id, " incarnation ", incarnation,
+                     " was replaced by incarnation ", mem.incarnation,
+                     " (a restarted process with the same --trainer_id)"));
+  }
+  if (mem.state == MemberState::kDropped) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer ", trainer_id,
+        " was dropped from the job after --trainer_timeout without a word; "
+        "restart it to rejoin"));
+  }
+  last_seen_us_[trainer_id].store(absl::ToUnixMicros(now));
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation) {
+  if (!ready()) return absl::OkStatus();
+  if (trainer_id < 0 || trainer_id >= num_trainers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_id ", trainer_id, " is out of range: the job has ",
+        num_trainers_, " trainers"));
+  }
+  {
+    absl::MutexLock m(&members_mu_);
+    Member& mem = members_[trainer_id];
+    if (mem.state != MemberState::kExpected && mem.incarnation != incarnation) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("trainer ", trainer_id, " incarnation ", incarnation,
+                       " was replaced by incarnation ", mem.incarnation));
+    }
+    if (mem.state == MemberState::kLeft) return absl::OkStatus();
+    mem.state = MemberState::kLeft;
+    mem.incarnation = incarnation;
+    required_from_[trainer_id].store(INT64_MAX);
+  }
+  LOG(INFO) << "trainer " << trainer_id << " left the job";
+  RecheckBarriers();
+  return absl::OkStatus();
+}
+
+std::vector<int> ParameterStore::LiveTrainers() const {
+  std::vector<int> live;
+  for (int k = 0; k < num_trainers_ && ready(); ++k) {
+    if (required_from_[k].load() != INT64_MAX) live.push_back(k);
+  }
+  return live;
 }
 
 void ParameterStore::AdvanceClock(int trainer_id, int64_t step) {
@@ -659,18 +980,34 @@ void ParameterStore::AdvanceClock(int trainer_id, int64_t step) {
 bool ParameterStore::ClockGateOk(const Waiter& w) const {
   if (sync_) return true;
   const int s = job_.max_staleness();
-  const int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
+  // The slowest trainer still in the job (not dropped, not gone).
+  int64_t slowest = INT64_MAX;
+  for (int k = 0; k < num_trainers_; ++k) {
+    if (required_from_[k].load() != INT64_MAX) {
+      slowest = std::min(slowest, clocks_[k]);
+    }
+  }
   return (s < 0 || w.step - slowest <= s) && slowest >= w.min_clock;
 }
 
 void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
                           int64_t min_clock, absl::Span<const BlockId> blocks,
                           absl::Span<const SparsePull> sparse, PullSink sink,
-                          PullDone done) {
+                          PullDone done, uint64_t generation) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
   if (st.ok() && (min_version < 0 || step < 0 || min_clock < 0)) {
     st = absl::InvalidArgumentError(
         "negative min_version, step or min_clock in pull");
+  }
+  const bool check_generation = sync_ && generation != kAnyGeneration;
+  auto wrong_generation = [this, generation] {
+    return absl::AbortedError(absl::StrCat(
+        "pull from generation ", generation, ": this pserver is on generation ",
+        generation_.load(), ", restarted from step ", base_step_.load(),
+        "; the trainer must recover"));
+  };
+  if (st.ok() && check_generation && generation != generation_.load()) {
+    st = wrong_generation();
   }
   auto w = std::make_shared<Waiter>();
   for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
@@ -709,22 +1046,38 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
       stale_waiters_.push_back(w);
     }
   }
+  // The generation is checked again under each lock: a rollback holds them
+  // all, so a pull is either registered before it (and aborted by it) or
+  // sees the new generation.
+  bool aborted = false;
   for (Block* b : w->blocks) {
     absl::MutexLock bl(&b->mu);
+    if (check_generation && generation != generation_.load()) {
+      aborted = true;
+      break;
+    }
     if (b->version >= min_version) {
       w->pending.fetch_sub(1);
     } else {
       b->waiters.emplace_back(min_version, w);
     }
   }
-  for (const SparsePull& sp : w->sparse) {
-    SparseStep& ss = *tables_[sp.table_id].sparse_step;
+  for (size_t i = 0; !aborted && i < w->sparse.size(); ++i) {
+    SparseStep& ss = *tables_[w->sparse[i].table_id].sparse_step;
     absl::MutexLock sl(&ss.mu);
+    if (check_generation && generation != generation_.load()) {
+      aborted = true;
+      break;
+    }
     if (!sync_ || ss.version >= min_version) {
       w->pending.fetch_sub(1);
     } else {
       ss.waiters.emplace_back(min_version, w);
     }
+  }
+  if (aborted) {
+    Finish(w, wrong_generation());
+    return;
   }
   if (w->pending.fetch_sub(1) == 1) {
     Complete(w);  // the fast path: nothing to wait for, no store-wide lock
@@ -789,6 +1142,7 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
     if (b->version >= w.min_version) continue;
     lowest = std::min(lowest, b->version);
     for (int k = 0; k < num_trainers_; ++k) {
+      if (b->version < required_from_[k].load()) continue;
       if ((b->pushed.empty() || !b->pushed[k]) &&
           std::find(missing.begin(), missing.end(), k) == missing.end()) {
         missing.push_back(k);
@@ -801,6 +1155,7 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
     if (ss.version >= w.min_version) continue;
     lowest = std::min(lowest, ss.version);
     for (int k = 0; k < num_trainers_; ++k) {
+      if (ss.version < required_from_[k].load()) continue;
       const bool done = ss.expected[k] > 0 && ss.received[k] >= ss.expected[k];
       if (!done &&
           std::find(missing.begin(), missing.end(), k) == missing.end()) {
@@ -821,6 +1176,7 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
       std::vector<int> slow;
       const int s = job_.max_staleness();
       for (int k = 0; k < num_trainers_; ++k) {
+        if (required_from_[k].load() == INT64_MAX) continue;
         if ((s >= 0 && w.step - clocks_[k] > s) || clocks_[k] < w.min_clock) {
           slow.push_back(k);
         }
@@ -837,6 +1193,36 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
 }
 
 void ParameterStore::Sweep(absl::Time now) {
+  if (ready() && options_.trainer_timeout > absl::ZeroDuration()) {
+    bool dropped = false;
+    {
+      absl::MutexLock m(&members_mu_);
+      for (int k = 0; k < num_trainers_; ++k) {
+        Member& mem = members_[k];
+        if (mem.state != MemberState::kActive) continue;
+        const absl::Duration silent =
+            now - absl::FromUnixMicros(last_seen_us_[k].load());
+        if (silent < options_.trainer_timeout) continue;
+        mem.state = MemberState::kDropped;
+        required_from_[k].store(INT64_MAX);
+        ++dropped_;
+        dropped = true;
+        int live = 0;
+        for (int j = 0; j < num_trainers_; ++j) {
+          live += required_from_[j].load() != INT64_MAX;
+        }
+        LOG(WARNING) << "trainer " << k << " (incarnation " << mem.incarnation
+                     << ") said nothing for "
+                     << absl::FormatDuration(
+                            absl::Trunc(silent, absl::Seconds(1)))
+                     << " (--trainer_timeout="
+                     << absl::ToInt64Seconds(options_.trainer_timeout)
+                     << "): dropped from the job; " << live << " of "
+                     << num_trainers_ << " trainers go on";
+      }
+    }
+    if (dropped) RecheckBarriers();
+  }
   std::vector<std::shared_ptr<Waiter>> expired, to_report;
   {
     absl::MutexLock l(&waiters_mu_);
@@ -878,6 +1264,282 @@ void ParameterStore::CancelAllWaiters(const absl::Status& status) {
   for (const auto& w : all) Finish(w, status);
 }
 
+namespace {
+
+constexpr uint32_t kDenseMagic = 0x44534e31;  // "DSN1"
+
+template <typename T>
+void PutRaw(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+void PutFloats(std::string* out, const std::vector<float>& v) {
+  out->append(reinterpret_cast<const char*>(v.data()),
+              v.size() * sizeof(float));
+}
+
+// Reads a dense table blob written by Snapshot.
+class BlobReader {
+ public:
+  explicit BlobReader(absl::string_view data) : data_(data) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (data_.size() < sizeof(T)) return false;
+    std::memcpy(v, data_.data(), sizeof(T));
+    data_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool GetFloats(std::vector<float>* out, int64_t n) {
+    if (n < 0 || data_.size() / sizeof(float) < static_cast<uint64_t>(n)) {
+      return false;
+    }
+    out->resize(n);
+    std::memcpy(out->data(), data_.data(), n * sizeof(float));
+    data_.remove_prefix(n * sizeof(float));
+    return true;
+  }
+  bool done() const { return data_.empty(); }
+
+ private:
+  absl::string_view data_;
+};
+
+std::string TableFileName(size_t table_id) {
+  return absl::StrCat("table-", table_id, ".bin");
+}
+
+}  // namespace
+
+absl::StatusOr<StoreSnapshot> ParameterStore::Snapshot(int64_t step) const {
+  if (!ready()) {
+    return absl::FailedPreconditionError(
+        "checkpoint: the job is not initialised on this pserver");
+  }
+  StoreSnapshot snap;
+  CheckpointInfo& info = snap.info;
+  info.set_step(step);
+  info.set_generation(generation_.load());
+  *info.mutable_job() = job_;
+  for (const Block* b : all_blocks_) {
+    BlockRef* r = info.add_blocks();
+    r->set_table_id(b->table_id);
+    r->set_block(b->index);
+  }
+  {
+    absl::MutexLock c(&clock_mu_);
+    for (int64_t v : clocks_) info.add_clocks(v);
+  }
+  LockAll();
+  absl::Status st;
+  if (sync_) {
+    for (const Block* b : all_blocks_) {
+      b->mu.AssertHeld();
+      if (b->version != step) {
+        st = absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint of step ", step, ": table ",
+            tables_[b->table_id].spec.name(), " block ", b->index,
+            " is at version ", b->version, " (not a step boundary)"));
+        break;
+      }
+    }
+    for (size_t i = 0; st.ok() && i < tables_.size(); ++i) {
+      const SparseStep* ss = tables_[i].sparse_step.get();
+      if (ss == nullptr) continue;
+      ss->mu.AssertHeld();
+      if (ss->version != step) {
+        st = absl::FailedPreconditionError(
+            absl::StrCat("checkpoint of step ", step, ": sparse table ",
+                         tables_[i].spec.name(), " is at version ", ss->version,
+                         " (not a step boundary)"));
+      }
+    }
+  }
+  for (size_t i = 0; st.ok() && i < tables_.size(); ++i) {
+    const Table& t = tables_[i];
+    std::string blob;
+    if (t.sparse != nullptr) {
+      t.sparse->Serialize(&blob);
+    } else {
+      PutRaw(&blob, kDenseMagic);
+      uint32_t n = 0;
+      for (const Block* b : all_blocks_) n += b->table_id == i;
+      PutRaw(&blob, n);
+      for (const Block* b : all_blocks_) {
+        if (b->table_id != i) continue;
+        b->mu.AssertHeld();
+        PutRaw<uint32_t>(&blob, b->index);
+        PutRaw<int64_t>(&blob, b->version);
+        PutRaw<int64_t>(&blob, b->size);
+        PutRaw<uint32_t>(&blob, static_cast<uint32_t>(b->slots.size()));
+        PutFloats(&blob, b->value);
+        for (const auto& slot : b->slots) PutFloats(&blob, slot);
+      }
+    }
+    snap.files.emplace_back(TableFileName(i), std::move(blob));
+  }
+  UnlockAll();
+  if (!st.ok()) return st;
+  return snap;
+}
+
+absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
+                                     uint64_t generation) {
+  const CheckpointInfo& info = snap.info;
+  std::vector<BlockId> ids;
+  for (const BlockRef& r : info.blocks()) {
+    ids.push_back(BlockId{r.table_id(), r.block()});
+  }
+  const bool running = ready();
+  if (!running) {
+    auto st = InitJob(info.job(), ids);
+    if (!st.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: ", st.status().message()));
+    }
+  } else if (!google::protobuf::util::MessageDifferencer::Equals(info.job(),
+                                                                 job_) ||
+             ids.size() != all_blocks_.size()) {
+    return absl::FailedPreconditionError(
+        "rollback: the checkpoint holds another job or other blocks than "
+        "this pserver");
+  }
+  // Parse every dense blob before changing anything.
+  struct Parsed {
+    Block* block;
+    int64_t version;
+    std::vector<float> value;
+    std::vector<std::vector<float>> slots;
+  };
+  std::vector<Parsed> parsed;
+  std::vector<const std::string*> sparse_blobs(tables_.size(), nullptr);
+  for (const auto& [name, blob] : snap.files) {
+    size_t id = tables_.size();
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      if (name == TableFileName(i)) id = i;
+    }
+    if (id == tables_.size()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: unexpected file ", name));
+    }
+    const Table& t = tables_[id];
+    if (t.sparse != nullptr) {
+      sparse_blobs[id] = &blob;
+      continue;
+    }
+    BlobReader r(blob);
+    uint32_t magic = 0, n = 0;
+    if (!r.Get(&magic) || magic != kDenseMagic || !r.Get(&n)) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: ", name, ": bad header"));
+    }
+    for (uint32_t j = 0; j < n; ++j) {
+      Parsed p;
+      uint32_t index = 0, nslots = 0;
+      int64_t size = 0;
+      if (!r.Get(&index) || !r.Get(&p.version) || !r.Get(&size) ||
+          !r.Get(&nslots) || !r.GetFloats(&p.value, size)) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint: ", name, ": truncated block"));
+      }
+      auto b = FindBlock(static_cast<uint32_t>(id), index);
+      if (!b.ok() || (*b)->size != size ||
+          nslots != static_cast<uint32_t>(t.optimizer->num_slots())) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint: ", name, ": block ", index,
+                         " does not match the job (size or optimizer state)"));
+      }
+      p.block = *b;
+      p.slots.resize(nslots);
+      for (auto& slot : p.slots) {
+        if (!r.GetFloats(&slot, size)) {
+          return absl::DataLossError(
+              absl::StrCat("checkpoint: ", name, ": truncated block"));
+        }
+      }
+      parsed.push_back(std::move(p));
+    }
+    if (!r.done()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: ", name, ": trailing bytes"));
+    }
+  }
+  if (parsed.size() != all_blocks_.size()) {
+    return absl::DataLossError(absl::StrCat("checkpoint: holds ", parsed.size(),
+                                            " dense blocks, the job places ",
+                                            all_blocks_.size(), " here"));
+  }
+  std::vector<std::shared_ptr<Waiter>> aborted;
+  absl::Status st;
+  LockAll();
+  for (Parsed& p : parsed) {
+    Block* b = p.block;
+    b->mu.AssertHeld();
+    b->value = std::move(p.value);
+    b->slots = std::move(p.slots);
+    b->version = p.version;
+    b->has_value = true;
+    b->num_pushed = 0;
+    b->accum.clear();
+    if (!b->pushed.empty()) std::fill(b->pushed.begin(), b->pushed.end(), 0);
+    for (auto& [v, w] : b->waiters) aborted.push_back(std::move(w));
+    b->waiters.clear();
+  }
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    Table& t = tables_[i];
+    if (t.sparse == nullptr) continue;
+    SparseStep& ss = *t.sparse_step;
+    ss.mu.AssertHeld();
+    absl::Status s2 =
+        sparse_blobs[i] == nullptr
+            ? absl::DataLossError(
+                  absl::StrCat("checkpoint: no file for table ", t.spec.name()))
+            : t.sparse->Deserialize(*sparse_blobs[i]);
+    if (!s2.ok() && st.ok()) st = s2;
+    ss.version = info.step();
+    ss.trainers_done = 0;
+    std::fill(ss.expected.begin(), ss.expected.end(), 0);
+    std::fill(ss.received.begin(), ss.received.end(), 0);
+    std::fill(ss.done.begin(), ss.done.end(), 0);
+    for (auto& [v, w] : ss.waiters) aborted.push_back(std::move(w));
+    ss.waiters.clear();
+  }
+  generation_.store(generation);
+  base_step_.store(info.step());
+  {
+    absl::MutexLock m(&members_mu_);
+    for (int k = 0; k < num_trainers_; ++k) {
+      // Every trainer still in the job redoes the steps from here.
+      if (members_[k].state == MemberState::kExpected ||
+          members_[k].state == MemberState::kActive) {
+        required_from_[k].store(info.step());
+      }
+    }
+  }
+  UnlockAll();
+  {
+    absl::MutexLock c(&clock_mu_);
+    if (info.clocks_size() == num_trainers_) {
+      clocks_.assign(info.clocks().begin(), info.clocks().end());
+    }
+    for (auto& w : stale_waiters_) aborted.push_back(std::move(w));
+    stale_waiters_.clear();
+  }
+  if (!running) {
+    ready_.store(true, std::memory_order_release);
+  } else {
+    ++rollbacks_;
+  }
+  const absl::Status abort = absl::AbortedError(
+      absl::StrCat("the job was rolled back to step ", info.step(),
+                   " (generation ", generation, "); the trainer must recover"));
+  for (auto& w : aborted) Finish(w, abort);
+  LOG(WARNING) << (running ? "rolled back" : "restored") << " to step "
+               << info.step() << " (generation " << generation
+               << "): " << parsed.size() << " dense blocks"
+               << (st.ok() ? "" : absl::StrCat("; ", st.message()));
+  return st;
+}
+
 ParameterStore::VersionRange ParameterStore::Versions() const {
   VersionRange r{INT64_MAX, 0};
   if (!ready()) return VersionRange{};
@@ -906,6 +1568,10 @@ StoreCounters ParameterStore::counters() const {
   c.rejected_requests = rejected_.load();
   c.pulls = pulls_.load();
   c.pull_timeouts = pull_timeouts_.load();
+  c.dropped_trainers = dropped_.load();
+  c.rejoined_trainers = rejoined_.load();
+  c.late_block_pushes = late_.load();
+  c.rollbacks = rollbacks_.load();
   return c;
 }
 

@@ -32,6 +32,21 @@ struct StoreOptions {
   // A pull waits at most this long; then it is answered DEADLINE_EXCEEDED
   // with what it was waiting for, and the trainer retries. Default: 20 s.
   absl::Duration max_pull_wait = absl::Seconds(20);
+  // A trainer that has registered and then says nothing (no heartbeat, pull
+  // or push) for this long is dropped from the barrier, logged and counted;
+  // the job goes on with the others. Zero: never. Default: 60 s.
+  absl::Duration trainer_timeout = absl::Seconds(60);
+};
+
+// A request's generation that is not checked (tests, in-process callers).
+inline constexpr uint64_t kAnyGeneration = ~uint64_t{0};
+
+// What one pserver holds, for a checkpoint: `info` (the job, the step, the
+// timeline, the async clocks) and one blob per table, named
+// "table-<id>.bin".
+struct StoreSnapshot {
+  CheckpointInfo info;
+  std::vector<std::pair<std::string, std::string>> files;  // name, bytes
 };
 
 // Gradient or value for one block, as a view into the request.
@@ -81,6 +96,18 @@ struct StoreCounters {
   int64_t rejected_requests = 0;
   int64_t pulls = 0;
   int64_t pull_timeouts = 0;
+  int64_t dropped_trainers = 0;   // silent past trainer_timeout
+  int64_t rejoined_trainers = 0;  // came back (restarted, or after a drop)
+  int64_t late_block_pushes = 0;  // replicas_to_aggregate: after the step
+  int64_t rollbacks = 0;          // Restore on a running job
+};
+
+// What Register tells a trainer.
+struct RegisterResult {
+  bool job_ready = false;
+  // SYNC: the first step the store waits for this trainer's push.
+  int64_t join_step = 0;
+  uint64_t generation = 0;
 };
 
 // The dense tables that one pserver holds, with their optimizer state, the
@@ -110,14 +137,37 @@ class ParameterStore {
   // REQUIRES: ready().
   const JobSpec& job() const { return job_; }
 
+  // Membership (docs/fault_tolerance.md). Every trainer of the job is
+  // expected from step 0 (or the restored step) until it leaves or is
+  // dropped. Register by a trainer the store knows under another
+  // incarnation, or one that was dropped or left, is a rejoin: the store
+  // waits for it from the step after the newest one it holds (join_step).
+  // ConfirmJoin then moves that step to `start_step`, the largest join_step
+  // of all pservers. Heartbeat keeps a trainer alive; a stale incarnation
+  // or a dropped trainer is told so with FAILED_PRECONDITION. Leave takes a
+  // trainer out of the barrier at once.
+  absl::StatusOr<RegisterResult> Register(int trainer_id, uint64_t incarnation,
+                                          absl::Time now);
+  absl::Status ConfirmJoin(int trainer_id, uint64_t incarnation,
+                           int64_t start_step);
+  absl::Status Heartbeat(int trainer_id, uint64_t incarnation, absl::Time now);
+  absl::Status Leave(int trainer_id, uint64_t incarnation);
+  // Trainers the barrier waits for (not dropped, not left).
+  std::vector<int> LiveTrainers() const;
+
   // Applies one trainer's gradients for `step`, all or nothing: the whole
   // request is validated first (trainer id, table, block, length, finite
   // values, step) and refused with a status naming the problem.
-  // SYNC: accumulates per block; the block applies the mean once every
-  // trainer has pushed it for the step. A repeated (trainer, step) is
-  // ignored. ASYNC: applied on arrival.
+  // SYNC: accumulates per block; the block applies the mean of the pushes
+  // once every live trainer has pushed it for the step (or, with the job's
+  // replicas_to_aggregate = K, once K have). A repeated (trainer, step) is
+  // ignored. With K, a push for an applied step is dropped and counted in
+  // *late_blocks instead of refused. A `generation` other than the store's
+  // is ABORTED (the job was rolled back). ASYNC: applied on arrival.
   absl::Status Push(int trainer_id, int64_t step,
-                    absl::Span<const BlockData> grads);
+                    absl::Span<const BlockData> grads,
+                    uint64_t generation = kAnyGeneration,
+                    int* late_blocks = nullptr);
 
   // Applies one trainer's gradients of sparse tables for `step`, all or
   // nothing, after validating the whole request (table, lengths, finite
@@ -127,7 +177,8 @@ class ParameterStore {
   // on. A repeated chunk beyond a trainer's count is ignored. ASYNC: applied
   // on arrival under per-stripe locks.
   absl::Status PushSparse(int trainer_id, int64_t step,
-                          absl::Span<const SparseGrads> rows);
+                          absl::Span<const SparseGrads> rows,
+                          uint64_t generation = kAnyGeneration);
 
   // The number of values of dense block (table_id, block) held here;
   // NOT_FOUND when there is none.
@@ -144,13 +195,32 @@ class ParameterStore {
   // and `done` may run on this thread or on a pushing thread.
   // Sparse tables wait for their own version in the same way, and their
   // rows are written to each SparsePull's `out` before `done`.
+  // SYNC: a `generation` other than the store's is answered ABORTED, and so
+  // is a waiting pull when the store is rolled back.
   void Pull(int trainer_id, int64_t min_version, int64_t step,
             int64_t min_clock, absl::Span<const BlockId> blocks,
-            absl::Span<const SparsePull> sparse, PullSink sink, PullDone done);
+            absl::Span<const SparsePull> sparse, PullSink sink, PullDone done,
+            uint64_t generation = kAnyGeneration);
 
-  // Times out pulls past max_pull_wait and logs stalled steps. Called about
-  // once a second by the server.
+  // Times out pulls past max_pull_wait, logs stalled steps, and drops
+  // trainers silent past trainer_timeout. Called about once a second by the
+  // server.
   void Sweep(absl::Time now);
+
+  // Checkpoints. Snapshot copies everything this store holds under every
+  // block lock. SYNC: every block and sparse table must be at version
+  // `step` (FAILED_PRECONDITION otherwise: not a step boundary); ASYNC:
+  // whatever each block holds now, labelled `step`.
+  absl::StatusOr<StoreSnapshot> Snapshot(int64_t step) const;
+  // Loads a snapshot as timeline `generation`. On a store without a job it
+  // creates the job from the snapshot and makes it ready (a pserver
+  // restarting from its checkpoint). On a running job (a rollback) the job
+  // and blocks must be the same; every waiting pull is answered ABORTED.
+  // DataLoss for a malformed table blob.
+  absl::Status Restore(const StoreSnapshot& snapshot, uint64_t generation);
+  // The timeline: bumped by every Restore, and the step it started from.
+  uint64_t generation() const { return generation_.load(); }
+  int64_t base_step() const { return base_step_.load(); }
 
   // Answers every waiting pull with `status`, and every later pull that
   // would have to wait with UNAVAILABLE (shutdown).
@@ -186,6 +256,7 @@ class ParameterStore {
     int64_t version ABSL_GUARDED_BY(mu) = 0;
     std::vector<int32_t> expected ABSL_GUARDED_BY(mu);  // per trainer; 0: none
     std::vector<int32_t> received ABSL_GUARDED_BY(mu);
+    std::vector<uint8_t> done ABSL_GUARDED_BY(mu);  // sent all its chunks
     int trainers_done ABSL_GUARDED_BY(mu) = 0;
     absl::Time first_push ABSL_GUARDED_BY(mu);
     int64_t last_evict_step ABSL_GUARDED_BY(mu) = 0;
@@ -201,7 +272,37 @@ class ParameterStore {
     std::unique_ptr<SparseStep> sparse_step;
   };
 
+  // Membership of one trainer.
+  enum class MemberState : uint8_t { kExpected, kActive, kDropped, kLeft };
+  struct Member {
+    MemberState state = MemberState::kExpected;
+    uint64_t incarnation = 0;
+  };
+
   absl::Status CheckReadyAndTrainer(int trainer_id) const;
+  // Register's work under members_mu_.
+  void RegisterLocked(int trainer_id, uint64_t incarnation, absl::Time now,
+                      RegisterResult* out, bool* rejoined)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
+  // SYNC: whether a block (or sparse table) at `version`, with `pushed`
+  // marking the trainers that pushed, has what it needs to apply.
+  bool StepComplete(const std::vector<uint8_t>& done, int num_done,
+                    int64_t version) const;
+  // SYNC: applies every block and sparse table step that membership changes
+  // have completed; ASYNC: re-checks the pulls held by the staleness gate.
+  void RecheckBarriers();
+  // Applies the sparse step being assembled and collects the pulls it
+  // satisfies. REQUIRES: ss.mu held.
+  void ApplySparseStep(Table& t, SparseStep& ss,
+                       std::vector<std::shared_ptr<Waiter>>* ready);
+  // Collects the waiters of `b` satisfied by its version. REQUIRES: b->mu.
+  static void TakeReadyWaiters(Block* b,
+                               std::vector<std::shared_ptr<Waiter>>* ready);
+  // Locks every block and sparse step, in the order Push uses.
+  void LockAll() const;
+  void UnlockAll() const;
+  // REQUIRES: LockAll held.
+  int64_t MaxVersionLocked() const;
   absl::StatusOr<Block*> FindBlock(uint32_t table_id, uint32_t block) const;
   // Applies a complete sync step or an async update to `b`.
   // REQUIRES: b->mu held.
@@ -229,8 +330,23 @@ class ParameterStore {
   JobSpec job_;
   std::vector<BlockId> init_blocks_ ABSL_GUARDED_BY(init_mu_);
   std::vector<Table> tables_;
+  std::vector<Block*> all_blocks_;  // sorted by (table, block)
   int num_trainers_ = 0;
+  int quorum_ = 0;  // replicas_to_aggregate; 0: every live trainer
   bool sync_ = true;
+
+  // Membership. required_from_[k]: the first version whose step waits for
+  // trainer k (INT64_MAX when it was dropped or left); read without a lock
+  // on the push path, written under members_mu_ (and, for a rejoin, every
+  // block lock). last_seen_us_[k]: its last word, Unix microseconds.
+  mutable absl::Mutex members_mu_;
+  std::vector<Member> members_ ABSL_GUARDED_BY(members_mu_);
+  std::unique_ptr<std::atomic<int64_t>[]> required_from_;
+  std::unique_ptr<std::atomic<int64_t>[]> last_seen_us_;
+
+  // The timeline (see generation()); written under LockAll.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> base_step_{0};
 
   // ASYNC staleness: each trainer's clock (steps pushed) and the pulls that
   // wait for the slowest one.
@@ -247,7 +363,8 @@ class ParameterStore {
   bool closed_ ABSL_GUARDED_BY(waiters_mu_) = false;
 
   std::atomic<int64_t> pushes_{0}, block_updates_{0},
-      duplicate_block_pushes_{0}, rejected_{0}, pulls_{0}, pull_timeouts_{0};
+      duplicate_block_pushes_{0}, rejected_{0}, pulls_{0}, pull_timeouts_{0},
+      dropped_{0}, rejoined_{0}, late_{0}, rollbacks_{0};
 };
 
 }  // namespace shardps

@@ -166,10 +166,95 @@ grpc::ServerUnaryReactor* PsServiceImpl::Register(
                           " is out of range: the job has ",
                           store_->job().num_trainers(), " trainers")));
   }
+  if (req->confirm()) {
+    absl::Status s = store_->ConfirmJoin(req->trainer_id(), req->incarnation(),
+                                         req->start_step());
+    resp->set_job_ready(store_->ready());
+    resp->set_join_step(req->start_step());
+    resp->set_generation(store_->generation());
+    return Reply(ctx, s);
+  }
+  auto r = store_->Register(req->trainer_id(), req->incarnation(), absl::Now());
+  if (!r.ok()) return Reply(ctx, r.status());
   LOG(INFO) << "trainer " << req->trainer_id() << " registered (incarnation "
             << req->incarnation() << ", from " << ctx->peer() << ")";
-  resp->set_job_ready(store_->ready());
+  resp->set_job_ready(r->job_ready);
+  resp->set_join_step(r->join_step);
+  resp->set_generation(r->generation);
   return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Heartbeat(
+    grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
+    HeartbeatResponse* resp) {
+  return Reply(ctx, store_->Heartbeat(req->trainer_id(), req->incarnation(),
+                                      absl::Now()));
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Leave(grpc::CallbackServerContext* ctx,
+                                               const LeaveRequest* req,
+                                               LeaveResponse* resp) {
+  return Reply(ctx, store_->Leave(req->trainer_id(), req->incarnation()));
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(
+    grpc::CallbackServerContext* ctx, const CheckpointRequest* req,
+    CheckpointResponse* resp) {
+  if (checkpointer_ == nullptr) {
+    return Reply(ctx, absl::FailedPreconditionError(
+                          "checkpoint requested, but this pserver was started "
+                          "without --checkpoint_dir"));
+  }
+  if (req->trainer_id() != 0) {
+    return Reply(ctx, absl::PermissionDeniedError(
+                          "only the chief (trainer 0) asks for checkpoints"));
+  }
+  if (req->step() < 0 || req->step() > kMaxCheckpointStep) {
+    return Reply(ctx, absl::InvalidArgumentError(absl::StrCat(
+                          "checkpoint step ", req->step(), " out of range")));
+  }
+  if (store_->ready() && store_->job().mode() == SYNC &&
+      req->generation() != store_->generation()) {
+    return Reply(
+        ctx, absl::AbortedError(absl::StrCat(
+                 "checkpoint from generation ", req->generation(),
+                 ": this pserver is on generation ", store_->generation())));
+  }
+  auto snap = store_->Snapshot(req->step());
+  if (!snap.ok()) return Reply(ctx, snap.status());
+  checkpointer_->Save(std::move(*snap));
+  return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Rollback(
+    grpc::CallbackServerContext* ctx, const RollbackRequest* req,
+    RollbackResponse* resp) {
+  if (checkpointer_ == nullptr) {
+    return Reply(ctx, absl::FailedPreconditionError(
+                          "rollback requested, but this pserver was started "
+                          "without --checkpoint_dir"));
+  }
+  absl::MutexLock l(&rollback_mu_);
+  if (store_->ready() && store_->generation() == req->generation() &&
+      store_->base_step() == req->step()) {
+    return Reply(ctx, absl::OkStatus());  // done already, by another trainer
+  }
+  absl::Status s = checkpointer_->Flush();
+  if (!s.ok()) {
+    LOG(WARNING) << "rollback: the last checkpoint write had failed: " << s;
+  }
+  auto snap = checkpointer_->Load(req->step());
+  if (!snap.ok()) {
+    return Reply(ctx, absl::FailedPreconditionError(
+                          absl::StrCat("rollback to step ", req->step(), ": ",
+                                       snap.status().message())));
+  }
+  s = store_->Restore(*snap, req->generation());
+  if (s.ok()) s = checkpointer_->DiscardNewerThan(req->step());
+  LOG(WARNING) << "rollback to step " << req->step() << " (generation "
+               << req->generation() << ") asked by trainer "
+               << req->trainer_id() << ": " << (s.ok() ? "done" : s.ToString());
+  return Reply(ctx, s);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::GetStatus(
@@ -181,6 +266,15 @@ grpc::ServerUnaryReactor* PsServiceImpl::GetStatus(
     const auto v = store_->Versions();
     resp->set_min_version(v.min);
     resp->set_max_version(v.max);
+    for (int k : store_->LiveTrainers()) resp->add_live_trainers(k);
+  }
+  resp->set_generation(store_->generation());
+  resp->set_base_step(store_->base_step());
+  resp->set_checkpoints_enabled(checkpointer_ != nullptr);
+  if (checkpointer_ != nullptr) {
+    auto steps = checkpointer_->Steps();
+    if (!steps.ok()) return Reply(ctx, steps.status());
+    for (int64_t s : *steps) resp->add_checkpoint_steps(s);
   }
   return Reply(ctx, absl::OkStatus());
 }
@@ -235,7 +329,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
         if (!s.ok()) resp->Clear();
         resp->set_wait_micros(absl::ToInt64Microseconds(waited));
         reactor->Finish(ToGrpcStatus(s));
-      });
+      },
+      req->generation());
   return reactor;
 }
 
@@ -277,12 +372,20 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
       }
       rows.push_back(SparseGrads{r.table_id(), *keys, *grads, r.num_chunks()});
     }
-    if (s.ok()) s = store_->PushSparse(req->trainer_id(), req->step(), rows);
+    if (s.ok()) {
+      s = store_->PushSparse(req->trainer_id(), req->step(), rows,
+                             req->generation());
+    }
   } else {
     std::vector<BlockData> blocks;
     std::vector<std::vector<float>> scratch;
     s = ToBlockData(req->blocks(), *store_, &blocks, &scratch);
-    if (s.ok()) s = store_->Push(req->trainer_id(), req->step(), blocks);
+    int late = 0;
+    if (s.ok()) {
+      s = store_->Push(req->trainer_id(), req->step(), blocks,
+                       req->generation(), &late);
+    }
+    resp->set_late_blocks(late);
   }
   dedup_.Finish(req->request_id(), s);
   return Reply(ctx, s);

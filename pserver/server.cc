@@ -45,7 +45,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
 }
 
 PsServer::PsServer(PsServerOptions options)
-    : options_(std::move(options)), store_(options_.store), service_(&store_) {}
+    : options_(std::move(options)),
+      store_(options_.store),
+      checkpointer_(
+          options_.checkpoint_dir.empty()
+              ? nullptr
+              : std::make_unique<Checkpointer>(
+                    options_.env != nullptr ? options_.env : Env::Default(),
+                    options_.checkpoint_dir, options_.keep_checkpoints)),
+      service_(&store_, checkpointer_.get()) {}
 
 PsServer::~PsServer() {
   Shutdown(absl::ZeroDuration());
@@ -53,6 +61,31 @@ PsServer::~PsServer() {
 }
 
 absl::Status PsServer::Start() {
+  if (checkpointer_ != nullptr) {
+    const absl::Time t0 = absl::Now();
+    auto snap = checkpointer_->LoadNewest();
+    if (snap.ok()) {
+      // A new timeline: trainers still on the old one are told to recover.
+      absl::Status s = store_.Restore(*snap, snap->info.generation() + 1);
+      if (!s.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "--checkpoint_dir ", options_.checkpoint_dir,
+            ": cannot restore step ", snap->info.step(), ": ", s.message()));
+      }
+      LOG(INFO) << "restored step " << snap->info.step() << " from "
+                << options_.checkpoint_dir << " in "
+                << absl::FormatDuration(
+                       absl::Trunc(absl::Now() - t0, absl::Milliseconds(1)));
+    } else if (!absl::IsNotFound(snap.status())) {
+      return absl::Status(
+          snap.status().code(),
+          absl::StrCat("--checkpoint_dir ", options_.checkpoint_dir, ": ",
+                       snap.status().message()));
+    } else {
+      LOG(INFO) << "no checkpoint in " << options_.checkpoint_dir
+                << ": waiting for the chief to start the job";
+    }
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const std::string addr = absl::StrCat(options_.host, ":", options_.port);
@@ -100,11 +133,15 @@ void PsServer::Shutdown(absl::Duration grace) {
                       absl::ToChronoMilliseconds(grace));
     server_->Wait();
   }
+  FinalCheckpoint();
   const auto c = store_.counters();
   LOG(INFO) << "pserver stopped: " << c.pushes << " pushes, " << c.pulls
             << " pulls, " << c.block_updates << " block updates, "
             << c.rejected_requests << " rejected requests, " << c.pull_timeouts
-            << " pull time-outs";
+            << " pull time-outs, " << c.dropped_trainers
+            << " trainers dropped, " << c.rejoined_trainers << " rejoined, "
+            << c.late_block_pushes << " late block pushes dropped, "
+            << c.rollbacks << " rollbacks";
   for (const auto& t : store_.SparseStats()) {
     LOG(INFO) << "sparse table " << t.name << ": " << t.counters.rows
               << " rows (" << t.memory_bytes / (1 << 20) << " MiB), "
@@ -114,6 +151,26 @@ void PsServer::Shutdown(absl::Duration grace) {
               << " updates dropped before admission";
   }
   done_.Notify();
+}
+
+void PsServer::FinalCheckpoint() {
+  if (checkpointer_ == nullptr || !store_.ready()) return;
+  const auto v = store_.Versions();
+  const bool sync = store_.job().mode() == SYNC;
+  if (sync && v.min != v.max) {
+    LOG(WARNING) << "no final checkpoint: stopped in the middle of step "
+                 << v.min << " (blocks at versions " << v.min << " to " << v.max
+                 << "); the newest complete checkpoint stays";
+    return;
+  }
+  auto snap = store_.Snapshot(sync ? v.min : v.max);
+  if (!snap.ok()) {
+    LOG(WARNING) << "no final checkpoint: " << snap.status();
+    return;
+  }
+  checkpointer_->Save(std::move(*snap));
+  absl::Status s = checkpointer_->Flush();
+  if (s.ok()) LOG(INFO) << "final checkpoint written";
 }
 
 std::shared_ptr<grpc::Channel> PsServer::InProcessChannel() {

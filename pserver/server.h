@@ -26,6 +26,14 @@ struct PsServerOptions {
   StoreOptions store;
   // How often the store is swept for stalled pulls. Default: 1 s.
   absl::Duration sweep_interval = absl::Seconds(1);
+  // Where checkpoints go (docs/fault_tolerance.md). Start loads the newest
+  // complete one found there. Empty: no checkpoints. Default: empty.
+  std::string checkpoint_dir;
+  // Complete checkpoints kept. Default: 2.
+  int keep_checkpoints = 2;
+  // The file-system seam for checkpoints; null means Env::Default(). Must
+  // outlive the server.
+  Env* env = nullptr;
 };
 
 // A pserver: a ParameterStore served over gRPC. Create, Start, then Wait
@@ -37,12 +45,14 @@ class PsServer {
       PsServerOptions options);
   ~PsServer();
 
-  // Binds the port and starts serving; writes the port file.
+  // Loads the newest checkpoint of checkpoint_dir, if any, binds the port
+  // and starts serving; writes the port file.
   absl::Status Start();
   // Blocks until Shutdown() has completed.
   void Wait();
   // Answers waiting pulls UNAVAILABLE, finishes in-flight calls (up to
-  // `grace`), and stops. Idempotent.
+  // `grace`), writes a final checkpoint (with checkpoint_dir; SYNC only at
+  // a step boundary), and stops. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
   int port() const { return port_; }
@@ -52,9 +62,11 @@ class PsServer {
 
  private:
   explicit PsServer(PsServerOptions options);
+  void FinalCheckpoint();
 
   const PsServerOptions options_;
   ParameterStore store_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   PsServiceImpl service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

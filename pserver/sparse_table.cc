@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 
 namespace shardps {
@@ -198,6 +199,139 @@ int64_t SparseTable::Evict(int64_t current_step) {
     }
   }
   return removed;
+}
+
+namespace {
+
+constexpr uint32_t kSparseMagic = 0x53505431;  // "SPT1"
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// Reads little-endian values from a checkpoint blob.
+class Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (data_.size() < sizeof(T)) return false;
+    std::memcpy(v, data_.data(), sizeof(T));
+    data_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool GetFloats(float* out, size_t n) {
+    if (data_.size() / sizeof(float) < n) return false;
+    std::memcpy(out, data_.data(), n * sizeof(float));
+    data_.remove_prefix(n * sizeof(float));
+    return true;
+  }
+  bool done() const { return data_.empty(); }
+
+ private:
+  absl::string_view data_;
+};
+
+}  // namespace
+
+void SparseTable::ClearStripe(Stripe& s) {
+  s.index.clear();
+  s.chunks.clear();
+  s.meta.clear();
+  s.free_slots.clear();
+  s.sightings.clear();
+  s.accum_index.clear();
+  s.accum_keys.clear();
+  s.accum_sums.clear();
+  s.accum_counts.clear();
+}
+
+void SparseTable::Serialize(std::string* out) const {
+  Put(out, kSparseMagic);
+  Put<int32_t>(out, dim_);
+  Put<int32_t>(out, row_floats_);
+  for (const Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    Put<uint64_t>(out, s.index.size());
+    for (const auto& [key, slot] : s.index) {
+      const RowMeta& m = s.meta[slot];
+      Put(out, key);
+      Put(out, m.last_step);
+      Put(out, m.updates);
+      out->append(reinterpret_cast<const char*>(RowPtr(s, slot, row_floats_)),
+                  sizeof(float) * row_floats_);
+    }
+    Put<uint64_t>(out, s.sightings.size());
+    for (const auto& [key, seen] : s.sightings) {
+      Put(out, key);
+      Put(out, seen.count);
+      Put(out, seen.last_step);
+    }
+  }
+}
+
+absl::Status SparseTable::Deserialize(absl::string_view data) {
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    ClearStripe(s);
+  }
+  Reader r(data);
+  uint32_t magic = 0;
+  int32_t dim = 0, row_floats = 0;
+  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
+      !r.Get(&row_floats)) {
+    return absl::DataLossError("sparse table checkpoint: bad header");
+  }
+  if (dim != dim_ || row_floats != row_floats_) {
+    return absl::DataLossError(absl::StrCat(
+        "sparse table checkpoint: rows of dim ", dim, " with ", row_floats,
+        " floats of state; this table has dim ", dim_, " and ", row_floats_));
+  }
+  std::vector<float> row(row_floats_);
+  auto fail = [this](absl::string_view what) {
+    for (Stripe& s : stripes_) {
+      absl::MutexLock l(&s.mu);
+      ClearStripe(s);
+    }
+    return absl::DataLossError(absl::StrCat("sparse table checkpoint: ", what));
+  };
+  // The stripe count may differ from the writer's: each row goes to the
+  // stripe of its key here.
+  while (!r.done()) {
+    uint64_t rows = 0;
+    if (!r.Get(&rows)) return fail("truncated row count");
+    for (uint64_t i = 0; i < rows; ++i) {
+      uint64_t key = 0;
+      RowMeta m;
+      if (!r.Get(&key) || !r.Get(&m.last_step) || !r.Get(&m.updates) ||
+          !r.GetFloats(row.data(), row.size())) {
+        return fail("truncated row");
+      }
+      Stripe& s = StripeOf(key);
+      absl::MutexLock l(&s.mu);
+      if (s.index.contains(key)) return fail("a key appears twice");
+      const uint32_t slot = NewRow(s, key);
+      --s.created;  // restored, not created
+      std::memcpy(RowPtr(s, slot, row_floats_), row.data(),
+                  sizeof(float) * row.size());
+      m.key = key;
+      s.meta[slot] = m;
+    }
+    uint64_t sightings = 0;
+    if (!r.Get(&sightings)) return fail("truncated sightings count");
+    for (uint64_t i = 0; i < sightings; ++i) {
+      uint64_t key = 0;
+      Sighting seen;
+      if (!r.Get(&key) || !r.Get(&seen.count) || !r.Get(&seen.last_step)) {
+        return fail("truncated sighting");
+      }
+      Stripe& s = StripeOf(key);
+      absl::MutexLock l(&s.mu);
+      s.sightings[key] = seen;
+    }
+  }
+  return absl::OkStatus();
 }
 
 SparseCounters SparseTable::counters() const {

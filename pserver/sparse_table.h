@@ -3,10 +3,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
@@ -77,6 +80,17 @@ class SparseTable {
   // The initial value of `key`'s row (dim floats).
   void InitialRow(uint64_t key, float* out) const;
 
+  // Checkpoints: appends every row (key, value, optimizer state, last
+  // update step and count) and pending admission sightings to `out`, in a
+  // little-endian format of this class. The SYNC accumulators are not
+  // saved: a checkpoint is taken at a step boundary, where they are empty.
+  void Serialize(std::string* out) const;
+  // Replaces every row and sighting with those of `data` (from Serialize of
+  // a table with the same dim and optimizer) and clears the accumulators.
+  // DataLoss when `data` is malformed or its dim or state width differs; the
+  // table is then left empty.
+  absl::Status Deserialize(absl::string_view data);
+
   SparseCounters counters() const;
   // Bytes held for rows, their state and the indexes.
   size_t MemoryBytes() const;
@@ -110,6 +124,8 @@ class SparseTable {
   };
 
   Stripe& StripeOf(uint64_t key) const;
+  // Empties `s`. REQUIRES: s.mu held.
+  static void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The row's floats: value, then each optimizer slot.
   static float* RowPtr(const Stripe& s, uint32_t slot, int row_floats)
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);

@@ -216,4 +216,50 @@ void GrpcPsClient::PushAsync(const PushRequest& req, PushResponse* resp,
       req, resp, std::move(done));
 }
 
+void GrpcPsClient::HeartbeatAsync(const HeartbeatRequest& req,
+                                  HeartbeatResponse* resp,
+                                  StatusCallback done) {
+  Start(
+      "Heartbeat",
+      [this](grpc::ClientContext* ctx, const HeartbeatRequest* r,
+             HeartbeatResponse* o, std::function<void(grpc::Status)> cb) {
+        stub_->async()->Heartbeat(ctx, r, o, std::move(cb));
+      },
+      req, resp, std::move(done));
+}
+
+void GrpcPsClient::LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
+                              StatusCallback done) {
+  Start(
+      "Leave",
+      [this](grpc::ClientContext* ctx, const LeaveRequest* r, LeaveResponse* o,
+             std::function<void(grpc::Status)> cb) {
+        stub_->async()->Leave(ctx, r, o, std::move(cb));
+      },
+      req, resp, std::move(done));
+}
+
+void GrpcPsClient::CheckpointAsync(const CheckpointRequest& req,
+                                   CheckpointResponse* resp,
+                                   StatusCallback done) {
+  Start(
+      "Checkpoint",
+      [this](grpc::ClientContext* ctx, const CheckpointRequest* r,
+             CheckpointResponse* o, std::function<void(grpc::Status)> cb) {
+        stub_->async()->Checkpoint(ctx, r, o, std::move(cb));
+      },
+      req, resp, std::move(done));
+}
+
+void GrpcPsClient::RollbackAsync(const RollbackRequest& req,
+                                 RollbackResponse* resp, StatusCallback done) {
+  Start(
+      "Rollback",
+      [this](grpc::ClientContext* ctx, const RollbackRequest* r,
+             RollbackResponse* o, std::function<void(grpc::Status)> cb) {
+        stub_->async()->Rollback(ctx, r, o, std::move(cb));
+      },
+      req, resp, std::move(done));
+}
+
 }  // namespace shardps

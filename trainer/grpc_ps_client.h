@@ -59,6 +59,14 @@ class GrpcPsClient final : public PsClientInterface {
                  StatusCallback done) override;
   void PushAsync(const PushRequest& req, PushResponse* resp,
                  StatusCallback done) override;
+  void HeartbeatAsync(const HeartbeatRequest& req, HeartbeatResponse* resp,
+                      StatusCallback done) override;
+  void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
+                  StatusCallback done) override;
+  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse* resp,
+                       StatusCallback done) override;
+  void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
+                     StatusCallback done) override;
 
  private:
   template <typename Req, typename Resp>

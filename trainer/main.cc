@@ -3,14 +3,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/malloc_tuning.h"
 #include "gflags/gflags.h"
@@ -87,6 +91,16 @@ DEFINE_int64(shake_frequency, 0,
 DEFINE_bool(residual, true,
             "--compression=threshold: keep what is not sent for later "
             "(false: drop it, for comparison)");
+DEFINE_int64(checkpoint_every_steps, 0,
+             "the chief asks every pserver for a checkpoint every this many "
+             "steps (pservers need --checkpoint_dir); 0 = never");
+DEFINE_int32(replicas_to_aggregate, 0,
+             "sync: apply a step once this many trainers have pushed it "
+             "(backup workers; late pushes are dropped); 0 = all live "
+             "trainers");
+DEFINE_double(heartbeat_interval_s, 1.0,
+              "seconds between heartbeats to every pserver (keep it well "
+              "under the pservers' --trainer_timeout); 0 = none");
 DEFINE_string(progress, "auto",
               "progress bar on stderr: auto (when stderr is "
               "a terminal), on or off");
@@ -261,7 +275,28 @@ int main(int argc, char** argv) {
   }
   o.min_sparsity = FLAGS_threshold_min_sparsity;
   o.max_sparsity = FLAGS_threshold_max_sparsity;
-  o.incarnation = std::random_device{}();
+  if (FLAGS_checkpoint_every_steps < 0) {
+    Fail("--checkpoint_every_steps must be >= 0");
+  }
+  o.checkpoint_every_steps = FLAGS_checkpoint_every_steps;
+  if (FLAGS_replicas_to_aggregate < 0 ||
+      FLAGS_replicas_to_aggregate > o.num_trainers) {
+    Fail(absl::StrCat("--replicas_to_aggregate must be in [0, ", o.num_trainers,
+                      "] (the trainer count)"));
+  }
+  if (FLAGS_replicas_to_aggregate > 0 && o.mode != shardps::SYNC) {
+    Fail("--replicas_to_aggregate applies to --mode=sync only");
+  }
+  o.replicas_to_aggregate = FLAGS_replicas_to_aggregate;
+  if (!(FLAGS_heartbeat_interval_s >= 0) ||
+      !std::isfinite(FLAGS_heartbeat_interval_s)) {
+    Fail("--heartbeat_interval_s must be >= 0");
+  }
+  // 64 random bits: a restarted trainer is told apart from its previous
+  // process.
+  o.incarnation = (uint64_t{std::random_device{}()} << 32) ^
+                  std::random_device{}() ^
+                  static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   shardps::SetBlasThreads(FLAGS_num_threads);
 
   shardps::RetryTimer timer;
@@ -273,8 +308,53 @@ int main(int argc, char** argv) {
     clients.push_back(shardps::GrpcPsClient::Create(a, rpc, &timer));
     servers.push_back(clients.back().get());
   }
+  // Heartbeats get clients of their own that give up within an interval,
+  // so that one unreachable pserver never holds them up.
+  std::vector<std::unique_ptr<shardps::GrpcPsClient>> hb_clients;
+  if (FLAGS_heartbeat_interval_s > 0) {
+    shardps::RpcOptions hb;
+    hb.attempt_deadline = absl::Seconds(FLAGS_heartbeat_interval_s * 2 + 1);
+    hb.retry_budget = absl::Seconds(FLAGS_heartbeat_interval_s);
+    for (const auto& a : addresses) {
+      hb_clients.push_back(shardps::GrpcPsClient::Create(a, hb, &timer));
+      o.heartbeat_servers.push_back(hb_clients.back().get());
+    }
+    o.heartbeat_interval = absl::Seconds(FLAGS_heartbeat_interval_s);
+  }
+  // SIGTERM and SIGINT: leave the job between two steps and die of the
+  // signal. A trainer that cannot reach the end of its step within 1 s (it
+  // waits for a peer, or for the chief) dies of it then; so does a second
+  // signal.
+  static std::atomic<int> stop_signal{0};
+  static std::atomic<bool> stop_requested{false};
+  o.stop_requested = &stop_requested;
+  struct sigaction sa = {};
+  sa.sa_handler = [](int sig) {
+    if (stop_requested.exchange(true)) {
+      signal(sig, SIG_DFL);
+      raise(sig);
+    }
+    stop_signal.store(sig);
+  };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  auto die_of_signal = [] {
+    const int sig = stop_signal.load() != 0 ? stop_signal.load() : SIGTERM;
+    signal(sig, SIG_DFL);
+    raise(sig);
+  };
+  std::thread([die_of_signal] {
+    while (!stop_requested.load()) absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(absl::Seconds(1));
+    die_of_signal();
+  }).detach();
   shardps::Trainer trainer(o, servers);
   s = trainer.Run();
+  if (absl::IsCancelled(s)) {
+    std::cerr << "trainer: " << s.message() << "\n";
+    die_of_signal();
+  }
   if (!s.ok()) {
     LOG(ERROR) << "trainer " << o.trainer_id << " failed: " << s;
     std::cerr << "trainer: " << s.message() << "\n";

@@ -206,12 +206,97 @@ absl::Status ParamClient::Register(uint64_t incarnation) {
   return err.Get();
 }
 
+namespace {
+
+// Runs `call(s, done)` on every server at once and waits for all.
+template <typename Fn>
+absl::Status OnEveryServer(size_t n, Fn call) {
+  FirstError err;
+  absl::BlockingCounter pending(static_cast<int>(n));
+  for (size_t s = 0; s < n; ++s) {
+    call(s, [&](absl::Status st) {
+      err.Add(st);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  return err.Get();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParamClient::Join(uint64_t incarnation) {
+  std::vector<RegisterRequest> reqs(servers_.size());
+  std::vector<RegisterResponse> resps(servers_.size());
+  RETURN_IF_ERROR(OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+    reqs[s].set_trainer_id(trainer_id_);
+    reqs[s].set_incarnation(incarnation);
+    servers_[s]->RegisterAsync(reqs[s], &resps[s], std::move(done));
+  }));
+  int64_t start = 0;
+  for (const RegisterResponse& r : resps)
+    start = std::max(start, r.join_step());
+  RETURN_IF_ERROR(OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+    reqs[s].set_start_step(start);
+    reqs[s].set_confirm(true);
+    servers_[s]->RegisterAsync(reqs[s], &resps[s], std::move(done));
+  }));
+  return start;
+}
+
+absl::Status ParamClient::Leave(uint64_t incarnation) {
+  std::vector<LeaveRequest> reqs(servers_.size());
+  std::vector<LeaveResponse> resps(servers_.size());
+  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+    reqs[s].set_trainer_id(trainer_id_);
+    reqs[s].set_incarnation(incarnation);
+    servers_[s]->LeaveAsync(reqs[s], &resps[s], std::move(done));
+  });
+}
+
+absl::Status ParamClient::Checkpoint(int64_t step) {
+  std::vector<CheckpointRequest> reqs(servers_.size());
+  std::vector<CheckpointResponse> resps(servers_.size());
+  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+    reqs[s].set_trainer_id(trainer_id_);
+    reqs[s].set_step(step);
+    reqs[s].set_generation(generation_);
+    servers_[s]->CheckpointAsync(reqs[s], &resps[s], std::move(done));
+  });
+}
+
+absl::StatusOr<std::vector<GetStatusResponse>> ParamClient::Statuses() {
+  std::vector<GetStatusRequest> reqs(servers_.size());
+  std::vector<GetStatusResponse> resps(servers_.size());
+  RETURN_IF_ERROR(OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+    servers_[s]->GetStatusAsync(reqs[s], &resps[s], std::move(done));
+  }));
+  return resps;
+}
+
+absl::Status ParamClient::Rollback(int64_t step, uint64_t generation) {
+  std::vector<RollbackRequest> reqs(servers_.size());
+  std::vector<RollbackResponse> resps(servers_.size());
+  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+    reqs[s].set_trainer_id(trainer_id_);
+    reqs[s].set_step(step);
+    reqs[s].set_generation(generation);
+    servers_[s]->RollbackAsync(reqs[s], &resps[s], std::move(done));
+  });
+}
+
+void ParamClient::ResetCompression() {
+  compressors_.clear();
+  for (auto& m : sent_masks_) std::fill(m.begin(), m.end(), 0);
+}
+
 absl::Status ParamClient::MarkDone(int64_t steps) {
   std::vector<std::unique_ptr<PendingPush>> calls;
   for (PsClientInterface* server : servers_) {
     auto p = std::make_unique<PendingPush>();
     p->server = server;
     p->req.set_trainer_id(trainer_id_);
+    p->req.set_generation(generation_);
     p->req.set_step(steps);
     p->req.set_request_id(NextRequestId());
     calls.push_back(std::move(p));
@@ -329,6 +414,8 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
       p->chunk = &chunk;
       p->server = servers_[s];
       p->req.set_trainer_id(trainer_id_);
+      p->req.set_generation(generation_);
+      p->req.set_generation(generation_);
       p->req.set_min_version(min_version);
       p->req.set_step(step);
       p->req.set_min_clock(min_clock);
@@ -381,6 +468,11 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
       stats->bytes += static_cast<int64_t>(p->resp.ByteSizeLong());
       stats->server_wait_us =
           std::max(stats->server_wait_us, p->resp.wait_micros());
+      for (const DenseBlock& b : p->resp.blocks()) {
+        stats->min_version = stats->min_version < 0
+                                 ? b.version()
+                                 : std::min(stats->min_version, b.version());
+      }
     }
     stats->rpcs = static_cast<int64_t>(calls.size());
   }
@@ -396,6 +488,8 @@ absl::Status ParamClient::Push(int64_t step,
       auto p = std::make_unique<PendingPush>();
       p->server = servers_[s];
       p->req.set_trainer_id(trainer_id_);
+      p->req.set_generation(generation_);
+      p->req.set_generation(generation_);
       p->req.set_step(step);
       p->req.set_request_id(NextRequestId());
       for (const BlockPlacement& b : chunk) {
@@ -467,6 +561,9 @@ absl::Status ParamClient::PullSparse(int64_t min_version, int64_t step,
         p->positions = std::move(chunk);
         p->server = servers_[s];
         p->req.set_trainer_id(trainer_id_);
+        p->req.set_generation(generation_);
+        p->req.set_generation(generation_);
+        p->req.set_generation(generation_);
         p->req.set_min_version(min_version);
         p->req.set_step(step);
         SparseRows* r = p->req.add_sparse();
@@ -532,6 +629,9 @@ absl::Status ParamClient::PushSparse(int64_t step, bool sync,
         auto p = std::make_unique<PendingPush>();
         p->server = servers_[s];
         p->req.set_trainer_id(trainer_id_);
+        p->req.set_generation(generation_);
+        p->req.set_generation(generation_);
+        p->req.set_generation(generation_);
         p->req.set_step(step);
         p->req.set_request_id(NextRequestId());
         SparseRows* r = p->req.add_sparse();

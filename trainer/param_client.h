@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/threshold_control.h"
 #include "proto/ps_service.pb.h"
@@ -29,6 +30,7 @@ struct TransferStats {
   int64_t bytes = 0;  // serialized payload, requests or replies
   int64_t rpcs = 0;
   int64_t server_wait_us = 0;  // pulls: longest time held by a pserver
+  int64_t min_version = -1;    // dense pulls: lowest block version received
 };
 
 // Where one block lives and which part of its table it covers.
@@ -113,6 +115,24 @@ class ParamClient {
   // Registers this trainer with every pserver.
   absl::Status Register(uint64_t incarnation);
 
+  // Fault tolerance (docs/fault_tolerance.md). The timeline sent with every
+  // pull and push: a pserver on another one answers ABORTED.
+  void set_generation(uint64_t generation) { generation_ = generation; }
+  uint64_t generation() const { return generation_; }
+  // Joins the job in two phases (RegisterRequest): returns the step this
+  // trainer starts at, which every pserver now waits for.
+  absl::StatusOr<int64_t> Join(uint64_t incarnation);
+  // Leaves the barrier on every pserver.
+  absl::Status Leave(uint64_t incarnation);
+  // Chief: every pserver writes a checkpoint of `step`.
+  absl::Status Checkpoint(int64_t step);
+  // Every pserver's status, in --pservers order.
+  absl::StatusOr<std::vector<GetStatusResponse>> Statuses();
+  // Every pserver rolls back to its checkpoint of `step` as `generation`.
+  absl::Status Rollback(int64_t step, uint64_t generation);
+  // Threshold compression: forgets the residuals (after a rollback).
+  void ResetCompression();
+
   // Chief only: sends the job spec and the initial values to every pserver
   // and marks the job ready. If the pservers already hold the job (a
   // restarted chief), their values are kept.
@@ -173,6 +193,7 @@ class ParamClient {
   const std::vector<DenseTableLayout> tables_;
   const std::vector<std::vector<std::vector<BlockPlacement>>> chunks_;
   std::mt19937_64 id_rng_;
+  uint64_t generation_ = 0;
   ValueEncoding push_encoding_ = FLOAT32;
   ValueEncoding pull_encoding_ = FLOAT32;
   bool use_threshold_ = false;

@@ -89,6 +89,22 @@ class FakeServer : public PsClientInterface {
     Store(req.blocks());
     done(absl::OkStatus());
   }
+  void HeartbeatAsync(const HeartbeatRequest&, HeartbeatResponse*,
+                      StatusCallback done) override {
+    done(absl::OkStatus());
+  }
+  void LeaveAsync(const LeaveRequest&, LeaveResponse*,
+                  StatusCallback done) override {
+    done(absl::OkStatus());
+  }
+  void CheckpointAsync(const CheckpointRequest&, CheckpointResponse*,
+                       StatusCallback done) override {
+    done(absl::OkStatus());
+  }
+  void RollbackAsync(const RollbackRequest&, RollbackResponse*,
+                     StatusCallback done) override {
+    done(absl::OkStatus());
+  }
   int pushes = 0, pulls = 0;
   std::set<uint64_t> request_ids;
 

@@ -41,6 +41,15 @@ class PsClientInterface {
                          StatusCallback done) = 0;
   virtual void PushAsync(const PushRequest& req, PushResponse* resp,
                          StatusCallback done) = 0;
+  virtual void HeartbeatAsync(const HeartbeatRequest& req,
+                              HeartbeatResponse* resp, StatusCallback done) = 0;
+  virtual void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
+                          StatusCallback done) = 0;
+  virtual void CheckpointAsync(const CheckpointRequest& req,
+                               CheckpointResponse* resp,
+                               StatusCallback done) = 0;
+  virtual void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
+                             StatusCallback done) = 0;
 
   absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
     return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);
@@ -64,6 +73,19 @@ class PsClientInterface {
   }
   absl::Status Push(const PushRequest& req, PushResponse* resp) {
     return CallAndWait(&PsClientInterface::PushAsync, req, resp);
+  }
+  absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp) {
+    return CallAndWait(&PsClientInterface::HeartbeatAsync, req, resp);
+  }
+  absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) {
+    return CallAndWait(&PsClientInterface::LeaveAsync, req, resp);
+  }
+  absl::Status Checkpoint(const CheckpointRequest& req,
+                          CheckpointResponse* resp) {
+    return CallAndWait(&PsClientInterface::CheckpointAsync, req, resp);
+  }
+  absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp) {
+    return CallAndWait(&PsClientInterface::RollbackAsync, req, resp);
   }
 
  private:

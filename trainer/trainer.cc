@@ -6,11 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
 #include "trainer/auc.h"
 #include "trainer/dataset_loader.h"
+#include "trainer/heartbeat.h"
 #include "trainer/input_pipeline.h"
 #include "trainer/metrics.h"
 #include "trainer/model.h"
@@ -95,6 +97,7 @@ JobSpec Trainer::MakeJobSpec(const TrainerOptions& options,
   job.set_num_trainers(options.num_trainers);
   job.set_max_staleness(options.mode == ASYNC ? options.max_staleness : -1);
   job.set_global_batch_size(int64_t{options.batch_size} * options.num_trainers);
+  job.set_replicas_to_aggregate(options.replicas_to_aggregate);
   const int64_t block_size = options.config.block_size() > 0
                                  ? options.config.block_size()
                                  : kDefaultBlockSize;
@@ -111,6 +114,60 @@ JobSpec Trainer::MakeJobSpec(const TrainerOptions& options,
 Trainer::Trainer(TrainerOptions options,
                  std::vector<PsClientInterface*> servers)
     : options_(std::move(options)), servers_(std::move(servers)) {}
+
+absl::StatusOr<int64_t> Trainer::SyncWithPservers(ParamClient* client) {
+  const int k = options_.trainer_id;
+  if (options_.mode == SYNC) {
+    for (int attempt = 0;; ++attempt) {
+      ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st, client->Statuses());
+      uint64_t g = 0;
+      bool same = true;
+      for (const GetStatusResponse& r : st) {
+        g = std::max<uint64_t>(g, r.generation());
+        same = same && r.generation() == st[0].generation() &&
+               r.base_step() == st[0].base_step();
+      }
+      if (same) {
+        client->set_generation(g);
+        break;
+      }
+      // The pservers disagree (one restarted from its checkpoint): every
+      // one rolls back to the newest checkpoint they all hold.
+      std::vector<int64_t> common(st[0].checkpoint_steps().begin(),
+                                  st[0].checkpoint_steps().end());
+      std::vector<std::string> held;
+      for (size_t s = 0; s < st.size(); ++s) {
+        const auto& steps = st[s].checkpoint_steps();
+        held.push_back(absl::StrCat(servers_[s]->address(), ": [",
+                                    absl::StrJoin(steps, ","), "]"));
+        std::vector<int64_t> keep;
+        for (int64_t c : common) {
+          if (std::find(steps.begin(), steps.end(), c) != steps.end()) {
+            keep.push_back(c);
+          }
+        }
+        common = std::move(keep);
+      }
+      if (common.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot recover: the pservers are on different timelines and "
+            "hold no checkpoint step in common (",
+            absl::StrJoin(held, "; "),
+            "); restart the job from a common checkpoint"));
+      }
+      const int64_t target = *std::max_element(common.begin(), common.end());
+      LOG(WARNING) << "trainer " << k << ": pservers disagree ("
+                   << absl::StrJoin(held, "; ")
+                   << "): rolling every one back to step " << target
+                   << ", generation " << g;
+      absl::Status r = client->Rollback(target, g);
+      if (r.ok()) continue;  // check again
+      if (attempt >= 3) return r;
+      LOG(WARNING) << "rollback failed, trying again: " << r;
+    }
+  }
+  return client->Join(options_.incarnation);
+}
 
 absl::Status Trainer::Run() {
   const TrainerOptions& o = options_;
@@ -245,6 +302,30 @@ absl::Status Trainer::Run() {
     RETURN_IF_ERROR(client.InitJob(job, init));
   }
   RETURN_IF_ERROR(client.WaitUntilReady(job, o.ready_timeout));
+  ASSIGN_OR_RETURN(const int64_t start_step, SyncWithPservers(&client));
+  if (start_step > 0) {
+    LOG(INFO) << "trainer " << k << " joins the job at step " << start_step
+              << " (pass " << start_step / steps_per_pass << ", batch "
+              << start_step % steps_per_pass << ")";
+  }
+  if (k == 0 && o.checkpoint_every_steps > 0) {
+    ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st, client.Statuses());
+    for (size_t s = 0; s < st.size(); ++s) {
+      if (!st[s].checkpoints_enabled()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--checkpoint_every_steps needs every pserver started with "
+            "--checkpoint_dir; pserver ",
+            servers_[s]->address(), " has none"));
+      }
+    }
+  }
+  // Heartbeats start once this incarnation has joined: before that, a
+  // pserver still knows the previous one.
+  std::unique_ptr<Heartbeater> heartbeats;
+  if (!o.heartbeat_servers.empty()) {
+    heartbeats = std::make_unique<Heartbeater>(
+        o.heartbeat_servers, k, o.incarnation, o.heartbeat_interval);
+  }
 
   ASSIGN_OR_RETURN(auto metrics, MetricsWriter::Open(o.metrics_file));
   int64_t push_bytes = 0, pull_bytes = 0;
@@ -252,7 +333,9 @@ absl::Status Trainer::Run() {
   absl::Duration train_time;  // excludes evaluation
   PhaseTimes window;
   absl::Time window_start = absl::Now(), last_draw = absl::InfinitePast();
-  int64_t step = 0;
+  int64_t step = start_step;
+  int64_t last_checkpoint = start_step;  // the step the job resumed from
+  absl::Time last_ok = absl::Now();      // the end of the last good step
 
   auto evaluate = [&](int pass, bool final) -> absl::Status {
     // Async: the final evaluation waits until every trainer has finished
@@ -295,10 +378,56 @@ absl::Status Trainer::Run() {
     return absl::OkStatus();
   };
 
-  int pass = 0;
-  for (; pass < o.num_passes && step < total_steps; ++pass) {
-    input->StartPass(pass, o.shuffle, o.shuffle_seed);
-    for (int64_t i = 0; i < steps_per_pass && step < total_steps; ++i) {
+  // Sync: a pserver restarted from its checkpoint (or rolled back) answers
+  // ABORTED; the job goes back to the newest checkpoint every pserver holds.
+  auto recover = [&](const absl::Status& why) -> absl::Status {
+    const absl::Time t0 = absl::Now();
+    const int64_t from = step;
+    LOG(WARNING) << "trainer " << k << " at step " << step << ": "
+                 << why.message() << "; recovering";
+    ASSIGN_OR_RETURN(step, SyncWithPservers(&client));
+    if (share_updates) {
+      client.ResetCompression();
+      for (auto& v : velocity) std::fill(v.begin(), v.end(), 0.0f);
+    }
+    last_checkpoint = step;
+    ++result_.recoveries;
+    result_.steps_redone += std::max<int64_t>(0, from - step);
+    const double secs = Seconds(absl::Now() - t0);
+    metrics->Write(
+        JsonLine("recovery")
+            .Add("trainer_id", k)
+            .Add("from_step", from)
+            .Add("to_step", step)
+            .Add("steps_lost", std::max<int64_t>(0, from - step))
+            .Add("seconds", secs)
+            .Add("stalled_seconds", Seconds(absl::Now() - last_ok))
+            .Add("generation", static_cast<int64_t>(client.generation())));
+    LOG(WARNING) << absl::StrFormat(
+        "trainer %d recovered in %.2f s (%.1f s since its last step): "
+        "generation %d, back to step %d from step %d",
+        k, secs, Seconds(absl::Now() - last_ok), client.generation(), step,
+        from);
+    return absl::OkStatus();
+  };
+
+  int started_pass = -1;
+  while (step < total_steps) {
+    if (o.stop_requested != nullptr && o.stop_requested->load()) {
+      absl::Status left = client.Leave(o.incarnation);
+      LOG(WARNING) << "trainer " << k << " stopped by a signal at step " << step
+                   << (left.ok() ? "; left the job" : "");
+      return absl::CancelledError(
+          absl::StrCat("stopped by a signal at step ", step));
+    }
+    if (heartbeats != nullptr) RETURN_IF_ERROR(heartbeats->status());
+    const int pass = static_cast<int>(step / steps_per_pass);
+    const int64_t i = step % steps_per_pass;
+    if (pass != started_pass) {
+      input->StartPass(pass, o.shuffle, o.shuffle_seed);
+      started_pass = pass;
+    }
+    absl::Status step_status = [&]() -> absl::Status {
       const absl::Time t0 = absl::Now();
       input->LoadTrainBatch(i, o.batch_size);
       const absl::Time t1 = absl::Now();
@@ -309,6 +438,23 @@ absl::Status Trainer::Run() {
       pull.bytes += sparse_pull.bytes;
       pull.server_wait_us =
           std::max(pull.server_wait_us, sparse_pull.server_wait_us);
+      // The chief asks for checkpoints between its pull and its push of a
+      // step: in sync mode no block can move then.
+      if (k == 0 && o.checkpoint_every_steps > 0 &&
+          step % o.checkpoint_every_steps == 0 && step != last_checkpoint) {
+        absl::Status c = client.Checkpoint(step);
+        if (absl::IsAborted(c)) return c;
+        if (c.ok()) {
+          last_checkpoint = step;
+        } else {
+          LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;
+        }
+      }
+      // With replicas_to_aggregate the step may have gone ahead without
+      // this trainer: tag the push with the version it computed on.
+      const int64_t tag = sync && o.replicas_to_aggregate > 0
+                              ? std::max(step, pull.min_version)
+                              : step;
       const absl::Time t2 = absl::Now();
       ASSIGN_OR_RETURN(BatchStats bs,
                        model->TrainBatch(input->x(), input->labels(),
@@ -318,7 +464,7 @@ absl::Status Trainer::Run() {
       // step then also has its sparse push (the async final evaluation
       // relies on it).
       TransferStats push, sparse_push;
-      RETURN_IF_ERROR(input->PushRows(&client, step, sync, &sparse_push));
+      RETURN_IF_ERROR(input->PushRows(&client, tag, sync, &sparse_push));
       if (share_updates) {
         // u = lr * v with v = mu * v + g (Nesterov: lr * (g + mu * v)).
         for (size_t t = 0; t < updates.size(); ++t) {
@@ -335,7 +481,7 @@ absl::Status Trainer::Run() {
           }
         }
       }
-      RETURN_IF_ERROR(client.Push(step, push_buffers, &push));
+      RETURN_IF_ERROR(client.Push(tag, push_buffers, &push));
       if (share_updates && o.momentum_masking) {
         for (size_t t = 0; t < velocity.size(); ++t) {
           const std::vector<uint8_t>& mask = client.sent_mask(t);
@@ -425,10 +571,33 @@ absl::Status Trainer::Run() {
         window.Clear();
         window_start = absl::Now();
       }
+      return absl::OkStatus();
+    }();
+    if (step_status.ok() &&
+        (step % steps_per_pass == 0 || step == total_steps)) {
+      const bool last = step == total_steps;
+      // Sync: a trainer done with its steps leaves the barrier, so that the
+      // others' last steps (with replicas_to_aggregate, their extra ones)
+      // do not wait for it.
+      if (last && sync) {
+        absl::Status left = client.Leave(o.incarnation);
+        if (!left.ok()) LOG(WARNING) << "leaving the job: " << left;
+      }
+      step_status = evaluate(pass, last);
     }
-    const bool last = pass + 1 == o.num_passes || step >= total_steps;
-    RETURN_IF_ERROR(evaluate(pass, last));
+    if (step_status.ok()) last_ok = absl::Now();
+    if (sync && absl::IsAborted(step_status)) {
+      RETURN_IF_ERROR(recover(step_status));
+      started_pass = -1;
+      continue;
+    }
+    RETURN_IF_ERROR(step_status);
   }
+  if (!sync) {
+    absl::Status left = client.Leave(o.incarnation);
+    if (!left.ok()) LOG(WARNING) << "leaving the job: " << left;
+  }
+  if (heartbeats != nullptr) heartbeats->Stop();
   result_.steps = step;
   result_.push_bytes = push_bytes;
   result_.pull_bytes = pull_bytes;

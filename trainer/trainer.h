@@ -1,12 +1,14 @@
 #ifndef SHARDPS_TRAINER_TRAINER_H_
 #define SHARDPS_TRAINER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
@@ -55,7 +57,24 @@ struct TrainerOptions {
   bool momentum_masking = true;
   double min_sparsity = 1e-4;  // adaptive threshold's band
   double max_sparsity = 1e-2;
+
+  // Fault tolerance (docs/fault_tolerance.md).
+  // Chief: ask every pserver for a checkpoint every this many steps; 0 =
+  // never. Default: 0.
+  int64_t checkpoint_every_steps = 0;
+  // SYNC: apply a step once this many trainers have pushed it (backup
+  // workers); 0 = every live trainer. Default: 0.
+  int replicas_to_aggregate = 0;
+  // Clients for heartbeats (one per pserver, short retry budget), sent
+  // every heartbeat_interval; empty = no heartbeats. Must outlive Run().
+  std::vector<PsClientInterface*> heartbeat_servers;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Polled between steps: when it becomes true the trainer leaves the job
+  // and Run returns CANCELLED (SIGTERM). May be null.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
+
+class ParamClient;
 
 // What a run achieved.
 struct TrainerResult {
@@ -66,6 +85,8 @@ struct TrainerResult {
   int64_t push_bytes = 0;
   int64_t pull_bytes = 0;
   double train_seconds = 0;
+  int64_t recoveries = 0;    // rollbacks to a checkpoint
+  int64_t steps_redone = 0;  // steps lost to them
 };
 
 // Trains a model on this trainer's shard of the data against the pservers:
@@ -87,6 +108,11 @@ class Trainer {
                              const std::vector<OptimizerConfig>& optimizers);
 
  private:
+  // Brings the pservers onto one timeline (rolling every one back to the
+  // newest checkpoint they all hold when they disagree), adopts it, and
+  // joins the job; returns the step to start at.
+  absl::StatusOr<int64_t> SyncWithPservers(ParamClient* client);
+
   const TrainerOptions options_;
   const std::vector<PsClientInterface*> servers_;
   TrainerResult result_;

@@ -1,0 +1,112 @@
+#include "pserver/checkpointer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+
+namespace shardps {
+
+Checkpointer::Checkpointer(Env* env, std::string dir, int keep)
+    : env_(env), dir_(std::move(dir)), writer_(env, dir_, keep) {}
+
+Checkpointer::~Checkpointer() {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+}
+
+void Checkpointer::JoinWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Checkpointer::Save(StoreSnapshot snapshot) {
+  absl::MutexLock l(&mu_);
+  const absl::Time wait_start = absl::Now();
+  JoinWriter();
+  const absl::Duration waited = absl::Now() - wait_start;
+  if (waited > absl::Seconds(1)) {
+    LOG(WARNING) << "checkpoint of step " << snapshot.info.step() << " waited "
+                 << absl::FormatDuration(waited)
+                 << " for the previous write to finish";
+  }
+  thread_ = std::thread([this, snap = std::move(snapshot)]() {
+    const absl::Time start = absl::Now();
+    std::vector<CheckpointFileView> views;
+    size_t bytes = 0;
+    for (const auto& [name, data] : snap.files) {
+      views.push_back(CheckpointFileView{name, data});
+      bytes += data.size();
+    }
+    // Only this thread uses writer_ while it runs: Save and Flush join it
+    // before touching anything else.
+    absl::Status s = writer_.WriteViews(snap.info.step(),
+                                        snap.info.SerializeAsString(), views);
+    if (s.ok()) {
+      LOG(INFO) << "checkpoint of step " << snap.info.step() << " written to "
+                << dir_ << " (" << bytes / 1e6 << " MB in "
+                << absl::FormatDuration(
+                       absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+                << ")";
+    } else {
+      LOG(ERROR) << "checkpoint of step " << snap.info.step()
+                 << " failed: " << s << " (the previous one is kept)";
+    }
+    last_status_ = s;
+  });
+}
+
+absl::Status Checkpointer::Flush() {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  return last_status_;
+}
+
+absl::StatusOr<std::vector<int64_t>> Checkpointer::Steps() const {
+  return CheckpointReader(env_, dir_).ListComplete();
+}
+
+absl::StatusOr<StoreSnapshot> Checkpointer::FromLoaded(
+    LoadedCheckpoint loaded) {
+  StoreSnapshot snap;
+  if (!snap.info.ParseFromString(loaded.metadata) ||
+      snap.info.step() != loaded.step) {
+    return absl::DataLossError(absl::StrCat("checkpoint of step ", loaded.step,
+                                            ": unreadable metadata"));
+  }
+  for (CheckpointFile& f : loaded.files) {
+    snap.files.emplace_back(std::move(f.name), std::move(f.data));
+  }
+  return snap;
+}
+
+absl::StatusOr<StoreSnapshot> Checkpointer::Load(int64_t step) const {
+  auto loaded = CheckpointReader(env_, dir_).Load(step);
+  if (!loaded.ok()) return loaded.status();
+  return FromLoaded(std::move(*loaded));
+}
+
+absl::StatusOr<StoreSnapshot> Checkpointer::LoadNewest() const {
+  auto loaded = CheckpointReader(env_, dir_).LoadNewest();
+  if (!loaded.ok()) return loaded.status();
+  return FromLoaded(std::move(*loaded));
+}
+
+absl::Status Checkpointer::DiscardNewerThan(int64_t step) {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  auto steps = CheckpointReader(env_, dir_).ListComplete();
+  if (!steps.ok()) return steps.status();
+  for (int64_t s : *steps) {
+    if (s <= step) continue;
+    absl::Status st =
+        env_->DeleteDir(absl::StrCat(dir_, "/", CheckpointDirName(s)));
+    if (!st.ok()) return st;
+    LOG(INFO) << "removed checkpoint of step " << s
+              << " (after the rollback to step " << step << ")";
+  }
+  return env_->SyncDir(dir_);
+}
+
+}  // namespace shardps

@@ -1,0 +1,68 @@
+#ifndef SHARDPS_PSERVER_CHECKPOINTER_H_
+#define SHARDPS_PSERVER_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/checkpoint.h"
+#include "common/env.h"
+#include "pserver/parameter_store.h"
+
+namespace shardps {
+
+// A pserver's checkpoints in one directory (--checkpoint_dir): snapshots of
+// the store written in the background through the Env seam
+// (common/checkpoint.h: temporary directory, fsync, rename, manifest with
+// CRCs), and read back for a restart or a rollback. Thread-safe.
+class Checkpointer {
+ public:
+  // `env` must outlive this object. Keeps the newest `keep` checkpoints.
+  Checkpointer(Env* env, std::string dir, int keep = 2);
+  // Waits for the write in progress.
+  ~Checkpointer();
+
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Writes `snapshot` in the background. A write still in progress is
+  // waited for first, so at most one runs (back-pressure on the chief).
+  void Save(StoreSnapshot snapshot);
+  // Waits until no write is in progress; returns the status of the last.
+  absl::Status Flush();
+
+  // Steps of the complete checkpoints, oldest first.
+  absl::StatusOr<std::vector<int64_t>> Steps() const;
+  // The checkpoint of `step`, verified (NotFound, DataLoss).
+  absl::StatusOr<StoreSnapshot> Load(int64_t step) const;
+  // The newest checkpoint that verifies; a damaged newer one is skipped
+  // with a warning. NotFound when there is none.
+  absl::StatusOr<StoreSnapshot> LoadNewest() const;
+  // Removes the checkpoints of steps after `step` (an abandoned timeline,
+  // after a rollback to `step`).
+  absl::Status DiscardNewerThan(int64_t step);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  static absl::StatusOr<StoreSnapshot> FromLoaded(LoadedCheckpoint loaded);
+  // Joins the background writer. REQUIRES: mu_ held.
+  void JoinWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Env* const env_;
+  const std::string dir_;
+  absl::Mutex mu_;
+  CheckpointWriter writer_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  // Written by the writer thread, read after joining it.
+  absl::Status last_status_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_CHECKPOINTER_H_

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Fault tolerance, with real processes on loopback (docs/fault_tolerance.md):
+a pserver killed with SIGKILL and restarted from its checkpoints, a pserver
+killed in the middle of writing a checkpoint, a corrupted checkpoint, a
+trainer killed and dropped by --trainer_timeout, a trainer killed and
+restarted, SIGTERM on a pserver (final checkpoint) and on a trainer (it
+leaves the job).
+
+    python3 tests/fault_test.py [--bin_dir build] [-v] [-k name]
+"""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import testlib
+from testlib import final_eval, read_json_lines, wait_for
+
+STEPS_PER_PASS = 468  # 60000 records / 2 trainers / batch 64
+
+
+def ckpt_dir_name(step):
+    return "ckpt-%012d" % step
+
+
+class FaultTest(testlib.ProcessTestCase):
+
+    # Helpers ------------------------------------------------------------
+
+    def start_ps(self, i, port=0, extra=(), env=None):
+        """Starts pserver i (checkpoints in tmp/ckpt-i) on `port` (0: a free
+        one); returns (popen, port)."""
+        port_file = os.path.join(self.tmp, "ps%d.port" % i)
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        log = os.path.join(self.tmp, "ps%d.log" % i)
+        with open(log, "ab") as f:
+            p = self.popen(
+                [testlib.pserver_bin(), "--port=%d" % port,
+                 "--host=127.0.0.1", "--port_file=" + port_file,
+                 "--num_gradient_servers=2",
+                 "--checkpoint_dir=" + self.ckpt(i)] + list(extra),
+                stdout=f, stderr=subprocess.STDOUT,
+                env=env or testlib.clean_env())
+
+        def bound():
+            if p.poll() is not None:
+                return -1
+            try:
+                with open(port_file) as f:
+                    return int(f.read())
+            except (OSError, ValueError):
+                return None
+
+        got = wait_for(bound, 30)
+        if not got or got < 0:
+            self.fail("pserver %d did not come up:\n%s" % (i, self.log(i)))
+        return p, got
+
+    def ckpt(self, i):
+        return os.path.join(self.tmp, "ckpt-%d" % i)
+
+    def log(self, i):
+        with open(os.path.join(self.tmp, "ps%d.log" % i),
+                  errors="replace") as f:
+            return f.read()
+
+    def metrics(self, k):
+        return os.path.join(self.tmp, "trainer-%d.jsonl" % k)
+
+    def start_trainer(self, k, ports, extra=(), log_suffix=""):
+        log = os.path.join(self.tmp, "trainer-%d%s.log" % (k, log_suffix))
+        with open(log, "ab") as f:
+            return self.popen(
+                [testlib.trainer_bin(),
+                 "--pservers=" + ",".join("127.0.0.1:%d" % p for p in ports),
+                 "--trainer_id=%d" % k, "--num_gradient_servers=2",
+                 "--config=" + testlib.CONFIG, "--progress=off",
+                 "--log_every_steps=10", "--rpc_retry_s=120",
+                 "--metrics_file=" + self.metrics(k)] + list(extra),
+                stdout=f, stderr=subprocess.STDOUT)
+
+    def trainer_log(self, k, suffix=""):
+        with open(os.path.join(self.tmp, "trainer-%d%s.log" % (k, suffix)),
+                  errors="replace") as f:
+            return f.read()
+
+    def last_step(self, k):
+        steps = [l["step"] for l in read_json_lines(self.metrics(k))
+                 if l.get("event") == "step"]
+        return steps[-1] if steps else 0
+
+    def wait_exit(self, p, timeout, what):
+        try:
+            return p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.fail("%s still running after %d s" % (what, timeout))
+
+    def recoveries(self, k):
+        return [l for l in read_json_lines(self.metrics(k))
+                if l.get("event") == "recovery"]
+
+    def stop(self, *procs):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            self.wait_exit(p, 30, "pserver")
+
+    # Tests --------------------------------------------------------------
+
+    def test_pserver_killed_and_restarted(self):
+        """Sync, 2 pservers, 2 trainers, a checkpoint every 100 steps: kill
+        -9 pserver 1 in the first pass and restart it on the same port with
+        the same directory. The job rolls back to the newest checkpoint both
+        pservers hold and finishes 2 passes above 0.80."""
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        args = ["--num_passes=2", "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(self.ckpt(1), ckpt_dir_name(200))), 120),
+            self.trainer_log(0))
+        killed_at = max(self.last_step(0), 200)
+        t_kill = time.monotonic()
+        ps1.kill()
+        ps1.wait()
+        time.sleep(1)
+        ps1, _ = self.start_ps(1, port=p1)
+        down = time.monotonic() - t_kill
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+        for k in (0, 1):
+            ev = final_eval(self.metrics(k), k)
+            self.assertEqual(ev["step"], 2 * STEPS_PER_PASS)
+            self.assertGreaterEqual(ev["test_accuracy"], 0.80)
+            rec = self.recoveries(k)
+            self.assertEqual(len(rec), 1, rec)
+            self.assertEqual(rec[0]["to_step"] % 100, 0)
+            self.assertGreaterEqual(rec[0]["to_step"], 200)
+        rec = self.recoveries(0)[0]
+        sys.stderr.write(
+            "[killed near step %d; rolled back from step %d to %d (%d steps "
+            "lost); training stalled %.2f s, of which %.1f s with the "
+            "pserver down; accuracy %.4f] " % (
+                killed_at, rec["from_step"], rec["to_step"],
+                rec["steps_lost"], rec["stalled_seconds"], down,
+                final_eval(self.metrics(0), 0)["test_accuracy"]))
+        self.assertIn("restored step", self.log(1))
+        self.assertIn("rolled back", self.log(0))
+        self.stop(ps0, ps1)
+
+    def test_pserver_killed_while_writing_a_checkpoint(self):
+        """Pserver 1 dies halfway through writing its second checkpoint
+        (fault injection through the Env seam). The torn one is never
+        loaded: after the restart the job goes back to step 100."""
+        env = testlib.clean_env(SHARDPS_TEST_CHECKPOINT_FAULT="crash_mid_write:2")
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1, env=env)
+        args = ["--num_passes=1", "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        self.assertEqual(self.wait_exit(ps1, 120, "pserver 1"), 1)
+        leftovers = os.listdir(self.ckpt(1))
+        self.assertIn(ckpt_dir_name(100), leftovers)
+        self.assertIn(ckpt_dir_name(200) + ".tmp", leftovers)
+        ps1, _ = self.start_ps(1, port=p1)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            rec = self.recoveries(k)
+            self.assertEqual([r["to_step"] for r in rec], [100])
+            self.assertEqual(final_eval(self.metrics(k), k)["step"],
+                             STEPS_PER_PASS)
+        self.assertIn("restored step 100", self.log(1))
+        self.stop(ps0, ps1)
+
+    def test_corrupted_checkpoint_and_final_checkpoint(self):
+        """SIGTERM on a pserver writes a final checkpoint. A flipped byte in
+        the newest checkpoint makes the restarted pserver skip it and load
+        the one before, saying why."""
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        args = ["--max_steps=250", "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 120, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+        self.stop(ps0, ps1)
+        self.assertIn("final checkpoint written", self.log(0))
+        self.assertEqual(
+            sorted(os.listdir(self.ckpt(0))),
+            [ckpt_dir_name(200), ckpt_dir_name(250)])  # 2 kept
+        blob = sorted(glob.glob(os.path.join(
+            self.ckpt(0), ckpt_dir_name(250), "table-*.bin")))[0]
+        with open(blob, "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0x40]))
+        ps0, _ = self.start_ps(0)
+        log = self.log(0)
+        self.assertIn("restored step 200", log)
+        self.assertIn("crc32", log)
+        self.stop(ps0)
+
+    def test_trainer_killed_is_dropped(self):
+        """Kill -9 one of two sync trainers with --trainer_timeout=5: the
+        pservers drop it, name it in their logs, and the other one finishes
+        its pass with accuracy above 0.78 and exits 0."""
+        ps0, p0 = self.start_ps(0, extra=["--trainer_timeout=5"])
+        ps1, p1 = self.start_ps(1, extra=["--trainer_timeout=5"])
+        trainers = [self.start_trainer(k, [p0, p1], ["--num_passes=1"])
+                    for k in (0, 1)]
+        self.assertTrue(wait_for(lambda: self.last_step(1) >= 100, 60))
+        trainers[1].kill()
+        trainers[1].wait()
+        start = time.monotonic()
+        self.assertEqual(self.wait_exit(trainers[0], 120, "trainer 0"), 0,
+                         self.trainer_log(0))
+        ev = final_eval(self.metrics(0), 0)
+        self.assertGreaterEqual(ev["test_accuracy"], 0.78)
+        for i in (0, 1):
+            self.assertRegex(self.log(i),
+                             r"trainer 1 \(incarnation \d+\) said nothing for "
+                             r"\d+s \(--trainer_timeout=5\): dropped")
+        sys.stderr.write("[survivor finished %.1f s after the kill, accuracy "
+                         "%.4f] " % (time.monotonic() - start,
+                                     ev["test_accuracy"]))
+        self.stop(ps0, ps1)
+
+    def test_trainer_killed_and_restarted_rejoins(self):
+        """A trainer killed and started again (a new incarnation) rejoins at
+        the step the job has reached; both finish the pass."""
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        trainers = [self.start_trainer(k, [p0, p1], ["--num_passes=1"])
+                    for k in (0, 1)]
+        self.assertTrue(wait_for(lambda: self.last_step(1) >= 100, 60))
+        trainers[1].kill()
+        trainers[1].wait()
+        time.sleep(0.5)
+        trainers[1] = self.start_trainer(1, [p0, p1], ["--num_passes=1"],
+                                         log_suffix="-again")
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 120, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+        self.assertIn("rejoined", self.log(0))
+        self.assertRegex(self.trainer_log(1, "-again"),
+                         r"trainer 1 joins the job at step [1-9]\d*")
+        self.assertEqual(final_eval(self.metrics(0), 0)["step"],
+                         STEPS_PER_PASS)
+        self.assertGreaterEqual(
+            final_eval(self.metrics(0), 0)["test_accuracy"], 0.78)
+        self.stop(ps0, ps1)
+
+    def test_sigterm_on_trainer_leaves_the_job(self):
+        """SIGTERM on a sync trainer: it leaves the job (the pservers say
+        so) and the other trainer finishes without waiting for a timeout."""
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        trainers = [self.start_trainer(k, [p0, p1], ["--num_passes=1"])
+                    for k in (0, 1)]
+        self.assertTrue(wait_for(lambda: self.last_step(1) >= 50, 60))
+        trainers[1].send_signal(signal.SIGTERM)
+        self.assertEqual(self.wait_exit(trainers[1], 10, "trainer 1"),
+                         -signal.SIGTERM)
+        self.assertEqual(self.wait_exit(trainers[0], 60, "trainer 0"), 0,
+                         self.trainer_log(0))
+        self.assertIn("trainer 1 left the job", self.log(0))
+        self.assertIn("stopped by a signal", self.trainer_log(1))
+        self.stop(ps0, ps1)
+
+
+if __name__ == "__main__":
+    testlib.main()
