@@ -51,8 +51,8 @@ absl::StatusOr<EvalResult> Evaluate(Model* model, InputPipeline* input,
     RETURN_IF_ERROR(input->PullRows(client, min_version, step, &ps));
     *pull_bytes += ps.bytes;
     probs.resize(static_cast<size_t>(n) * out_dim);
-    BatchStats s =
-        model->Evaluate(input->x(), input->labels(), n, probs.data());
+    ASSIGN_OR_RETURN(BatchStats s, model->Evaluate(input->x(), input->labels(),
+                                                   n, probs.data()));
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
