@@ -9,6 +9,8 @@
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/cuda_backend.h"
 #include "trainer/auc.h"
 #include "trainer/dataset_loader.h"
 #include "trainer/input_pipeline.h"
@@ -132,9 +134,16 @@ absl::Status Trainer::Run() {
         "--save_dir saves dense tables only; a model with a sparse input "
         "keeps its rows on the pservers");
   }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<Model> model,
-      Model::Create(o.config, input->model_input_dim(), input->num_classes()));
+  std::unique_ptr<Backend> backend;
+  if (o.use_gpu) {
+    ASSIGN_OR_RETURN(backend, CreateCudaBackend(o.gpu_id));
+  } else {
+    backend = std::make_unique<CpuBackend>(o.cpu_threads);
+  }
+  LOG(INFO) << "trainer " << k << ": layers on " << backend->name();
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   Model::Create(o.config, input->model_input_dim(),
+                                 input->num_classes(), std::move(backend)));
   const std::vector<int64_t>& records = input->records_per_trainer();
   const int64_t steps_per_pass =
       ShardedDataset::StepsPerPass(records, o.batch_size);
