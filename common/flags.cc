@@ -145,4 +145,18 @@ absl::Status DetectSchedulerRank(const GetEnvFn& env, SchedulerRank* out) {
   return absl::OkStatus();
 }
 
+absl::Status DetectLocalRank(const GetEnvFn& env, int* local_rank) {
+  *local_rank = 0;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    const char* v = env(name);
+    if (v == nullptr) continue;
+    if (!absl::SimpleAtoi(v, local_rank) || *local_rank < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", v, " is not a non-negative integer"));
+    }
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace shardps

@@ -40,6 +40,11 @@ struct SchedulerRank {
 // An unparsable value is an error naming the variable.
 absl::Status DetectSchedulerRank(const GetEnvFn& env, SchedulerRank* out);
 
+// This process's rank among those of its node, for picking a GPU:
+// OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), then SLURM_LOCALID (Slurm); 0 when
+// neither is set. An unparsable value is an error naming the variable.
+absl::Status DetectLocalRank(const GetEnvFn& env, int* local_rank);
+
 }  // namespace shardps
 
 #endif  // SHARDPS_COMMON_FLAGS_H_

@@ -40,6 +40,24 @@ class FlagsTest : public ::testing::Test {
   std::vector<char*> ptrs_;
 };
 
+TEST_F(FlagsTest, LocalRankForTheGpu) {
+  int r = -1;
+  ASSERT_TRUE(DetectLocalRank(FakeEnv({}), &r).ok());
+  EXPECT_EQ(r, 0);
+  ASSERT_TRUE(DetectLocalRank(FakeEnv({{"SLURM_LOCALID", "3"}}), &r).ok());
+  EXPECT_EQ(r, 3);
+  ASSERT_TRUE(DetectLocalRank(FakeEnv({{"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                       {"SLURM_LOCALID", "3"}}),
+                              &r)
+                  .ok());
+  EXPECT_EQ(r, 1);
+  absl::Status s =
+      DetectLocalRank(FakeEnv({{"OMPI_COMM_WORLD_LOCAL_RANK", "x"}}), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("OMPI_COMM_WORLD_LOCAL_RANK=x"),
+            std::string::npos);
+}
+
 TEST_F(FlagsTest, EnvVarNames) {
   EXPECT_EQ(EnvVarForFlag("num_gradient_servers"),
             "SHARDPS_NUM_GRADIENT_SERVERS");

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import testlib
@@ -165,6 +166,23 @@ class CliTest(testlib.ProcessTestCase):
         self.assertNotEqual(r.returncode, 0)
 
     # trainer: flags -----------------------------------------------------------
+
+    def test_trainer_use_gpu_without_a_device(self):
+        """--use_gpu on a machine without a usable CUDA device (every machine
+        here) stops at start with one line naming the reason."""
+        if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+            self.skipTest("this machine has an NVIDIA device")
+        line = self.assertRefused(trainer("--use_gpu"),
+                                  "--use_gpu: no usable CUDA device (",
+                                  prefix="trainer")
+        sys.stderr.write("[%s] " % line)
+        # --gpu_id does not change that, and needs --use_gpu.
+        self.assertRefused(trainer("--use_gpu", "--gpu_id=0"),
+                           "--use_gpu: no usable CUDA device",
+                           prefix="trainer")
+        self.assertRefused(trainer("--gpu_id=0"),
+                           "--gpu_id applies to --use_gpu only",
+                           prefix="trainer")
 
     def test_trainer_unknown_flag_stops_it(self):
         r = trainer("--no_such_flag")

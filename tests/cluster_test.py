@@ -66,6 +66,24 @@ class ClusterTest(testlib.ProcessTestCase):
         sys.stderr.write("[sync: accuracy %.4f, %.1f s] " %
                          (evals[0]["test_accuracy"], time.monotonic() - start))
 
+    def test_cnn_sync_full_pass(self):
+        """configs/fmnist_cnn.pbtxt (convolutions, max pooling) on the CPU
+        backend: 2 trainers, 1 pass reach a test accuracy of at least 0.85
+        (0.87 measured)."""
+        start = time.monotonic()
+        config = os.path.join(testlib.REPO, "configs", "fmnist_cnn.pbtxt")
+        r, summary = self.run_cluster(
+            ["--pservers", "2", "--trainers", "2", "--config", config],
+            ["--mode=sync"])
+        self.assertRanWell(r, summary)
+        evals = self.final_evals(summary)
+        for ev in evals:
+            self.assertEqual(ev["step"], 937)  # 30,000 records / 32
+            self.assertGreaterEqual(ev["test_accuracy"], 0.85)
+        self.assertEqual(evals[0]["test_accuracy"], evals[1]["test_accuracy"])
+        sys.stderr.write("[cnn: accuracy %.4f, %.1f s] " %
+                         (evals[0]["test_accuracy"], time.monotonic() - start))
+
     def test_async_full_pass(self):
         """Async: updates are applied on arrival; the final evaluation waits
         until every trainer has pushed its last step, so both trainers

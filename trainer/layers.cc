@@ -1,122 +1,204 @@
 #include "trainer/layers.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <utility>
 
+#include "common/status_macros.h"
 #include "glog/logging.h"
-#include "kernels/activation_functors.h"
-#include "kernels/blas.h"
+#include "kernels/layer_functors.h"
 
 namespace shardps {
+namespace {
+
+TensorShape Vector(int dim) { return TensorShape{dim, 1, 1}; }
+
+Activation ToActivation(LayerConfig::Type type) {
+  switch (type) {
+    case LayerConfig::RELU:
+      return Activation::kRelu;
+    case LayerConfig::SIGMOID:
+      return Activation::kSigmoid;
+    case LayerConfig::TANH:
+      return Activation::kTanh;
+    default:
+      LOG(FATAL) << "not an activation: " << LayerConfig::Type_Name(type);
+  }
+}
+
+size_t Elements(int batch, int dim) {
+  return static_cast<size_t>(batch) * static_cast<size_t>(dim);
+}
+
+}  // namespace
 
 FullyConnectedLayer::FullyConnectedLayer(std::string name, int input_dim,
-                                         int output_dim, ParamTable* weight,
-                                         ParamTable* bias)
-    : Layer(std::move(name), input_dim, output_dim),
+                                         int output_dim, Backend* backend,
+                                         const ParamBuffers* weight,
+                                         const ParamBuffers* bias)
+    : Layer(std::move(name), Vector(input_dim), Vector(output_dim), backend),
       weight_(weight),
-      bias_(bias) {
-  CHECK_EQ(weight_->value.size(),
-           static_cast<size_t>(input_dim) * static_cast<size_t>(output_dim));
-  CHECK_EQ(bias_->value.size(), static_cast<size_t>(output_dim));
-}
+      bias_(bias) {}
 
-void FullyConnectedLayer::Forward(const float* in, int batch, float* out) {
+absl::Status FullyConnectedLayer::Forward(const float* in, int batch,
+                                          bool training, float* out) {
   const int n = output_dim();
-  const float* b = bias_->value.data();
-  for (int i = 0; i < batch; ++i) {
-    float* row = out + static_cast<size_t>(i) * n;
-    for (int j = 0; j < n; ++j) row[j] = b[j];
-  }
-  // out += in (batch x in) * W (in x out).
-  Gemm(false, false, batch, n, input_dim(), 1.0f, in, input_dim(),
-       weight_->value.data(), n, 1.0f, out, n);
+  // out = in (batch x in) * W (in x out), then + b per row.
+  RETURN_IF_ERROR(backend()->Gemm(false, false, batch, n, input_dim(), 1.0f, in,
+                                  input_dim(), weight_->value, n, 0.0f, out,
+                                  n));
+  return backend()->BiasForward(bias_->value, batch, n, 1, out, out);
 }
 
-void FullyConnectedLayer::Backward(const float* in, const float* out,
-                                   const float* dout, int batch, float* din) {
+absl::Status FullyConnectedLayer::Backward(const float* in, const float* out,
+                                           const float* dout, int batch,
+                                           float* din) {
   const int n = output_dim();
   // dW (in x out) = in^T (in x batch) * dout (batch x out).
-  Gemm(true, false, input_dim(), n, batch, 1.0f, in, input_dim(), dout, n, 0.0f,
-       weight_->grad.data(), n);
+  RETURN_IF_ERROR(backend()->Gemm(true, false, input_dim(), n, batch, 1.0f, in,
+                                  input_dim(), dout, n, 0.0f, weight_->grad,
+                                  n));
   // db = column sums of dout.
-  float* db = bias_->grad.data();
-  for (int j = 0; j < n; ++j) db[j] = 0.0f;
-  for (int i = 0; i < batch; ++i) {
-    const float* row = dout + static_cast<size_t>(i) * n;
-    for (int j = 0; j < n; ++j) db[j] += row[j];
-  }
-  if (din != nullptr) {
-    // din (batch x in) = dout (batch x out) * W^T (out x in).
-    Gemm(false, true, batch, input_dim(), n, 1.0f, dout, n,
-         weight_->value.data(), n, 0.0f, din, input_dim());
-  }
+  RETURN_IF_ERROR(backend()->BiasBackward(dout, batch, n, 1, bias_->grad));
+  if (din == nullptr) return absl::OkStatus();
+  // din (batch x in) = dout (batch x out) * W^T (out x in).
+  return backend()->Gemm(false, true, batch, input_dim(), n, 1.0f, dout, n,
+                         weight_->value, n, 0.0f, din, input_dim());
 }
 
-ActivationLayer::ActivationLayer(std::string name, int dim,
-                                 LayerConfig::Type type)
-    : Layer(std::move(name), dim, dim), type_(type) {
-  CHECK(type == LayerConfig::RELU || type == LayerConfig::SIGMOID ||
-        type == LayerConfig::TANH)
-      << LayerConfig::Type_Name(type);
+ActivationLayer::ActivationLayer(std::string name, TensorShape shape,
+                                 LayerConfig::Type type, Backend* backend)
+    : Layer(std::move(name), shape, shape, backend), f_(ToActivation(type)) {}
+
+absl::Status ActivationLayer::Forward(const float* in, int batch, bool training,
+                                      float* out) {
+  return backend()->ActivationForward(f_, in, Elements(batch, output_dim()),
+                                      out);
 }
 
-void ActivationLayer::Forward(const float* in, int batch, float* out) {
-  const size_t size = static_cast<size_t>(batch) * output_dim();
-  switch (type_) {
-    case LayerConfig::RELU:
-      for (size_t i = 0; i < size; ++i) out[i] = ReluForward(in[i]);
-      break;
-    case LayerConfig::SIGMOID:
-      for (size_t i = 0; i < size; ++i) out[i] = SigmoidForward(in[i]);
-      break;
-    default:
-      for (size_t i = 0; i < size; ++i) out[i] = TanhForward(in[i]);
-      break;
-  }
+absl::Status ActivationLayer::Backward(const float* in, const float* out,
+                                       const float* dout, int batch,
+                                       float* din) {
+  if (din == nullptr) return absl::OkStatus();
+  return backend()->ActivationBackward(f_, in, out, dout,
+                                       Elements(batch, output_dim()), din);
 }
 
-void ActivationLayer::Backward(const float* in, const float* out,
-                               const float* dout, int batch, float* din) {
-  if (din == nullptr) return;
-  const size_t size = static_cast<size_t>(batch) * output_dim();
-  switch (type_) {
-    case LayerConfig::RELU:
-      for (size_t i = 0; i < size; ++i) din[i] = ReluBackward(out[i], dout[i]);
-      break;
-    case LayerConfig::SIGMOID:
-      for (size_t i = 0; i < size; ++i) {
-        din[i] = SigmoidBackward(out[i], dout[i]);
-      }
-      break;
-    default:
-      for (size_t i = 0; i < size; ++i) din[i] = TanhBackward(out[i], dout[i]);
-      break;
-  }
+BiasLayer::BiasLayer(std::string name, int dim, Backend* backend,
+                     const ParamBuffers* bias)
+    : Layer(std::move(name), Vector(dim), Vector(dim), backend), bias_(bias) {}
+
+absl::Status BiasLayer::Forward(const float* in, int batch, bool training,
+                                float* out) {
+  return backend()->BiasForward(bias_->value, batch, output_dim(), 1, in, out);
 }
 
-BiasLayer::BiasLayer(std::string name, int dim, ParamTable* bias)
-    : Layer(std::move(name), dim, dim), bias_(bias) {}
-
-void BiasLayer::Forward(const float* in, int batch, float* out) {
-  const int n = output_dim();
-  const float* b = bias_->value.data();
-  for (int r = 0; r < batch; ++r) {
-    for (int j = 0; j < n; ++j) out[r * n + j] = in[r * n + j] + b[j];
-  }
+absl::Status BiasLayer::Backward(const float* in, const float* out,
+                                 const float* dout, int batch, float* din) {
+  RETURN_IF_ERROR(
+      backend()->BiasBackward(dout, batch, output_dim(), 1, bias_->grad));
+  if (din == nullptr) return absl::OkStatus();
+  return backend()->Copy(dout, Elements(batch, output_dim()), din);
 }
 
-void BiasLayer::Backward(const float* in, const float* out, const float* dout,
-                         int batch, float* din) {
-  const int n = output_dim();
-  float* g = bias_->grad.data();
-  std::fill(g, g + n, 0.0f);
-  for (int r = 0; r < batch; ++r) {
-    for (int j = 0; j < n; ++j) g[j] += dout[r * n + j];
-  }
-  if (din != nullptr) {
-    std::copy(dout, dout + static_cast<size_t>(batch) * n, din);
-  }
+Conv2dLayer::Conv2dLayer(std::string name, const ConvGeometry& geometry,
+                         Backend* backend, const ParamBuffers* weight,
+                         const ParamBuffers* bias)
+    : Layer(std::move(name),
+            TensorShape{geometry.in_channels, geometry.in_height,
+                        geometry.in_width},
+            TensorShape{geometry.out_channels, geometry.out_height(),
+                        geometry.out_width()},
+            backend),
+      geometry_(geometry),
+      weight_(weight),
+      bias_(bias) {}
+
+ConvGeometry Conv2dLayer::Geometry(int batch) const {
+  ConvGeometry g = geometry_;
+  g.batch = batch;
+  return g;
+}
+
+absl::Status Conv2dLayer::Forward(const float* in, int batch, bool training,
+                                  float* out) {
+  return backend()->Conv2dForward(Geometry(batch), in, weight_->value,
+                                  bias_->value, out);
+}
+
+absl::Status Conv2dLayer::Backward(const float* in, const float* out,
+                                   const float* dout, int batch, float* din) {
+  return backend()->Conv2dBackward(Geometry(batch), in, weight_->value, dout,
+                                   weight_->grad, bias_->grad, din);
+}
+
+Pool2dLayer::Pool2dLayer(std::string name, const PoolGeometry& geometry,
+                         Backend* backend)
+    : Layer(
+          std::move(name),
+          TensorShape{geometry.channels, geometry.in_height, geometry.in_width},
+          TensorShape{geometry.channels, geometry.out_height(),
+                      geometry.out_width()},
+          backend),
+      geometry_(geometry) {}
+
+PoolGeometry Pool2dLayer::Geometry(int batch) const {
+  PoolGeometry g = geometry_;
+  g.batch = batch;
+  return g;
+}
+
+absl::Status Pool2dLayer::Forward(const float* in, int batch, bool training,
+                                  float* out) {
+  return backend()->Pool2dForward(Geometry(batch), in, out);
+}
+
+absl::Status Pool2dLayer::Backward(const float* in, const float* out,
+                                   const float* dout, int batch, float* din) {
+  if (din == nullptr) return absl::OkStatus();
+  return backend()->Pool2dBackward(Geometry(batch), in, out, dout, din);
+}
+
+FlattenLayer::FlattenLayer(std::string name, TensorShape input,
+                           Backend* backend)
+    : Layer(std::move(name), input, Vector(input.size()), backend) {}
+
+absl::Status FlattenLayer::Forward(const float* in, int batch, bool training,
+                                   float* out) {
+  return backend()->Copy(in, Elements(batch, output_dim()), out);
+}
+
+absl::Status FlattenLayer::Backward(const float* in, const float* out,
+                                    const float* dout, int batch, float* din) {
+  if (din == nullptr) return absl::OkStatus();
+  return backend()->Copy(dout, Elements(batch, output_dim()), din);
+}
+
+DropoutLayer::DropoutLayer(std::string name, TensorShape shape, float rate,
+                           uint64_t seed, Backend* backend)
+    : Layer(std::move(name), shape, shape, backend), rate_(rate), seed_(seed) {
+  CHECK(rate >= 0.0f && rate < 1.0f) << rate;
+}
+
+absl::Status DropoutLayer::Reserve(int batch) {
+  const size_t n = Elements(batch, output_dim());
+  if (n <= mask_.size()) return absl::OkStatus();
+  return mask_.Allocate(backend(), n);
+}
+
+absl::Status DropoutLayer::Forward(const float* in, int batch, bool training,
+                                   float* out) {
+  const size_t n = Elements(batch, output_dim());
+  if (!training) return backend()->Copy(in, n, out);
+  RETURN_IF_ERROR(Reserve(batch));
+  return backend()->DropoutForward(rate_, MixBits(seed_, batches_++), in, n,
+                                   mask_.data(), out);
+}
+
+absl::Status DropoutLayer::Backward(const float* in, const float* out,
+                                    const float* dout, int batch, float* din) {
+  if (din == nullptr) return absl::OkStatus();
+  return backend()->DropoutBackward(mask_.data(), dout,
+                                    Elements(batch, output_dim()), din);
 }
 
 }  // namespace shardps

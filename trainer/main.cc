@@ -22,6 +22,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "kernels/blas.h"
+#include "kernels/cuda_backend.h"
 #include "trainer/grpc_ps_client.h"
 #include "trainer/trainer.h"
 
@@ -49,7 +50,9 @@ DEFINE_string(metrics_file, "", "append JSON metrics lines to this file");
 DEFINE_string(save_dir, "", "the chief saves the trained model here");
 DEFINE_string(load_dir, "", "the chief starts from the model saved here");
 DEFINE_int32(log_every_steps, 50, "a step metrics line every this many steps");
-DEFINE_int32(num_threads, 1, "BLAS threads");
+DEFINE_int32(num_threads, 1,
+             "CPU backend: BLAS threads, and threads for per-example work "
+             "(im2col, pooling)");
 DEFINE_int32(ready_timeout_s, 600,
              "how long to wait for the chief to "
              "initialise the job");
@@ -91,6 +94,13 @@ DEFINE_int64(shake_frequency, 0,
 DEFINE_bool(residual, true,
             "--compression=threshold: keep what is not sent for later "
             "(false: drop it, for comparison)");
+DEFINE_bool(use_gpu, false,
+            "run forward and backward on a CUDA device (the CUDA backend); "
+            "without a usable device the trainer stops at start");
+DEFINE_int32(gpu_id, -1,
+             "--use_gpu: the CUDA device; -1: the local rank "
+             "(OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else 0) modulo "
+             "the visible devices");
 DEFINE_int64(checkpoint_every_steps, 0,
              "the chief asks every pserver for a checkpoint every this many "
              "steps (pservers need --checkpoint_dir); 0 = never");
@@ -275,6 +285,30 @@ int main(int argc, char** argv) {
   }
   o.min_sparsity = FLAGS_threshold_min_sparsity;
   o.max_sparsity = FLAGS_threshold_max_sparsity;
+  if (FLAGS_use_gpu) {
+    absl::StatusOr<int> devices = shardps::CudaDeviceCount();
+    if (!devices.ok()) {
+      Fail(absl::StrCat("--use_gpu: no usable CUDA device (",
+                        devices.status().message(), ")"));
+    }
+    if (*devices == 0) {
+      Fail("--use_gpu: no usable CUDA device (cudaGetDeviceCount: 0 devices)");
+    }
+    o.gpu_id = FLAGS_gpu_id;
+    if (o.gpu_id < 0) {
+      int local_rank = 0;
+      s = shardps::DetectLocalRank(shardps::ProcessEnv(), &local_rank);
+      if (!s.ok()) Fail(absl::StrCat("--gpu_id: ", s.message()));
+      o.gpu_id = local_rank % *devices;
+    } else if (o.gpu_id >= *devices) {
+      Fail(absl::StrCat("--gpu_id=", o.gpu_id, ": only ", *devices,
+                        " CUDA device(s) visible"));
+    }
+    o.use_gpu = true;
+  } else if (shardps::FlagWasSet("gpu_id")) {
+    Fail("--gpu_id applies to --use_gpu only");
+  }
+  o.cpu_threads = FLAGS_num_threads;
   if (FLAGS_checkpoint_every_steps < 0) {
     Fail("--checkpoint_every_steps must be >= 0");
   }

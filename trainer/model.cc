@@ -11,8 +11,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
-#include "kernels/activation_functors.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/layer_functors.h"
 
 namespace shardps {
 namespace {
@@ -29,17 +31,19 @@ const char* TypePrefix(LayerConfig::Type type) {
       return "tanh";
     case LayerConfig::BIAS:
       return "bias";
+    case LayerConfig::CONV2D:
+      return "conv";
+    case LayerConfig::MAX_POOL:
+      return "maxpool";
+    case LayerConfig::AVG_POOL:
+      return "avgpool";
+    case LayerConfig::FLATTEN:
+      return "flatten";
+    case LayerConfig::DROPOUT:
+      return "dropout";
     default:
       return "layer";
   }
-}
-
-// SplitMix64 finalizer: spreads (seed, index) over all 64 bits.
-uint64_t Mix(uint64_t seed, uint64_t index) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (index + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
 }
 
 // Uniform in [0, 1) with 24 random bits: exact in float, same everywhere.
@@ -69,23 +73,123 @@ void Initialize(const InitializerConfig& init, int64_t fan_in, int64_t fan_out,
   for (float& v : *values) v = (2.0f * UniformFloat(rng) - 1.0f) * limit;
 }
 
+ParamTable MakeTable(const LayerConfig& layer, const char* suffix,
+                     std::vector<int64_t> shape) {
+  ParamTable t;
+  t.name = absl::StrCat(layer.name(), suffix);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  t.shape = std::move(shape);
+  t.layer = &layer;
+  t.value.assign(static_cast<size_t>(n), 0.0f);
+  t.grad.assign(static_cast<size_t>(n), 0.0f);
+  return t;
+}
+
+absl::StatusOr<TensorShape> InputShapeOf(const ModelConfig& cfg,
+                                         int input_dim) {
+  if (cfg.has_input_shape()) {
+    const InputShape& s = cfg.input_shape();
+    if (s.channels() <= 0 || s.height() <= 0 || s.width() <= 0 ||
+        static_cast<int64_t>(s.channels()) * s.height() * s.width() !=
+            input_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", cfg.name(), ": input_shape ", s.channels(), "x", s.height(),
+          "x", s.width(), " must be positive and multiply to the input width ",
+          input_dim));
+    }
+    return TensorShape{s.channels(), s.height(), s.width()};
+  }
+  bool image = false;
+  for (const LayerConfig& l : cfg.layers()) {
+    image = image || l.type() == LayerConfig::CONV2D ||
+            l.type() == LayerConfig::MAX_POOL ||
+            l.type() == LayerConfig::AVG_POOL;
+  }
+  if (!image) return TensorShape{input_dim, 1, 1};
+  const int side = static_cast<int>(std::lround(std::sqrt(input_dim)));
+  if (side * side != input_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", cfg.name(), ": image layers need input_shape, since the ",
+        "input width ", input_dim, " is no square one-channel image"));
+  }
+  return TensorShape{1, side, side};
+}
+
+absl::Status WindowError(const LayerConfig& layer, const char* what, int k,
+                         int stride, int padding, const TensorShape& in) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "layer ", layer.name(), ": ", what, " ", k, " with stride ", stride,
+      " and padding ", padding, " does not fit its input ", in.channels, "x",
+      in.height, "x", in.width,
+      " (needs size > 0, stride > 0, 0 <= padding < size, size <= input + "
+      "2 * padding)"));
+}
+
+absl::StatusOr<ConvGeometry> ConvGeometryOf(const LayerConfig& layer,
+                                            const TensorShape& in) {
+  if (layer.filters() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer.name(), ": CONV2D needs filters > 0, got ",
+                     layer.filters()));
+  }
+  ConvGeometry g;
+  g.in_channels = in.channels;
+  g.in_height = in.height;
+  g.in_width = in.width;
+  g.out_channels = layer.filters();
+  g.kernel_h = g.kernel_w = layer.kernel_size();
+  g.stride = layer.stride() != 0 ? layer.stride() : 1;
+  g.padding = layer.padding();
+  const int k = layer.kernel_size();
+  if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
+      k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
+    return WindowError(layer, "kernel_size", k, g.stride, g.padding, in);
+  }
+  return g;
+}
+
+absl::StatusOr<PoolGeometry> PoolGeometryOf(const LayerConfig& layer,
+                                            const TensorShape& in) {
+  PoolGeometry g;
+  g.channels = in.channels;
+  g.in_height = in.height;
+  g.in_width = in.width;
+  g.window = layer.pool_size();
+  g.stride = layer.stride() != 0 ? layer.stride() : layer.pool_size();
+  g.padding = layer.padding();
+  g.mode = layer.type() == LayerConfig::MAX_POOL ? PoolMode::kMax
+                                                 : PoolMode::kAverage;
+  const int k = g.window;
+  if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
+      k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
+    return WindowError(layer, "pool_size", k, g.stride, g.padding, in);
+  }
+  return g;
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
-                                                     int input_dim,
-                                                     int num_classes) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config, int input_dim, int num_classes,
+    std::unique_ptr<Backend> backend) {
   if (input_dim <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", config.name(),
                      ": input_dim must be positive, got ", input_dim));
   }
   std::unique_ptr<Model> model(new Model(config, input_dim, num_classes));
+  model->backend_ =
+      backend != nullptr ? std::move(backend) : std::make_unique<CpuBackend>();
   ModelConfig& cfg = model->config_;
   absl::flat_hash_set<std::string> names;
-  int dim = input_dim;
+  ASSIGN_OR_RETURN(const TensorShape input_shape, InputShapeOf(cfg, input_dim));
+  TensorShape shape = input_shape;
   int last_fc = -1;
-  // Pass 1: name and validate the layers, and create the tables (their
-  // addresses are stable once the vector is complete).
+  int dim = input_dim;
+  // Pass 1: name and validate the layers, follow the shapes, and create the
+  // tables (their addresses are stable once the vector is complete).
+  std::vector<TensorShape> in_shapes;
   for (int i = 0; i < cfg.layers_size(); ++i) {
     LayerConfig* layer = cfg.mutable_layers(i);
     if (layer->name().empty()) {
@@ -95,6 +199,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", layer->name(), ": duplicate layer name"));
     }
+    in_shapes.push_back(shape);
+    dim = shape.size();
     switch (layer->type()) {
       case LayerConfig::FULLY_CONNECTED: {
         if (layer->output_dim() <= 0) {
@@ -104,35 +210,44 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                            layer->output_dim()));
         }
         const int out = layer->output_dim();
-        ParamTable weight;
-        weight.name = absl::StrCat(layer->name(), ".weight");
-        weight.shape = {dim, out};
-        weight.layer = layer;
-        weight.value.assign(static_cast<size_t>(dim) * out, 0.0f);
-        weight.grad.assign(weight.value.size(), 0.0f);
-        ParamTable bias;
-        bias.name = absl::StrCat(layer->name(), ".bias");
-        bias.shape = {out};
-        bias.layer = layer;
-        bias.value.assign(out, 0.0f);
-        bias.grad.assign(out, 0.0f);
-        model->tables_.push_back(std::move(weight));
-        model->tables_.push_back(std::move(bias));
-        dim = out;
+        model->tables_.push_back(MakeTable(*layer, ".weight", {dim, out}));
+        model->tables_.push_back(MakeTable(*layer, ".bias", {out}));
+        shape = TensorShape{out, 1, 1};
         last_fc = i;
         break;
       }
       case LayerConfig::BIAS: {
-        ParamTable bias;
-        bias.name = absl::StrCat(layer->name(), ".bias");
-        bias.shape = {dim};
-        bias.layer = layer;
-        bias.value.assign(dim, 0.0f);
-        bias.grad.assign(dim, 0.0f);
-        model->tables_.push_back(std::move(bias));
+        model->tables_.push_back(MakeTable(*layer, ".bias", {dim}));
+        shape = TensorShape{dim, 1, 1};
         last_fc = i;
         break;
       }
+      case LayerConfig::CONV2D: {
+        ASSIGN_OR_RETURN(const ConvGeometry g, ConvGeometryOf(*layer, shape));
+        model->tables_.push_back(
+            MakeTable(*layer, ".weight",
+                      {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}));
+        model->tables_.push_back(MakeTable(*layer, ".bias", {g.out_channels}));
+        shape = TensorShape{g.out_channels, g.out_height(), g.out_width()};
+        break;
+      }
+      case LayerConfig::MAX_POOL:
+      case LayerConfig::AVG_POOL: {
+        ASSIGN_OR_RETURN(const PoolGeometry g, PoolGeometryOf(*layer, shape));
+        shape = TensorShape{g.channels, g.out_height(), g.out_width()};
+        break;
+      }
+      case LayerConfig::FLATTEN:
+        shape = TensorShape{dim, 1, 1};
+        break;
+      case LayerConfig::DROPOUT:
+        if (!(layer->dropout_rate() >= 0.0f && layer->dropout_rate() < 1.0f)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("layer ", layer->name(),
+                           ": DROPOUT needs dropout_rate in [0, 1), got ",
+                           layer->dropout_rate()));
+        }
+        break;
       case LayerConfig::RELU:
       case LayerConfig::SIGMOID:
       case LayerConfig::TANH:
@@ -143,13 +258,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                          static_cast<int>(layer->type())));
     }
   }
+  dim = shape.size();
   if (last_fc < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", cfg.name(),
                      ": needs at least one FULLY_CONNECTED or BIAS layer"));
   }
   LayerConfig last = cfg.layers(last_fc);
-  if (last.type() == LayerConfig::BIAS) last.set_output_dim(dim);
+  if (last.type() == LayerConfig::BIAS) {
+    last.set_output_dim(in_shapes[last_fc].size());
+  }
   switch (cfg.loss().type()) {
     case LossConfig::LOGISTIC:
       if (last.output_dim() != 1) {
@@ -178,24 +296,75 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
           absl::StrCat("model ", cfg.name(), ": unknown loss type ",
                        static_cast<int>(cfg.loss().type())));
   }
-  // Pass 2: the layers, pointing at the now stable tables.
-  dim = input_dim;
-  size_t table = 0;
-  for (const LayerConfig& layer : cfg.layers()) {
-    if (layer.type() == LayerConfig::FULLY_CONNECTED) {
-      model->layers_.push_back(std::make_unique<FullyConnectedLayer>(
-          layer.name(), dim, layer.output_dim(), &model->tables_[table],
-          &model->tables_[table + 1]));
-      table += 2;
-      dim = layer.output_dim();
-    } else if (layer.type() == LayerConfig::BIAS) {
-      model->layers_.push_back(std::make_unique<BiasLayer>(
-          layer.name(), dim, &model->tables_[table]));
-      table += 1;
-    } else {
-      model->layers_.push_back(
-          std::make_unique<ActivationLayer>(layer.name(), dim, layer.type()));
+  if (dim != last.output_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", cfg.layers(cfg.layers_size() - 1).name(),
+                     ": the model output has ", dim, " values, but the last ",
+                     "FULLY_CONNECTED or BIAS layer has ", last.output_dim(),
+                     "; only elementwise layers may follow it"));
+  }
+  // Device copies of the tables, and where the layers find them.
+  Backend* be = model->backend_.get();
+  const size_t num_tables = model->tables_.size();
+  model->params_.resize(num_tables);
+  if (!be->host_memory()) {
+    model->device_values_.resize(num_tables);
+    model->device_grads_.resize(num_tables);
+    for (size_t t = 0; t < num_tables; ++t) {
+      const size_t n = model->tables_[t].value.size();
+      RETURN_IF_ERROR(model->device_values_[t].Allocate(be, n));
+      RETURN_IF_ERROR(model->device_grads_[t].Allocate(be, n));
+      model->params_[t] = ParamBuffers{model->device_values_[t].data(),
+                                       model->device_grads_[t].data()};
     }
+  }
+  // Pass 2: the layers, pointing at the now stable parameter buffers.
+  size_t table = 0;
+  const ParamBuffers* params = model->params_.data();
+  for (int i = 0; i < cfg.layers_size(); ++i) {
+    const LayerConfig& layer = cfg.layers(i);
+    const TensorShape in = in_shapes[i];
+    std::unique_ptr<Layer> l;
+    switch (layer.type()) {
+      case LayerConfig::FULLY_CONNECTED:
+        l = std::make_unique<FullyConnectedLayer>(
+            layer.name(), in.size(), layer.output_dim(), be, &params[table],
+            &params[table + 1]);
+        table += 2;
+        break;
+      case LayerConfig::BIAS:
+        l = std::make_unique<BiasLayer>(layer.name(), in.size(), be,
+                                        &params[table]);
+        table += 1;
+        break;
+      case LayerConfig::CONV2D:
+        l = std::make_unique<Conv2dLayer>(layer.name(),
+                                          *ConvGeometryOf(layer, in), be,
+                                          &params[table], &params[table + 1]);
+        table += 2;
+        break;
+      case LayerConfig::MAX_POOL:
+      case LayerConfig::AVG_POOL:
+        l = std::make_unique<Pool2dLayer>(layer.name(),
+                                          *PoolGeometryOf(layer, in), be);
+        break;
+      case LayerConfig::FLATTEN:
+        l = std::make_unique<FlattenLayer>(layer.name(), in, be);
+        break;
+      case LayerConfig::DROPOUT:
+        l = std::make_unique<DropoutLayer>(
+            layer.name(), in, layer.dropout_rate(),
+            layer.dropout_seed() != 0
+                ? layer.dropout_seed()
+                : MixBits(cfg.seed() != 0 ? cfg.seed() : 1, i),
+            be);
+        break;
+      default:
+        l = std::make_unique<ActivationLayer>(layer.name(), in, layer.type(),
+                                              be);
+        break;
+    }
+    model->layers_.push_back(std::move(l));
   }
   model->acts_.resize(model->layers_.size());
   model->grads_.resize(model->layers_.size());
@@ -212,16 +381,26 @@ int64_t Model::num_parameters() const {
 }
 
 void Model::InitializeParameters(uint64_t seed) {
+  // Fan-in and fan-out of a weight: {in, out}, or {filters, in_channels,
+  // k, k} for a convolution.
+  auto fans = [](const std::vector<int64_t>& shape) {
+    if (shape.size() == 4) {
+      const int64_t area = shape[2] * shape[3];
+      return std::make_pair(shape[1] * area, shape[0] * area);
+    }
+    return std::make_pair(shape[0], shape.back());
+  };
   for (size_t t = 0; t < tables_.size(); ++t) {
     ParamTable& table = tables_[t];
     const bool is_bias = table.shape.size() == 1;
-    const int64_t fan_out = table.shape.back();
-    // A bias's fan-in is its layer's input: the weight before it, or (a BIAS
-    // layer) its own width.
+    // A bias's fan-in is its layer's input: the weight's before it, or (a
+    // BIAS layer) its own width.
     const bool bias_layer = table.layer->type() == LayerConfig::BIAS;
-    const int64_t fan_in = !is_bias     ? table.shape[0]
+    const int64_t fan_out =
+        is_bias ? table.shape.back() : fans(table.shape).second;
+    const int64_t fan_in = !is_bias     ? fans(table.shape).first
                            : bias_layer ? fan_out
-                                        : tables_[t - 1].shape[0];
+                                        : fans(tables_[t - 1].shape).first;
     InitializerConfig init;
     if (is_bias) {
       if (table.layer->has_bias_init()) {
@@ -233,27 +412,55 @@ void Model::InitializeParameters(uint64_t seed) {
     } else if (table.layer->has_weight_init()) {
       init = table.layer->weight_init();
     }  // else XAVIER_UNIFORM, the proto default.
-    Initialize(init, fan_in, fan_out, Mix(seed, t), &table.value);
+    Initialize(init, fan_in, fan_out, MixBits(seed, t), &table.value);
   }
 }
 
-void Model::Reserve(int batch) {
-  if (batch <= batch_capacity_) return;
+absl::Status Model::Reserve(int batch) {
+  if (batch <= batch_capacity_) return absl::OkStatus();
+  Backend* be = backend_.get();
   for (size_t i = 0; i < layers_.size(); ++i) {
     const size_t size = static_cast<size_t>(batch) * layers_[i]->output_dim();
-    acts_[i].resize(size);
-    grads_[i].resize(size);
+    RETURN_IF_ERROR(acts_[i].Allocate(be, size));
+    RETURN_IF_ERROR(grads_[i].Allocate(be, size));
+    RETURN_IF_ERROR(layers_[i]->Reserve(batch));
+  }
+  if (!be->host_memory()) {
+    const size_t size = static_cast<size_t>(batch) * input_dim_;
+    RETURN_IF_ERROR(input_.Allocate(be, size));
+    RETURN_IF_ERROR(input_grad_.Allocate(be, size));
   }
   batch_capacity_ = batch;
+  return absl::OkStatus();
 }
 
-void Model::Forward(const float* x, int batch) {
-  Reserve(batch);
+absl::Status Model::BindParameters() {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    ParamTable& table = tables_[t];
+    if (backend_->host_memory()) {
+      params_[t] = ParamBuffers{table.value.data(), table.grad.data()};
+    } else {
+      RETURN_IF_ERROR(backend_->Upload(table.value.data(), table.value.size(),
+                                       params_[t].value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::Forward(const float* x, int batch, bool training) {
+  RETURN_IF_ERROR(Reserve(batch));
+  RETURN_IF_ERROR(BindParameters());
   const float* in = x;
+  if (!backend_->host_memory()) {
+    RETURN_IF_ERROR(backend_->Upload(x, static_cast<size_t>(batch) * input_dim_,
+                                     input_.data()));
+    in = input_.data();
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Forward(in, batch, acts_[i].data());
+    RETURN_IF_ERROR(layers_[i]->Forward(in, batch, training, acts_[i].data()));
     in = acts_[i].data();
   }
+  return absl::OkStatus();
 }
 
 absl::Status Model::CheckLabels(const int32_t* labels, int batch) const {
@@ -269,62 +476,23 @@ absl::Status Model::CheckLabels(const int32_t* labels, int batch) const {
   return absl::OkStatus();
 }
 
-BatchStats Model::Loss(const int32_t* labels, int batch, float* dlogits,
-                       float* probabilities) const {
-  BatchStats stats;
-  stats.count = batch;
-  const float* logits = acts_.back().data();
-  const int c = output_dim();
+absl::StatusOr<BatchStats> Model::Loss(const int32_t* labels, int batch,
+                                       float* dlogits, float* probabilities) {
+  LossSums sums;
   const float inv_batch = 1.0f / static_cast<float>(batch);
   if (config_.loss().type() == LossConfig::LOGISTIC) {
-    for (int i = 0; i < batch; ++i) {
-      const float z = logits[i];
-      const float p = SigmoidForward(z);
-      if (probabilities != nullptr) probabilities[i] = p;
-      const int32_t label = labels[i];
-      if (label != 0 && label != 1) {
-        if (dlogits != nullptr) dlogits[i] = 0.0f;
-        continue;
-      }
-      const float t = static_cast<float>(label);
-      stats.loss_sum += LogisticLoss(z, t);
-      if ((p >= 0.5f ? 1 : 0) == label) ++stats.correct;
-      if (dlogits != nullptr) dlogits[i] = (p - t) * inv_batch;
-    }
-    return stats;
+    RETURN_IF_ERROR(backend_->LogisticLoss(acts_.back().data(), labels, batch,
+                                           inv_batch, dlogits, probabilities,
+                                           &sums));
+  } else {
+    RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
+        acts_.back().data(), labels, batch, output_dim(), inv_batch, dlogits,
+        probabilities, &sums));
   }
-  for (int i = 0; i < batch; ++i) {
-    const float* z = logits + static_cast<size_t>(i) * c;
-    int argmax = 0;
-    for (int j = 1; j < c; ++j) {
-      if (z[j] > z[argmax]) argmax = j;
-    }
-    const float max = z[argmax];
-    double sum = 0.0;
-    for (int j = 0; j < c; ++j)
-      sum += std::exp(static_cast<double>(z[j] - max));
-    const double log_sum = std::log(sum);
-    if (probabilities != nullptr) {
-      float* p = probabilities + static_cast<size_t>(i) * c;
-      for (int j = 0; j < c; ++j) {
-        p[j] = static_cast<float>(std::exp(z[j] - max - log_sum));
-      }
-    }
-    const int32_t label = labels[i];
-    const bool valid = label >= 0 && label < c;
-    if (valid) {
-      // -log softmax(z)[label] = log(sum exp(z - max)) - (z[label] - max).
-      stats.loss_sum += log_sum - static_cast<double>(z[label] - max);
-      if (argmax == label) ++stats.correct;
-    }
-    if (dlogits != nullptr) {
-      float* dz = dlogits + static_cast<size_t>(i) * c;
-      for (int j = 0; j < c; ++j) {
-        const float p = static_cast<float>(std::exp(z[j] - max - log_sum));
-        dz[j] = valid ? (p - (j == label ? 1.0f : 0.0f)) * inv_batch : 0.0f;
-      }
-    }
-  }
+  BatchStats stats;
+  stats.count = batch;
+  stats.loss_sum = sums.loss_sum;
+  stats.correct = sums.correct;
   return stats;
 }
 
@@ -335,25 +503,42 @@ absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
     return absl::InvalidArgumentError(
         absl::StrCat("batch must be positive, got ", batch));
   }
-  absl::Status s = CheckLabels(labels, batch);
-  if (!s.ok()) return s;
-  Forward(x, batch);
-  BatchStats stats = Loss(labels, batch, grads_.back().data(), nullptr);
+  RETURN_IF_ERROR(CheckLabels(labels, batch));
+  RETURN_IF_ERROR(Forward(x, batch, /*training=*/true));
+  ASSIGN_OR_RETURN(BatchStats stats,
+                   Loss(labels, batch, grads_.back().data(), nullptr));
+  const bool host = backend_->host_memory();
+  const float* x_in = host ? x : input_.data();
+  float* x_grad = input_grad == nullptr ? nullptr
+                  : host                ? input_grad
+                                        : input_grad_.data();
   for (size_t i = layers_.size(); i-- > 0;) {
-    const float* in = i == 0 ? x : acts_[i - 1].data();
-    float* din = i == 0 ? input_grad : grads_[i - 1].data();
-    layers_[i]->Backward(in, acts_[i].data(), grads_[i].data(), batch, din);
+    const float* in = i == 0 ? x_in : acts_[i - 1].data();
+    float* din = i == 0 ? x_grad : grads_[i - 1].data();
+    RETURN_IF_ERROR(layers_[i]->Backward(in, acts_[i].data(), grads_[i].data(),
+                                         batch, din));
+  }
+  if (!host) {
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      RETURN_IF_ERROR(backend_->Download(
+          params_[t].grad, tables_[t].grad.size(), tables_[t].grad.data()));
+    }
+    if (input_grad != nullptr) {
+      RETURN_IF_ERROR(backend_->Download(
+          x_grad, static_cast<size_t>(batch) * input_dim_, input_grad));
+    }
   }
   return stats;
 }
 
-BatchStats Model::Evaluate(const float* x, const int32_t* labels, int batch,
-                           float* probabilities) {
+absl::StatusOr<BatchStats> Model::Evaluate(const float* x,
+                                           const int32_t* labels, int batch,
+                                           float* probabilities) {
   if (batch <= 0) return BatchStats{};
   if (absl::Status s = CheckLabels(labels, batch); !s.ok()) {
     LOG_FIRST_N(WARNING, 10) << "Evaluate: " << s.message();
   }
-  Forward(x, batch);
+  RETURN_IF_ERROR(Forward(x, batch, /*training=*/false));
   return Loss(labels, batch, nullptr, probabilities);
 }
 

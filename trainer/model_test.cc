@@ -42,7 +42,7 @@ std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
 double MeanLoss(Model* model, const std::vector<float>& x,
                 const std::vector<int32_t>& labels) {
   const int batch = static_cast<int>(labels.size());
-  return model->Evaluate(x.data(), labels.data(), batch).loss_sum / batch;
+  return model->Evaluate(x.data(), labels.data(), batch)->loss_sum / batch;
 }
 
 struct GradCase {
@@ -311,7 +311,7 @@ TEST(ModelTest, EvaluateProbabilitiesAndAccuracy) {
   const float x[4] = {0.0f, 1.0f, 0.5f, 3.0f};
   const int32_t labels[4] = {0, 0, 1, 1};
   float p[4];
-  BatchStats stats = model->Evaluate(x, labels, 4, p);
+  BatchStats stats = *model->Evaluate(x, labels, 4, p);
   EXPECT_EQ(stats.count, 4);
   // p = sigmoid(-1), sigmoid(1), 0.5, sigmoid(5); 0.5 counts as class 1.
   EXPECT_NEAR(p[0], 1 / (1 + std::exp(1.0)), 1e-6);
@@ -329,7 +329,7 @@ TEST(ModelTest, EvaluateProbabilitiesAndAccuracy) {
   softmax->tables()[1].value = {1000.0f, 0.0f, -1000.0f};  // stable?
   const int32_t l3[1] = {2};
   float probs[3];
-  stats = softmax->Evaluate(x, l3, 1, probs);
+  stats = *softmax->Evaluate(x, l3, 1, probs);
   EXPECT_NEAR(stats.loss_sum, 2000.0, 1e-3);
   EXPECT_EQ(stats.correct, 0);
   EXPECT_FLOAT_EQ(probs[0], 1.0f);
@@ -373,7 +373,7 @@ TEST(ModelTest, SgdLearnsSeparableProblem) {
           }
         }
       }
-      const BatchStats eval = model->Evaluate(x.data(), labels.data(), n);
+      const BatchStats eval = *model->Evaluate(x.data(), labels.data(), n);
       (epoch == 0 ? first : last) = eval.loss_sum / n;
       if (epoch == 59) {
         EXPECT_EQ(eval.correct, n) << loss;
@@ -396,16 +396,16 @@ TEST(ModelTest, BatchSizesCanChange) {
   const std::vector<int32_t> labels = {0, 1, 1, 0, 1, 0, 0, 1};
   // The first 2 examples alone give the same loss whether the model saw a
   // bigger batch before or not.
-  const BatchStats small1 = model->Evaluate(x.data(), labels.data(), 2);
+  const BatchStats small1 = *model->Evaluate(x.data(), labels.data(), 2);
   ASSERT_TRUE(model->TrainBatch(x.data(), labels.data(), 8).ok());
-  const BatchStats small2 = model->Evaluate(x.data(), labels.data(), 2);
+  const BatchStats small2 = *model->Evaluate(x.data(), labels.data(), 2);
   EXPECT_DOUBLE_EQ(small1.loss_sum, small2.loss_sum);
   // Per-example losses add up.
   double sum = 0.0;
   for (int i = 0; i < 8; ++i) {
-    sum += model->Evaluate(&x[i * 3], &labels[i], 1).loss_sum;
+    sum += model->Evaluate(&x[i * 3], &labels[i], 1)->loss_sum;
   }
-  EXPECT_NEAR(sum, model->Evaluate(x.data(), labels.data(), 8).loss_sum, 1e-5);
+  EXPECT_NEAR(sum, model->Evaluate(x.data(), labels.data(), 8)->loss_sum, 1e-5);
 }
 
 }  // namespace

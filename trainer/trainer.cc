@@ -10,6 +10,8 @@
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/cuda_backend.h"
 #include "trainer/auc.h"
 #include "trainer/dataset_loader.h"
 #include "trainer/heartbeat.h"
@@ -53,8 +55,8 @@ absl::StatusOr<EvalResult> Evaluate(Model* model, InputPipeline* input,
     RETURN_IF_ERROR(input->PullRows(client, min_version, step, &ps));
     *pull_bytes += ps.bytes;
     probs.resize(static_cast<size_t>(n) * out_dim);
-    BatchStats s =
-        model->Evaluate(input->x(), input->labels(), n, probs.data());
+    ASSIGN_OR_RETURN(BatchStats s, model->Evaluate(input->x(), input->labels(),
+                                                   n, probs.data()));
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
@@ -189,9 +191,16 @@ absl::Status Trainer::Run() {
         "--save_dir saves dense tables only; a model with a sparse input "
         "keeps its rows on the pservers");
   }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<Model> model,
-      Model::Create(o.config, input->model_input_dim(), input->num_classes()));
+  std::unique_ptr<Backend> backend;
+  if (o.use_gpu) {
+    ASSIGN_OR_RETURN(backend, CreateCudaBackend(o.gpu_id));
+  } else {
+    backend = std::make_unique<CpuBackend>(o.cpu_threads);
+  }
+  LOG(INFO) << "trainer " << k << ": layers on " << backend->name();
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   Model::Create(o.config, input->model_input_dim(),
+                                 input->num_classes(), std::move(backend)));
   const std::vector<int64_t>& records = input->records_per_trainer();
   const int64_t steps_per_pass =
       ShardedDataset::StepsPerPass(records, o.batch_size);

@@ -57,6 +57,11 @@ struct TrainerOptions {
   bool momentum_masking = true;
   double min_sparsity = 1e-4;  // adaptive threshold's band
   double max_sparsity = 1e-2;
+  // Forward and backward on CUDA device `gpu_id` (the CUDA backend) instead
+  // of the CPU backend with `cpu_threads` threads. Default: CPU, 1 thread.
+  bool use_gpu = false;
+  int gpu_id = 0;
+  int cpu_threads = 1;
 
   // Fault tolerance (docs/fault_tolerance.md).
   // Chief: ask every pserver for a checkpoint every this many steps; 0 =

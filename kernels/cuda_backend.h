@@ -1,0 +1,40 @@
+#ifndef SHARDPS_KERNELS_CUDA_BACKEND_H_
+#define SHARDPS_KERNELS_CUDA_BACKEND_H_
+
+// The CUDA backend, behind an interface without CUDA headers so that any
+// .cc file can ask for it. Built from kernels/cuda_backend.cu when CMake
+// finds nvcc (SHARDPS_WITH_CUDA); otherwise from cuda_backend_none.cc,
+// whose functions return Unimplemented.
+//
+// The CUDA backend keeps parameters and activations in device memory and
+// queues everything on one stream of its own: cuBLAS for matrix products,
+// cuDNN for convolution, pooling, activations and softmax, own kernels
+// (over the functors of kernels/layer_functors.h and
+// kernels/activation_functors.h) for bias, dropout and the losses. Host
+// transfers go through pinned staging buffers. cuBLAS and cuDNN run in
+// FP32 without TF32, so results differ from the CPU backend by float
+// rounding only. Every CUDA, cuBLAS and cuDNN call is checked; a failure is
+// returned as InternalError with the library's message.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace shardps {
+
+// True when this build has the CUDA backend.
+bool CudaBackendBuilt();
+
+// The number of visible CUDA devices; cudaGetDeviceCount's error (e.g. "no
+// CUDA-capable device is detected") as InternalError; Unimplemented in a
+// build without CUDA.
+absl::StatusOr<int> CudaDeviceCount();
+
+// A CUDA backend on `device` (in [0, CudaDeviceCount())), with its own
+// stream, cuBLAS and cuDNN handles.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+
+}  // namespace shardps
+
+#endif  // SHARDPS_KERNELS_CUDA_BACKEND_H_

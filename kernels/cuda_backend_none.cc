@@ -1,0 +1,31 @@
+// The CUDA entry points of a build without CUDA (SHARDPS_WITH_CUDA=OFF or no
+// nvcc): they say so.
+#include "absl/status/status.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_threshold_encoder.h"
+
+namespace shardps {
+namespace {
+
+absl::Status NotBuilt() {
+  return absl::UnimplementedError(
+      "this build has no CUDA backend (built without nvcc or with "
+      "-DSHARDPS_WITH_CUDA=OFF)");
+}
+
+}  // namespace
+
+bool CudaBackendBuilt() { return false; }
+
+absl::StatusOr<int> CudaDeviceCount() { return NotBuilt(); }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  return NotBuilt();
+}
+
+absl::StatusOr<std::unique_ptr<CudaThresholdEncoder>>
+CudaThresholdEncoder::Create(int device) {
+  return NotBuilt();
+}
+
+}  // namespace shardps
