@@ -154,6 +154,31 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertIn("rolled back", self.log(0))
         self.stop(ps0, ps1)
 
+    def test_async_pserver_killed_and_restarted(self):
+        """Async: a pserver killed with SIGKILL and restarted resumes from
+        its own newest checkpoint; the trainers never roll back."""
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        args = ["--mode=async", "--num_passes=2",
+                "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(self.ckpt(1), ckpt_dir_name(200))), 120),
+            self.trainer_log(0))
+        ps1.kill()
+        ps1.wait()
+        time.sleep(1)
+        ps1, _ = self.start_ps(1, port=p1)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            self.assertEqual(self.recoveries(k), [])
+            ev = final_eval(self.metrics(k), k)
+            self.assertEqual(ev["step"], 2 * STEPS_PER_PASS)
+            self.assertGreaterEqual(ev["test_accuracy"], 0.78)
+        self.assertIn("restored step", self.log(1))
+        self.stop(ps0, ps1)
+
     def test_pserver_killed_while_writing_a_checkpoint(self):
         """Pserver 1 dies halfway through writing its second checkpoint
         (fault injection through the Env seam). The torn one is never
