@@ -1166,9 +1166,13 @@ std::string ParameterStore::DescribeWait(const Waiter& w) const {
   std::sort(missing.begin(), missing.end());
   std::string out;
   if (lowest != INT64_MAX) {
-    out = absl::StrCat("version ", w.min_version, " (a block is at ", lowest,
-                       "; waiting for the pushes of step ", lowest,
-                       " from trainer(s) ", absl::StrJoin(missing, ","), ")");
+    out = absl::StrCat(
+        "version ", w.min_version, " (a block is at ", lowest,
+        missing.empty()
+            ? "; every live trainer has pushed, the step is being applied)"
+            : absl::StrCat("; waiting for the pushes of step ", lowest,
+                           " from trainer(s) ", absl::StrJoin(missing, ","),
+                           ")"));
   }
   {
     absl::MutexLock c(&clock_mu_);

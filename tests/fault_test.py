@@ -10,6 +10,7 @@ leaves the job).
 """
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -177,6 +178,45 @@ class FaultTest(testlib.ProcessTestCase):
             self.assertEqual(ev["step"], 2 * STEPS_PER_PASS)
             self.assertGreaterEqual(ev["test_accuracy"], 0.78)
         self.assertIn("restored step", self.log(1))
+        self.stop(ps0, ps1)
+
+    def test_sparse_pserver_killed_and_restarted(self):
+        """A sparse CTR model (configs/ctr_lr.pbtxt, rows of a sparse
+        table on the pservers): the restarted pserver restores its rows and
+        their Adagrad state, the job rolls back and ends near the true
+        model's AUC."""
+        train = os.path.join(self.tmp, "train")
+        test = os.path.join(self.tmp, "test")
+        r = subprocess.run(
+            [os.path.join(testlib.BIN_DIR, "tools", "gen_ctr_data"),
+             "--train_out=" + train, "--test_out=" + test,
+             "--num_train=200000", "--num_test=20000"],
+            stdout=subprocess.PIPE, universal_newlines=True, check=True,
+            timeout=120)
+        truth = json.loads(r.stdout.strip().splitlines()[-1])
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        args = ["--config=" + os.path.join(testlib.REPO, "configs",
+                                           "ctr_lr.pbtxt"),
+                "--train_data=" + train, "--test_data=" + test,
+                "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(self.ckpt(1), ckpt_dir_name(200))), 120),
+            self.trainer_log(0))
+        ps1.kill()
+        ps1.wait()
+        time.sleep(0.5)
+        ps1, _ = self.start_ps(1, port=p1)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            self.assertEqual(len(self.recoveries(k)), 1)
+        ev = final_eval(self.metrics(0), 0)
+        sys.stderr.write("[AUC %.4f after the restart, true model %.4f] " % (
+            ev["test_auc"], truth["true_test_auc"]))
+        self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
+        self.assertRegex(self.log(1), r"restored step [1-9]")
         self.stop(ps0, ps1)
 
     def test_pserver_killed_while_writing_a_checkpoint(self):
