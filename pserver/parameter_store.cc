@@ -1415,6 +1415,7 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
     std::vector<std::vector<float>> slots;
   };
   std::vector<Parsed> parsed;
+  absl::flat_hash_set<const Block*> seen_blocks;
   std::vector<const std::string*> sparse_blobs(tables_.size(), nullptr);
   for (const auto& [name, blob] : snap.files) {
     size_t id = tables_.size();
@@ -1452,6 +1453,10 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
             absl::StrCat("checkpoint: ", name, ": block ", index,
                          " does not match the job (size or optimizer state)"));
       }
+      if (!seen_blocks.insert(*b).second) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint: ", name, ": block ", index, " appears twice"));
+      }
       p.block = *b;
       p.slots.resize(nslots);
       for (auto& slot : p.slots) {
@@ -1471,6 +1476,22 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
     return absl::DataLossError(absl::StrCat("checkpoint: holds ", parsed.size(),
                                             " dense blocks, the job places ",
                                             all_blocks_.size(), " here"));
+  }
+  // Check every sparse blob before changing anything too, by loading it into
+  // a scratch table (Deserialize empties the table it fails on).
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    const Table& t = tables_[i];
+    if (t.sparse == nullptr) continue;
+    if (sparse_blobs[i] == nullptr) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: no file for table ", t.spec.name()));
+    }
+    SparseTable scratch(t.spec.sparse(), t.optimizer.get(), /*num_stripes=*/1);
+    absl::Status s = scratch.Deserialize(*sparse_blobs[i]);
+    if (!s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: ", TableFileName(i), ": ", s.message()));
+    }
   }
   std::vector<std::shared_ptr<Waiter>> aborted;
   absl::Status st;

@@ -203,7 +203,10 @@ int64_t SparseTable::Evict(int64_t current_step) {
 
 namespace {
 
-constexpr uint32_t kSparseMagic = 0x53505431;  // "SPT1"
+// "SPT2": the header counts the stripe groups that follow, so a blob cut
+// at a group boundary is detected. "SPT1" (no count) is still read.
+constexpr uint32_t kSparseMagic = 0x53505432;
+constexpr uint32_t kSparseMagicV1 = 0x53505431;
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -251,6 +254,7 @@ void SparseTable::Serialize(std::string* out) const {
   Put(out, kSparseMagic);
   Put<int32_t>(out, dim_);
   Put<int32_t>(out, row_floats_);
+  Put<uint64_t>(out, stripes_.size());
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     Put<uint64_t>(out, s.index.size());
@@ -279,8 +283,10 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
   Reader r(data);
   uint32_t magic = 0;
   int32_t dim = 0, row_floats = 0;
-  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
-      !r.Get(&row_floats)) {
+  uint64_t groups = 0;
+  if (!r.Get(&magic) || (magic != kSparseMagic && magic != kSparseMagicV1) ||
+      !r.Get(&dim) || !r.Get(&row_floats) ||
+      (magic == kSparseMagic && !r.Get(&groups))) {
     return absl::DataLossError("sparse table checkpoint: bad header");
   }
   if (dim != dim_ || row_floats != row_floats_) {
@@ -297,8 +303,10 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
     return absl::DataLossError(absl::StrCat("sparse table checkpoint: ", what));
   };
   // The stripe count may differ from the writer's: each row goes to the
-  // stripe of its key here.
-  while (!r.done()) {
+  // stripe of its key here. A version 1 blob has no group count: its groups
+  // run to the end.
+  const bool v1 = magic == kSparseMagicV1;
+  for (uint64_t g = 0; v1 ? !r.done() : g < groups; ++g) {
     uint64_t rows = 0;
     if (!r.Get(&rows)) return fail("truncated row count");
     for (uint64_t i = 0; i < rows; ++i) {
@@ -331,6 +339,7 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
       s.sightings[key] = seen;
     }
   }
+  if (!r.done()) return fail("trailing bytes");
   return absl::OkStatus();
 }
 
