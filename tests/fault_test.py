@@ -12,6 +12,7 @@ leaves the job).
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -321,6 +322,51 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(
             final_eval(self.metrics(0), 0)["test_accuracy"], 0.78)
         self.stop(ps0, ps1)
+
+    def test_straggler_with_replicas_to_aggregate(self):
+        """3 sync trainers with --replicas_to_aggregate=2: while trainer 2
+        is stopped (SIGSTOP), the other two keep stepping; resumed, it
+        catches up, its late pushes are dropped and counted, and all three
+        finish."""
+        extra = ["--num_gradient_servers=3"]
+        ps0, p0 = self.start_ps(0, extra=extra)
+        ps1, p1 = self.start_ps(1, extra=extra)
+        args = ["--num_gradient_servers=3", "--replicas_to_aggregate=2",
+                "--num_passes=1"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1, 2)]
+        self.assertTrue(wait_for(lambda: self.last_step(2) >= 50, 60))
+        trainers[2].send_signal(signal.SIGSTOP)
+        before = self.last_step(0)
+        time.sleep(2)
+        during = self.last_step(0)
+        trainers[2].send_signal(signal.SIGCONT)
+        self.assertGreater(during, before + 20)  # no waiting for trainer 2
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 120, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+        self.stop(ps0, ps1)
+        late = [int(x) for x in re.findall(
+            r"(\d+) late block pushes dropped", self.log(0) + self.log(1))]
+        self.assertTrue(late and sum(late) > 0, self.log(0)[-2000:])
+        self.assertGreaterEqual(
+            final_eval(self.metrics(0), 0)["test_accuracy"], 0.78)
+
+    def test_checkpoints_need_a_checkpoint_dir(self):
+        """--checkpoint_every_steps against pservers without
+        --checkpoint_dir stops the chief at start with one clear line."""
+        ps0, port, _ = self.start_pserver("plain")
+        r = subprocess.run(
+            [testlib.trainer_bin(), "--pservers=127.0.0.1:%d" % int(port),
+             "--config=" + testlib.CONFIG, "--max_steps=10",
+             "--checkpoint_every_steps=5", "--progress=off",
+             "--metrics_file=" + self.metrics(0)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            universal_newlines=True, env=testlib.clean_env(), timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--checkpoint_every_steps needs every pserver started "
+                      "with --checkpoint_dir; pserver 127.0.0.1:%d has none"
+                      % int(port), r.stderr)
+        self.stop(ps0)
 
     def test_sigterm_on_trainer_leaves_the_job(self):
         """SIGTERM on a sync trainer: it leaves the job (the pservers say
