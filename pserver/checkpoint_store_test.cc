@@ -676,30 +676,6 @@ TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
   EXPECT_EQ(ReadAll(whole, {1, 2, 3, 4, 5}), ReadAll(a, {1, 2, 3, 4, 5}));
 }
 
-// Version 1 of the format ("SPT1": no count of stripe groups after the
-// header) is still read.
-TEST(SparseTableCheckpointTest, ReadsVersion1Blobs) {
-  auto opt = MakeOptimizer(OptimizerConfig::MOMENTUM);
-  const SparseTableOptions options = SparseOptions(2, /*admit_after=*/2);
-  SparseTable a(options, opt.get());
-  ApplyKeys(&a, 0, {1, 2, 3, 4, 5});
-  ApplyKeys(&a, 1, {1, 2, 3});
-  std::string blob;
-  a.Serialize(&blob);
-  ASSERT_EQ(blob.compare(0, 4, "2TPS"), 0);  // "SPT2", little-endian
-  uint64_t groups = 0;
-  std::memcpy(&groups, blob.data() + 12, sizeof(groups));
-  EXPECT_EQ(groups, static_cast<uint64_t>(SparseTable::kDefaultStripes));
-  std::string v1 = blob;
-  v1.erase(12, 8);
-  v1[0] = '1';
-  SparseTable t(options, opt.get());
-  ASSERT_TRUE(t.Deserialize(v1).ok());
-  EXPECT_EQ(t.counters().rows, 3);
-  EXPECT_EQ(t.counters().pending_keys, 2);
-  EXPECT_EQ(ReadAll(t, {1, 2, 3, 4, 5}), ReadAll(a, {1, 2, 3, 4, 5}));
-}
-
 // --- Checkpointer ---
 
 class CheckpointerTest : public ::testing::Test {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/blob_io.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -290,17 +291,22 @@ absl::Status ParameterStore::CommitInit() {
   return absl::OkStatus();
 }
 
+absl::Status ParameterStore::CheckTrainerId(int trainer_id) const {
+  if (trainer_id < 0 || trainer_id >= num_trainers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_id ", trainer_id, " is out of range: the job has ",
+        num_trainers_, " trainers"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterStore::CheckReadyAndTrainer(int trainer_id) const {
   if (!ready()) {
     return absl::FailedPreconditionError(
         "the job is not initialised on this pserver yet (the chief, trainer "
         "0, sends the tables first)");
   }
-  if (trainer_id < 0 || trainer_id >= num_trainers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer_id ", trainer_id, " is out of range: the job has ",
-        num_trainers_, " trainers"));
-  }
+  RETURN_IF_ERROR(CheckTrainerId(trainer_id));
   last_seen_us_[trainer_id].store(absl::ToUnixMicros(absl::Now()),
                                   std::memory_order_relaxed);
   if (required_from_[trainer_id].load() == INT64_MAX) {
@@ -767,15 +773,21 @@ void ParameterStore::RecheckBarriers() {
     }
   } else {
     absl::MutexLock c(&clock_mu_);
-    auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
-                               [this](const std::shared_ptr<Waiter>& w) {
-                                 clock_mu_.AssertHeld();
-                                 return !ClockGateOk(*w);
-                               });
-    ready_waiters.assign(keep, stale_waiters_.end());
-    stale_waiters_.erase(keep, stale_waiters_.end());
+    ready_waiters = TakeClockReady();
   }
   for (auto& w : ready_waiters) Release(w);
+}
+
+std::vector<std::shared_ptr<ParameterStore::Waiter>>
+ParameterStore::TakeClockReady() {
+  auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
+                             [this](const std::shared_ptr<Waiter>& w) {
+                               clock_mu_.AssertHeld();
+                               return !ClockGateOk(*w);
+                             });
+  std::vector<std::shared_ptr<Waiter>> ready(keep, stale_waiters_.end());
+  stale_waiters_.erase(keep, stale_waiters_.end());
+  return ready;
 }
 
 void ParameterStore::LockAll() const {
@@ -815,11 +827,7 @@ absl::StatusOr<RegisterResult> ParameterStore::Register(int trainer_id,
   r.job_ready = ready();
   r.generation = generation_.load();
   if (!r.job_ready) return r;  // everyone is expected from the start
-  if (trainer_id < 0 || trainer_id >= num_trainers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer_id ", trainer_id, " is out of range: the job has ",
-        num_trainers_, " trainers"));
-  }
+  RETURN_IF_ERROR(CheckTrainerId(trainer_id));
   bool rejoined = false;
   {
     absl::MutexLock m(&members_mu_);
@@ -900,11 +908,7 @@ absl::Status ParameterStore::ConfirmJoin(int trainer_id, uint64_t incarnation,
 absl::Status ParameterStore::Heartbeat(int trainer_id, uint64_t incarnation,
                                        absl::Time now) {
   if (!ready()) return absl::OkStatus();
-  if (trainer_id < 0 || trainer_id >= num_trainers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer_id ", trainer_id, " is out of range: the job has ",
-        num_trainers_, " trainers"));
-  }
+  RETURN_IF_ERROR(CheckTrainerId(trainer_id));
   absl::MutexLock m(&members_mu_);
   Member& mem = members_[trainer_id];
   if (mem.state == MemberState::kExpected) {
@@ -930,11 +934,7 @@ absl::Status ParameterStore::Heartbeat(int trainer_id, uint64_t incarnation,
 
 absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation) {
   if (!ready()) return absl::OkStatus();
-  if (trainer_id < 0 || trainer_id >= num_trainers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer_id ", trainer_id, " is out of range: the job has ",
-        num_trainers_, " trainers"));
-  }
+  RETURN_IF_ERROR(CheckTrainerId(trainer_id));
   {
     absl::MutexLock m(&members_mu_);
     Member& mem = members_[trainer_id];
@@ -966,13 +966,7 @@ void ParameterStore::AdvanceClock(int trainer_id, int64_t step) {
   {
     absl::MutexLock c(&clock_mu_);
     clocks_[trainer_id] = std::max(clocks_[trainer_id], step + 1);
-    auto keep = std::partition(stale_waiters_.begin(), stale_waiters_.end(),
-                               [this](const std::shared_ptr<Waiter>& w) {
-                                 clock_mu_.AssertHeld();
-                                 return !ClockGateOk(*w);
-                               });
-    released.assign(keep, stale_waiters_.end());
-    stale_waiters_.erase(keep, stale_waiters_.end());
+    released = TakeClockReady();
   }
   for (auto& w : released) Release(w);
 }
@@ -1272,42 +1266,6 @@ namespace {
 
 constexpr uint32_t kDenseMagic = 0x44534e31;  // "DSN1"
 
-template <typename T>
-void PutRaw(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-void PutFloats(std::string* out, const std::vector<float>& v) {
-  out->append(reinterpret_cast<const char*>(v.data()),
-              v.size() * sizeof(float));
-}
-
-// Reads a dense table blob written by Snapshot.
-class BlobReader {
- public:
-  explicit BlobReader(absl::string_view data) : data_(data) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (data_.size() < sizeof(T)) return false;
-    std::memcpy(v, data_.data(), sizeof(T));
-    data_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool GetFloats(std::vector<float>* out, int64_t n) {
-    if (n < 0 || data_.size() / sizeof(float) < static_cast<uint64_t>(n)) {
-      return false;
-    }
-    out->resize(n);
-    std::memcpy(out->data(), data_.data(), n * sizeof(float));
-    data_.remove_prefix(n * sizeof(float));
-    return true;
-  }
-  bool done() const { return data_.empty(); }
-
- private:
-  absl::string_view data_;
-};
-
 std::string TableFileName(size_t table_id) {
   return absl::StrCat("table-", table_id, ".bin");
 }
@@ -1364,19 +1322,21 @@ absl::StatusOr<StoreSnapshot> ParameterStore::Snapshot(int64_t step) const {
     if (t.sparse != nullptr) {
       t.sparse->Serialize(&blob);
     } else {
-      PutRaw(&blob, kDenseMagic);
+      AppendPod(&blob, kDenseMagic);
       uint32_t n = 0;
       for (const Block* b : all_blocks_) n += b->table_id == i;
-      PutRaw(&blob, n);
+      AppendPod(&blob, n);
       for (const Block* b : all_blocks_) {
         if (b->table_id != i) continue;
         b->mu.AssertHeld();
-        PutRaw<uint32_t>(&blob, b->index);
-        PutRaw<int64_t>(&blob, b->version);
-        PutRaw<int64_t>(&blob, b->size);
-        PutRaw<uint32_t>(&blob, static_cast<uint32_t>(b->slots.size()));
-        PutFloats(&blob, b->value);
-        for (const auto& slot : b->slots) PutFloats(&blob, slot);
+        AppendPod<uint32_t>(&blob, b->index);
+        AppendPod<int64_t>(&blob, b->version);
+        AppendPod<int64_t>(&blob, b->size);
+        AppendPod<uint32_t>(&blob, static_cast<uint32_t>(b->slots.size()));
+        AppendFloats(&blob, b->value.data(), b->value.size());
+        for (const auto& slot : b->slots) {
+          AppendFloats(&blob, slot.data(), slot.size());
+        }
       }
     }
     snap.files.emplace_back(TableFileName(i), std::move(blob));

@@ -279,6 +279,8 @@ class ParameterStore {
     uint64_t incarnation = 0;
   };
 
+  // INVALID_ARGUMENT unless 0 <= trainer_id < the job's trainer count.
+  absl::Status CheckTrainerId(int trainer_id) const;
   absl::Status CheckReadyAndTrainer(int trainer_id) const;
   // Register's work under members_mu_.
   void RegisterLocked(int trainer_id, uint64_t incarnation, absl::Time now,
@@ -318,6 +320,9 @@ class ParameterStore {
   std::string DescribeWait(const Waiter& w) const;
   // ASYNC: the staleness bound and min_clock allow the pull `w`.
   bool ClockGateOk(const Waiter& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
+  // ASYNC: removes and returns the pulls the staleness gate now lets go.
+  std::vector<std::shared_ptr<Waiter>> TakeClockReady()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
 
   const StoreOptions options_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/blob_io.h"
 #include "common/shard_map.h"
 
 namespace shardps {
@@ -203,38 +204,9 @@ int64_t SparseTable::Evict(int64_t current_step) {
 
 namespace {
 
-// "SPT2": the header counts the stripe groups that follow, so a blob cut
-// at a group boundary is detected. "SPT1" (no count) is still read.
+// "SPT2". The header counts the stripe groups that follow, so a blob cut
+// at a group boundary is detected.
 constexpr uint32_t kSparseMagic = 0x53505432;
-constexpr uint32_t kSparseMagicV1 = 0x53505431;
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-// Reads little-endian values from a checkpoint blob.
-class Reader {
- public:
-  explicit Reader(absl::string_view data) : data_(data) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (data_.size() < sizeof(T)) return false;
-    std::memcpy(v, data_.data(), sizeof(T));
-    data_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool GetFloats(float* out, size_t n) {
-    if (data_.size() / sizeof(float) < n) return false;
-    std::memcpy(out, data_.data(), n * sizeof(float));
-    data_.remove_prefix(n * sizeof(float));
-    return true;
-  }
-  bool done() const { return data_.empty(); }
-
- private:
-  absl::string_view data_;
-};
 
 }  // namespace
 
@@ -251,26 +223,25 @@ void SparseTable::ClearStripe(Stripe& s) {
 }
 
 void SparseTable::Serialize(std::string* out) const {
-  Put(out, kSparseMagic);
-  Put<int32_t>(out, dim_);
-  Put<int32_t>(out, row_floats_);
-  Put<uint64_t>(out, stripes_.size());
+  AppendPod(out, kSparseMagic);
+  AppendPod<int32_t>(out, dim_);
+  AppendPod<int32_t>(out, row_floats_);
+  AppendPod<uint64_t>(out, stripes_.size());
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
-    Put<uint64_t>(out, s.index.size());
+    AppendPod<uint64_t>(out, s.index.size());
     for (const auto& [key, slot] : s.index) {
       const RowMeta& m = s.meta[slot];
-      Put(out, key);
-      Put(out, m.last_step);
-      Put(out, m.updates);
-      out->append(reinterpret_cast<const char*>(RowPtr(s, slot, row_floats_)),
-                  sizeof(float) * row_floats_);
+      AppendPod(out, key);
+      AppendPod(out, m.last_step);
+      AppendPod(out, m.updates);
+      AppendFloats(out, RowPtr(s, slot, row_floats_), row_floats_);
     }
-    Put<uint64_t>(out, s.sightings.size());
+    AppendPod<uint64_t>(out, s.sightings.size());
     for (const auto& [key, seen] : s.sightings) {
-      Put(out, key);
-      Put(out, seen.count);
-      Put(out, seen.last_step);
+      AppendPod(out, key);
+      AppendPod(out, seen.count);
+      AppendPod(out, seen.last_step);
     }
   }
 }
@@ -280,13 +251,12 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
     absl::MutexLock l(&s.mu);
     ClearStripe(s);
   }
-  Reader r(data);
+  BlobReader r(data);
   uint32_t magic = 0;
   int32_t dim = 0, row_floats = 0;
   uint64_t groups = 0;
-  if (!r.Get(&magic) || (magic != kSparseMagic && magic != kSparseMagicV1) ||
-      !r.Get(&dim) || !r.Get(&row_floats) ||
-      (magic == kSparseMagic && !r.Get(&groups))) {
+  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
+      !r.Get(&row_floats) || !r.Get(&groups)) {
     return absl::DataLossError("sparse table checkpoint: bad header");
   }
   if (dim != dim_ || row_floats != row_floats_) {
@@ -303,10 +273,8 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
     return absl::DataLossError(absl::StrCat("sparse table checkpoint: ", what));
   };
   // The stripe count may differ from the writer's: each row goes to the
-  // stripe of its key here. A version 1 blob has no group count: its groups
-  // run to the end.
-  const bool v1 = magic == kSparseMagicV1;
-  for (uint64_t g = 0; v1 ? !r.done() : g < groups; ++g) {
+  // stripe of its key here.
+  for (uint64_t g = 0; g < groups; ++g) {
     uint64_t rows = 0;
     if (!r.Get(&rows)) return fail("truncated row count");
     for (uint64_t i = 0; i < rows; ++i) {

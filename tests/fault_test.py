@@ -33,34 +33,28 @@ class FaultTest(testlib.ProcessTestCase):
     # Helpers ------------------------------------------------------------
 
     def start_ps(self, i, port=0, extra=(), env=None):
-        """Starts pserver i (checkpoints in tmp/ckpt-i) on `port` (0: a free
-        one); returns (popen, port)."""
-        port_file = os.path.join(self.tmp, "ps%d.port" % i)
-        if os.path.exists(port_file):
-            os.unlink(port_file)
-        log = os.path.join(self.tmp, "ps%d.log" % i)
-        with open(log, "ab") as f:
-            p = self.popen(
-                [testlib.pserver_bin(), "--port=%d" % port,
-                 "--host=127.0.0.1", "--port_file=" + port_file,
-                 "--num_gradient_servers=2",
-                 "--checkpoint_dir=" + self.ckpt(i)] + list(extra),
-                stdout=f, stderr=subprocess.STDOUT,
-                env=env or testlib.clean_env())
-
-        def bound():
-            if p.poll() is not None:
-                return -1
-            try:
-                with open(port_file) as f:
-                    return int(f.read())
-            except (OSError, ValueError):
-                return None
-
-        got = wait_for(bound, 30)
-        if not got or got < 0:
-            self.fail("pserver %d did not come up:\n%s" % (i, self.log(i)))
+        """Starts pserver i of 2 (checkpoints in tmp/ckpt-i, log tmp/psI.log)
+        on `port` (0: a free one); returns (popen, port)."""
+        p, got, _ = self.start_pserver(
+            "ps%d" % i, ["--checkpoint_dir=" + self.ckpt(i)] + list(extra),
+            num_trainers=2, port=port, env=env)
         return p, got
+
+    def kill_ps1_after_checkpoint(self, ps1, port, step=200):
+        """Waits until pserver 1 has its checkpoint of `step`, kills it with
+        SIGKILL and starts it again 1 s later on `port` with the same
+        directory. Returns (the new popen, seconds it was away, trainer 0's
+        last logged step at the kill)."""
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(self.ckpt(1), ckpt_dir_name(step))), 120),
+            self.trainer_log(0))
+        at = self.last_step(0)
+        t_kill = time.monotonic()
+        ps1.kill()
+        ps1.wait()
+        time.sleep(1)
+        ps1, _ = self.start_ps(1, port=port)
+        return ps1, time.monotonic() - t_kill, at
 
     def ckpt(self, i):
         return os.path.join(self.tmp, "ckpt-%d" % i)
@@ -123,16 +117,8 @@ class FaultTest(testlib.ProcessTestCase):
         ps1, p1 = self.start_ps(1)
         args = ["--num_passes=2", "--checkpoint_every_steps=100"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
-        self.assertTrue(wait_for(lambda: os.path.isdir(
-            os.path.join(self.ckpt(1), ckpt_dir_name(200))), 120),
-            self.trainer_log(0))
-        killed_at = max(self.last_step(0), 200)
-        t_kill = time.monotonic()
-        ps1.kill()
-        ps1.wait()
-        time.sleep(1)
-        ps1, _ = self.start_ps(1, port=p1)
-        down = time.monotonic() - t_kill
+        ps1, down, killed_at = self.kill_ps1_after_checkpoint(ps1, p1)
+        killed_at = max(killed_at, 200)
         for k, t in enumerate(trainers):
             self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
                              self.trainer_log(k))
@@ -164,13 +150,7 @@ class FaultTest(testlib.ProcessTestCase):
         args = ["--mode=async", "--num_passes=2",
                 "--checkpoint_every_steps=100"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
-        self.assertTrue(wait_for(lambda: os.path.isdir(
-            os.path.join(self.ckpt(1), ckpt_dir_name(200))), 120),
-            self.trainer_log(0))
-        ps1.kill()
-        ps1.wait()
-        time.sleep(1)
-        ps1, _ = self.start_ps(1, port=p1)
+        ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1)
         for k, t in enumerate(trainers):
             self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
                              self.trainer_log(k))
@@ -202,13 +182,7 @@ class FaultTest(testlib.ProcessTestCase):
                 "--train_data=" + train, "--test_data=" + test,
                 "--checkpoint_every_steps=100"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
-        self.assertTrue(wait_for(lambda: os.path.isdir(
-            os.path.join(self.ckpt(1), ckpt_dir_name(200))), 120),
-            self.trainer_log(0))
-        ps1.kill()
-        ps1.wait()
-        time.sleep(0.5)
-        ps1, _ = self.start_ps(1, port=p1)
+        ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1)
         for k, t in enumerate(trainers):
             self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
                              self.trainer_log(k))

@@ -203,15 +203,20 @@ class ProcessTestCase(unittest.TestCase):
         self._popens.append(p)
         return p
 
-    def start_pserver(self, name="ps", extra=(), num_trainers=1):
-        """Starts a pserver on a free port; returns (popen, port, log)."""
+    def start_pserver(self, name="ps", extra=(), num_trainers=1, port=0,
+                      env=None):
+        """Starts a pserver on `port` (0: a free one), appending to
+        tmp/NAME.log; returns (popen, port, log)."""
         port_file = os.path.join(self.tmp, name + ".port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
         log = os.path.join(self.tmp, name + ".log")
-        with open(log, "wb") as f:
-            p = self.popen([pserver_bin(), "--port=0", "--host=127.0.0.1",
-                            "--port_file=" + port_file,
+        with open(log, "ab") as f:
+            p = self.popen([pserver_bin(), "--port=%d" % port,
+                            "--host=127.0.0.1", "--port_file=" + port_file,
                             "--num_gradient_servers=%d" % num_trainers] +
-                           list(extra), stdout=f, stderr=subprocess.STDOUT)
+                           list(extra), stdout=f, stderr=subprocess.STDOUT,
+                           env=env or clean_env())
 
         def port():
             if p.poll() is not None:
