@@ -364,6 +364,69 @@ TEST(StoreCheckpointTest, RollbackInSameStore) {
   EXPECT_EQ(snap4->info.generation(), 1u);
 }
 
+// A rejoin after a rollback and a rollback after a rejoin: Register and
+// Restore take the membership lock and the block locks in the same order
+// (absl's deadlock detector aborts the test otherwise).
+TEST(StoreCheckpointTest, RejoinAndRollbackInEitherOrder) {
+  auto s = NewStore();
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(s->Register(0, 1, now).ok());
+  ASSERT_TRUE(s->Register(1, 1, now).ok());
+  ASSERT_TRUE(RunStep(s.get(), 0).ok());
+  auto snap = s->Snapshot(1);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_TRUE(s->Restore(*snap, 1).ok());
+  auto r = s->Register(1, 2, now);  // trainer 1 restarted
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->join_step, 2);
+  ASSERT_TRUE(s->Restore(*snap, 2).ok());
+  r = s->Register(1, 3, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(s->counters().rejoined_trainers, 2);
+}
+
+// A pserver restarted from a checkpoint does not wait for a trainer that had
+// left or been dropped, and drops one that never speaks to it again.
+TEST(StoreCheckpointTest, RestartKeepsGoneTrainersOutAndDropsSilentOnes) {
+  JobSpec job = MakeJob(/*trainers=*/3);
+  StoreOptions options = Options();
+  options.trainer_timeout = absl::Seconds(5);
+  ParameterStore a(options);
+  ASSERT_TRUE(a.InitJob(job, kBlocks).ok());
+  std::vector<float> w0 = {1, 2, 3, 4}, w1 = {5, 6, 7, 8}, b0 = {0.5f, -0.5f};
+  std::vector<BlockData> data = {{0, 0, w0}, {0, 1, w1}, {1, 0, b0}};
+  ASSERT_TRUE(a.SetInitialValues(data).ok());
+  ASSERT_TRUE(a.CommitInit().ok());
+  const absl::Time now = absl::Now();
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(a.Register(k, 1, now).ok());
+  ASSERT_TRUE(a.Leave(2, 1).ok());
+  auto snap = a.Snapshot(0);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(std::vector<int>(snap->info.left_trainers().begin(),
+                             snap->info.left_trainers().end()),
+            std::vector<int>{2});
+
+  ParameterStore b(options);
+  ASSERT_TRUE(b.Restore(*snap, 1).ok());
+  EXPECT_EQ(b.LiveTrainers(), (std::vector<int>{0, 1}));
+  // Trainers 0 and 1 step without 2; trainer 0 learns it was not replaced
+  // (its incarnation was unknown to the restarted store).
+  ASSERT_TRUE(b.Heartbeat(0, 1, absl::Now()).ok());
+  ASSERT_TRUE(PushDense(&b, 0, 0).ok());
+  ASSERT_TRUE(PushDense(&b, 1, 0).ok());
+  EXPECT_EQ(b.TEST_BlockVersion(0, 0), 1);
+  // Trainer 1 never says anything more: dropped after the timeout.
+  b.Sweep(absl::Now() + absl::Seconds(3));
+  EXPECT_EQ(b.counters().dropped_trainers, 0);
+  ASSERT_TRUE(b.Heartbeat(0, 1, absl::Now() + absl::Seconds(4)).ok());
+  b.Sweep(absl::Now() + absl::Seconds(6));
+  EXPECT_EQ(b.counters().dropped_trainers, 1);
+  EXPECT_EQ(b.LiveTrainers(), (std::vector<int>{0}));
+  // The next step needs trainer 0 alone.
+  ASSERT_TRUE(PushDense(&b, 0, 1).ok());
+  EXPECT_EQ(b.TEST_BlockVersion(0, 0), 2);
+}
+
 TEST(StoreCheckpointTest, StaleGenerationIsAbortedAnyGenerationIsNot) {
   auto a = NewStore();
   ASSERT_TRUE(RunStep(a.get(), 0).ok());
@@ -709,6 +772,30 @@ class CheckpointerTest : public ::testing::Test {
   std::vector<StoreSnapshot> snaps_;  // of steps 1, 2, 3
   std::vector<State> states_;
 };
+
+TEST_F(CheckpointerTest, GenerationIsKeptDurablyAndChecked) {
+  Checkpointer c(Env::Default(), dir_);
+  EXPECT_EQ(c.ReadGeneration().status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(c.WriteGeneration(7).ok());
+  auto g = c.ReadGeneration();
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 7u);
+  ASSERT_TRUE(c.WriteGeneration(8).ok());
+  EXPECT_EQ(*c.ReadGeneration(), 8u);
+  // Checkpoints ignore the file, and it survives their retention.
+  c.Save(snaps_[0]);
+  c.Save(snaps_[1]);
+  c.Save(snaps_[2]);
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(*c.ReadGeneration(), 8u);
+  // A damaged file is DataLoss, not a silent 0.
+  auto f = Env::Default()->NewWritableFile(JoinPath(dir_, "GENERATION"));
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->Append("eight\n").ok());
+  ASSERT_TRUE((*f)->Close().ok());
+  EXPECT_EQ(c.ReadGeneration().status().code(), absl::StatusCode::kDataLoss);
+}
 
 TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
   Checkpointer c(Env::Default(), dir_, /*keep=*/2);

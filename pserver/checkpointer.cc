@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
@@ -44,11 +47,10 @@ void Checkpointer::Save(StoreSnapshot snapshot) {
     absl::Status s = writer_.WriteViews(snap.info.step(),
                                         snap.info.SerializeAsString(), views);
     if (s.ok()) {
-      LOG(INFO) << "checkpoint of step " << snap.info.step() << " written to "
-                << dir_ << " (" << bytes / 1e6 << " MB in "
-                << absl::FormatDuration(
-                       absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
-                << ")";
+      LOG(INFO) << absl::StrFormat(
+          "checkpoint of step %d written to %s (%.2f MB in %.0f ms)",
+          snap.info.step(), dir_, bytes / 1e6,
+          absl::ToDoubleMilliseconds(absl::Now() - start));
     } else {
       LOG(ERROR) << "checkpoint of step " << snap.info.step()
                  << " failed: " << s << " (the previous one is kept)";
@@ -91,6 +93,35 @@ absl::StatusOr<StoreSnapshot> Checkpointer::LoadNewest() const {
   auto loaded = CheckpointReader(env_, dir_).LoadNewest();
   if (!loaded.ok()) return loaded.status();
   return FromLoaded(std::move(*loaded));
+}
+
+absl::StatusOr<uint64_t> Checkpointer::ReadGeneration() const {
+  const std::string path = JoinPath(dir_, "GENERATION");
+  std::string text;
+  absl::Status s = env_->ReadFileToString(path, &text);
+  if (!s.ok()) return s;
+  uint64_t g = 0;
+  if (!absl::SimpleAtoi(absl::StripSuffix(text, "\n"), &g)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a generation number: '", text, "'"));
+  }
+  return g;
+}
+
+absl::Status Checkpointer::WriteGeneration(uint64_t generation) {
+  absl::Status s = env_->CreateDir(dir_);
+  if (!s.ok()) return s;
+  const std::string path = JoinPath(dir_, "GENERATION");
+  const std::string tmp = path + ".new";
+  auto f = env_->NewWritableFile(tmp);
+  if (!f.ok()) return f.status();
+  s = (*f)->Append(absl::StrCat(generation, "\n"));
+  if (s.ok()) s = (*f)->Sync();
+  absl::Status closed = (*f)->Close();
+  if (s.ok()) s = closed;
+  if (s.ok()) s = env_->RenameFile(tmp, path);
+  if (s.ok()) s = env_->SyncDir(dir_);
+  return s;
 }
 
 absl::Status Checkpointer::DiscardNewerThan(int64_t step) {

@@ -47,6 +47,14 @@ class Checkpointer {
   // after a rollback to `step`).
   absl::Status DiscardNewerThan(int64_t step);
 
+  // The newest timeline generation this pserver has been on (the file
+  // GENERATION in the directory), so that a restart never reuses one:
+  // NotFound before the first WriteGeneration.
+  absl::StatusOr<uint64_t> ReadGeneration() const;
+  // Replaces GENERATION durably (temporary file, fsync, rename, fsync of the
+  // directory).
+  absl::Status WriteGeneration(uint64_t generation);
+
   const std::string& dir() const { return dir_; }
 
  private:

@@ -846,7 +846,8 @@ void ParameterStore::RegisterLocked(int trainer_id, uint64_t incarnation,
   Member& mem = members_[trainer_id];
   last_seen_us_[trainer_id].store(absl::ToUnixMicros(now));
   if (mem.state == MemberState::kExpected ||
-      (mem.state == MemberState::kActive && mem.incarnation == incarnation)) {
+      (mem.state == MemberState::kActive &&
+       (mem.incarnation == incarnation || mem.incarnation == 0))) {
     mem.state = MemberState::kActive;
     mem.incarnation = incarnation;
     r.join_step = required_from_[trainer_id].load();
@@ -911,8 +912,9 @@ absl::Status ParameterStore::Heartbeat(int trainer_id, uint64_t incarnation,
   RETURN_IF_ERROR(CheckTrainerId(trainer_id));
   absl::MutexLock m(&members_mu_);
   Member& mem = members_[trainer_id];
-  if (mem.state == MemberState::kExpected) {
-    // First word since this store started (a restarted pserver).
+  if (mem.state == MemberState::kExpected ||
+      (mem.state == MemberState::kActive && mem.incarnation == 0)) {
+    // First word since this store started (or restarted from a checkpoint).
     mem.state = MemberState::kActive;
     mem.incarnation = incarnation;
   }
@@ -938,7 +940,8 @@ absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation) {
   {
     absl::MutexLock m(&members_mu_);
     Member& mem = members_[trainer_id];
-    if (mem.state != MemberState::kExpected && mem.incarnation != incarnation) {
+    if (mem.state != MemberState::kExpected && mem.incarnation != 0 &&
+        mem.incarnation != incarnation) {
       return absl::FailedPreconditionError(
           absl::StrCat("trainer ", trainer_id, " incarnation ", incarnation,
                        " was replaced by incarnation ", mem.incarnation));
@@ -1291,6 +1294,15 @@ absl::StatusOr<StoreSnapshot> ParameterStore::Snapshot(int64_t step) const {
     absl::MutexLock c(&clock_mu_);
     for (int64_t v : clocks_) info.add_clocks(v);
   }
+  {
+    absl::MutexLock m(&members_mu_);
+    for (int k = 0; k < num_trainers_; ++k) {
+      if (members_[k].state == MemberState::kLeft) info.add_left_trainers(k);
+      if (members_[k].state == MemberState::kDropped) {
+        info.add_dropped_trainers(k);
+      }
+    }
+  }
   LockAll();
   absl::Status st;
   if (sync_) {
@@ -1455,6 +1467,8 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
   }
   std::vector<std::shared_ptr<Waiter>> aborted;
   absl::Status st;
+  // members_mu_ before the block locks, as in Register.
+  members_mu_.Lock();
   LockAll();
   for (Parsed& p : parsed) {
     Block* b = p.block;
@@ -1490,17 +1504,36 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
   }
   generation_.store(generation);
   base_step_.store(info.step());
-  {
-    absl::MutexLock m(&members_mu_);
+  if (!running) {
+    // A restarted pserver: the trainers that had left or been dropped stay
+    // out; every other one is taken as alive now, so that one that died
+    // while this pserver was away is dropped after --trainer_timeout
+    // instead of being waited for forever. Its incarnation is learnt from
+    // its first heartbeat or registration.
+    const int64_t now = absl::ToUnixMicros(absl::Now());
     for (int k = 0; k < num_trainers_; ++k) {
-      // Every trainer still in the job redoes the steps from here.
-      if (members_[k].state == MemberState::kExpected ||
-          members_[k].state == MemberState::kActive) {
-        required_from_[k].store(info.step());
+      last_seen_us_[k].store(now);
+      members_[k] = Member{MemberState::kActive, 0};
+    }
+    for (int k : info.left_trainers()) {
+      if (k >= 0 && k < num_trainers_) {
+        members_[k].state = MemberState::kLeft;
+      }
+    }
+    for (int k : info.dropped_trainers()) {
+      if (k >= 0 && k < num_trainers_) {
+        members_[k].state = MemberState::kDropped;
       }
     }
   }
+  for (int k = 0; k < num_trainers_; ++k) {
+    // Every trainer still in the job redoes the steps from here.
+    const bool in = members_[k].state == MemberState::kExpected ||
+                    members_[k].state == MemberState::kActive;
+    required_from_[k].store(in ? info.step() : INT64_MAX);
+  }
   UnlockAll();
+  members_mu_.Unlock();
   {
     absl::MutexLock c(&clock_mu_);
     if (info.clocks_size() == num_trainers_) {

@@ -220,6 +220,16 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(
                  "checkpoint from generation ", req->generation(),
                  ": this pserver is on generation ", store_->generation())));
   }
+  // Not while a rollback runs: a snapshot of the abandoned timeline must
+  // not be saved after the rollback discarded its checkpoints.
+  absl::MutexLock l(&rollback_mu_);
+  if (store_->ready() && store_->job().mode() == SYNC &&
+      req->generation() != store_->generation()) {
+    return Reply(
+        ctx, absl::AbortedError(absl::StrCat(
+                 "checkpoint from generation ", req->generation(),
+                 ": this pserver is on generation ", store_->generation())));
+  }
   auto snap = store_->Snapshot(req->step());
   if (!snap.ok()) return Reply(ctx, snap.status());
   checkpointer_->Save(std::move(*snap));
@@ -239,6 +249,13 @@ grpc::ServerUnaryReactor* PsServiceImpl::Rollback(
       store_->base_step() == req->step()) {
     return Reply(ctx, absl::OkStatus());  // done already, by another trainer
   }
+  if (store_->ready() && req->generation() <= store_->generation()) {
+    // Generations only grow; this trainer saw an older state.
+    return Reply(ctx, absl::AbortedError(absl::StrCat(
+                          "rollback to generation ", req->generation(),
+                          ": this pserver is on generation ",
+                          store_->generation(), " already; look again")));
+  }
   absl::Status s = checkpointer_->Flush();
   if (!s.ok()) {
     LOG(WARNING) << "rollback: the last checkpoint write had failed: " << s;
@@ -249,7 +266,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::Rollback(
                           absl::StrCat("rollback to step ", req->step(), ": ",
                                        snap.status().message())));
   }
-  s = store_->Restore(*snap, req->generation());
+  s = checkpointer_->WriteGeneration(req->generation());
+  if (s.ok()) s = store_->Restore(*snap, req->generation());
   if (s.ok()) s = checkpointer_->DiscardNewerThan(req->step());
   LOG(WARNING) << "rollback to step " << req->step() << " (generation "
                << req->generation() << ") asked by trainer "

@@ -1,5 +1,6 @@
 #include "pserver/server.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -65,8 +66,19 @@ absl::Status PsServer::Start() {
     const absl::Time t0 = absl::Now();
     auto snap = checkpointer_->LoadNewest();
     if (snap.ok()) {
-      // A new timeline: trainers still on the old one are told to recover.
-      absl::Status s = store_.Restore(*snap, snap->info.generation() + 1);
+      // A new timeline, never used before (the newest generation this
+      // pserver was on is kept in the directory): trainers still on an old
+      // one are told to recover.
+      uint64_t last = snap->info.generation();
+      auto kept = checkpointer_->ReadGeneration();
+      if (kept.ok()) {
+        last = std::max(last, *kept);
+      } else if (!absl::IsNotFound(kept.status())) {
+        return kept.status();
+      }
+      const uint64_t generation = last + 1;
+      absl::Status s = checkpointer_->WriteGeneration(generation);
+      if (s.ok()) s = store_.Restore(*snap, generation);
       if (!s.ok()) {
         return absl::DataLossError(absl::StrCat(
             "--checkpoint_dir ", options_.checkpoint_dir,

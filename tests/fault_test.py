@@ -142,6 +142,39 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertIn("rolled back", self.log(0))
         self.stop(ps0, ps1)
 
+    def test_pserver_killed_twice(self):
+        """A pserver that crashes again before the next checkpoint reloads
+        the same one; it starts a new generation each time, so the job rolls
+        back again instead of mixing steps."""
+        ps0, p0 = self.start_ps(0)
+        ps1, p1 = self.start_ps(1)
+        args = ["--num_passes=2", "--checkpoint_every_steps=300"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1, step=300)
+        # Back at 300 and on to 350 or so, before the checkpoint of 600.
+        self.assertTrue(wait_for(
+            lambda: len(self.recoveries(0)) == 1 and
+            self.last_step(0) >= self.recoveries(0)[0]["to_step"] + 50, 120),
+            self.trainer_log(0))
+        self.assertFalse(os.path.isdir(
+            os.path.join(self.ckpt(1), ckpt_dir_name(600))))
+        ps1.kill()
+        ps1.wait()
+        time.sleep(1)
+        ps1, _ = self.start_ps(1, port=p1)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            rec = self.recoveries(k)
+            self.assertEqual([r["to_step"] for r in rec], [300, 300], rec)
+            self.assertEqual(len(set(r["generation"] for r in rec)), 2)
+            ev = final_eval(self.metrics(k), k)
+            self.assertEqual(ev["step"], 2 * STEPS_PER_PASS)
+            self.assertGreaterEqual(ev["test_accuracy"], 0.80)
+        with open(os.path.join(self.ckpt(1), "GENERATION")) as f:
+            self.assertEqual(int(f.read()), 2)
+        self.stop(ps0, ps1)
+
     def test_async_pserver_killed_and_restarted(self):
         """Async: a pserver killed with SIGKILL and restarted resumes from
         its own newest checkpoint; the trainers never roll back."""

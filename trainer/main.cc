@@ -322,6 +322,12 @@ int main(int argc, char** argv) {
     Fail("--replicas_to_aggregate applies to --mode=sync only");
   }
   o.replicas_to_aggregate = FLAGS_replicas_to_aggregate;
+  if (o.replicas_to_aggregate > 0 && o.checkpoint_every_steps > 0) {
+    Fail(
+        "--replicas_to_aggregate and --checkpoint_every_steps cannot be "
+        "combined yet: with backup workers the pservers share no step "
+        "boundary to checkpoint at (docs/fault_tolerance.md)");
+  }
   if (!(FLAGS_heartbeat_interval_s >= 0) ||
       !std::isfinite(FLAGS_heartbeat_interval_s)) {
     Fail("--heartbeat_interval_s must be >= 0");

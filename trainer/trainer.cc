@@ -124,12 +124,18 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers(ParamClient* client) {
       ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st, client->Statuses());
       uint64_t g = 0;
       bool same = true;
+      int64_t lowest = INT64_MAX, highest = 0;
       for (const GetStatusResponse& r : st) {
         g = std::max<uint64_t>(g, r.generation());
         same = same && r.generation() == st[0].generation() &&
                r.base_step() == st[0].base_step();
+        lowest = std::min(lowest, r.min_version());
+        highest = std::max(highest, r.max_version());
       }
-      if (same) {
+      // In sync mode the pservers' versions differ by at most one step;
+      // more means one lost its state without a new timeline.
+      const bool versions_agree = highest - lowest <= 1;
+      if (same && versions_agree) {
         client->set_generation(g);
         break;
       }
@@ -140,8 +146,11 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers(ParamClient* client) {
       std::vector<std::string> held;
       for (size_t s = 0; s < st.size(); ++s) {
         const auto& steps = st[s].checkpoint_steps();
-        held.push_back(absl::StrCat(servers_[s]->address(), ": [",
-                                    absl::StrJoin(steps, ","), "]"));
+        held.push_back(absl::StrCat(
+            servers_[s]->address(), " generation ", st[s].generation(),
+            " from step ", st[s].base_step(), " at versions ",
+            st[s].min_version(), "-", st[s].max_version(), ", checkpoints [",
+            absl::StrJoin(steps, ","), "]"));
         std::vector<int64_t> keep;
         for (int64_t c : common) {
           if (std::find(steps.begin(), steps.end(), c) != steps.end()) {
@@ -158,6 +167,18 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers(ParamClient* client) {
             "); restart the job from a common checkpoint"));
       }
       const int64_t target = *std::max_element(common.begin(), common.end());
+      // The newest generation can serve as the target only if every pserver
+      // on it already stands at the target step (a restarted pserver, or a
+      // rollback another trainer has begun); otherwise a new one is needed,
+      // since a pserver never goes back to a generation it has been on.
+      // (When they all say the same but their versions disagree, which a
+      // pserver never reusing a generation should rule out, start a new one
+      // too.)
+      bool reuse = !same;
+      for (const GetStatusResponse& r : st) {
+        if (r.generation() == g && r.base_step() != target) reuse = false;
+      }
+      if (!reuse) ++g;
       LOG(WARNING) << "trainer " << k << ": pservers disagree ("
                    << absl::StrJoin(held, "; ")
                    << "): rolling every one back to step " << target
