@@ -265,6 +265,25 @@ class CliTest(testlib.ProcessTestCase):
         self.assertRefused(trainer("--max_staleness=2"), "--max_staleness",
                            prefix="trainer")
 
+    def test_fault_tolerance_flags(self):
+        self.assertRefused(trainer("--checkpoint_every_steps=-1"),
+                           "--checkpoint_every_steps", prefix="trainer")
+        self.assertRefused(trainer("--heartbeat_interval_s=-1"),
+                           "--heartbeat_interval_s", prefix="trainer")
+        self.assertRefused(trainer("--replicas_to_aggregate=3"),
+                           "--replicas_to_aggregate", prefix="trainer")
+        self.assertRefused(trainer("--replicas_to_aggregate=1",
+                                   "--checkpoint_every_steps=100"),
+                           "cannot be combined", prefix="trainer")
+        self.assertRefused(trainer("--mode=async",
+                                   "--replicas_to_aggregate=1"),
+                           "--replicas_to_aggregate", "sync",
+                           prefix="trainer")
+        self.assertRefused(run([pserver_bin(), "--trainer_timeout=-1"]),
+                           "--trainer_timeout", prefix="pserver")
+        self.assertRefused(run([pserver_bin(), "--keep_checkpoints=0"]),
+                           "--keep_checkpoints", prefix="pserver")
+
     def test_empty_pservers(self):
         for value in ("", ",", " , "):
             self.assertRefused(trainer("--pservers=" + value), "--pservers",
