@@ -12,6 +12,7 @@
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/finite.h"
+#include "kernels/vector_ops.h"
 
 namespace shardps {
 
@@ -466,8 +467,7 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
             b->accum.assign(g.begin(), g.end());
             b->first_push = now;
           } else {
-            float* acc = b->accum.data();
-            for (size_t j = 0; j < g.size(); ++j) acc[j] += g[j];
+            AddInto(b->accum.data(), g.data(), g.size());
           }
           b->pushed[trainer_id] = 1;
           ++b->num_pushed;
