@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/activation_functors.h"
 #include "kernels/blas.h"
 #include "kernels/layer_functors.h"
@@ -89,7 +91,13 @@ int CpuBackend::ParallelFor(int n,
 }
 
 absl::StatusOr<float*> CpuBackend::Allocate(size_t n) {
-  return new float[n > 0 ? n : 1]();
+  float* p = new (std::nothrow) float[n > 0 ? n : 1]();
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("CPU backend: cannot allocate ", n, " floats (",
+                     n * sizeof(float), " bytes)"));
+  }
+  return p;
 }
 
 void CpuBackend::Free(float* p) { delete[] p; }

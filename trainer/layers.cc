@@ -190,7 +190,8 @@ absl::Status DropoutLayer::Forward(const float* in, int batch, bool training,
   const size_t n = Elements(batch, output_dim());
   if (!training) return backend()->Copy(in, n, out);
   RETURN_IF_ERROR(Reserve(batch));
-  return backend()->DropoutForward(rate_, MixBits(seed_, batches_++), in, n,
+  const uint64_t seed = stream_ == 0 ? seed_ : MixBits(seed_, stream_);
+  return backend()->DropoutForward(rate_, MixBits(seed, batches_++), in, n,
                                    mask_.data(), out);
 }
 

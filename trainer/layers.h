@@ -209,9 +209,21 @@ class DropoutLayer : public Layer {
   absl::Status Backward(const float* in, const float* out, const float* dout,
                         int batch, float* din) override;
 
+  // Picks the masks of a stream (say, a trainer id: stream 0 is the
+  // default) and the position in it (say, the training step), so that
+  // trainers draw different masks and a restarted or rolled-back trainer
+  // draws the same ones again: the next training batch uses the mask of
+  // MixBits(MixBits(seed, stream), batch), or MixBits(seed, batch) for
+  // stream 0.
+  void SetStream(uint64_t stream, uint64_t batch) {
+    stream_ = stream;
+    batches_ = batch;
+  }
+
  private:
   const float rate_;
   const uint64_t seed_;
+  uint64_t stream_ = 0;
   uint64_t batches_ = 0;  // training batches so far
   BackendBuffer mask_;
 };

@@ -336,6 +336,21 @@ TEST(LayersTest, DropoutIsDeterministicAndScaled) {
   }
 }
 
+TEST(LayersTest, DropoutStreamsDifferAndReplay) {
+  const TensorShape shape{1000, 1, 1};
+  DropoutLayer a("drop", shape, 0.5f, 42, Cpu());
+  const std::vector<float> x(1000, 1.0f);
+  std::vector<float> t1(1000), t2(1000), again(1000);
+  a.SetStream(1, 7);  // trainer 0 at step 7
+  ASSERT_TRUE(a.Forward(x.data(), 1, true, t1.data()).ok());
+  a.SetStream(2, 7);  // trainer 1 at step 7
+  ASSERT_TRUE(a.Forward(x.data(), 1, true, t2.data()).ok());
+  EXPECT_NE(t1, t2);
+  a.SetStream(1, 7);  // trainer 0 redoing step 7 after a rollback
+  ASSERT_TRUE(a.Forward(x.data(), 1, true, again.data()).ok());
+  EXPECT_EQ(t1, again);
+}
+
 TEST(LayerFunctorsTest, DropoutMaskAndXentGrad) {
   // Golden bits: the CUDA kernels call the same functions.
   EXPECT_EQ(MixBits(1, 0), 0x910a2dec89025cc1ULL);
@@ -454,7 +469,7 @@ TEST(ImageModelTest, CreateErrorsNameTheLayer) {
     std::string want;
   } cases[] = {
       {"layers { name: 'c' type: CONV2D kernel_size: 3 }",
-       "layer c: CONV2D needs filters > 0"},
+       "layer c: CONV2D needs filters in [1, 2^20]"},
       {"layers { name: 'c' type: CONV2D filters: 2 }",
        "layer c: kernel_size 0"},
       {"layers { name: 'c' type: CONV2D filters: 2 kernel_size: 9 }",
@@ -470,6 +485,14 @@ TEST(ImageModelTest, CreateErrorsNameTheLayer) {
        "layer d: DROPOUT needs dropout_rate in [0, 1), got 1"},
       {"layers { name: 'd' type: DROPOUT dropout_rate: -0.1 }",
        "layer d: DROPOUT needs dropout_rate in [0, 1)"},
+      {"layers { name: 'c' type: CONV2D filters: 2000000 kernel_size: 3 }",
+       "layer c: CONV2D needs filters in [1, 2^20]"},
+      {"layers { name: 'c' type: CONV2D filters: 4 kernel_size: 5000 }",
+       "layer c: window 5000 or stride 0 exceeds 4096"},
+      {"layers { name: 'c' type: CONV2D filters: 100000 kernel_size: 3 "
+       "padding: 1 } layers { name: 'c2' type: CONV2D filters: 100000 "
+       "kernel_size: 1 }",
+       "layer c2: table c2.weight of shape 100000x100000x1x1 has more than"},
   };
   for (const Case& c : cases) {
     const ModelConfig config =

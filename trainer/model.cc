@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu_backend.h"
@@ -73,12 +74,24 @@ void Initialize(const InitializerConfig& init, int64_t fan_in, int64_t fan_out,
   for (float& v : *values) v = (2.0f * UniformFloat(rng) - 1.0f) * limit;
 }
 
-ParamTable MakeTable(const LayerConfig& layer, const char* suffix,
-                     std::vector<int64_t> shape) {
+// At most this many values in one parameter table (8 GiB of float32).
+constexpr int64_t kMaxTableValues = int64_t{1} << 31;
+
+absl::StatusOr<ParamTable> MakeTable(const LayerConfig& layer,
+                                     const char* suffix,
+                                     std::vector<int64_t> shape) {
   ParamTable t;
   t.name = absl::StrCat(layer.name(), suffix);
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d <= 0 || n > kMaxTableValues / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer.name(), ": table ", t.name, " of shape ",
+                       absl::StrJoin(shape, "x"), " has more than ",
+                       kMaxTableValues, " values"));
+    }
+    n *= d;
+  }
   t.shape = std::move(shape);
   t.layer = &layer;
   t.value.assign(static_cast<size_t>(n), 0.0f);
@@ -108,7 +121,7 @@ absl::StatusOr<TensorShape> InputShapeOf(const ModelConfig& cfg,
   }
   if (!image) return TensorShape{input_dim, 1, 1};
   const int side = static_cast<int>(std::lround(std::sqrt(input_dim)));
-  if (side * side != input_dim) {
+  if (static_cast<int64_t>(side) * side != input_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model ", cfg.name(), ": image layers need input_shape, since the ",
         "input width ", input_dim, " is no square one-channel image"));
@@ -126,13 +139,41 @@ absl::Status WindowError(const LayerConfig& layer, const char* what, int k,
       "2 * padding)"));
 }
 
+// Window sizes, strides, filters and per-example activations are bounded
+// so that every size computed from them fits an int.
+constexpr int kMaxWindow = 4096;
+constexpr int64_t kMaxExampleValues = int64_t{1} << 30;
+
+absl::Status CheckWindowBounds(const LayerConfig& layer, int k, int stride) {
+  if (k > kMaxWindow || stride > kMaxWindow) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer.name(), ": window ", k, " or stride ",
+                     stride, " exceeds ", kMaxWindow));
+  }
+  return absl::OkStatus();
+}
+
+// The layer's output per example, checked to stay below kMaxExampleValues.
+absl::StatusOr<TensorShape> CheckedShape(const LayerConfig& layer, int64_t c,
+                                         int64_t h, int64_t w) {
+  if (c <= 0 || h <= 0 || w <= 0 || c * h * w > kMaxExampleValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer.name(), ": output of ", c, "x", h, "x", w,
+                     " values per example (at most ", kMaxExampleValues, ")"));
+  }
+  return TensorShape{static_cast<int>(c), static_cast<int>(h),
+                     static_cast<int>(w)};
+}
+
 absl::StatusOr<ConvGeometry> ConvGeometryOf(const LayerConfig& layer,
                                             const TensorShape& in) {
-  if (layer.filters() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer.name(), ": CONV2D needs filters > 0, got ",
-                     layer.filters()));
+  if (layer.filters() <= 0 || layer.filters() > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer.name(), ": CONV2D needs filters in [1, 2^20], got ",
+        layer.filters()));
   }
+  RETURN_IF_ERROR(
+      CheckWindowBounds(layer, layer.kernel_size(), layer.stride()));
   ConvGeometry g;
   g.in_channels = in.channels;
   g.in_height = in.height;
@@ -160,6 +201,7 @@ absl::StatusOr<PoolGeometry> PoolGeometryOf(const LayerConfig& layer,
   g.padding = layer.padding();
   g.mode = layer.type() == LayerConfig::MAX_POOL ? PoolMode::kMax
                                                  : PoolMode::kAverage;
+  RETURN_IF_ERROR(CheckWindowBounds(layer, g.window, g.stride));
   const int k = g.window;
   if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
       k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
@@ -210,25 +252,33 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
                            layer->output_dim()));
         }
         const int out = layer->output_dim();
-        model->tables_.push_back(MakeTable(*layer, ".weight", {dim, out}));
-        model->tables_.push_back(MakeTable(*layer, ".bias", {out}));
+        ASSIGN_OR_RETURN(ParamTable w,
+                         MakeTable(*layer, ".weight", {dim, out}));
+        ASSIGN_OR_RETURN(ParamTable b, MakeTable(*layer, ".bias", {out}));
+        model->tables_.push_back(std::move(w));
+        model->tables_.push_back(std::move(b));
         shape = TensorShape{out, 1, 1};
         last_fc = i;
         break;
       }
       case LayerConfig::BIAS: {
-        model->tables_.push_back(MakeTable(*layer, ".bias", {dim}));
+        ASSIGN_OR_RETURN(ParamTable b, MakeTable(*layer, ".bias", {dim}));
+        model->tables_.push_back(std::move(b));
         shape = TensorShape{dim, 1, 1};
         last_fc = i;
         break;
       }
       case LayerConfig::CONV2D: {
         ASSIGN_OR_RETURN(const ConvGeometry g, ConvGeometryOf(*layer, shape));
-        model->tables_.push_back(
-            MakeTable(*layer, ".weight",
-                      {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}));
-        model->tables_.push_back(MakeTable(*layer, ".bias", {g.out_channels}));
-        shape = TensorShape{g.out_channels, g.out_height(), g.out_width()};
+        ASSIGN_OR_RETURN(ParamTable w, MakeTable(*layer, ".weight",
+                                                 {g.out_channels, g.in_channels,
+                                                  g.kernel_h, g.kernel_w}));
+        ASSIGN_OR_RETURN(ParamTable b,
+                         MakeTable(*layer, ".bias", {g.out_channels}));
+        ASSIGN_OR_RETURN(shape, CheckedShape(*layer, g.out_channels,
+                                             g.out_height(), g.out_width()));
+        model->tables_.push_back(std::move(w));
+        model->tables_.push_back(std::move(b));
         break;
       }
       case LayerConfig::MAX_POOL:
@@ -373,6 +423,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 
 Model::Model(const ModelConfig& config, int input_dim, int num_classes)
     : config_(config), input_dim_(input_dim), num_classes_(num_classes) {}
+
+void Model::SetDropoutStream(uint64_t stream, int64_t step) {
+  for (auto& l : layers_) {
+    if (auto* d = dynamic_cast<DropoutLayer*>(l.get())) {
+      d->SetStream(stream, static_cast<uint64_t>(step));
+    }
+  }
+}
 
 int64_t Model::num_parameters() const {
   int64_t n = 0;

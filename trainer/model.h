@@ -86,6 +86,12 @@ class Model {
                                       int batch,
                                       float* probabilities = nullptr);
 
+  // Dropout masks: the next TrainBatch draws those of `stream` (the
+  // trainer id) at position `step`, so that trainers draw different masks
+  // and a restarted or rolled-back trainer draws the same ones again. See
+  // DropoutLayer::SetStream.
+  void SetDropoutStream(uint64_t stream, int64_t step);
+
   int input_dim() const { return input_dim_; }
   int num_classes() const { return num_classes_; }
   // Width of the model output: 1 for LOGISTIC, num_classes otherwise.

@@ -486,6 +486,7 @@ absl::Status Trainer::Run() {
                               ? std::max(step, pull.min_version)
                               : step;
       const absl::Time t2 = absl::Now();
+      model->SetDropoutStream(static_cast<uint64_t>(k) + 1, step);
       ASSIGN_OR_RETURN(BatchStats bs,
                        model->TrainBatch(input->x(), input->labels(),
                                          o.batch_size, input->input_grad()));
