@@ -32,6 +32,9 @@ class CudaThresholdEncoder {
   // Same contract and errors as EncodeThresholdOrBitmap, with `residual`
   // pointing at n floats of device memory; the message is appended to
   // `*out` on the host. CUDA errors come back as InternalError.
+  // The encoder runs on a stream of its own, not ordered with any other:
+  // work that writes `residual` on another stream (a CudaBackend's) must
+  // have completed before the call, e.g. by Backend::Synchronize.
   virtual absl::StatusOr<EncodeInfo> Encode(float* residual, size_t n,
                                             float threshold,
                                             std::vector<int32_t>* out) = 0;
