@@ -95,6 +95,25 @@ absl::StatusOr<StoreSnapshot> Checkpointer::LoadNewest() const {
   return FromLoaded(std::move(*loaded));
 }
 
+absl::Status Checkpointer::QuarantineNewerThan(int64_t step) {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  auto steps = CheckpointReader(env_, dir_).ListComplete();
+  if (!steps.ok()) return steps.status();
+  bool moved = false;
+  for (int64_t s : *steps) {
+    if (s <= step) continue;
+    moved = true;
+    const std::string from = JoinPath(dir_, CheckpointDirName(s));
+    const std::string to = from + ".damaged";
+    absl::Status st = env_->RenameFile(from, to);
+    if (!st.ok()) return st;
+    LOG(WARNING) << "checkpoint of step " << s << " failed verification: "
+                 << "moved to " << to;
+  }
+  return moved ? env_->SyncDir(dir_) : absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> Checkpointer::ReadGeneration() const {
   const std::string path = JoinPath(dir_, "GENERATION");
   std::string text;

@@ -47,6 +47,12 @@ class Checkpointer {
   // after a rollback to `step`).
   absl::Status DiscardNewerThan(int64_t step);
 
+  // Renames every complete-looking checkpoint of a step after `step` to
+  // ckpt-<step>.damaged, so that it is neither listed nor chosen for a
+  // rollback, yet kept for a post-mortem. Called at start for the ones that
+  // LoadNewest skipped because they failed verification.
+  absl::Status QuarantineNewerThan(int64_t step);
+
   // The newest timeline generation this pserver has been on (the file
   // GENERATION in the directory), so that a restart never reuses one:
   // NotFound before the first WriteGeneration.

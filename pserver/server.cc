@@ -77,7 +77,8 @@ absl::Status PsServer::Start() {
         return kept.status();
       }
       const uint64_t generation = last + 1;
-      absl::Status s = checkpointer_->WriteGeneration(generation);
+      absl::Status s = checkpointer_->QuarantineNewerThan(snap->info.step());
+      if (s.ok()) s = checkpointer_->WriteGeneration(generation);
       if (s.ok()) s = store_.Restore(*snap, generation);
       if (!s.ok()) {
         return absl::DataLossError(absl::StrCat(
@@ -94,6 +95,9 @@ absl::Status PsServer::Start() {
           absl::StrCat("--checkpoint_dir ", options_.checkpoint_dir, ": ",
                        snap.status().message()));
     } else {
+      // None verifies: keep any damaged ones out of the way.
+      absl::Status s = checkpointer_->QuarantineNewerThan(-1);
+      if (!s.ok()) return s;
       LOG(INFO) << "no checkpoint in " << options_.checkpoint_dir
                 << ": waiting for the chief to start the job";
     }

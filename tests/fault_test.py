@@ -274,11 +274,27 @@ class FaultTest(testlib.ProcessTestCase):
             b = f.read(1)
             f.seek(100)
             f.write(bytes([b[0] ^ 0x40]))
-        ps0, _ = self.start_ps(0)
+        ps0, p0 = self.start_ps(0)
         log = self.log(0)
         self.assertIn("restored step 200", log)
         self.assertIn("crc32", log)
+        # tools/ps_status shows where it stands.
+        r = subprocess.run(
+            [os.path.join(testlib.BIN_DIR, "tools", "ps_status"),
+             "--pservers=127.0.0.1:%d" % p0], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("127.0.0.1:%d: sync, 2 trainers (live: 0,1), versions "
+                      "200-200, generation 1 from step 200, checkpoints "
+                      "[200]" % p0, r.stdout)
+        self.assertIn(ckpt_dir_name(250) + ".damaged", os.listdir(self.ckpt(0)))
         self.stop(ps0)
+        r = subprocess.run(
+            [os.path.join(testlib.BIN_DIR, "tools", "ps_status"),
+             "--pservers=127.0.0.1:%d" % p0, "--timeout_s=1"],
+            stdout=subprocess.PIPE, universal_newlines=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unreachable", r.stdout)
 
     def test_trainer_killed_is_dropped(self):
         """Kill -9 one of two sync trainers with --trainer_timeout=5: the

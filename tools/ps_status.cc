@@ -1,0 +1,78 @@
+// Asks pservers where a job stands: whether the job is ready, its mode and
+// trainer count, the block versions held, the timeline (generation and the
+// step it started from), the live trainers and the complete checkpoints.
+// For an operator wondering why a job does not move.
+//
+//   ps_status --pservers=host1:7164,host2:7164 [--timeout_s=5]
+//
+// Prints one line per pserver; exit status 1 if one cannot be reached.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "proto/ps_service.pb.h"
+#include "trainer/grpc_ps_client.h"
+#include "trainer/retry_timer.h"
+
+DEFINE_string(pservers, "", "comma-separated host or host:port");
+DEFINE_int32(timeout_s, 5, "how long to wait for each pserver");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("ps_status --pservers=host1:7164,host2:7164");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = google::GLOG_ERROR;  // no retry chatter
+  google::InitGoogleLogging(argv[0]);
+  if (FLAGS_pservers.empty() || FLAGS_timeout_s <= 0) {
+    std::cerr << "ps_status: needs --pservers and a positive --timeout_s\n";
+    return 2;
+  }
+  shardps::RetryTimer timer;
+  shardps::RpcOptions rpc;
+  rpc.attempt_deadline = absl::Seconds(FLAGS_timeout_s);
+  rpc.retry_budget = absl::Seconds(FLAGS_timeout_s);
+  int unreachable = 0;
+  for (absl::string_view a :
+       absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
+    auto addr = shardps::GrpcPsClient::NormalizeAddress(std::string(a));
+    if (!addr.ok()) {
+      std::cerr << "ps_status: " << addr.status().message() << "\n";
+      return 2;
+    }
+    auto client = shardps::GrpcPsClient::Create(*addr, rpc, &timer);
+    shardps::GetStatusRequest req;
+    shardps::GetStatusResponse resp;
+    absl::Status s = client->GetStatus(req, &resp);
+    if (!s.ok()) {
+      std::cout << *addr << ": unreachable (" << s.message() << ")\n";
+      ++unreachable;
+      continue;
+    }
+    if (!resp.job_ready()) {
+      std::cout << *addr << ": no job yet (waiting for the chief)\n";
+      continue;
+    }
+    std::cout << absl::StrCat(
+                     *addr, ": ",
+                     resp.job().mode() == shardps::SYNC ? "sync" : "async",
+                     ", ", resp.job().num_trainers(), " trainers (live: ",
+                     absl::StrJoin(resp.live_trainers(), ","), "), versions ",
+                     resp.min_version(), "-", resp.max_version(),
+                     ", generation ", resp.generation(), " from step ",
+                     resp.base_step(), ", checkpoints ",
+                     resp.checkpoints_enabled()
+                         ? absl::StrCat(
+                               "[", absl::StrJoin(resp.checkpoint_steps(), ","),
+                               "]")
+                         : "off")
+              << "\n";
+  }
+  return unreachable > 0 ? 1 : 0;
+}
