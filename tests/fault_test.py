@@ -354,8 +354,9 @@ class FaultTest(testlib.ProcessTestCase):
         extra = ["--num_gradient_servers=3"]
         ps0, p0 = self.start_ps(0, extra=extra)
         ps1, p1 = self.start_ps(1, extra=extra)
+        # 2 passes: the other two cannot finish while trainer 2 is stopped.
         args = ["--num_gradient_servers=3", "--replicas_to_aggregate=2",
-                "--num_passes=1"]
+                "--num_passes=2"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1, 2)]
         self.assertTrue(wait_for(lambda: self.last_step(2) >= 50, 60))
         trainers[2].send_signal(signal.SIGSTOP)
