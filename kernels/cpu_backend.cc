@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/activation_functors.h"
@@ -69,7 +70,45 @@ void Col2ImAdd(const ConvGeometry& g, const float* col, float* dx) {
 CpuBackend::CpuBackend(int num_threads)
     : num_threads_(num_threads > 0 ? num_threads : 1),
       cols_(num_threads_),
-      partial_dw_(num_threads_) {}
+      partial_dw_(num_threads_) {
+  for (int t = 1; t < num_threads_; ++t) {
+    workers_.emplace_back([this, t] { WorkerLoop(t); });
+  }
+}
+
+CpuBackend::~CpuBackend() {
+  {
+    absl::MutexLock l(&pool_mu_);
+    stop_ = true;
+  }
+  for (std::thread& w : workers_) w.join();
+}
+
+void CpuBackend::WorkerLoop(int t) {
+  uint64_t seen = 0;
+  while (true) {
+    const std::function<void(int, int, int)>* fn;
+    int begin, end;
+    {
+      absl::MutexLock l(&pool_mu_);
+      std::pair<CpuBackend*, uint64_t> arg(this, seen);
+      pool_mu_.Await(absl::Condition(
+          +[](std::pair<CpuBackend*, uint64_t>* a) {
+            a->first->pool_mu_.AssertHeld();
+            return a->first->stop_ || a->first->job_id_ != a->second;
+          },
+          &arg));
+      if (stop_) return;
+      seen = job_id_;
+      fn = job_fn_;
+      begin = std::min(job_n_, t * job_per_);
+      end = std::min(job_n_, (t + 1) * job_per_);
+    }
+    if (begin < end) (*fn)(t, begin, end);
+    absl::MutexLock l(&pool_mu_);
+    --job_pending_;
+  }
+}
 
 int CpuBackend::ParallelFor(int n,
                             const std::function<void(int, int, int)>& fn) {
@@ -78,15 +117,19 @@ int CpuBackend::ParallelFor(int n,
     fn(0, 0, n);
     return 1;
   }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
   const int per = (n + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
-    const int begin = std::min(n, t * per), end = std::min(n, (t + 1) * per);
-    pool.emplace_back([&fn, t, begin, end] { fn(t, begin, end); });
+  {
+    absl::MutexLock l(&pool_mu_);
+    job_fn_ = &fn;
+    job_n_ = n;
+    job_per_ = per;
+    job_pending_ = static_cast<int>(workers_.size());
+    ++job_id_;
   }
   fn(0, 0, std::min(n, per));
-  for (std::thread& th : pool) th.join();
+  absl::MutexLock l(&pool_mu_);
+  pool_mu_.Await(absl::Condition(
+      +[](int* pending) { return *pending == 0; }, &job_pending_));
   return threads;
 }
 

@@ -4,9 +4,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/backend.h"
 
 namespace shardps {
@@ -19,8 +23,10 @@ namespace shardps {
 // synchronization.
 class CpuBackend : public Backend {
  public:
-  // num_threads <= 0 is treated as 1. Default: 1.
+  // num_threads <= 0 is treated as 1. Default: 1. Starts num_threads - 1
+  // worker threads, which live as long as the backend.
   explicit CpuBackend(int num_threads = 1);
+  ~CpuBackend() override;
 
   std::string name() const override { return "cpu"; }
   bool host_memory() const override { return true; }
@@ -70,8 +76,20 @@ class CpuBackend : public Backend {
   // Calls fn(thread, begin, end) on contiguous slices of [0, n), one per
   // thread, and returns when all are done. Returns the threads used.
   int ParallelFor(int n, const std::function<void(int, int, int)>& fn);
+  // Worker `t` (1 .. num_threads - 1) of ParallelFor.
+  void WorkerLoop(int t);
 
   const int num_threads_;
+  // ParallelFor's job, handed to the workers by bumping job_id_.
+  absl::Mutex pool_mu_;
+  uint64_t job_id_ ABSL_GUARDED_BY(pool_mu_) = 0;
+  int job_pending_ ABSL_GUARDED_BY(pool_mu_) = 0;  // workers not done yet
+  bool stop_ ABSL_GUARDED_BY(pool_mu_) = false;
+  const std::function<void(int, int, int)>* job_fn_ ABSL_GUARDED_BY(pool_mu_) =
+      nullptr;
+  int job_n_ ABSL_GUARDED_BY(pool_mu_) = 0;
+  int job_per_ ABSL_GUARDED_BY(pool_mu_) = 0;
+  std::vector<std::thread> workers_;
   // Per-thread scratch: im2col columns and partial filter gradients.
   std::vector<std::vector<float>> cols_;
   std::vector<std::vector<float>> partial_dw_;

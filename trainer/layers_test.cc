@@ -547,5 +547,43 @@ TEST(ImageModelTest, ConfigFmnistCnnBuilds) {
             8 * 9 + 8 + 16 * 72 + 16 + 784 * 10 + 10);
 }
 
+// The same CNN step on 1 and on 3 CPU threads (the pool of workers splits
+// the examples; the filter gradients are summed per thread, so the order of
+// additions differs and only rounding may).
+TEST(ImageModelTest, ThreadsGiveTheSameStep) {
+  const ModelConfig config = Parse(R"pb(
+    layers { type: CONV2D filters: 4 kernel_size: 3 padding: 1 }
+    layers { type: RELU }
+    layers { type: AVG_POOL pool_size: 2 }
+    layers { type: CONV2D filters: 6 kernel_size: 3 stride: 2 }
+    layers { type: MAX_POOL pool_size: 2 stride: 1 }
+    layers { type: FULLY_CONNECTED output_dim: 3 }
+  )pb");
+  auto one = Model::Create(config, 144, 3, std::make_unique<CpuBackend>(1));
+  auto three = Model::Create(config, 144, 3, std::make_unique<CpuBackend>(3));
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(three.ok()) << three.status();
+  (*one)->InitializeParameters(5);
+  (*three)->InitializeParameters(5);
+  const int batch = 7;
+  const std::vector<float> x = Random(batch * 144, 11);
+  const std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2, 1};
+  for (int step = 0; step < 3; ++step) {  // the pool is reused
+    auto a = (*one)->TrainBatch(x.data(), labels.data(), batch);
+    auto b = (*three)->TrainBatch(x.data(), labels.data(), batch);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_NEAR(a->loss_sum, b->loss_sum, 1e-4);
+    for (size_t t = 0; t < (*one)->tables().size(); ++t) {
+      const auto& ga = (*one)->tables()[t].grad;
+      const auto& gb = (*three)->tables()[t].grad;
+      ASSERT_EQ(ga.size(), gb.size());
+      for (size_t i = 0; i < ga.size(); ++i) {
+        ASSERT_NEAR(ga[i], gb[i], 1e-5f + 1e-4f * std::abs(ga[i]))
+            << "table " << t << " value " << i << " step " << step;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardps
