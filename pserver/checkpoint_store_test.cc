@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/env.h"
 #include "common/fault_injection_env.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "pserver/checkpointer.h"
@@ -383,6 +384,21 @@ TEST(StoreCheckpointTest, RejoinAndRollbackInEitherOrder) {
   r = s->Register(1, 3, now);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(s->counters().rejoined_trainers, 2);
+}
+
+TEST(StoreCheckpointTest, ReplacedIncarnationIsRefused) {
+  auto s = NewStore();
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(s->Register(0, 1, now).ok());
+  EXPECT_TRUE(s->CheckIncarnation(0, 1).ok());
+  ASSERT_TRUE(s->Register(0, 2, now).ok());  // restarted
+  const absl::Status old = s->CheckIncarnation(0, 1);
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition) << old;
+  EXPECT_THAT(std::string(old.message()),
+              ::testing::HasSubstr("was replaced by incarnation 2"));
+  EXPECT_TRUE(s->CheckIncarnation(0, 2).ok());
+  EXPECT_TRUE(s->CheckIncarnation(0, 0).ok());  // not sent: not checked
+  EXPECT_TRUE(s->CheckIncarnation(1, 5).ok());  // not registered yet
 }
 
 // A pserver restarted from a checkpoint does not wait for a trainer that had

@@ -956,6 +956,25 @@ absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation) {
   return absl::OkStatus();
 }
 
+absl::Status ParameterStore::CheckIncarnation(int trainer_id,
+                                              uint64_t incarnation) const {
+  if (incarnation == 0 || !ready() || trainer_id < 0 ||
+      trainer_id >= num_trainers_) {
+    return absl::OkStatus();  // the request's other checks will answer
+  }
+  absl::MutexLock m(&members_mu_);
+  const Member& mem = members_[trainer_id];
+  if (mem.state == MemberState::kActive && mem.incarnation != 0 &&
+      mem.incarnation != incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer ", trainer_id, " incarnation ", incarnation,
+        " was replaced by incarnation ", mem.incarnation,
+        " (a restarted process with the same --trainer_id); this process "
+        "must stop"));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int> ParameterStore::LiveTrainers() const {
   std::vector<int> live;
   for (int k = 0; k < num_trainers_ && ready(); ++k) {

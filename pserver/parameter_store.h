@@ -154,6 +154,10 @@ class ParameterStore {
   absl::Status Leave(int trainer_id, uint64_t incarnation);
   // Trainers the barrier waits for (not dropped, not left).
   std::vector<int> LiveTrainers() const;
+  // FAILED_PRECONDITION when `incarnation` is not 0 and trainer
+  // `trainer_id` is now known under another one: a process replaced by a
+  // restarted one must not push or pull for it.
+  absl::Status CheckIncarnation(int trainer_id, uint64_t incarnation) const;
 
   // Applies one trainer's gradients for `step`, all or nothing: the whole
   // request is validated first (trainer id, table, block, length, finite

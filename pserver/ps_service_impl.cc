@@ -308,6 +308,12 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
                      ": pulls come as FLOAT32, FLOAT16 or BFLOAT16"))));
     return reactor;
   }
+  absl::Status replaced =
+      store_->CheckIncarnation(req->trainer_id(), req->incarnation());
+  if (!replaced.ok()) {
+    reactor->Finish(ToGrpcStatus(replaced));
+    return reactor;
+  }
   std::vector<BlockId> blocks;
   blocks.reserve(req->blocks_size());
   for (const BlockRef& r : req->blocks()) {
@@ -371,8 +377,11 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
     case RequestDedup::Outcome::kNew:
       break;
   }
-  absl::Status s;
-  if (req->blocks_size() > 0 && req->sparse_size() > 0) {
+  absl::Status s =
+      store_->CheckIncarnation(req->trainer_id(), req->incarnation());
+  if (!s.ok()) {
+    // a replaced process: nothing is applied
+  } else if (req->blocks_size() > 0 && req->sparse_size() > 0) {
     s = absl::InvalidArgumentError(
         "a push carries dense blocks or sparse rows, not both");
   } else if (req->sparse_size() > 0) {

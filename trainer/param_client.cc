@@ -297,6 +297,7 @@ absl::Status ParamClient::MarkDone(int64_t steps) {
     p->server = server;
     p->req.set_trainer_id(trainer_id_);
     p->req.set_generation(generation_);
+    p->req.set_incarnation(incarnation_);
     p->req.set_step(steps);
     p->req.set_request_id(NextRequestId());
     calls.push_back(std::move(p));
@@ -415,7 +416,7 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
       p->server = servers_[s];
       p->req.set_trainer_id(trainer_id_);
       p->req.set_generation(generation_);
-      p->req.set_generation(generation_);
+      p->req.set_incarnation(incarnation_);
       p->req.set_min_version(min_version);
       p->req.set_step(step);
       p->req.set_min_clock(min_clock);
@@ -489,7 +490,7 @@ absl::Status ParamClient::Push(int64_t step,
       p->server = servers_[s];
       p->req.set_trainer_id(trainer_id_);
       p->req.set_generation(generation_);
-      p->req.set_generation(generation_);
+      p->req.set_incarnation(incarnation_);
       p->req.set_step(step);
       p->req.set_request_id(NextRequestId());
       for (const BlockPlacement& b : chunk) {
@@ -562,8 +563,7 @@ absl::Status ParamClient::PullSparse(int64_t min_version, int64_t step,
         p->server = servers_[s];
         p->req.set_trainer_id(trainer_id_);
         p->req.set_generation(generation_);
-        p->req.set_generation(generation_);
-        p->req.set_generation(generation_);
+        p->req.set_incarnation(incarnation_);
         p->req.set_min_version(min_version);
         p->req.set_step(step);
         SparseRows* r = p->req.add_sparse();
@@ -630,8 +630,7 @@ absl::Status ParamClient::PushSparse(int64_t step, bool sync,
         p->server = servers_[s];
         p->req.set_trainer_id(trainer_id_);
         p->req.set_generation(generation_);
-        p->req.set_generation(generation_);
-        p->req.set_generation(generation_);
+        p->req.set_incarnation(incarnation_);
         p->req.set_step(step);
         p->req.set_request_id(NextRequestId());
         SparseRows* r = p->req.add_sparse();

@@ -118,6 +118,9 @@ class ParamClient {
   // Fault tolerance (docs/fault_tolerance.md). The timeline sent with every
   // pull and push: a pserver on another one answers ABORTED.
   void set_generation(uint64_t generation) { generation_ = generation; }
+  // This process's incarnation, sent with every pull and push so that a
+  // pserver refuses a replaced process. 0 (the default): not sent.
+  void set_incarnation(uint64_t incarnation) { incarnation_ = incarnation; }
   uint64_t generation() const { return generation_; }
   // Joins the job in two phases (RegisterRequest): returns the step this
   // trainer starts at, which every pserver now waits for.
@@ -194,6 +197,7 @@ class ParamClient {
   const std::vector<std::vector<std::vector<BlockPlacement>>> chunks_;
   std::mt19937_64 id_rng_;
   uint64_t generation_ = 0;
+  uint64_t incarnation_ = 0;
   ValueEncoding push_encoding_ = FLOAT32;
   ValueEncoding pull_encoding_ = FLOAT32;
   bool use_threshold_ = false;

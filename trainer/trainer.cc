@@ -301,6 +301,7 @@ absl::Status Trainer::Run() {
     *job.add_tables() = input->SparseTableSpec();
   }
   ParamClient client(servers_, k, layouts);
+  client.set_incarnation(o.incarnation);
   if (o.compression == "fp16") {
     client.set_encodings(FLOAT16, FLOAT16);
   } else if (o.compression == "bf16") {
