@@ -215,6 +215,8 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
   {
     absl::MutexLock m(&members_mu_);
     members_.assign(num_trainers_, Member{});
+    active_incarnation_.reset(new std::atomic<uint64_t>[num_trainers_]);
+    for (int k = 0; k < num_trainers_; ++k) PublishMemberLocked(k);
   }
   {
     absl::MutexLock c(&clock_mu_);
@@ -413,12 +415,9 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
   for (auto& w : work) w.first->mu.Lock();
   std::vector<std::shared_ptr<Waiter>> ready_waiters;
   std::vector<uint8_t> late(work.size(), 0);
-  if (sync_ && generation != kAnyGeneration &&
-      generation != generation_.load()) {
-    st = absl::AbortedError(absl::StrCat(
-        "push from generation ", generation, ": this pserver is on generation ",
-        generation_.load(), ", restarted from step ", base_step_.load(),
-        "; the trainer must recover"));
+  st = CheckGeneration("push", generation);
+  if (!st.ok()) {
+    // another timeline: nothing is applied
   } else if (sync_) {
     for (size_t i = 0; i < work.size(); ++i) {
       Block* b = work[i].first;
@@ -596,13 +595,7 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   for (const SparseGrads* r : work) tables_[r->table_id].sparse_step->mu.Lock();
   std::vector<std::shared_ptr<Waiter>> ready_waiters;
   std::vector<uint8_t> late(work.size(), 0);
-  if (sync_ && generation != kAnyGeneration &&
-      generation != generation_.load()) {
-    st = absl::AbortedError(absl::StrCat(
-        "push from generation ", generation, ": this pserver is on generation ",
-        generation_.load(), ", restarted from step ", base_step_.load(),
-        "; the trainer must recover"));
-  }
+  st = CheckGeneration("push", generation);
   for (size_t i = 0; st.ok() && i < work.size(); ++i) {
     const SparseGrads* r = work[i];
     SparseStep& ss = *tables_[r->table_id].sparse_step;
@@ -850,6 +843,7 @@ void ParameterStore::RegisterLocked(int trainer_id, uint64_t incarnation,
        (mem.incarnation == incarnation || mem.incarnation == 0))) {
     mem.state = MemberState::kActive;
     mem.incarnation = incarnation;
+    PublishMemberLocked(trainer_id);
     r.join_step = required_from_[trainer_id].load();
     if (!sync_) {
       absl::MutexLock c(&clock_mu_);
@@ -873,6 +867,7 @@ void ParameterStore::RegisterLocked(int trainer_id, uint64_t incarnation,
   }
   mem.state = MemberState::kActive;
   mem.incarnation = incarnation;
+  PublishMemberLocked(trainer_id);
   ++rejoined_;
   *rejoined = true;
   LOG(WARNING) << "trainer " << trainer_id << " rejoined (incarnation "
@@ -917,6 +912,7 @@ absl::Status ParameterStore::Heartbeat(int trainer_id, uint64_t incarnation,
     // First word since this store started (or restarted from a checkpoint).
     mem.state = MemberState::kActive;
     mem.incarnation = incarnation;
+    PublishMemberLocked(trainer_id);
   }
   if (mem.incarnation != incarnation) {
     return absl::FailedPreconditionError(
@@ -949,11 +945,30 @@ absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation) {
     if (mem.state == MemberState::kLeft) return absl::OkStatus();
     mem.state = MemberState::kLeft;
     mem.incarnation = incarnation;
+    PublishMemberLocked(trainer_id);
     required_from_[trainer_id].store(INT64_MAX);
   }
   LOG(INFO) << "trainer " << trainer_id << " left the job";
   RecheckBarriers();
   return absl::OkStatus();
+}
+
+absl::Status ParameterStore::CheckGeneration(absl::string_view what,
+                                             uint64_t generation) const {
+  if (!sync_ || generation == kAnyGeneration ||
+      generation == generation_.load()) {
+    return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrCat(
+      what, " from generation ", generation, ": this pserver is on generation ",
+      generation_.load(), ", restarted from step ", base_step_.load(),
+      "; the trainer must recover"));
+}
+
+void ParameterStore::PublishMemberLocked(int k) {
+  const Member& mem = members_[k];
+  active_incarnation_[k].store(
+      mem.state == MemberState::kActive ? mem.incarnation : 0);
 }
 
 absl::Status ParameterStore::CheckIncarnation(int trainer_id,
@@ -962,13 +977,12 @@ absl::Status ParameterStore::CheckIncarnation(int trainer_id,
       trainer_id >= num_trainers_) {
     return absl::OkStatus();  // the request's other checks will answer
   }
-  absl::MutexLock m(&members_mu_);
-  const Member& mem = members_[trainer_id];
-  if (mem.state == MemberState::kActive && mem.incarnation != 0 &&
-      mem.incarnation != incarnation) {
+  // Lock-free: this runs for every pull and push.
+  const uint64_t known = active_incarnation_[trainer_id].load();
+  if (known != 0 && known != incarnation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "trainer ", trainer_id, " incarnation ", incarnation,
-        " was replaced by incarnation ", mem.incarnation,
+        " was replaced by incarnation ", known,
         " (a restarted process with the same --trainer_id); this process "
         "must stop"));
   }
@@ -1015,16 +1029,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     st = absl::InvalidArgumentError(
         "negative min_version, step or min_clock in pull");
   }
-  const bool check_generation = sync_ && generation != kAnyGeneration;
-  auto wrong_generation = [this, generation] {
-    return absl::AbortedError(absl::StrCat(
-        "pull from generation ", generation, ": this pserver is on generation ",
-        generation_.load(), ", restarted from step ", base_step_.load(),
-        "; the trainer must recover"));
-  };
-  if (st.ok() && check_generation && generation != generation_.load()) {
-    st = wrong_generation();
-  }
+  if (st.ok()) st = CheckGeneration("pull", generation);
   auto w = std::make_shared<Waiter>();
   for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
     auto b = FindBlock(blocks[i].table_id, blocks[i].block);
@@ -1068,7 +1073,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   bool aborted = false;
   for (Block* b : w->blocks) {
     absl::MutexLock bl(&b->mu);
-    if (check_generation && generation != generation_.load()) {
+    if (!CheckGeneration("pull", generation).ok()) {
       aborted = true;
       break;
     }
@@ -1081,7 +1086,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   for (size_t i = 0; !aborted && i < w->sparse.size(); ++i) {
     SparseStep& ss = *tables_[w->sparse[i].table_id].sparse_step;
     absl::MutexLock sl(&ss.mu);
-    if (check_generation && generation != generation_.load()) {
+    if (!CheckGeneration("pull", generation).ok()) {
       aborted = true;
       break;
     }
@@ -1092,7 +1097,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     }
   }
   if (aborted) {
-    Finish(w, wrong_generation());
+    Finish(w, CheckGeneration("pull", generation));
     return;
   }
   if (w->pending.fetch_sub(1) == 1) {
@@ -1224,6 +1229,7 @@ void ParameterStore::Sweep(absl::Time now) {
             now - absl::FromUnixMicros(last_seen_us_[k].load());
         if (silent < options_.trainer_timeout) continue;
         mem.state = MemberState::kDropped;
+        PublishMemberLocked(k);
         required_from_[k].store(INT64_MAX);
         ++dropped_;
         dropped = true;
@@ -1544,6 +1550,7 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
         members_[k].state = MemberState::kDropped;
       }
     }
+    for (int k = 0; k < num_trainers_; ++k) PublishMemberLocked(k);
   }
   for (int k = 0; k < num_trainers_; ++k) {
     // Every trainer still in the job redoes the steps from here.

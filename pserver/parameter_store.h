@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -154,6 +155,12 @@ class ParameterStore {
   absl::Status Leave(int trainer_id, uint64_t incarnation);
   // Trainers the barrier waits for (not dropped, not left).
   std::vector<int> LiveTrainers() const;
+  // SYNC: ABORTED, naming `what` ("push", "pull", "checkpoint"), when
+  // `generation` is neither kAnyGeneration nor the store's. A caller that
+  // must not race a rollback checks it under a block lock, or, like the
+  // service's checkpoint handler, under its own rollback lock.
+  absl::Status CheckGeneration(absl::string_view what,
+                               uint64_t generation) const;
   // FAILED_PRECONDITION when `incarnation` is not 0 and trainer
   // `trainer_id` is now known under another one: a process replaced by a
   // restarted one must not push or pull for it.
@@ -286,6 +293,8 @@ class ParameterStore {
   // INVALID_ARGUMENT unless 0 <= trainer_id < the job's trainer count.
   absl::Status CheckTrainerId(int trainer_id) const;
   absl::Status CheckReadyAndTrainer(int trainer_id) const;
+  // Copies members_[k] into active_incarnation_[k].
+  void PublishMemberLocked(int k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
   // Register's work under members_mu_.
   void RegisterLocked(int trainer_id, uint64_t incarnation, absl::Time now,
                       RegisterResult* out, bool* rejoined)
@@ -352,6 +361,9 @@ class ParameterStore {
   std::vector<Member> members_ ABSL_GUARDED_BY(members_mu_);
   std::unique_ptr<std::atomic<int64_t>[]> required_from_;
   std::unique_ptr<std::atomic<int64_t>[]> last_seen_us_;
+  // active_incarnation_[k]: trainer k's incarnation while it is active and
+  // known, else 0; a lock-free copy of members_ for CheckIncarnation.
+  std::unique_ptr<std::atomic<uint64_t>[]> active_incarnation_;
 
   // The timeline (see generation()); written under LockAll.
   std::atomic<uint64_t> generation_{0};

@@ -213,22 +213,12 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(
     return Reply(ctx, absl::InvalidArgumentError(absl::StrCat(
                           "checkpoint step ", req->step(), " out of range")));
   }
-  if (store_->ready() && store_->job().mode() == SYNC &&
-      req->generation() != store_->generation()) {
-    return Reply(
-        ctx, absl::AbortedError(absl::StrCat(
-                 "checkpoint from generation ", req->generation(),
-                 ": this pserver is on generation ", store_->generation())));
-  }
   // Not while a rollback runs: a snapshot of the abandoned timeline must
   // not be saved after the rollback discarded its checkpoints.
   absl::MutexLock l(&rollback_mu_);
-  if (store_->ready() && store_->job().mode() == SYNC &&
-      req->generation() != store_->generation()) {
-    return Reply(
-        ctx, absl::AbortedError(absl::StrCat(
-                 "checkpoint from generation ", req->generation(),
-                 ": this pserver is on generation ", store_->generation())));
+  if (store_->ready()) {
+    absl::Status s = store_->CheckGeneration("checkpoint", req->generation());
+    if (!s.ok()) return Reply(ctx, s);
   }
   auto snap = store_->Snapshot(req->step());
   if (!snap.ok()) return Reply(ctx, snap.status());
