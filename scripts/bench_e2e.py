@@ -26,15 +26,18 @@ PEER = os.path.join(os.path.dirname(REPO), "shared", "peers",
                     "torch_fmnist.py")
 
 
-def run_shardps(args, pservers, mode, tmp):
+def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900):
+    """Runs configs/fmnist_mlp.pbtxt on `pservers` pservers and 2 trainers
+    with scripts/local_cluster.py; returns {trainer id: [eval lines]}.
+    scripts/compression_e2.py uses it too."""
     log_dir = tempfile.mkdtemp(dir=tmp)
     metrics = os.path.join(log_dir, "metrics")
     cmd = [sys.executable, os.path.join(REPO, "scripts", "local_cluster.py"),
            "--pservers", str(pservers), "--trainers", "2",
            "--config", os.path.join(REPO, "configs", "fmnist_mlp.pbtxt"),
-           "--bin_dir", args.bin_dir, "--log_dir", log_dir,
-           "--metrics_dir", metrics, "--timeout", "900", "--quiet", "--",
-           "--mode=" + mode, "--num_passes=%d" % args.passes, "--progress=off"]
+           "--bin_dir", bin_dir, "--log_dir", log_dir,
+           "--metrics_dir", metrics, "--timeout", str(timeout), "--quiet",
+           "--", "--progress=off"] + list(trainer_flags)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
@@ -45,6 +48,13 @@ def run_shardps(args, pservers, mode, tmp):
                 ev = json.loads(line)
                 if ev.get("event") == "eval":
                     evals.setdefault(ev["trainer_id"], []).append(ev)
+    return evals
+
+
+def run_shardps(args, pservers, mode, tmp):
+    evals = run_cluster(args.bin_dir, pservers,
+                        ["--mode=" + mode, "--num_passes=%d" % args.passes],
+                        tmp)
     # Samples/s of the job: both trainers' samples over the longer loop.
     last = [e[-1] for e in evals.values()]
     samples = sum(e["step"] * 64 for e in last)

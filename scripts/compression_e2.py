@@ -12,12 +12,12 @@ test accuracy after every pass, and the difference from dense after the last.
 """
 
 import argparse
-import glob
-import json
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_e2e  # noqa: E402  (run_cluster)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,24 +42,9 @@ SETTINGS = [
 
 
 def run(args, flags, tmp):
-    log_dir = tempfile.mkdtemp(dir=tmp)
-    metrics = os.path.join(log_dir, "metrics")
-    cmd = [sys.executable, os.path.join(REPO, "scripts", "local_cluster.py"),
-           "--pservers", "2", "--trainers", "2",
-           "--config", os.path.join(REPO, "configs", "fmnist_mlp.pbtxt"),
-           "--bin_dir", args.bin_dir, "--log_dir", log_dir,
-           "--metrics_dir", metrics, "--timeout", "1200", "--quiet", "--",
-           "--num_passes=%d" % args.passes, "--progress=off"] + flags
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    evals = {}
-    for path in glob.glob(os.path.join(metrics, "*.jsonl")):
-        with open(path) as f:
-            for line in f:
-                ev = json.loads(line)
-                if ev.get("event") == "eval":
-                    evals.setdefault(ev["trainer_id"], []).append(ev)
+    evals = bench_e2e.run_cluster(
+        args.bin_dir, 2, ["--num_passes=%d" % args.passes] + flags, tmp,
+        timeout=1200)
     pushed = sum(e[-1]["push_bytes"] for e in evals.values())
     accs = [e["test_accuracy"] for e in evals[0]]
     return pushed, accs
