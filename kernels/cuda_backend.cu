@@ -201,18 +201,20 @@ struct ActivationDesc {
   }
 };
 
-// Device memory that grows on demand (scratch).
-class DeviceScratch {
+// Memory that grows on demand: device scratch (cudaMalloc/cudaFree) or
+// page-locked host staging for transfers (cudaMallocHost/cudaFreeHost).
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Release)(void*)>
+class GrowingBuffer {
  public:
-  ~DeviceScratch() {
-    if (p_ != nullptr) cudaFree(p_);
+  ~GrowingBuffer() {
+    if (p_ != nullptr) Release(p_);
   }
   absl::Status Reserve(size_t bytes) {
     if (bytes <= size_) return absl::OkStatus();
-    if (p_ != nullptr) CUDA_RETURN_IF_ERROR(cudaFree(p_));
+    if (p_ != nullptr) CUDA_RETURN_IF_ERROR(Release(p_));
     p_ = nullptr;
     size_ = 0;
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&p_, bytes));
+    CUDA_RETURN_IF_ERROR(Alloc(&p_, bytes));
     size_ = bytes;
     return absl::OkStatus();
   }
@@ -223,27 +225,15 @@ class DeviceScratch {
   size_t size_ = 0;
 };
 
-// Page-locked host memory that grows on demand (staging for transfers).
-class PinnedScratch {
- public:
-  ~PinnedScratch() {
-    if (p_ != nullptr) cudaFreeHost(p_);
-  }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= size_) return absl::OkStatus();
-    if (p_ != nullptr) CUDA_RETURN_IF_ERROR(cudaFreeHost(p_));
-    p_ = nullptr;
-    size_ = 0;
-    CUDA_RETURN_IF_ERROR(cudaMallocHost(&p_, bytes));
-    size_ = bytes;
-    return absl::OkStatus();
-  }
-  void* get() const { return p_; }
+cudaError_t DeviceAlloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+cudaError_t DeviceFree(void* p) { return cudaFree(p); }
+cudaError_t PinnedAlloc(void** p, size_t bytes) {
+  return cudaMallocHost(p, bytes);
+}
+cudaError_t PinnedFree(void* p) { return cudaFreeHost(p); }
 
- private:
-  void* p_ = nullptr;
-  size_t size_ = 0;
-};
+using DeviceScratch = GrowingBuffer<DeviceAlloc, DeviceFree>;
+using PinnedScratch = GrowingBuffer<PinnedAlloc, PinnedFree>;
 
 class CudaBackend : public Backend {
  public:
