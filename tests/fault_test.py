@@ -89,6 +89,16 @@ class FaultTest(testlib.ProcessTestCase):
                  if l.get("event") == "step"]
         return steps[-1] if steps else 0
 
+    def step_after_recovery(self, k):
+        """Trainer k's last logged step after its last recovery, or 0."""
+        step = 0
+        for l in read_json_lines(self.metrics(k)):
+            if l.get("event") == "recovery":
+                step = 0
+            elif l.get("event") == "step":
+                step = l["step"]
+        return step
+
     def wait_exit(self, p, timeout, what):
         try:
             return p.wait(timeout)
@@ -151,11 +161,12 @@ class FaultTest(testlib.ProcessTestCase):
         args = ["--num_passes=2", "--checkpoint_every_steps=300"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
         ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1, step=300)
-        # Back at 300 and on a little, well before the checkpoint of 600.
+        # Both trainers back at 300 and stepping again (a step line written
+        # after the recovery), well before the checkpoint of 600.
         self.assertTrue(wait_for(
-            lambda: len(self.recoveries(0)) == 1 and
-            self.last_step(0) >= self.recoveries(0)[0]["to_step"] + 20, 120),
-            self.trainer_log(0))
+            lambda: all(len(self.recoveries(k)) == 1 and
+                        self.step_after_recovery(k) >= 320 for k in (0, 1)),
+            120), self.trainer_log(0))
         self.assertFalse(os.path.isdir(
             os.path.join(self.ckpt(1), ckpt_dir_name(600))))
         ps1.kill()
