@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "common/threshold_codec.h"
+#include "compression/threshold_codec.h"
 
 namespace shardps {
 namespace {

@@ -42,9 +42,9 @@
 #include "proto/ps_service.grpc.pb.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/server.h"
-#include "trainer/grpc_ps_client.h"
-#include "trainer/param_client.h"
-#include "trainer/retry_timer.h"
+#include "trainer/client/grpc_ps_client.h"
+#include "trainer/client/param_client.h"
+#include "trainer/client/retry_timer.h"
 
 namespace shardps {
 namespace {

@@ -17,8 +17,8 @@
 #include "common/shard_map.h"
 #include "glog/logging.h"
 #include "pserver/server.h"
-#include "trainer/grpc_ps_client.h"
-#include "trainer/param_client.h"
+#include "trainer/client/grpc_ps_client.h"
+#include "trainer/client/param_client.h"
 
 namespace shardps {
 namespace {

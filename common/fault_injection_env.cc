@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "common/checkpoint.h"
-#include "common/status_macros.h"
 
 namespace shardps {
 namespace {

@@ -9,231 +9,22 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/cuda_status.h"
-#include "common/status_macros.h"
-#include "kernels/activation_functors.h"
+#include "base/status_macros.h"
 #include "kernels/cuda_backend.h"
-#include "kernels/layer_functors.h"
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_resources.h"
+#include "kernels/cuda_status.h"
 
 namespace shardps {
 namespace {
 
-constexpr int kThreads = 256;
-
-// Blocks of a grid-stride loop over n elements.
-int Blocks(size_t n) {
-  const size_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(b, 4096)));
-}
-
-// ---- Kernels over the shared functors ----
-
-__global__ void BiasForwardKernel(const float* b, int channels, int inner,
-                                  size_t total, const float* x, float* y) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-       i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>((i / inner) % channels);
-    y[i] = x[i] + b[c];
-  }
-}
-
-// One block per channel; a fixed-order tree sum, so the result is
-// deterministic.
-__global__ void BiasBackwardKernel(const float* dy, int outer, int channels,
-                                   int inner, float* db) {
-  __shared__ float part[kThreads];
-  const int c = blockIdx.x;
-  const size_t count = static_cast<size_t>(outer) * inner;
-  float s = 0.0f;
-  for (size_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const size_t o = j / inner, i = j % inner;
-    s += dy[(o * channels + c) * inner + i];
-  }
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) db[c] = part[0];
-}
-
-__global__ void DropoutForwardKernel(float rate, uint64_t seed, const float* x,
-                                     size_t n, float* mask, float* y) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float m = DropoutMask(seed, i, rate);
-    mask[i] = m;
-    y[i] = x[i] * m;
-  }
-}
-
-__global__ void MultiplyKernel(const float* a, const float* b, size_t n,
-                               float* out) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = a[i] * b[i];
-  }
-}
-
-// From cuDNN's log-softmax rows: per-example loss and correctness, the
-// gradient (SoftmaxXentGrad) and the probabilities.
-__global__ void SoftmaxXentKernel(const float* logp, const int32_t* labels,
-                                  int batch, int c, float scale, float* dlogits,
-                                  float* probs, float* loss, int32_t* correct) {
-  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < batch;
-       r += gridDim.x * blockDim.x) {
-    const float* lp = logp + static_cast<size_t>(r) * c;
-    const int32_t label = labels[r];
-    const bool valid = label >= 0 && label < c;
-    int argmax = 0;
-    for (int j = 1; j < c; ++j) {
-      if (lp[j] > lp[argmax]) argmax = j;
-    }
-    loss[r] = valid ? -lp[label] : 0.0f;
-    correct[r] = valid && argmax == label ? 1 : 0;
-    for (int j = 0; j < c; ++j) {
-      const float p = expf(lp[j]);
-      const size_t k = static_cast<size_t>(r) * c + j;
-      if (probs != nullptr) probs[k] = p;
-      if (dlogits != nullptr) {
-        dlogits[k] = valid ? SoftmaxXentGrad(p, j == label, scale) : 0.0f;
-      }
-    }
-  }
-}
-
-__global__ void LogisticKernel(const float* z, const int32_t* labels, int batch,
-                               float scale, float* dlogits, float* probs,
-                               float* loss, int32_t* correct) {
-  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < batch;
-       r += gridDim.x * blockDim.x) {
-    const float p = SigmoidForward(z[r]);
-    if (probs != nullptr) probs[r] = p;
-    const int32_t label = labels[r];
-    const bool valid = label == 0 || label == 1;
-    const float t = static_cast<float>(label);
-    loss[r] = valid ? LogisticLoss(z[r], t) : 0.0f;
-    correct[r] = valid && (p >= 0.5f ? 1 : 0) == label ? 1 : 0;
-    if (dlogits != nullptr) dlogits[r] = valid ? (p - t) * scale : 0.0f;
-  }
-}
-
-// ---- cuDNN descriptors, destroyed with their owner ----
-
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  ~TensorDesc() {
-    if (d != nullptr) cudnnDestroyTensorDescriptor(d);
-  }
-  absl::Status Set(int n, int c, int h, int w) {
-    if (d == nullptr) CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&d));
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(
-        d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
-    return absl::OkStatus();
-  }
-};
-
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  ~FilterDesc() {
-    if (d != nullptr) cudnnDestroyFilterDescriptor(d);
-  }
-  absl::Status Set(int k, int c, int h, int w) {
-    if (d == nullptr) CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&d));
-    CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(
-        d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, k, c, h, w));
-    return absl::OkStatus();
-  }
-};
-
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  ~ConvDesc() {
-    if (d != nullptr) cudnnDestroyConvolutionDescriptor(d);
-  }
-  absl::Status Set(int pad, int stride) {
-    if (d == nullptr) {
-      CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&d));
-    }
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
-        d, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
-        CUDNN_DATA_FLOAT));
-    // Plain FP32 arithmetic: no TF32 tensor cores.
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d, CUDNN_FMA_MATH));
-    return absl::OkStatus();
-  }
-};
-
-struct PoolDesc {
-  cudnnPoolingDescriptor_t d = nullptr;
-  ~PoolDesc() {
-    if (d != nullptr) cudnnDestroyPoolingDescriptor(d);
-  }
-  absl::Status Set(const PoolGeometry& g) {
-    if (d == nullptr) CUDNN_RETURN_IF_ERROR(cudnnCreatePoolingDescriptor(&d));
-    CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
-        d,
-        g.mode == PoolMode::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC
-                                 : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
-        CUDNN_NOT_PROPAGATE_NAN, g.window, g.window, g.padding, g.padding,
-        g.stride, g.stride));
-    return absl::OkStatus();
-  }
-};
-
-struct ActivationDesc {
-  cudnnActivationDescriptor_t d = nullptr;
-  ~ActivationDesc() {
-    if (d != nullptr) cudnnDestroyActivationDescriptor(d);
-  }
-  absl::Status Set(Activation f) {
-    if (d == nullptr) {
-      CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&d));
-    }
-    const cudnnActivationMode_t mode =
-        f == Activation::kRelu      ? CUDNN_ACTIVATION_RELU
-        : f == Activation::kSigmoid ? CUDNN_ACTIVATION_SIGMOID
-                                    : CUDNN_ACTIVATION_TANH;
-    CUDNN_RETURN_IF_ERROR(
-        cudnnSetActivationDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
-    return absl::OkStatus();
-  }
-};
-
-// Memory that grows on demand: device scratch (cudaMalloc/cudaFree) or
-// page-locked host staging for transfers (cudaMallocHost/cudaFreeHost).
-template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Release)(void*)>
-class GrowingBuffer {
- public:
-  ~GrowingBuffer() {
-    if (p_ != nullptr) Release(p_);
-  }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= size_) return absl::OkStatus();
-    if (p_ != nullptr) CUDA_RETURN_IF_ERROR(Release(p_));
-    p_ = nullptr;
-    size_ = 0;
-    CUDA_RETURN_IF_ERROR(Alloc(&p_, bytes));
-    size_ = bytes;
-    return absl::OkStatus();
-  }
-  void* get() const { return p_; }
-
- private:
-  void* p_ = nullptr;
-  size_t size_ = 0;
-};
-
-cudaError_t DeviceAlloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t DeviceFree(void* p) { return cudaFree(p); }
-cudaError_t PinnedAlloc(void** p, size_t bytes) {
-  return cudaMallocHost(p, bytes);
-}
-cudaError_t PinnedFree(void* p) { return cudaFreeHost(p); }
-
-using DeviceScratch = GrowingBuffer<DeviceAlloc, DeviceFree>;
-using PinnedScratch = GrowingBuffer<PinnedAlloc, PinnedFree>;
+using cuda_resources::ActivationDesc;
+using cuda_resources::ConvDesc;
+using cuda_resources::DeviceScratch;
+using cuda_resources::FilterDesc;
+using cuda_resources::PinnedScratch;
+using cuda_resources::PoolDesc;
+using cuda_resources::TensorDesc;
 
 class CudaBackend : public Backend {
  public:
@@ -320,18 +111,16 @@ class CudaBackend : public Backend {
                            const float* x, float* y) override {
     const size_t total = static_cast<size_t>(outer) * channels * inner;
     if (total == 0) return absl::OkStatus();
-    BiasForwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(
-        b, channels, inner, total, x, y);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(
+        cuda_kernels::BiasForward(stream_, b, channels, inner, total, x, y));
     return absl::OkStatus();
   }
 
   absl::Status BiasBackward(const float* dy, int outer, int channels, int inner,
                             float* db) override {
     if (channels <= 0) return absl::OkStatus();
-    BiasBackwardKernel<<<channels, kThreads, 0, stream_>>>(dy, outer, channels,
-                                                           inner, db);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(
+        cuda_kernels::BiasBackward(stream_, dy, outer, channels, inner, db));
     return absl::OkStatus();
   }
 
@@ -430,17 +219,15 @@ class CudaBackend : public Backend {
   absl::Status DropoutForward(float rate, uint64_t seed, const float* x,
                               size_t n, float* mask, float* y) override {
     if (n == 0) return absl::OkStatus();
-    DropoutForwardKernel<<<Blocks(n), kThreads, 0, stream_>>>(rate, seed, x, n,
-                                                              mask, y);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(
+        cuda_kernels::DropoutForward(stream_, rate, seed, x, n, mask, y));
     return absl::OkStatus();
   }
 
   absl::Status DropoutBackward(const float* mask, const float* dy, size_t n,
                                float* dx) override {
     if (n == 0) return absl::OkStatus();
-    MultiplyKernel<<<Blocks(n), kThreads, 0, stream_>>>(dy, mask, n, dx);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(cuda_kernels::Multiply(stream_, dy, mask, n, dx));
     return absl::OkStatus();
   }
 
@@ -458,10 +245,9 @@ class CudaBackend : public Backend {
     CUDNN_RETURN_IF_ERROR(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_LOG,
                                               CUDNN_SOFTMAX_MODE_INSTANCE, &one,
                                               x_.d, logits, &zero, x_.d, logp));
-    SoftmaxXentKernel<<<Blocks(batch), kThreads, 0, stream_>>>(
-        logp, LossLabels(), batch, classes, grad_scale, dlogits, probs,
-        LossFloats(2 * n), LossCorrect());
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(cuda_kernels::SoftmaxXent(
+        stream_, logp, LossLabels(), batch, classes, grad_scale, dlogits, probs,
+        LossFloats(2 * n), LossCorrect()));
     return FinishLoss(batch, probs, n, probabilities, sums);
   }
 
@@ -472,10 +258,9 @@ class CudaBackend : public Backend {
     const size_t n = static_cast<size_t>(batch);
     RETURN_IF_ERROR(PrepareLoss(labels, batch, n));
     float* probs = probabilities != nullptr ? LossFloats(n) : nullptr;
-    LogisticKernel<<<Blocks(batch), kThreads, 0, stream_>>>(
-        logits, LossLabels(), batch, grad_scale, dlogits, probs,
-        LossFloats(2 * n), LossCorrect());
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(cuda_kernels::Logistic(
+        stream_, logits, LossLabels(), batch, grad_scale, dlogits, probs,
+        LossFloats(2 * n), LossCorrect()));
     return FinishLoss(batch, probs, n, probabilities, sums);
   }
 

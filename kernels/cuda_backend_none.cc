@@ -1,8 +1,7 @@
-// The CUDA entry points of a build without CUDA (SHARDPS_WITH_CUDA=OFF or no
-// nvcc): they say so.
+// The CUDA backend's entry points in a build without CUDA
+// (SHARDPS_WITH_CUDA=OFF or no nvcc): they say so.
 #include "absl/status/status.h"
 #include "kernels/cuda_backend.h"
-#include "kernels/cuda_threshold_encoder.h"
 
 namespace shardps {
 namespace {
@@ -20,11 +19,6 @@ bool CudaBackendBuilt() { return false; }
 absl::StatusOr<int> CudaDeviceCount() { return NotBuilt(); }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
-  return NotBuilt();
-}
-
-absl::StatusOr<std::unique_ptr<CudaThresholdEncoder>>
-CudaThresholdEncoder::Create(int device) {
   return NotBuilt();
 }
 

@@ -1,86 +1,23 @@
-// The CUDA backend against the CPU backend, call by call and for a whole
-// training step, and the GPU threshold encoder against the CPU codec byte
-// for byte. Needs a CUDA device: without one (or in a build without CUDA)
-// every test is skipped with the reason, and ctest lists it as skipped.
+// The CUDA backend against the CPU backend, call by call. Needs a CUDA
+// device: without one (or in a build without CUDA) every test is skipped
+// with the reason, and ctest lists it as skipped.
 #include "kernels/cuda_backend.h"
 
 #include <cmath>
 #include <cstring>
-#include <iostream>
-#include <memory>
-#include <random>
-#include <string>
 #include <vector>
 
-#include "common/threshold_codec.h"
-#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
-#include "kernels/cuda_threshold_encoder.h"
-#include "trainer/model.h"
+#include "kernels/testing/cuda_test.h"
 
 namespace shardps {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing_cuda::CudaTest;
+using testing_cuda::Random;
 
-// Why there is no device, or "" when there is one.
-std::string NoDevice() {
-  absl::StatusOr<int> n = CudaDeviceCount();
-  if (!n.ok()) return std::string(n.status().message());
-  if (*n == 0) return "0 CUDA devices";
-  return "";
-}
-
-class CudaBackendTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = NoDevice();
-    if (!why.empty()) {
-      std::cout << "no CUDA device, skipping: " << why << std::endl;
-      GTEST_SKIP() << "no CUDA device: " << why;
-    }
-    auto b = CreateCudaBackend(0);
-    ASSERT_TRUE(b.ok()) << b.status();
-    gpu_ = std::move(b).value();
-  }
-
-  // A device copy of `host`.
-  BackendBuffer Dev(const std::vector<float>& host) {
-    BackendBuffer b;
-    EXPECT_TRUE(b.Allocate(gpu_.get(), host.size()).ok());
-    EXPECT_TRUE(gpu_->Upload(host.data(), host.size(), b.data()).ok());
-    return b;
-  }
-  BackendBuffer Zeros(size_t n) {
-    BackendBuffer b;
-    EXPECT_TRUE(b.Allocate(gpu_.get(), n).ok());
-    return b;
-  }
-  std::vector<float> Host(const BackendBuffer& b) {
-    std::vector<float> h(b.size());
-    EXPECT_TRUE(gpu_->Download(b.data(), b.size(), h.data()).ok());
-    return h;
-  }
-  static void ExpectNear(const std::vector<float>& want,
-                         const std::vector<float>& got, float tol,
-                         const std::string& what) {
-    ASSERT_EQ(want.size(), got.size()) << what;
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(want[i], got[i], tol * std::max(1.0f, std::fabs(want[i])))
-          << what << "[" << i << "]";
-    }
-  }
-
-  CpuBackend cpu_;
-  std::unique_ptr<Backend> gpu_;
-};
+using CudaBackendTest = CudaTest;
 
 TEST_F(CudaBackendTest, Gemm) {
   const int m = 7, n = 5, k = 9;
@@ -256,93 +193,6 @@ TEST_F(CudaBackendTest, Losses) {
   EXPECT_EQ(cl.correct, gl.correct);
   ExpectNear(cld, Host(gld), 1e-6f, "logistic gradient");
   ExpectNear(clp, glp, 1e-6f, "logistic probabilities");
-}
-
-// configs/fmnist_cnn.pbtxt's layers plus dropout: one training step and an
-// evaluation on each backend give the same loss and gradients.
-TEST_F(CudaBackendTest, CnnTrainingStepMatchesCpu) {
-  ModelConfig config;
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      R"pb(
-        layers { type: CONV2D filters: 8 kernel_size: 3 padding: 1 }
-        layers { type: RELU }
-        layers { type: MAX_POOL pool_size: 2 }
-        layers { type: CONV2D filters: 16 kernel_size: 3 padding: 1 }
-        layers { type: TANH }
-        layers { type: AVG_POOL pool_size: 2 }
-        layers { type: FLATTEN }
-        layers { type: DROPOUT dropout_rate: 0.2 }
-        layers { type: FULLY_CONNECTED output_dim: 10 }
-        loss { type: SOFTMAX_CROSS_ENTROPY }
-        seed: 4
-      )pb",
-      &config));
-  auto cpu = Model::Create(config, 784, 10);
-  auto gpu = Model::Create(config, 784, 10, std::move(gpu_));
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  (*cpu)->InitializeParameters(3);
-  (*gpu)->InitializeParameters(3);
-  const int batch = 16;
-  std::vector<float> x = Random(batch * 784, 10);
-  for (float& v : x) v = std::fabs(v);
-  std::vector<int32_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = i % 10;
-  auto cs = (*cpu)->TrainBatch(x.data(), labels.data(), batch);
-  auto gs = (*gpu)->TrainBatch(x.data(), labels.data(), batch);
-  ASSERT_TRUE(cs.ok()) << cs.status();
-  ASSERT_TRUE(gs.ok()) << gs.status();
-  EXPECT_NEAR(cs->loss_sum, gs->loss_sum, 1e-3);
-  for (size_t t = 0; t < (*cpu)->tables().size(); ++t) {
-    ExpectNear((*cpu)->tables()[t].grad, (*gpu)->tables()[t].grad, 1e-3f,
-               (*cpu)->tables()[t].name);
-  }
-  std::vector<float> cp(batch * 10), gp(batch * 10);
-  auto ce = (*cpu)->Evaluate(x.data(), labels.data(), batch, cp.data());
-  auto ge = (*gpu)->Evaluate(x.data(), labels.data(), batch, gp.data());
-  ASSERT_TRUE(ce.ok() && ge.ok());
-  EXPECT_NEAR(ce->loss_sum, ge->loss_sum, 1e-3);
-  ExpectNear(cp, gp, 1e-4f, "probabilities");
-}
-
-// The GPU encoder's message and residual equal the CPU codec's, bit for bit.
-TEST_F(CudaBackendTest, ThresholdEncoderMatchesCpuBytes) {
-  auto enc = CudaThresholdEncoder::Create(0);
-  ASSERT_TRUE(enc.ok()) << enc.status();
-  struct Case {
-    size_t n;
-    float scale, threshold;
-  };
-  // Sparse (threshold format), dense (bitmap), ragged tails, nothing sent.
-  for (const Case& c : {Case{100003, 1e-3f, 9.9e-4f}, Case{4099, 1.0f, 0.5f},
-                        Case{17, 1.0f, 0.3f}, Case{1000, 1e-3f, 1.0f},
-                        Case{1 << 20, 1.0f, 0.9999f}}) {
-    std::vector<float> r = Random(c.n, static_cast<uint32_t>(c.n), c.scale);
-    r[0] = -0.0f;
-    BackendBuffer dr = Dev(r);
-    std::vector<int32_t> want, got = {7};  // appended after what is there
-    auto ci = EncodeThresholdOrBitmap(absl::MakeSpan(r), c.threshold, &want);
-    auto gi = (*enc)->Encode(dr.data(), c.n, c.threshold, &got);
-    ASSERT_TRUE(ci.ok() && gi.ok()) << gi.status();
-    EXPECT_EQ(static_cast<int>(ci->kind), static_cast<int>(gi->kind));
-    EXPECT_EQ(ci->selected, gi->selected);
-    EXPECT_EQ(ci->encoded, gi->encoded);
-    EXPECT_EQ(ci->bytes, gi->bytes);
-    want.insert(want.begin(), 7);
-    EXPECT_EQ(want, got) << "n " << c.n;
-    const std::vector<float> gr = Host(dr);
-    ASSERT_EQ(0, std::memcmp(r.data(), gr.data(), r.size() * sizeof(float)))
-        << "residuals differ, n " << c.n;
-  }
-  std::vector<float> bad = {1.0f, NAN, 2.0f};
-  BackendBuffer db = Dev(bad);
-  std::vector<int32_t> out;
-  auto info = (*enc)->Encode(db.data(), 3, 0.5f, &out);
-  ASSERT_TRUE(info.ok());
-  EXPECT_EQ(static_cast<int>(info->kind),
-            static_cast<int>(EncodeInfo::Kind::kNonFinite));
-  EXPECT_TRUE(out.empty());
-  EXPECT_FALSE((*enc)->Encode(db.data(), 3, 0.0f, &out).ok());
 }
 
 }  // namespace

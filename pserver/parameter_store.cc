@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "common/blob_io.h"
 #include "common/shard_map.h"
-#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/finite.h"

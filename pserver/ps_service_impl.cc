@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "common/threshold_codec.h"
-#include "common/value_encoding.h"
+#include "compression/threshold_codec.h"
+#include "compression/value_encoding.h"
 #include "glog/logging.h"
 
 namespace shardps {

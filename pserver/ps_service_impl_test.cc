@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "common/threshold_codec.h"
-#include "common/value_encoding.h"
+#include "compression/threshold_codec.h"
+#include "compression/value_encoding.h"
 #include "gtest/gtest.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "pserver/server.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds common/threshold_codec_fuzz.cc with clang's libFuzzer and AddressSanitizer
+# Builds compression/threshold_codec_fuzz.cc with clang's libFuzzer and AddressSanitizer
 # and runs it briefly; fails on any crash. Exits 77 (ctest's skip code) when
 # clang or libFuzzer is missing.
 #   tests/fuzz_codec.sh [SOURCE_DIR] [BUILD_DIR] [SECONDS]
@@ -30,7 +30,7 @@ fi
 
 "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined -I"$src" -I"$build" \
-  "$src/common/threshold_codec_fuzz.cc" "$src/common/threshold_codec.cc" \
+  "$src/compression/threshold_codec_fuzz.cc" "$src/compression/threshold_codec.cc" \
   $absl_libs -o "$tmp/threshold_codec_fuzz"
 
 mkdir -p "$tmp/corpus"

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "trainer/libsvm_reader.h"
+#include "trainer/data/libsvm_reader.h"
 
 struct gzFile_s;  // zlib.h
 

@@ -11,9 +11,9 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/auc.h"
-#include "trainer/data_shard.h"
-#include "trainer/libsvm_reader.h"
+#include "trainer/data/data_shard.h"
+#include "trainer/data/libsvm_reader.h"
+#include "trainer/model/auc.h"
 
 namespace shardps {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "gflags/gflags.h"
 #include "tools/ctr_data_gen.h"
-#include "trainer/auc.h"
+#include "trainer/model/auc.h"
 
 DEFINE_string(train_out, "", "training set (libsvm; gzip if it ends in .gz)");
 DEFINE_string(test_out, "", "test set (libsvm; gzip if it ends in .gz)");

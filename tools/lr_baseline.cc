@@ -14,8 +14,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "gflags/gflags.h"
-#include "trainer/auc.h"
-#include "trainer/libsvm_reader.h"
+#include "trainer/data/libsvm_reader.h"
+#include "trainer/model/auc.h"
 
 DEFINE_string(train, "", "libsvm training file");
 DEFINE_string(test, "", "libsvm test file");

@@ -18,8 +18,8 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/grpc_ps_client.h"
-#include "trainer/retry_timer.h"
+#include "trainer/client/grpc_ps_client.h"
+#include "trainer/client/retry_timer.h"
 
 DEFINE_string(pservers, "", "comma-separated host or host:port");
 DEFINE_int32(timeout_s, 5, "how long to wait for each pserver");

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "trainer/dataset_loader.h"
-#include "trainer/sparse_input.h"
+#include "base/status_macros.h"
+#include "trainer/data/dataset_loader.h"
+#include "trainer/model/sparse_input.h"
 
 namespace shardps {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/param_client.h"
+#include "trainer/client/param_client.h"
 
 namespace shardps {
 

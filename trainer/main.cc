@@ -23,7 +23,7 @@
 #include "google/protobuf/text_format.h"
 #include "kernels/blas.h"
 #include "kernels/cuda_backend.h"
-#include "trainer/grpc_ps_client.h"
+#include "trainer/client/grpc_ps_client.h"
 #include "trainer/trainer.h"
 
 DEFINE_string(pservers, "",

@@ -13,9 +13,9 @@
 
 #include "gtest/gtest.h"
 #include "pserver/server.h"
-#include "trainer/grpc_ps_client.h"
-#include "trainer/model.h"
-#include "trainer/saved_model.h"
+#include "trainer/client/grpc_ps_client.h"
+#include "trainer/model/model.h"
+#include "trainer/model/saved_model.h"
 #include "trainer/trainer.h"
 
 namespace shardps {

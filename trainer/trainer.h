@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/ps_client_interface.h"
+#include "trainer/client/ps_client_interface.h"
 
 namespace shardps {
 

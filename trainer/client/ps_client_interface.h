@@ -1,0 +1,109 @@
+#ifndef SHARDPS_TRAINER_CLIENT_PS_CLIENT_INTERFACE_H_
+#define SHARDPS_TRAINER_CLIENT_PS_CLIENT_INTERFACE_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "proto/ps_service.pb.h"
+
+namespace shardps {
+
+using StatusCallback = std::function<void(absl::Status)>;
+
+// A connection to one pserver. Each call is asynchronous: `done` runs once,
+// on some other thread, when the call has ended; the request and response
+// must stay alive until then. Transient failures (UNAVAILABLE,
+// DEADLINE_EXCEEDED) are retried inside the implementation; the status that
+// reaches `done` is final. Sync wrappers block until `done`.
+// Implementations are thread-safe.
+class PsClientInterface {
+ public:
+  virtual ~PsClientInterface() = default;
+
+  // host:port, for messages.
+  virtual const std::string& address() const = 0;
+
+  virtual void InitJobAsync(const InitJobRequest& req, InitJobResponse* resp,
+                            StatusCallback done) = 0;
+  virtual void SetInitialValuesAsync(const SetInitialValuesRequest& req,
+                                     SetInitialValuesResponse* resp,
+                                     StatusCallback done) = 0;
+  virtual void CommitInitAsync(const CommitInitRequest& req,
+                               CommitInitResponse* resp,
+                               StatusCallback done) = 0;
+  virtual void RegisterAsync(const RegisterRequest& req, RegisterResponse* resp,
+                             StatusCallback done) = 0;
+  virtual void GetStatusAsync(const GetStatusRequest& req,
+                              GetStatusResponse* resp, StatusCallback done) = 0;
+  virtual void PullAsync(const PullRequest& req, PullResponse* resp,
+                         StatusCallback done) = 0;
+  virtual void PushAsync(const PushRequest& req, PushResponse* resp,
+                         StatusCallback done) = 0;
+  virtual void HeartbeatAsync(const HeartbeatRequest& req,
+                              HeartbeatResponse* resp, StatusCallback done) = 0;
+  virtual void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
+                          StatusCallback done) = 0;
+  virtual void CheckpointAsync(const CheckpointRequest& req,
+                               CheckpointResponse* resp,
+                               StatusCallback done) = 0;
+  virtual void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
+                             StatusCallback done) = 0;
+
+  absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
+    return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);
+  }
+  absl::Status SetInitialValues(const SetInitialValuesRequest& req,
+                                SetInitialValuesResponse* resp) {
+    return CallAndWait(&PsClientInterface::SetInitialValuesAsync, req, resp);
+  }
+  absl::Status CommitInit(const CommitInitRequest& req,
+                          CommitInitResponse* resp) {
+    return CallAndWait(&PsClientInterface::CommitInitAsync, req, resp);
+  }
+  absl::Status Register(const RegisterRequest& req, RegisterResponse* resp) {
+    return CallAndWait(&PsClientInterface::RegisterAsync, req, resp);
+  }
+  absl::Status GetStatus(const GetStatusRequest& req, GetStatusResponse* resp) {
+    return CallAndWait(&PsClientInterface::GetStatusAsync, req, resp);
+  }
+  absl::Status Pull(const PullRequest& req, PullResponse* resp) {
+    return CallAndWait(&PsClientInterface::PullAsync, req, resp);
+  }
+  absl::Status Push(const PushRequest& req, PushResponse* resp) {
+    return CallAndWait(&PsClientInterface::PushAsync, req, resp);
+  }
+  absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp) {
+    return CallAndWait(&PsClientInterface::HeartbeatAsync, req, resp);
+  }
+  absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) {
+    return CallAndWait(&PsClientInterface::LeaveAsync, req, resp);
+  }
+  absl::Status Checkpoint(const CheckpointRequest& req,
+                          CheckpointResponse* resp) {
+    return CallAndWait(&PsClientInterface::CheckpointAsync, req, resp);
+  }
+  absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp) {
+    return CallAndWait(&PsClientInterface::RollbackAsync, req, resp);
+  }
+
+ private:
+  template <typename Req, typename Resp>
+  absl::Status CallAndWait(void (PsClientInterface::*method)(const Req&, Resp*,
+                                                             StatusCallback),
+                           const Req& req, Resp* resp) {
+    absl::Notification n;
+    absl::Status status;
+    (this->*method)(req, resp, [&](absl::Status s) {
+      status = std::move(s);
+      n.Notify();
+    });
+    n.WaitForNotification();
+    return status;
+  }
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_CLIENT_PS_CLIENT_INTERFACE_H_

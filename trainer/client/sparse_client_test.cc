@@ -1,0 +1,140 @@
+// Sparse pulls and pushes through ParamClient against in-process pservers:
+// keys split by Mix64(key) % P, chunked at 4 MiB, the sync mean per key over
+// the trainers that pushed it.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pserver/server.h"
+#include "trainer/client/grpc_ps_client.h"
+#include "trainer/client/param_client.h"
+
+namespace shardps {
+namespace {
+
+constexpr int kDim = 64;
+
+class SparseClientTest : public ::testing::Test {
+ protected:
+  void Start(int num_servers, int num_trainers) {
+    JobSpec job;
+    job.set_mode(SYNC);
+    job.set_num_trainers(num_trainers);
+    job.set_max_staleness(-1);
+    TableSpec* e = job.add_tables();
+    e->set_name("emb");
+    e->set_kind(TableSpec::SPARSE);
+    e->mutable_sparse()->set_dim(kDim);
+    e->mutable_optimizer()->set_type(OptimizerConfig::SGD);
+    e->mutable_optimizer()->set_learning_rate(1.0f);
+    job_ = job;
+    for (int s = 0; s < num_servers; ++s) {
+      PsServerOptions o;
+      o.host = "127.0.0.1";
+      o.port = 0;
+      servers_.push_back(std::move(*PsServer::Create(o)));
+      ASSERT_TRUE(servers_.back()->Start().ok());
+    }
+    for (int k = 0; k < num_trainers; ++k) {
+      std::vector<PsClientInterface*> ptrs;
+      for (auto& server : servers_) {
+        clients_.push_back(std::make_unique<GrpcPsClient>(
+            "in-process", server->InProcessChannel(), RpcOptions{}, &timer_));
+        ptrs.push_back(clients_.back().get());
+      }
+      params_.push_back(std::make_unique<ParamClient>(
+          ptrs, k, std::vector<DenseTableLayout>{}));
+    }
+    ASSERT_TRUE(params_[0]->InitJob(job_, {}).ok());
+    for (auto& p : params_) {
+      ASSERT_TRUE(p->WaitUntilReady(job_, absl::Seconds(5)).ok());
+    }
+  }
+
+  RetryTimer timer_;
+  JobSpec job_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::unique_ptr<GrpcPsClient>> clients_;
+  std::vector<std::unique_ptr<ParamClient>> params_;
+};
+
+TEST_F(SparseClientTest, SyncMeanPerKeyAcrossChunksAndServers) {
+  Start(/*num_servers=*/2, /*num_trainers=*/2);
+  // 40k keys of 64 floats: about 10 MB, several chunks per pserver.
+  std::mt19937_64 rng(3);
+  std::vector<std::vector<uint64_t>> keys(2);
+  std::vector<std::vector<float>> grads(2);
+  std::map<uint64_t, std::pair<double, int>> expect;  // sum of g[0], count
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < 40000; ++i) {
+      // Half the keys shared by both trainers, half private.
+      // Even i: a key of this trainer's own; odd i: shared by both.
+      const uint64_t key = (i % 2 == 0) ? (rng() % (1ULL << 40)) : i * 7ULL;
+      keys[k].push_back(key);
+    }
+    std::sort(keys[k].begin(), keys[k].end());
+    keys[k].erase(std::unique(keys[k].begin(), keys[k].end()), keys[k].end());
+    grads[k].resize(keys[k].size() * kDim);
+    for (size_t i = 0; i < keys[k].size(); ++i) {
+      const float g = static_cast<float>((keys[k][i] % 13) + k);
+      std::fill(grads[k].begin() + i * kDim, grads[k].begin() + (i + 1) * kDim,
+                g);
+      expect[keys[k][i]].first += g;
+      expect[keys[k][i]].second += 1;
+    }
+  }
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> status(2);
+  std::vector<TransferStats> stats(2);
+  for (int k = 0; k < 2; ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<SparseTransfer> t = {
+          {0, kDim, keys[k], nullptr, grads[k].data()}};
+      status[k] = params_[k]->PushSparse(0, /*sync=*/true, t, &stats[k]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  EXPECT_GE(stats[0].rpcs, 4);  // several chunks per pserver
+  // Trainer 0 pulls every key after the step: row = -(mean over pushers).
+  std::vector<uint64_t> all;
+  for (const auto& [key, sc] : expect) all.push_back(key);
+  std::vector<float> rows(all.size() * kDim, -1);
+  std::vector<SparseTransfer> t = {{0, kDim, all, rows.data(), nullptr}};
+  ASSERT_TRUE(params_[0]->PullSparse(1, 1, t, nullptr).ok());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto& [sum, count] = expect[all[i]];
+    ASSERT_FLOAT_EQ(rows[i * kDim], static_cast<float>(-sum / count))
+        << "key " << all[i];
+    ASSERT_FLOAT_EQ(rows[i * kDim + kDim - 1], rows[i * kDim]);
+  }
+}
+
+TEST_F(SparseClientTest, TrainerWithNoKeysStillCompletesTheStep) {
+  Start(/*num_servers=*/3, /*num_trainers=*/2);
+  std::vector<uint64_t> keys = {42};
+  std::vector<float> g(kDim, 2.0f);
+  std::vector<absl::Status> status(2);
+  std::thread t0([&] {
+    std::vector<SparseTransfer> t = {{0, kDim, keys, nullptr, g.data()}};
+    status[0] = params_[0]->PushSparse(0, true, t, nullptr);
+  });
+  std::thread t1([&] {
+    std::vector<SparseTransfer> t = {{0, kDim, {}, nullptr, nullptr}};
+    status[1] = params_[1]->PushSparse(0, true, t, nullptr);  // empty chunks
+  });
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(status[0].ok() && status[1].ok());
+  std::vector<float> row(kDim);
+  std::vector<SparseTransfer> t = {{0, kDim, keys, row.data(), nullptr}};
+  ASSERT_TRUE(params_[1]->PullSparse(1, 1, t, nullptr).ok());
+  EXPECT_FLOAT_EQ(row[0], -2.0f);  // only trainer 0 pushed key 42
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,603 @@
+#include "trainer/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/layer_functors.h"
+
+namespace shardps {
+namespace {
+
+const char* TypePrefix(LayerConfig::Type type) {
+  switch (type) {
+    case LayerConfig::FULLY_CONNECTED:
+      return "fc";
+    case LayerConfig::RELU:
+      return "relu";
+    case LayerConfig::SIGMOID:
+      return "sigmoid";
+    case LayerConfig::TANH:
+      return "tanh";
+    case LayerConfig::BIAS:
+      return "bias";
+    case LayerConfig::CONV2D:
+      return "conv";
+    case LayerConfig::MAX_POOL:
+      return "maxpool";
+    case LayerConfig::AVG_POOL:
+      return "avgpool";
+    case LayerConfig::FLATTEN:
+      return "flatten";
+    case LayerConfig::DROPOUT:
+      return "dropout";
+    default:
+      return "layer";
+  }
+}
+
+// Uniform in [0, 1) with 24 random bits: exact in float, same everywhere.
+float UniformFloat(std::mt19937_64& rng) {
+  return static_cast<float>(rng() >> 40) * (1.0f / 16777216.0f);
+}
+
+void Initialize(const InitializerConfig& init, int64_t fan_in, int64_t fan_out,
+                uint64_t seed, std::vector<float>* values) {
+  std::mt19937_64 rng(seed);
+  float limit = 0.0f;
+  switch (init.type()) {
+    case InitializerConfig::CONSTANT:
+      std::fill(values->begin(), values->end(), init.value());
+      return;
+    case InitializerConfig::UNIFORM:
+      limit = init.value();
+      break;
+    case InitializerConfig::HE_UNIFORM:
+      limit = static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in)));
+      break;
+    default:  // XAVIER_UNIFORM
+      limit = static_cast<float>(
+          std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
+      break;
+  }
+  for (float& v : *values) v = (2.0f * UniformFloat(rng) - 1.0f) * limit;
+}
+
+// At most this many values in one parameter table (8 GiB of float32).
+constexpr int64_t kMaxTableValues = int64_t{1} << 31;
+
+absl::StatusOr<ParamTable> MakeTable(const LayerConfig& layer,
+                                     const char* suffix,
+                                     std::vector<int64_t> shape) {
+  ParamTable t;
+  t.name = absl::StrCat(layer.name(), suffix);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0 || n > kMaxTableValues / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer.name(), ": table ", t.name, " of shape ",
+                       absl::StrJoin(shape, "x"), " has more than ",
+                       kMaxTableValues, " values"));
+    }
+    n *= d;
+  }
+  t.shape = std::move(shape);
+  t.layer = &layer;
+  t.value.assign(static_cast<size_t>(n), 0.0f);
+  t.grad.assign(static_cast<size_t>(n), 0.0f);
+  return t;
+}
+
+absl::StatusOr<TensorShape> InputShapeOf(const ModelConfig& cfg,
+                                         int input_dim) {
+  if (cfg.has_input_shape()) {
+    const InputShape& s = cfg.input_shape();
+    if (s.channels() <= 0 || s.height() <= 0 || s.width() <= 0 ||
+        static_cast<int64_t>(s.channels()) * s.height() * s.width() !=
+            input_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", cfg.name(), ": input_shape ", s.channels(), "x", s.height(),
+          "x", s.width(), " must be positive and multiply to the input width ",
+          input_dim));
+    }
+    return TensorShape{s.channels(), s.height(), s.width()};
+  }
+  bool image = false;
+  for (const LayerConfig& l : cfg.layers()) {
+    image = image || l.type() == LayerConfig::CONV2D ||
+            l.type() == LayerConfig::MAX_POOL ||
+            l.type() == LayerConfig::AVG_POOL;
+  }
+  if (!image) return TensorShape{input_dim, 1, 1};
+  const int side = static_cast<int>(std::lround(std::sqrt(input_dim)));
+  if (static_cast<int64_t>(side) * side != input_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", cfg.name(), ": image layers need input_shape, since the ",
+        "input width ", input_dim, " is no square one-channel image"));
+  }
+  return TensorShape{1, side, side};
+}
+
+absl::Status WindowError(const LayerConfig& layer, const char* what, int k,
+                         int stride, int padding, const TensorShape& in) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "layer ", layer.name(), ": ", what, " ", k, " with stride ", stride,
+      " and padding ", padding, " does not fit its input ", in.channels, "x",
+      in.height, "x", in.width,
+      " (needs size > 0, stride > 0, 0 <= padding < size, size <= input + "
+      "2 * padding)"));
+}
+
+// Window sizes, strides, filters and per-example activations are bounded
+// so that every size computed from them fits an int.
+constexpr int kMaxWindow = 4096;
+constexpr int64_t kMaxExampleValues = int64_t{1} << 30;
+
+absl::Status CheckWindowBounds(const LayerConfig& layer, int k, int stride) {
+  if (k > kMaxWindow || stride > kMaxWindow) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer.name(), ": window ", k, " or stride ",
+                     stride, " exceeds ", kMaxWindow));
+  }
+  return absl::OkStatus();
+}
+
+// The layer's output per example, checked to stay below kMaxExampleValues.
+absl::StatusOr<TensorShape> CheckedShape(const LayerConfig& layer, int64_t c,
+                                         int64_t h, int64_t w) {
+  if (c <= 0 || h <= 0 || w <= 0 || c * h * w > kMaxExampleValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer.name(), ": output of ", c, "x", h, "x", w,
+                     " values per example (at most ", kMaxExampleValues, ")"));
+  }
+  return TensorShape{static_cast<int>(c), static_cast<int>(h),
+                     static_cast<int>(w)};
+}
+
+absl::StatusOr<ConvGeometry> ConvGeometryOf(const LayerConfig& layer,
+                                            const TensorShape& in) {
+  if (layer.filters() <= 0 || layer.filters() > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer.name(), ": CONV2D needs filters in [1, 2^20], got ",
+        layer.filters()));
+  }
+  RETURN_IF_ERROR(
+      CheckWindowBounds(layer, layer.kernel_size(), layer.stride()));
+  ConvGeometry g;
+  g.in_channels = in.channels;
+  g.in_height = in.height;
+  g.in_width = in.width;
+  g.out_channels = layer.filters();
+  g.kernel_h = g.kernel_w = layer.kernel_size();
+  g.stride = layer.stride() != 0 ? layer.stride() : 1;
+  g.padding = layer.padding();
+  const int k = layer.kernel_size();
+  if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
+      k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
+    return WindowError(layer, "kernel_size", k, g.stride, g.padding, in);
+  }
+  return g;
+}
+
+absl::StatusOr<PoolGeometry> PoolGeometryOf(const LayerConfig& layer,
+                                            const TensorShape& in) {
+  PoolGeometry g;
+  g.channels = in.channels;
+  g.in_height = in.height;
+  g.in_width = in.width;
+  g.window = layer.pool_size();
+  g.stride = layer.stride() != 0 ? layer.stride() : layer.pool_size();
+  g.padding = layer.padding();
+  g.mode = layer.type() == LayerConfig::MAX_POOL ? PoolMode::kMax
+                                                 : PoolMode::kAverage;
+  RETURN_IF_ERROR(CheckWindowBounds(layer, g.window, g.stride));
+  const int k = g.window;
+  if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
+      k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
+    return WindowError(layer, "pool_size", k, g.stride, g.padding, in);
+  }
+  return g;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config, int input_dim, int num_classes,
+    std::unique_ptr<Backend> backend) {
+  if (input_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", config.name(),
+                     ": input_dim must be positive, got ", input_dim));
+  }
+  std::unique_ptr<Model> model(new Model(config, input_dim, num_classes));
+  model->backend_ =
+      backend != nullptr ? std::move(backend) : std::make_unique<CpuBackend>();
+  ModelConfig& cfg = model->config_;
+  absl::flat_hash_set<std::string> names;
+  ASSIGN_OR_RETURN(const TensorShape input_shape, InputShapeOf(cfg, input_dim));
+  TensorShape shape = input_shape;
+  int last_fc = -1;
+  int dim = input_dim;
+  // Pass 1: name and validate the layers, follow the shapes, and create the
+  // tables (their addresses are stable once the vector is complete).
+  std::vector<TensorShape> in_shapes;
+  for (int i = 0; i < cfg.layers_size(); ++i) {
+    LayerConfig* layer = cfg.mutable_layers(i);
+    if (layer->name().empty()) {
+      layer->set_name(absl::StrCat(TypePrefix(layer->type()), i));
+    }
+    if (!names.insert(layer->name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer->name(), ": duplicate layer name"));
+    }
+    in_shapes.push_back(shape);
+    dim = shape.size();
+    switch (layer->type()) {
+      case LayerConfig::FULLY_CONNECTED: {
+        if (layer->output_dim() <= 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("layer ", layer->name(),
+                           ": FULLY_CONNECTED needs output_dim > 0, got ",
+                           layer->output_dim()));
+        }
+        const int out = layer->output_dim();
+        ASSIGN_OR_RETURN(ParamTable w,
+                         MakeTable(*layer, ".weight", {dim, out}));
+        ASSIGN_OR_RETURN(ParamTable b, MakeTable(*layer, ".bias", {out}));
+        model->tables_.push_back(std::move(w));
+        model->tables_.push_back(std::move(b));
+        shape = TensorShape{out, 1, 1};
+        last_fc = i;
+        break;
+      }
+      case LayerConfig::BIAS: {
+        ASSIGN_OR_RETURN(ParamTable b, MakeTable(*layer, ".bias", {dim}));
+        model->tables_.push_back(std::move(b));
+        shape = TensorShape{dim, 1, 1};
+        last_fc = i;
+        break;
+      }
+      case LayerConfig::CONV2D: {
+        ASSIGN_OR_RETURN(const ConvGeometry g, ConvGeometryOf(*layer, shape));
+        ASSIGN_OR_RETURN(ParamTable w, MakeTable(*layer, ".weight",
+                                                 {g.out_channels, g.in_channels,
+                                                  g.kernel_h, g.kernel_w}));
+        ASSIGN_OR_RETURN(ParamTable b,
+                         MakeTable(*layer, ".bias", {g.out_channels}));
+        ASSIGN_OR_RETURN(shape, CheckedShape(*layer, g.out_channels,
+                                             g.out_height(), g.out_width()));
+        model->tables_.push_back(std::move(w));
+        model->tables_.push_back(std::move(b));
+        break;
+      }
+      case LayerConfig::MAX_POOL:
+      case LayerConfig::AVG_POOL: {
+        ASSIGN_OR_RETURN(const PoolGeometry g, PoolGeometryOf(*layer, shape));
+        shape = TensorShape{g.channels, g.out_height(), g.out_width()};
+        break;
+      }
+      case LayerConfig::FLATTEN:
+        shape = TensorShape{dim, 1, 1};
+        break;
+      case LayerConfig::DROPOUT:
+        if (!(layer->dropout_rate() >= 0.0f && layer->dropout_rate() < 1.0f)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("layer ", layer->name(),
+                           ": DROPOUT needs dropout_rate in [0, 1), got ",
+                           layer->dropout_rate()));
+        }
+        break;
+      case LayerConfig::RELU:
+      case LayerConfig::SIGMOID:
+      case LayerConfig::TANH:
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", layer->name(), ": unknown layer type ",
+                         static_cast<int>(layer->type())));
+    }
+  }
+  dim = shape.size();
+  if (last_fc < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", cfg.name(),
+                     ": needs at least one FULLY_CONNECTED or BIAS layer"));
+  }
+  LayerConfig last = cfg.layers(last_fc);
+  if (last.type() == LayerConfig::BIAS) {
+    last.set_output_dim(in_shapes[last_fc].size());
+  }
+  switch (cfg.loss().type()) {
+    case LossConfig::LOGISTIC:
+      if (last.output_dim() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", last.name(), ": LOGISTIC loss needs the last ",
+            "FULLY_CONNECTED or BIAS layer to have output_dim 1, got ",
+            last.output_dim()));
+      }
+      if (num_classes > 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model ", cfg.name(),
+                         ": LOGISTIC loss needs labels 0/1, but the data has ",
+                         num_classes, " classes"));
+      }
+      break;
+    case LossConfig::SOFTMAX_CROSS_ENTROPY:
+      if (num_classes < 2 || last.output_dim() != num_classes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", last.name(), ": SOFTMAX_CROSS_ENTROPY loss needs the ",
+            "last FULLY_CONNECTED layer to have output_dim == num_classes (",
+            num_classes, ", at least 2), got ", last.output_dim()));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", cfg.name(), ": unknown loss type ",
+                       static_cast<int>(cfg.loss().type())));
+  }
+  if (dim != last.output_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", cfg.layers(cfg.layers_size() - 1).name(),
+                     ": the model output has ", dim, " values, but the last ",
+                     "FULLY_CONNECTED or BIAS layer has ", last.output_dim(),
+                     "; only elementwise layers may follow it"));
+  }
+  // Device copies of the tables, and where the layers find them.
+  Backend* be = model->backend_.get();
+  const size_t num_tables = model->tables_.size();
+  model->params_.resize(num_tables);
+  if (!be->host_memory()) {
+    model->device_values_.resize(num_tables);
+    model->device_grads_.resize(num_tables);
+    for (size_t t = 0; t < num_tables; ++t) {
+      const size_t n = model->tables_[t].value.size();
+      RETURN_IF_ERROR(model->device_values_[t].Allocate(be, n));
+      RETURN_IF_ERROR(model->device_grads_[t].Allocate(be, n));
+      model->params_[t] = ParamBuffers{model->device_values_[t].data(),
+                                       model->device_grads_[t].data()};
+    }
+  }
+  // Pass 2: the layers, pointing at the now stable parameter buffers.
+  size_t table = 0;
+  const ParamBuffers* params = model->params_.data();
+  for (int i = 0; i < cfg.layers_size(); ++i) {
+    const LayerConfig& layer = cfg.layers(i);
+    const TensorShape in = in_shapes[i];
+    std::unique_ptr<Layer> l;
+    switch (layer.type()) {
+      case LayerConfig::FULLY_CONNECTED:
+        l = std::make_unique<FullyConnectedLayer>(
+            layer.name(), in.size(), layer.output_dim(), be, &params[table],
+            &params[table + 1]);
+        table += 2;
+        break;
+      case LayerConfig::BIAS:
+        l = std::make_unique<BiasLayer>(layer.name(), in.size(), be,
+                                        &params[table]);
+        table += 1;
+        break;
+      case LayerConfig::CONV2D:
+        l = std::make_unique<Conv2dLayer>(layer.name(),
+                                          *ConvGeometryOf(layer, in), be,
+                                          &params[table], &params[table + 1]);
+        table += 2;
+        break;
+      case LayerConfig::MAX_POOL:
+      case LayerConfig::AVG_POOL:
+        l = std::make_unique<Pool2dLayer>(layer.name(),
+                                          *PoolGeometryOf(layer, in), be);
+        break;
+      case LayerConfig::FLATTEN:
+        l = std::make_unique<FlattenLayer>(layer.name(), in, be);
+        break;
+      case LayerConfig::DROPOUT:
+        l = std::make_unique<DropoutLayer>(
+            layer.name(), in, layer.dropout_rate(),
+            layer.dropout_seed() != 0
+                ? layer.dropout_seed()
+                : MixBits(cfg.seed() != 0 ? cfg.seed() : 1, i),
+            be);
+        break;
+      default:
+        l = std::make_unique<ActivationLayer>(layer.name(), in, layer.type(),
+                                              be);
+        break;
+    }
+    model->layers_.push_back(std::move(l));
+  }
+  model->acts_.resize(model->layers_.size());
+  model->grads_.resize(model->layers_.size());
+  return model;
+}
+
+Model::Model(const ModelConfig& config, int input_dim, int num_classes)
+    : config_(config), input_dim_(input_dim), num_classes_(num_classes) {}
+
+void Model::SetDropoutStream(uint64_t stream, int64_t step) {
+  for (auto& l : layers_) {
+    if (auto* d = dynamic_cast<DropoutLayer*>(l.get())) {
+      d->SetStream(stream, static_cast<uint64_t>(step));
+    }
+  }
+}
+
+int64_t Model::num_parameters() const {
+  int64_t n = 0;
+  for (const ParamTable& t : tables_) n += static_cast<int64_t>(t.value.size());
+  return n;
+}
+
+void Model::InitializeParameters(uint64_t seed) {
+  // Fan-in and fan-out of a weight: {in, out}, or {filters, in_channels,
+  // k, k} for a convolution.
+  auto fans = [](const std::vector<int64_t>& shape) {
+    if (shape.size() == 4) {
+      const int64_t area = shape[2] * shape[3];
+      return std::make_pair(shape[1] * area, shape[0] * area);
+    }
+    return std::make_pair(shape[0], shape.back());
+  };
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    ParamTable& table = tables_[t];
+    const bool is_bias = table.shape.size() == 1;
+    // A bias's fan-in is its layer's input: the weight's before it, or (a
+    // BIAS layer) its own width.
+    const bool bias_layer = table.layer->type() == LayerConfig::BIAS;
+    const int64_t fan_out =
+        is_bias ? table.shape.back() : fans(table.shape).second;
+    const int64_t fan_in = !is_bias     ? fans(table.shape).first
+                           : bias_layer ? fan_out
+                                        : fans(tables_[t - 1].shape).first;
+    InitializerConfig init;
+    if (is_bias) {
+      if (table.layer->has_bias_init()) {
+        init = table.layer->bias_init();
+      } else {
+        init.set_type(InitializerConfig::CONSTANT);
+        init.set_value(0.0f);
+      }
+    } else if (table.layer->has_weight_init()) {
+      init = table.layer->weight_init();
+    }  // else XAVIER_UNIFORM, the proto default.
+    Initialize(init, fan_in, fan_out, MixBits(seed, t), &table.value);
+  }
+}
+
+absl::Status Model::Reserve(int batch) {
+  if (batch <= batch_capacity_) return absl::OkStatus();
+  Backend* be = backend_.get();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const size_t size = static_cast<size_t>(batch) * layers_[i]->output_dim();
+    RETURN_IF_ERROR(acts_[i].Allocate(be, size));
+    RETURN_IF_ERROR(grads_[i].Allocate(be, size));
+    RETURN_IF_ERROR(layers_[i]->Reserve(batch));
+  }
+  if (!be->host_memory()) {
+    const size_t size = static_cast<size_t>(batch) * input_dim_;
+    RETURN_IF_ERROR(input_.Allocate(be, size));
+    RETURN_IF_ERROR(input_grad_.Allocate(be, size));
+  }
+  batch_capacity_ = batch;
+  return absl::OkStatus();
+}
+
+absl::Status Model::BindParameters() {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    ParamTable& table = tables_[t];
+    if (backend_->host_memory()) {
+      params_[t] = ParamBuffers{table.value.data(), table.grad.data()};
+    } else {
+      RETURN_IF_ERROR(backend_->Upload(table.value.data(), table.value.size(),
+                                       params_[t].value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::Forward(const float* x, int batch, bool training) {
+  RETURN_IF_ERROR(Reserve(batch));
+  RETURN_IF_ERROR(BindParameters());
+  const float* in = x;
+  if (!backend_->host_memory()) {
+    RETURN_IF_ERROR(backend_->Upload(x, static_cast<size_t>(batch) * input_dim_,
+                                     input_.data()));
+    in = input_.data();
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    RETURN_IF_ERROR(layers_[i]->Forward(in, batch, training, acts_[i].data()));
+    in = acts_[i].data();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::CheckLabels(const int32_t* labels, int batch) const {
+  const int32_t limit =
+      config_.loss().type() == LossConfig::LOGISTIC ? 2 : num_classes_;
+  for (int i = 0; i < batch; ++i) {
+    if (labels[i] < 0 || labels[i] >= limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("example ", i, " of the batch has label ", labels[i],
+                       ", outside [0, ", limit, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BatchStats> Model::Loss(const int32_t* labels, int batch,
+                                       float* dlogits, float* probabilities) {
+  LossSums sums;
+  const float inv_batch = 1.0f / static_cast<float>(batch);
+  if (config_.loss().type() == LossConfig::LOGISTIC) {
+    RETURN_IF_ERROR(backend_->LogisticLoss(acts_.back().data(), labels, batch,
+                                           inv_batch, dlogits, probabilities,
+                                           &sums));
+  } else {
+    RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
+        acts_.back().data(), labels, batch, output_dim(), inv_batch, dlogits,
+        probabilities, &sums));
+  }
+  BatchStats stats;
+  stats.count = batch;
+  stats.loss_sum = sums.loss_sum;
+  stats.correct = sums.correct;
+  return stats;
+}
+
+absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
+                                             const int32_t* labels, int batch,
+                                             float* input_grad) {
+  if (batch <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch must be positive, got ", batch));
+  }
+  RETURN_IF_ERROR(CheckLabels(labels, batch));
+  RETURN_IF_ERROR(Forward(x, batch, /*training=*/true));
+  ASSIGN_OR_RETURN(BatchStats stats,
+                   Loss(labels, batch, grads_.back().data(), nullptr));
+  const bool host = backend_->host_memory();
+  const float* x_in = host ? x : input_.data();
+  float* x_grad = input_grad == nullptr ? nullptr
+                  : host                ? input_grad
+                                        : input_grad_.data();
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const float* in = i == 0 ? x_in : acts_[i - 1].data();
+    float* din = i == 0 ? x_grad : grads_[i - 1].data();
+    RETURN_IF_ERROR(layers_[i]->Backward(in, acts_[i].data(), grads_[i].data(),
+                                         batch, din));
+  }
+  if (!host) {
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      RETURN_IF_ERROR(backend_->Download(
+          params_[t].grad, tables_[t].grad.size(), tables_[t].grad.data()));
+    }
+    if (input_grad != nullptr) {
+      RETURN_IF_ERROR(backend_->Download(
+          x_grad, static_cast<size_t>(batch) * input_dim_, input_grad));
+    }
+  }
+  return stats;
+}
+
+absl::StatusOr<BatchStats> Model::Evaluate(const float* x,
+                                           const int32_t* labels, int batch,
+                                           float* probabilities) {
+  if (batch <= 0) return BatchStats{};
+  if (absl::Status s = CheckLabels(labels, batch); !s.ok()) {
+    LOG_FIRST_N(WARNING, 10) << "Evaluate: " << s.message();
+  }
+  RETURN_IF_ERROR(Forward(x, batch, /*training=*/false));
+  return Loss(labels, batch, nullptr, probabilities);
+}
+
+}  // namespace shardps
