@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
 #include "common/env.h"
-#include "pserver/parameter_store.h"
+#include "pserver/table_snapshot.h"
 
 namespace shardps {
 

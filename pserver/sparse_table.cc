@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/blob_io.h"
 #include "common/shard_map.h"
+#include "glog/logging.h"
 
 namespace shardps {
 namespace {
@@ -342,6 +343,58 @@ size_t SparseTable::MemoryBytes() const {
         s.accum_counts.capacity() * sizeof(int32_t);
   }
   return bytes;
+}
+
+SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
+                         const Optimizer* optimizer,
+                         const Membership* membership, int quorum)
+    : BarrierUnit(table_id, 0, absl::StrCat("sparse table ", spec.name()),
+                  "table", membership, quorum),
+      name_(spec.name()),
+      evict_after_(spec.sparse().evict_after_steps()),
+      options_(spec.sparse()),
+      optimizer_(optimizer),
+      rows_(spec.sparse(), optimizer) {}
+
+absl::Status SparseShard::Verify(absl::string_view blob) const {
+  // Deserialize empties the table it fails on: load into a scratch one.
+  SparseTable scratch(options_, optimizer_, /*num_stripes=*/1);
+  return scratch.Deserialize(blob);
+}
+
+void SparseShard::Accumulate(const PushPayload& p, bool first) {
+  rows_.Accumulate(p.keys, p.values);
+}
+
+void SparseShard::ApplyStep(const PushPayload* last,
+                            std::vector<WaiterPtr>* ready) {
+  rows_.ApplyAccumulated(barrier.version());
+  barrier.Advance(ready);
+  Evict(barrier.version());
+}
+
+void SparseShard::ApplyNow(int64_t step, const PushPayload& p) {
+  const float one[] = {1.0f};
+  rows_.Apply(step, p.keys, p.values, one);
+  barrier.Bump();
+  if (evict_after_ > 0 &&
+      step >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
+    last_evict_step_ = step;
+    Evict(step);
+  }
+}
+
+void SparseShard::Evict(int64_t step) {
+  if (evict_after_ <= 0) return;
+  const int64_t n = rows_.Evict(step);
+  if (n > 0) {
+    LOG(INFO) << "sparse table " << name_ << ": evicted " << n
+              << " rows not updated since step " << step - evict_after_;
+  }
+}
+
+void SparseShard::Read(const PullTarget& target, const PullSink& sink) const {
+  rows_.Read(target.keys, target.out);
 }
 
 }  // namespace shardps

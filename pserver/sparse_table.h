@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/optimizer.h"
+#include "pserver/step_barrier.h"
 
 namespace shardps {
 
@@ -140,6 +141,49 @@ class SparseTable {
   const SparseTableOptions options_;
   const Optimizer* const optimizer_;
   mutable std::vector<Stripe> stripes_;
+};
+
+// The rows of one sparse table held on this pserver as one barrier unit:
+// a sync step of the table is complete when every trainer has sent all its
+// chunks of it; then each key gets the mean over the trainers that pushed
+// it. ASYNC pushes are applied on arrival. Rows not updated for
+// evict_after_steps are evicted after every sync step, and every
+// evict_after_steps / 2 steps in ASYNC mode. `mu` guards the barrier and
+// the eviction schedule; the rows lock their own stripes. Thread-safe.
+class SparseShard final : public BarrierUnit {
+ public:
+  // `optimizer` and `membership` must outlive the shard.
+  SparseShard(uint32_t table_id, const TableSpec& spec,
+              const Optimizer* optimizer, const Membership* membership,
+              int quorum);
+
+  // Whether `blob` (a checkpoint of this table, SparseTable::Serialize)
+  // would load: DATA_LOSS otherwise. Changes nothing.
+  absl::Status Verify(absl::string_view blob) const;
+
+  SparseTable& rows() { return rows_; }
+  const SparseTable& rows() const { return rows_; }
+  const std::string& name() const { return name_; }
+
+  void Accumulate(const PushPayload& p, bool first) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ApplyStep(const PushPayload* last,
+                 std::vector<WaiterPtr>* ready) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ApplyNow(int64_t step, const PushPayload& p) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Read(const PullTarget& target, const PullSink& sink) const override;
+
+ private:
+  // Evicts the rows not updated since `step` - evict_after_steps.
+  void Evict(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  const std::string name_;
+  const int64_t evict_after_;
+  const SparseTableOptions options_;
+  const Optimizer* const optimizer_;
+  SparseTable rows_;
+  int64_t last_evict_step_ ABSL_GUARDED_BY(mu) = 0;
 };
 
 }  // namespace shardps

@@ -1,0 +1,78 @@
+#include "pserver/dense_table.h"
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "kernels/vector_ops.h"
+
+namespace shardps {
+
+DenseTableBlock::DenseTableBlock(uint32_t table_id, uint32_t index,
+                                 int64_t size, const std::string& table_name,
+                                 const Optimizer* optimizer,
+                                 const Membership* membership, int quorum)
+    : BarrierUnit(table_id, index,
+                  absl::StrCat("table ", table_name, " block ", index), "block",
+                  membership, quorum),
+      size_(size),
+      optimizer_(optimizer),
+      single_trainer_(membership->num_trainers() == 1) {}
+
+void DenseTableBlock::SetInitialValue(absl::Span<const float> values) {
+  value.assign(values.begin(), values.end());
+  slots.assign(optimizer_->num_slots(),
+               std::vector<float>(size_, optimizer_->initial_slot_value()));
+  has_value = true;
+}
+
+void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
+                              std::vector<std::vector<float>> new_slots,
+                              std::vector<WaiterPtr>* dropped) {
+  value = std::move(new_value);
+  slots = std::move(new_slots);
+  has_value = true;
+  accum_.clear();
+  barrier.Reset(version, dropped);
+}
+
+void DenseTableBlock::Apply(int64_t step, float scale,
+                            absl::Span<const float> grad) {
+  std::vector<absl::Span<float>> spans;
+  spans.reserve(slots.size());
+  for (auto& s : slots) spans.push_back(absl::MakeSpan(s));
+  optimizer_->Apply(step, barrier.version(), scale, grad, absl::MakeSpan(value),
+                    spans);
+}
+
+void DenseTableBlock::Accumulate(const PushPayload& p, bool first) {
+  if (single_trainer_) return;  // ApplyStep takes the push itself
+  if (first) {
+    accum_.assign(p.values.begin(), p.values.end());
+  } else {
+    AddInto(accum_.data(), p.values.data(), p.values.size());
+  }
+}
+
+void DenseTableBlock::ApplyStep(const PushPayload* last,
+                                std::vector<WaiterPtr>* ready) {
+  const int64_t step = barrier.version();
+  if (single_trainer_) {
+    CHECK(last != nullptr) << "a one-trainer step completes with its push";
+    Apply(step, 1.0f, last->values);
+  } else {
+    Apply(step, 1.0f / barrier.num_done(), accum_);
+  }
+  barrier.Advance(ready);
+}
+
+void DenseTableBlock::ApplyNow(int64_t step, const PushPayload& p) {
+  Apply(step, 1.0f, p.values);
+  barrier.Bump();
+}
+
+void DenseTableBlock::Read(const PullTarget& target,
+                           const PullSink& sink) const {
+  absl::MutexLock l(&mu);
+  sink(table_id(), index(), barrier.version(), value);
+}
+
+}  // namespace shardps

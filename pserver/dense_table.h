@@ -1,0 +1,66 @@
+#ifndef SHARDPS_PSERVER_DENSE_TABLE_H_
+#define SHARDPS_PSERVER_DENSE_TABLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/types/span.h"
+#include "pserver/optimizer.h"
+#include "pserver/step_barrier.h"
+
+namespace shardps {
+
+// One block of a dense table held on this pserver (DESIGN.md, "Tables and
+// placement"): its values and optimizer state, the gradients accumulated
+// for the sync step being assembled, and that step's barrier. Every field
+// is guarded by `mu`. Thread-safe.
+class DenseTableBlock final : public BarrierUnit {
+ public:
+  // `optimizer` and `membership` must outlive the block. `num_trainers` ==
+  // 1 applies each push as it is, without a copy into the accumulator.
+  DenseTableBlock(uint32_t table_id, uint32_t index, int64_t size,
+                  const std::string& table_name, const Optimizer* optimizer,
+                  const Membership* membership, int quorum);
+
+  int64_t size() const { return size_; }
+
+  // The chief's initial values (size() floats); optimizer state starts at
+  // its initial value.
+  void SetInitialValue(absl::Span<const float> values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A checkpoint's values, state and version; forgets the step being
+  // assembled and hands its held pulls to *dropped.
+  void Restore(int64_t version, std::vector<float> value,
+               std::vector<std::vector<float>> slots,
+               std::vector<WaiterPtr>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  void Accumulate(const PushPayload& p, bool first) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ApplyStep(const PushPayload* last,
+                 std::vector<WaiterPtr>* ready) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ApplyNow(int64_t step, const PushPayload& p) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Read(const PullTarget& target, const PullSink& sink) const override;
+
+  bool has_value ABSL_GUARDED_BY(mu) = false;
+  std::vector<float> value ABSL_GUARDED_BY(mu);
+  std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
+
+ private:
+  // One optimizer application at the barrier's version, which then moves.
+  void Apply(int64_t step, float scale, absl::Span<const float> grad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  const int64_t size_;
+  const Optimizer* const optimizer_;
+  const bool single_trainer_;
+  std::vector<float> accum_ ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_DENSE_TABLE_H_

@@ -1,0 +1,187 @@
+#include "pserver/job_tables.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/shard_map.h"
+
+namespace shardps {
+
+absl::Status ValidateJob(const JobSpec& job, int expected_trainers) {
+  if (job.mode() != SYNC && job.mode() != ASYNC) {
+    return absl::InvalidArgumentError("InitJob: mode must be SYNC or ASYNC");
+  }
+  if (job.num_trainers() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: num_trainers must be positive, got ", job.num_trainers()));
+  }
+  if (job.replicas_to_aggregate() < 0 ||
+      job.replicas_to_aggregate() > job.num_trainers() ||
+      (job.replicas_to_aggregate() > 0 && job.mode() != SYNC)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: replicas_to_aggregate must be in [0, num_trainers = ",
+        job.num_trainers(), "] and needs SYNC mode, got ",
+        job.replicas_to_aggregate()));
+  }
+  if (expected_trainers > 0 && job.num_trainers() != expected_trainers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "InitJob: the job has ", job.num_trainers(),
+        " trainers but this pserver was started with --num_gradient_servers=",
+        expected_trainers));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
+  const TableSpec& spec = job.tables(i);
+  auto opt = Optimizer::Create(spec.optimizer(), job.global_batch_size());
+  if (spec.kind() == TableSpec::SPARSE) {
+    const SparseTableOptions& so = spec.sparse();
+    if (so.dim() <= 0 || so.dim() > (1 << 16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " needs a row dim in [1, 65536], got ", so.dim()));
+    }
+    if (so.admit_after() < 0 || so.evict_after_steps() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " has a negative admit_after or evict_after_steps"));
+    }
+  } else if (spec.kind() != TableSpec::DENSE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), " has unknown kind ", spec.kind()));
+  } else {
+    int64_t n = 1;
+    for (int64_t d : spec.shape()) {
+      if (d <= 0 || n > (int64_t{1} << 40) / d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitJob: table ", spec.name(), " has a bad shape"));
+      }
+      n *= d;
+    }
+    if (spec.shape_size() == 0 || n == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", spec.name(), " is empty"));
+    }
+    if (spec.block_size() <= 0 || spec.block_size() > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(), " block_size must be in [1, 2^20]",
+          ", got ", spec.block_size()));
+    }
+    t->num_values = n;
+  }
+  if (!opt.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), ": ", opt.status().message()));
+  }
+  t->spec = spec;
+  t->optimizer = std::move(*opt);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
+    const JobSpec& job, absl::Span<const BlockId> blocks,
+    const Membership* membership) {
+  std::unique_ptr<JobTables> jt(new JobTables);
+  std::vector<Table>& tables = jt->tables_;
+  tables.resize(job.tables_size());
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < job.tables_size(); ++i) {
+    const std::string& name = job.tables(i).name();
+    if (name.empty() || !names.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", i, " has an empty or repeated name '", name, "'"));
+    }
+    if (absl::Status s = DescribeTable(job, i, &tables[i]); !s.ok()) return s;
+  }
+  const int quorum = job.replicas_to_aggregate();
+  for (const BlockId& id : blocks) {
+    if (id.table_id >= tables.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: block of unknown table id ", id.table_id));
+    }
+    Table& t = tables[id.table_id];
+    if (t.spec.kind() == TableSpec::SPARSE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", t.spec.name(), " is sparse and has no blocks"));
+    }
+    const int64_t nb = NumBlocks(t.num_values, t.spec.block_size());
+    if (id.block >= nb) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", t.spec.name(), " has ", nb,
+                       " blocks; there is no block ", id.block));
+    }
+    const int64_t size =
+        std::min(t.spec.block_size(),
+                 t.num_values - int64_t{id.block} * t.spec.block_size());
+    auto b = std::make_unique<DenseTableBlock>(id.table_id, id.block, size,
+                                               t.spec.name(), t.optimizer.get(),
+                                               membership, quorum);
+    if (!t.blocks.emplace(id.block, std::move(b)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", t.spec.name(), " block ", id.block,
+                       " listed twice"));
+    }
+  }
+  for (size_t i = 0; i < tables.size(); ++i) {
+    Table& t = tables[i];
+    for (auto& [index, b] : t.blocks) jt->blocks_.push_back(b.get());
+    if (t.spec.kind() == TableSpec::SPARSE) {
+      t.sparse =
+          std::make_unique<SparseShard>(static_cast<uint32_t>(i), t.spec,
+                                        t.optimizer.get(), membership, quorum);
+      jt->sparse_.push_back(t.sparse.get());
+    }
+  }
+  std::sort(jt->blocks_.begin(), jt->blocks_.end(),
+            [](const DenseTableBlock* a, const DenseTableBlock* b) {
+              return a->LockedBefore(*b);
+            });
+  jt->units_.assign(jt->blocks_.begin(), jt->blocks_.end());
+  jt->units_.insert(jt->units_.end(), jt->sparse_.begin(), jt->sparse_.end());
+  return jt;
+}
+
+absl::StatusOr<DenseTableBlock*> JobTables::FindBlock(uint32_t table_id,
+                                                      uint32_t block) const {
+  if (table_id >= tables_.size()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
+                                            ": the job has ", tables_.size(),
+                                            " tables"));
+  }
+  const Table& t = tables_[table_id];
+  auto it = t.blocks.find(block);
+  if (it == t.blocks.end()) {
+    return absl::NotFoundError(absl::StrCat("table ", t.spec.name(), " block ",
+                                            block,
+                                            " is not held by this pserver"));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<SparseShard*> JobTables::FindSparse(uint32_t table_id) const {
+  if (table_id >= tables_.size()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
+                                            ": the job has ", tables_.size(),
+                                            " tables"));
+  }
+  const Table& t = tables_[table_id];
+  if (t.sparse == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", t.spec.name(), " is dense; it has blocks, not keyed rows"));
+  }
+  return t.sparse.get();
+}
+
+absl::flat_hash_map<uint32_t, int64_t> JobTables::BlockSizes(
+    uint32_t table_id) const {
+  absl::flat_hash_map<uint32_t, int64_t> sizes;
+  for (const auto& [index, b] : tables_[table_id].blocks) {
+    sizes[index] = b->size();
+  }
+  return sizes;
+}
+
+}  // namespace shardps

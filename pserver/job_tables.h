@@ -1,0 +1,87 @@
+#ifndef SHARDPS_PSERVER_JOB_TABLES_H_
+#define SHARDPS_PSERVER_JOB_TABLES_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/dense_table.h"
+#include "pserver/membership.h"
+#include "pserver/optimizer.h"
+#include "pserver/sparse_table.h"
+
+namespace shardps {
+
+struct BlockId {
+  uint32_t table_id = 0;
+  uint32_t block = 0;
+};
+
+// INVALID_ARGUMENT or FAILED_PRECONDITION, naming the field, unless the
+// job-wide fields of `job` are sound: mode, trainer count (equal to
+// `expected_trainers` when that is positive), replicas_to_aggregate.
+absl::Status ValidateJob(const JobSpec& job, int expected_trainers);
+
+// The tables of a job on this pserver, built from the chief's JobSpec and
+// the dense blocks placed here: each dense block and each sparse table is a
+// BarrierUnit. The set of tables and units is constant once built; the
+// units are thread-safe themselves. Thread-safe.
+class JobTables {
+ public:
+  // Validates every table of `job` (names, kinds, shapes, block sizes, row
+  // dims, optimizers) and `blocks` (known table, in range, dense, listed
+  // once), with INVALID_ARGUMENT naming the problem; nothing is built then.
+  // `membership` must outlive the tables. REQUIRES: ValidateJob(job) ok.
+  static absl::StatusOr<std::unique_ptr<JobTables>> Create(
+      const JobSpec& job, absl::Span<const BlockId> blocks,
+      const Membership* membership);
+
+  size_t num_tables() const { return tables_.size(); }
+  const TableSpec& spec(uint32_t table_id) const {
+    return tables_[table_id].spec;
+  }
+
+  // NOT_FOUND for an unknown table or a block not held here.
+  absl::StatusOr<DenseTableBlock*> FindBlock(uint32_t table_id,
+                                             uint32_t block) const;
+  // NOT_FOUND for an unknown table; INVALID_ARGUMENT for a dense one.
+  absl::StatusOr<SparseShard*> FindSparse(uint32_t table_id) const;
+
+  // Every dense block held here, in (table, block) order.
+  const std::vector<DenseTableBlock*>& blocks() const { return blocks_; }
+  // The sparse tables, in table order.
+  const std::vector<SparseShard*>& sparse() const { return sparse_; }
+  // Every unit, in lock order: the dense blocks, then the sparse tables.
+  const std::vector<BarrierUnit*>& units() const { return units_; }
+  // The blocks of dense table `table_id` held here, index to size.
+  absl::flat_hash_map<uint32_t, int64_t> BlockSizes(uint32_t table_id) const;
+  int num_slots(uint32_t table_id) const {
+    return tables_[table_id].optimizer->num_slots();
+  }
+
+ private:
+  struct Table {
+    TableSpec spec;
+    int64_t num_values = 0;  // dense
+    std::unique_ptr<Optimizer> optimizer;
+    absl::flat_hash_map<uint32_t, std::unique_ptr<DenseTableBlock>> blocks;
+    std::unique_ptr<SparseShard> sparse;
+  };
+  JobTables() = default;
+  // Checks and sizes table i of `job` into *t (no units yet).
+  static absl::Status DescribeTable(const JobSpec& job, int i, Table* t);
+
+  std::vector<Table> tables_;
+  std::vector<DenseTableBlock*> blocks_;
+  std::vector<SparseShard*> sparse_;
+  std::vector<BarrierUnit*> units_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_JOB_TABLES_H_

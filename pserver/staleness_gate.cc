@@ -1,0 +1,95 @@
+#include "pserver/staleness_gate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace shardps {
+
+StalenessGate::StalenessGate(bool async, int max_staleness,
+                             const Membership* membership)
+    : async_(async),
+      max_staleness_(max_staleness),
+      membership_(membership),
+      clocks_(membership->num_trainers(), 0) {}
+
+bool StalenessGate::Passes(const PullWaiter& w) const {
+  if (!async_) return true;
+  // The slowest trainer still in the job (not dropped, not gone).
+  int64_t slowest = INT64_MAX;
+  for (int k = 0; k < membership_->num_trainers(); ++k) {
+    if (membership_->Live(k)) slowest = std::min(slowest, clocks_[k]);
+  }
+  return (max_staleness_ < 0 || w.step - slowest <= max_staleness_) &&
+         slowest >= w.min_clock;
+}
+
+void StalenessGate::TakePassing(std::vector<WaiterPtr>* ready) {
+  auto keep =
+      std::partition(held_.begin(), held_.end(), [this](const WaiterPtr& w) {
+        mu_.AssertHeld();
+        return !Passes(*w);
+      });
+  ready->insert(ready->end(), keep, held_.end());
+  held_.erase(keep, held_.end());
+}
+
+bool StalenessGate::PassOrHold(const WaiterPtr& w) {
+  absl::MutexLock l(&mu_);
+  if (Passes(*w)) return true;
+  held_.push_back(w);
+  return false;
+}
+
+void StalenessGate::Advance(int k, int64_t step,
+                            std::vector<WaiterPtr>* ready) {
+  absl::MutexLock l(&mu_);
+  clocks_[k] = std::max(clocks_[k], step + 1);
+  TakePassing(ready);
+}
+
+void StalenessGate::Recheck(std::vector<WaiterPtr>* ready) {
+  absl::MutexLock l(&mu_);
+  TakePassing(ready);
+}
+
+std::string StalenessGate::DescribeWait(const PullWaiter& w) const {
+  absl::MutexLock l(&mu_);
+  if (Passes(w)) return "";
+  std::vector<int> slow;
+  const int s = max_staleness_;
+  for (int k = 0; k < membership_->num_trainers(); ++k) {
+    if (!membership_->Live(k)) continue;
+    if ((s >= 0 && w.step - clocks_[k] > s) || clocks_[k] < w.min_clock) {
+      slow.push_back(k);
+    }
+  }
+  return absl::StrCat(
+      w.min_clock > 0
+          ? absl::StrCat("the end of step ", w.min_clock - 1)
+          : absl::StrCat("staleness bound ", s, " at step ", w.step),
+      ": waiting for trainer(s) ", absl::StrJoin(slow, ","));
+}
+
+int64_t StalenessGate::clock(int k) const {
+  absl::MutexLock l(&mu_);
+  return clocks_[k];
+}
+
+void StalenessGate::AddTo(CheckpointInfo* info) const {
+  absl::MutexLock l(&mu_);
+  for (int64_t v : clocks_) info->add_clocks(v);
+}
+
+void StalenessGate::Restore(const CheckpointInfo& info,
+                            std::vector<WaiterPtr>* dropped) {
+  absl::MutexLock l(&mu_);
+  if (info.clocks_size() == static_cast<int>(clocks_.size())) {
+    clocks_.assign(info.clocks().begin(), info.clocks().end());
+  }
+  dropped->insert(dropped->end(), held_.begin(), held_.end());
+  held_.clear();
+}
+
+}  // namespace shardps

@@ -1,0 +1,190 @@
+#ifndef SHARDPS_PSERVER_STEP_BARRIER_H_
+#define SHARDPS_PSERVER_STEP_BARRIER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "pserver/membership.h"
+
+namespace shardps {
+
+struct PullWaiter;  // pserver/pull_waiters.h
+using WaiterPtr = std::shared_ptr<PullWaiter>;
+
+// The sync step of one barrier unit (a dense block, or the rows of a sparse
+// table held here), the same for both kinds (DESIGN.md, "Synchronous SGD"):
+// the unit is at `version` (steps applied) and assembles step `version`.
+// Each trainer sends its part of the step in `num_chunks` pushes (1 for a
+// dense block); the step is complete when every trainer the step waits for
+// (Membership::Required) has sent all its chunks, or, with
+// replicas_to_aggregate = K > 0, when K trainers have. A repeated chunk is
+// a duplicate; with K, a push for a step already applied is late (dropped
+// and counted), and otherwise refused. The barrier also holds the pulls
+// that wait for a later version.
+//
+// Requires external synchronization: its unit's mutex (BarrierUnit::mu).
+class StepBarrier {
+ public:
+  // `unit` names the unit in messages ("table w block 3", "sparse table
+  // e"), `noun` what it is ("block", "table"). `membership` must outlive
+  // the barrier. `quorum`: K, or 0 for every live trainer.
+  StepBarrier(std::string unit, const char* noun, const Membership* membership,
+              int quorum);
+
+  const std::string& unit() const { return unit_; }
+  int64_t version() const { return version_; }
+  int num_trainers() const { return static_cast<int>(done_.size()); }
+  // Trainers that have sent all their chunks of the step being assembled.
+  int num_done() const { return num_done_; }
+
+  enum class Admission { kApply, kLate };
+  // Whether trainer k's push of `num_chunks` chunks for `step` may be
+  // applied: kLate when the step went ahead without it (K of N);
+  // FAILED_PRECONDITION when the step was applied already or is ahead of
+  // the unit; INVALID_ARGUMENT when the trainer's chunk count changed within
+  // the step.
+  absl::StatusOr<Admission> Admit(int k, int64_t step,
+                                  int32_t num_chunks) const;
+
+  enum class Arrival { kDuplicate, kPartial, kTrainerDone };
+  struct Received {
+    Arrival arrival;
+    bool first;  // the first chunk of any trainer in this step
+  };
+  // Counts one admitted chunk of trainer k's part.
+  Received Receive(int k, int32_t num_chunks);
+  // Whether the step being assembled has what it needs.
+  bool Complete() const;
+  // Moves to the next version (the step was applied), forgets the pushes,
+  // and hands the pulls that may now go to *ready.
+  void Advance(std::vector<WaiterPtr>* ready);
+  // ASYNC: one more update applied (no pull waits on versions then).
+  void Bump() { ++version_; }
+
+  // Holds `w` until the unit reaches `min_version`.
+  void Hold(int64_t min_version, WaiterPtr w);
+  // Sets the version (a restore), forgets the pushes, and hands every held
+  // pull to *dropped.
+  void Reset(int64_t version, std::vector<WaiterPtr>* dropped);
+  // Adds to *missing the trainers whose part of the current step is
+  // missing.
+  void AppendMissing(std::vector<int>* missing) const;
+
+ private:
+  const std::string unit_;
+  const char* const noun_;
+  const Membership* const membership_;
+  const int quorum_;
+  int64_t version_ = 0;
+  // Per trainer, for the step being assembled: the chunks it announced (0:
+  // none yet) and received, and whether it sent them all.
+  std::vector<int32_t> expected_;
+  std::vector<int32_t> received_;
+  std::vector<uint8_t> done_;
+  int num_done_ = 0;
+  int num_received_ = 0;  // chunks of any trainer
+  std::vector<std::pair<int64_t, WaiterPtr>> held_;
+};
+
+// One push's data for one unit, as views into the request: a dense block's
+// gradient (`values`), or a sparse chunk's keys and keys.size() * dim
+// gradient values.
+struct PushPayload {
+  absl::Span<const float> values;
+  absl::Span<const uint64_t> keys;
+  int32_t num_chunks = 1;
+};
+
+// Receives a pulled dense block, under that block's lock.
+using PullSink =
+    std::function<void(uint32_t table_id, uint32_t block, int64_t version,
+                       absl::Span<const float> values)>;
+
+// What a pull reads from one unit: a dense block whole (to the sink), or
+// the rows of `keys` of a sparse table (to `out`, keys.size() * dim floats
+// owned by the caller until the pull is done).
+struct PullTarget;
+
+// A unit that a sync step assembles as a whole, with the mutex that guards
+// its barrier and its values. Units are locked in (table_id, index) order.
+// Thread-safe through `mu`.
+class BarrierUnit {
+ public:
+  BarrierUnit(uint32_t table_id, uint32_t index, std::string name,
+              const char* noun, const Membership* membership, int quorum)
+      : barrier(name, noun, membership, quorum),
+        name_(std::move(name)),
+        table_id_(table_id),
+        index_(index) {}
+  virtual ~BarrierUnit() = default;
+
+  BarrierUnit(const BarrierUnit&) = delete;
+  BarrierUnit& operator=(const BarrierUnit&) = delete;
+
+  // "table w block 3", "sparse table e".
+  const std::string& name() const { return name_; }
+  uint32_t table_id() const { return table_id_; }
+  uint32_t index() const { return index_; }
+  bool LockedBefore(const BarrierUnit& o) const {
+    return std::make_pair(table_id_, index_) <
+           std::make_pair(o.table_id_, o.index_);
+  }
+
+  // SYNC: adds one trainer's chunk of the step being assembled; `first`:
+  // the step's first chunk.
+  virtual void Accumulate(const PushPayload& p, bool first)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // SYNC: applies the step (the mean of what was accumulated; `last` is the
+  // push that completed it, null when a membership change did) and advances
+  // the barrier, handing the pulls it releases to *ready.
+  virtual void ApplyStep(const PushPayload* last, std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // ASYNC: applies one push on arrival.
+  virtual void ApplyNow(int64_t step, const PushPayload& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // Answers a pull: takes what it needs of `mu` itself.
+  virtual void Read(const PullTarget& target, const PullSink& sink) const = 0;
+
+  mutable absl::Mutex mu;
+  StepBarrier barrier ABSL_GUARDED_BY(mu);
+
+ private:
+  const std::string name_;
+  const uint32_t table_id_;
+  const uint32_t index_;
+};
+
+struct PullTarget {
+  BarrierUnit* unit = nullptr;
+  absl::Span<const uint64_t> keys;  // sparse only
+  float* out = nullptr;             // sparse only
+};
+
+// Locks a set of units in (table_id, index) order for its lifetime and
+// unlocks them in reverse: the scoped locker of a multi-unit push. The
+// units must be sorted and distinct. Code that uses a unit while the lock
+// is held says so with `unit->mu.AssertHeld()`.
+class UnitLocks {
+ public:
+  explicit UnitLocks(absl::Span<BarrierUnit* const> units);
+  ~UnitLocks();
+  UnitLocks(const UnitLocks&) = delete;
+  UnitLocks& operator=(const UnitLocks&) = delete;
+
+ private:
+  const absl::Span<BarrierUnit* const> units_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_STEP_BARRIER_H_
