@@ -1,13 +1,28 @@
 #include "pserver/job_tables.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
+#include "kernels/finite.h"
 
 namespace shardps {
+namespace {
+
+// The position and kind of the first non-finite value of `v`, for a message.
+std::string FirstNonFinite(absl::Span<const float> v) {
+  for (size_t j = 0; j < v.size(); ++j) {
+    if (!std::isfinite(v[j])) {
+      return absl::StrCat(j, " is ", std::isnan(v[j]) ? "NaN" : "Inf");
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 absl::Status ValidateJob(const JobSpec& job, int expected_trainers) {
   if (job.mode() != SYNC && job.mode() != ASYNC) {
@@ -142,6 +157,78 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   jt->units_.assign(jt->blocks_.begin(), jt->blocks_.end());
   jt->units_.insert(jt->units_.end(), jt->sparse_.begin(), jt->sparse_.end());
   return jt;
+}
+
+absl::Status JobTables::ResolveDensePush(absl::Span<const BlockData> grads,
+                                         int trainer_id, int64_t step,
+                                         std::vector<PushPart>* parts) const {
+  absl::Status st;
+  parts->reserve(grads.size());
+  for (size_t i = 0; st.ok() && i < grads.size(); ++i) {
+    const BlockData& g = grads[i];
+    auto b = FindBlock(g.table_id, g.block);
+    if (!b.ok()) {
+      st = b.status();
+      break;
+    }
+    const std::string& name = spec(g.table_id).name();
+    if (static_cast<int64_t>(g.values.size()) != (*b)->size()) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "table ", name, " block ", g.block, ": gradient has ",
+          g.values.size(), " values, the block has ", (*b)->size()));
+    } else if (!AllFinite(g.values.data(), g.values.size())) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("table ", name, " block ", g.block, ": gradient value ",
+                       FirstNonFinite(g.values), " (trainer ", trainer_id,
+                       ", step ", step, "); nothing was applied"));
+    }
+    parts->push_back(PushPart{*b, PushPayload{g.values, {}, 1}});
+  }
+  return st;
+}
+
+absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
+                                          int trainer_id, int64_t step,
+                                          bool sync,
+                                          std::vector<PushPart>* parts) const {
+  absl::Status st;
+  absl::flat_hash_set<uint64_t> seen;
+  for (size_t i = 0; st.ok() && i < rows.size(); ++i) {
+    const SparseGrads& r = rows[i];
+    auto shard = FindSparse(r.table_id);
+    if (!shard.ok()) {
+      st = shard.status();
+      break;
+    }
+    const std::string& name = (*shard)->name();
+    const size_t dim = static_cast<size_t>((*shard)->rows().dim());
+    if (r.grads.size() != r.keys.size() * dim) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": ", r.keys.size(), " keys but ",
+                       r.grads.size(), " values; rows have ", dim,
+                       " values each (keys and values of different lengths)"));
+    } else if (sync && r.num_chunks < 1) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name,
+                       ": num_chunks must be at least 1, got ", r.num_chunks));
+    } else if (!AllFinite(r.grads.data(), r.grads.size())) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", name, ": a gradient value is NaN or Inf (trainer ",
+          trainer_id, ", step ", step, "); nothing was applied"));
+    }
+    seen.clear();
+    for (size_t j = 0; st.ok() && j < r.keys.size(); ++j) {
+      if (!seen.insert(r.keys[j]).second) {
+        st = absl::InvalidArgumentError(absl::StrCat(
+            "sparse table ", name, ": key ", r.keys[j],
+            " appears twice in one push (the trainer sums a batch's "
+            "gradients per key)"));
+      }
+    }
+    parts->push_back(
+        PushPart{*shard, PushPayload{r.grads, r.keys, r.num_chunks}});
+  }
+  return st;
 }
 
 absl::StatusOr<DenseTableBlock*> JobTables::FindBlock(uint32_t table_id,

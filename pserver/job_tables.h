@@ -22,6 +22,38 @@ struct BlockId {
   uint32_t block = 0;
 };
 
+// Gradient or value for one block, as a view into the request.
+struct BlockData {
+  uint32_t table_id = 0;
+  uint32_t block = 0;
+  absl::Span<const float> values;
+};
+
+// One chunk of a trainer's gradients for a sparse table, as views into the
+// request: keys.size() rows of the table's dim floats.
+struct SparseGrads {
+  uint32_t table_id = 0;
+  absl::Span<const uint64_t> keys;
+  absl::Span<const float> grads;
+  // SYNC: how many chunks of this table the trainer sends this pserver for
+  // the step (every chunk carries the same count; an empty chunk counts).
+  int32_t num_chunks = 1;
+};
+
+// The rows of `keys` that a pull wants, written to `out` (keys.size() * dim
+// floats, owned by the caller until the pull is done).
+struct SparsePull {
+  uint32_t table_id = 0;
+  absl::Span<const uint64_t> keys;
+  float* out = nullptr;
+};
+
+// One unit of a push and its payload.
+struct PushPart {
+  BarrierUnit* unit;
+  PushPayload payload;
+};
+
 // INVALID_ARGUMENT or FAILED_PRECONDITION, naming the field, unless the
 // job-wide fields of `job` are sound: mode, trainer count (equal to
 // `expected_trainers` when that is positive), replicas_to_aggregate.
@@ -45,6 +77,19 @@ class JobTables {
   const TableSpec& spec(uint32_t table_id) const {
     return tables_[table_id].spec;
   }
+
+  // The units of a dense push from trainer `trainer_id` for `step`, with
+  // INVALID_ARGUMENT or NOT_FOUND naming the first bad block (unknown,
+  // wrong length, a NaN or Inf value).
+  absl::Status ResolveDensePush(absl::Span<const BlockData> grads,
+                                int trainer_id, int64_t step,
+                                std::vector<PushPart>* parts) const;
+  // The same for sparse chunks: known sparse tables, keys and values of
+  // matching lengths, finite values, distinct keys, and (`sync`) a chunk
+  // count of at least 1.
+  absl::Status ResolveSparsePush(absl::Span<const SparseGrads> rows,
+                                 int trainer_id, int64_t step, bool sync,
+                                 std::vector<PushPart>* parts) const;
 
   // NOT_FOUND for an unknown table or a block not held here.
   absl::StatusOr<DenseTableBlock*> FindBlock(uint32_t table_id,

@@ -1,15 +1,13 @@
+// ParameterStore: the running job (membership, pushes, pulls, sweeps,
+// reports). Set-up and checkpoints are in parameter_store_setup.cc.
 #include "pserver/parameter_store.h"
 
 #include <algorithm>
-#include <cmath>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "google/protobuf/util/message_differencer.h"
-#include "kernels/finite.h"
 
 namespace shardps {
 namespace {
@@ -18,16 +16,6 @@ absl::Status NotReadyError() {
   return absl::FailedPreconditionError(
       "the job is not initialised on this pserver yet (the chief, trainer 0, "
       "sends the tables first)");
-}
-
-// The position and kind of the first non-finite value of `v`, for a message.
-std::string FirstNonFinite(absl::Span<const float> v) {
-  for (size_t j = 0; j < v.size(); ++j) {
-    if (!std::isfinite(v[j])) {
-      return absl::StrCat(j, " is ", std::isnan(v[j]) ? "NaN" : "Inf");
-    }
-  }
-  return "";
 }
 
 }  // namespace
@@ -39,100 +27,6 @@ ParameterStore::ParameterStore(StoreOptions options)
 
 ParameterStore::~ParameterStore() {
   CancelAllWaiters(absl::UnavailableError("pserver is shutting down"));
-}
-
-// --- Job set-up ---
-
-absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
-                                             absl::Span<const BlockId> blocks) {
-  absl::MutexLock g(&gate_);
-  absl::MutexLock l(&init_mu_);
-  return InitJobLocked(job, blocks);
-}
-
-absl::StatusOr<bool> ParameterStore::InitJobLocked(
-    const JobSpec& job, absl::Span<const BlockId> blocks) {
-  if (initialized_) {
-    if (!google::protobuf::util::MessageDifferencer::Equals(job, job_)) {
-      ++rejected_;
-      return absl::FailedPreconditionError(
-          "InitJob: this pserver already holds a job with a different spec "
-          "(tables, shapes, optimizers, mode or trainer count differ); "
-          "restart the pserver to start a new job");
-    }
-    return ready();
-  }
-  // Validate the whole spec before changing anything.
-  RETURN_IF_ERROR(ValidateJob(job, options_.num_trainers));
-  const bool sync = job.mode() == SYNC;
-  auto membership = std::make_unique<Membership>(job.num_trainers(), sync);
-  ASSIGN_OR_RETURN(std::unique_ptr<JobTables> tables,
-                   JobTables::Create(job, blocks, membership.get()));
-  job_ = job;
-  sync_ = sync;
-  membership_ = std::move(membership);
-  tables_ = std::move(tables);
-  staleness_ = std::make_unique<StalenessGate>(!sync, job.max_staleness(),
-                                               membership_.get());
-  init_blocks_.assign(blocks.begin(), blocks.end());
-  initialized_ = true;
-  LOG(INFO) << "job initialised: " << (sync_ ? "sync" : "async") << ", "
-            << job.num_trainers() << " trainers, " << tables_->num_tables()
-            << " tables, " << blocks.size() << " blocks held here";
-  return false;
-}
-
-absl::Status ParameterStore::SetInitialValues(
-    absl::Span<const BlockData> blocks) {
-  absl::MutexLock l(&init_mu_);
-  if (!initialized_) {
-    return absl::FailedPreconditionError(
-        "SetInitialValues before InitJob: the chief must send the job spec "
-        "first");
-  }
-  if (ready()) return absl::OkStatus();  // trained values win
-  std::vector<DenseTableBlock*> targets;
-  for (const BlockData& d : blocks) {
-    ASSIGN_OR_RETURN(DenseTableBlock * b,
-                     tables_->FindBlock(d.table_id, d.block));
-    const std::string& name = tables_->spec(d.table_id).name();
-    if (static_cast<int64_t>(d.values.size()) != b->size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SetInitialValues: table ", name, " block ", d.block,
-                       " has ", b->size(), " values, got ", d.values.size()));
-    }
-    if (!AllFinite(d.values.data(), d.values.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SetInitialValues: table ", name, " block ", d.block,
-                       " has a NaN or Inf value"));
-    }
-    targets.push_back(b);
-  }
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    absl::MutexLock bl(&targets[i]->mu);
-    targets[i]->SetInitialValue(blocks[i].values);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParameterStore::CommitInit() {
-  absl::MutexLock l(&init_mu_);
-  if (!initialized_) {
-    return absl::FailedPreconditionError("CommitInit before InitJob");
-  }
-  if (ready()) return absl::OkStatus();
-  for (const BlockId& id : init_blocks_) {
-    DenseTableBlock* b = *tables_->FindBlock(id.table_id, id.block);
-    absl::MutexLock bl(&b->mu);
-    if (!b->has_value) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("CommitInit: table ", tables_->spec(id.table_id).name(),
-                       " block ", id.block, " has no initial value"));
-    }
-  }
-  ready_.store(true, std::memory_order_release);
-  LOG(INFO) << "job ready: " << init_blocks_.size() << " blocks";
-  return absl::OkStatus();
 }
 
 // --- Membership ---
@@ -269,29 +163,9 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
                                   absl::Span<const BlockData> grads,
                                   uint64_t generation, int* late_blocks) {
   if (late_blocks != nullptr) *late_blocks = 0;
-  absl::Status st = CheckPushStart(trainer_id, step);
   std::vector<PushPart> parts;
-  parts.reserve(grads.size());
-  for (size_t i = 0; st.ok() && i < grads.size(); ++i) {
-    const BlockData& g = grads[i];
-    auto b = tables_->FindBlock(g.table_id, g.block);
-    if (!b.ok()) {
-      st = b.status();
-      break;
-    }
-    const std::string& name = tables_->spec(g.table_id).name();
-    if (static_cast<int64_t>(g.values.size()) != (*b)->size()) {
-      st = absl::InvalidArgumentError(absl::StrCat(
-          "table ", name, " block ", g.block, ": gradient has ",
-          g.values.size(), " values, the block has ", (*b)->size()));
-    } else if (!AllFinite(g.values.data(), g.values.size())) {
-      st = absl::InvalidArgumentError(
-          absl::StrCat("table ", name, " block ", g.block, ": gradient value ",
-                       FirstNonFinite(g.values), " (trainer ", trainer_id,
-                       ", step ", step, "); nothing was applied"));
-    }
-    parts.push_back(PushPart{*b, PushPayload{g.values, {}, 1}});
-  }
+  absl::Status st = CheckPushStart(trainer_id, step);
+  if (st.ok()) st = tables_->ResolveDensePush(grads, trainer_id, step, &parts);
   if (!st.ok()) {
     ++rejected_;
     return st;
@@ -302,43 +176,10 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
 absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
                                         absl::Span<const SparseGrads> rows,
                                         uint64_t generation) {
-  absl::Status st = CheckPushStart(trainer_id, step);
   std::vector<PushPart> parts;
-  absl::flat_hash_set<uint64_t> seen;
-  for (size_t i = 0; st.ok() && i < rows.size(); ++i) {
-    const SparseGrads& r = rows[i];
-    auto shard = tables_->FindSparse(r.table_id);
-    if (!shard.ok()) {
-      st = shard.status();
-      break;
-    }
-    const std::string& name = (*shard)->name();
-    const size_t dim = static_cast<size_t>((*shard)->rows().dim());
-    if (r.grads.size() != r.keys.size() * dim) {
-      st = absl::InvalidArgumentError(
-          absl::StrCat("sparse table ", name, ": ", r.keys.size(), " keys but ",
-                       r.grads.size(), " values; rows have ", dim,
-                       " values each (keys and values of different lengths)"));
-    } else if (sync_ && r.num_chunks < 1) {
-      st = absl::InvalidArgumentError(
-          absl::StrCat("sparse table ", name,
-                       ": num_chunks must be at least 1, got ", r.num_chunks));
-    } else if (!AllFinite(r.grads.data(), r.grads.size())) {
-      st = absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", name, ": a gradient value is NaN or Inf (trainer ",
-          trainer_id, ", step ", step, "); nothing was applied"));
-    }
-    seen.clear();
-    for (size_t j = 0; st.ok() && j < r.keys.size(); ++j) {
-      if (!seen.insert(r.keys[j]).second) {
-        st = absl::InvalidArgumentError(absl::StrCat(
-            "sparse table ", name, ": key ", r.keys[j],
-            " appears twice in one push (the trainer sums a batch's "
-            "gradients per key)"));
-      }
-    }
-    parts.push_back(
-        PushPart{*shard, PushPayload{r.grads, r.keys, r.num_chunks}});
+  absl::Status st = CheckPushStart(trainer_id, step);
+  if (st.ok()) {
+    st = tables_->ResolveSparsePush(rows, trainer_id, step, sync_, &parts);
   }
   if (!st.ok()) {
     ++rejected_;
@@ -456,7 +297,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   auto w = std::make_shared<PullWaiter>();
   for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
     auto b = tables_->FindBlock(blocks[i].table_id, blocks[i].block);
-    if (b.ok()) w->targets.push_back(PullTarget{*b});
+    if (b.ok()) w->targets.push_back(PullTarget{*b, {}, nullptr});
     st = b.status();
   }
   for (size_t i = 0; st.ok() && i < sparse.size(); ++i) {
@@ -575,171 +416,6 @@ void ParameterStore::Sweep(absl::Time now) {
 
 void ParameterStore::CancelAllWaiters(const absl::Status& status) {
   waiters_.Close(status);
-}
-
-// --- Checkpoints ---
-
-absl::Status ParameterStore::CheckSnapshotBoundary(int64_t step) const {
-  for (BarrierUnit* u : tables_->units()) {
-    absl::MutexLock l(&u->mu);
-    if (u->barrier.version() != step) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint of step ", step, ": ", u->name(), " is at version ",
-          u->barrier.version(), " (not a step boundary)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string ParameterStore::EncodeTable(uint32_t table_id) const {
-  std::string blob;
-  if (auto shard = tables_->FindSparse(table_id); shard.ok()) {
-    (*shard)->rows().Serialize(&blob);
-    return blob;
-  }
-  uint32_t n = 0;
-  for (const DenseTableBlock* b : tables_->blocks())
-    n += b->table_id() == table_id;
-  DenseBlobWriter writer(n);
-  for (const DenseTableBlock* b : tables_->blocks()) {
-    if (b->table_id() != table_id) continue;
-    absl::MutexLock l(&b->mu);
-    writer.Add(b->index(), b->barrier.version(), b->value, b->slots);
-  }
-  return std::move(writer).Finish();
-}
-
-absl::StatusOr<StoreSnapshot> ParameterStore::Snapshot(int64_t step) const {
-  if (!ready()) {
-    return absl::FailedPreconditionError(
-        "checkpoint: the job is not initialised on this pserver");
-  }
-  StoreSnapshot snap;
-  CheckpointInfo& info = snap.info;
-  absl::MutexLock g(&gate_);
-  info.set_step(step);
-  info.set_generation(membership_->generation());
-  *info.mutable_job() = job_;
-  for (const DenseTableBlock* b : tables_->blocks()) {
-    BlockRef* r = info.add_blocks();
-    r->set_table_id(b->table_id());
-    r->set_block(b->index());
-  }
-  staleness_->AddTo(&info);
-  membership_->AddTo(&info);
-  if (sync_) RETURN_IF_ERROR(CheckSnapshotBoundary(step));
-  for (uint32_t t = 0; t < tables_->num_tables(); ++t) {
-    snap.files.emplace_back(TableFileName(t), EncodeTable(t));
-  }
-  return snap;
-}
-
-absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
-                                     uint64_t generation) {
-  const CheckpointInfo& info = snap.info;
-  std::vector<BlockId> ids;
-  for (const BlockRef& r : info.blocks()) {
-    ids.push_back(BlockId{r.table_id(), r.block()});
-  }
-  const bool running = ready();
-  if (!running) {
-    auto st = InitJob(info.job(), ids);
-    if (!st.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint: ", st.status().message()));
-    }
-  } else if (!google::protobuf::util::MessageDifferencer::Equals(info.job(),
-                                                                 job_) ||
-             ids.size() != tables_->blocks().size()) {
-    return absl::FailedPreconditionError(
-        "rollback: the checkpoint holds another job or other blocks than "
-        "this pserver");
-  }
-  // Parse and check every blob before changing anything.
-  const size_t num_tables = tables_->num_tables();
-  std::vector<std::vector<DenseBlockImage>> dense(num_tables);
-  std::vector<const std::string*> sparse_blobs(num_tables, nullptr);
-  std::vector<uint8_t> seen(num_tables, 0);
-  size_t parsed = 0;
-  for (const auto& [name, blob] : snap.files) {
-    size_t id = 0;
-    while (id < num_tables && name != TableFileName(id)) ++id;
-    if (id == num_tables) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint: unexpected file ", name));
-    }
-    if (seen[id]++) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint: ", name, " appears twice"));
-    }
-    if (auto shard = tables_->FindSparse(id); shard.ok()) {
-      if (absl::Status v = (*shard)->Verify(blob); !v.ok()) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint: ", name, ": ", v.message()));
-      }
-      sparse_blobs[id] = &blob;
-      continue;
-    }
-    ASSIGN_OR_RETURN(dense[id],
-                     ParseDenseBlob(name, blob, tables_->BlockSizes(id),
-                                    tables_->num_slots(id)));
-    parsed += dense[id].size();
-  }
-  if (parsed != tables_->blocks().size()) {
-    return absl::DataLossError(absl::StrCat("checkpoint: holds ", parsed,
-                                            " dense blocks, the job places ",
-                                            tables_->blocks().size(), " here"));
-  }
-  for (const SparseShard* s : tables_->sparse()) {
-    if (sparse_blobs[s->table_id()] == nullptr) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint: no file for table ", s->name()));
-    }
-  }
-  std::vector<WaiterPtr> aborted;
-  absl::Status st;
-  {
-    absl::MutexLock g(&gate_);
-    RestoreLocked(info, running, std::move(dense), sparse_blobs, generation,
-                  &aborted, &st);
-  }
-  if (!running) {
-    ready_.store(true, std::memory_order_release);
-  } else {
-    ++rollbacks_;
-  }
-  const absl::Status abort = absl::AbortedError(
-      absl::StrCat("the job was rolled back to step ", info.step(),
-                   " (generation ", generation, "); the trainer must recover"));
-  for (const WaiterPtr& w : aborted) waiters_.Finish(w, abort);
-  LOG(WARNING) << (running ? "rolled back" : "restored") << " to step "
-               << info.step() << " (generation " << generation
-               << "): " << parsed << " dense blocks"
-               << (st.ok() ? "" : absl::StrCat("; ", st.message()));
-  return st;
-}
-
-void ParameterStore::RestoreLocked(
-    const CheckpointInfo& info, bool running,
-    std::vector<std::vector<DenseBlockImage>> dense,
-    const std::vector<const std::string*>& sparse_blobs, uint64_t generation,
-    std::vector<WaiterPtr>* aborted, absl::Status* sparse_error) {
-  membership_->Restore(info, generation, /*restarted=*/!running, clock_->Now());
-  for (uint32_t t = 0; t < dense.size(); ++t) {
-    for (DenseBlockImage& image : dense[t]) {
-      DenseTableBlock* b = *tables_->FindBlock(t, image.index);
-      absl::MutexLock l(&b->mu);
-      b->Restore(image.version, std::move(image.value), std::move(image.slots),
-                 aborted);
-    }
-  }
-  for (SparseShard* s : tables_->sparse()) {
-    absl::MutexLock l(&s->mu);
-    absl::Status st = s->rows().Deserialize(*sparse_blobs[s->table_id()]);
-    if (!st.ok() && sparse_error->ok()) *sparse_error = st;
-    s->barrier.Reset(info.step(), aborted);
-  }
-  staleness_->Restore(info, aborted);
 }
 
 // --- Reports ---

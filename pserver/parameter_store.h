@@ -44,32 +44,6 @@ struct StoreOptions {
   const Clock* clock = Clock::Real();
 };
 
-// Gradient or value for one block, as a view into the request.
-struct BlockData {
-  uint32_t table_id = 0;
-  uint32_t block = 0;
-  absl::Span<const float> values;
-};
-
-// One chunk of a trainer's gradients for a sparse table, as views into the
-// request: keys.size() rows of the table's dim floats.
-struct SparseGrads {
-  uint32_t table_id = 0;
-  absl::Span<const uint64_t> keys;
-  absl::Span<const float> grads;
-  // SYNC: how many chunks of this table the trainer sends this pserver for
-  // the step (every chunk carries the same count; an empty chunk counts).
-  int32_t num_chunks = 1;
-};
-
-// The rows of `keys` that a pull wants, written to `out` (keys.size() * dim
-// floats, owned by the caller until the pull is done).
-struct SparsePull {
-  uint32_t table_id = 0;
-  absl::Span<const uint64_t> keys;
-  float* out = nullptr;
-};
-
 // Counters, cumulative since start.
 struct StoreCounters {
   int64_t pushes = 0;
@@ -236,12 +210,6 @@ class ParameterStore {
   int64_t TEST_BlockVersion(uint32_t table_id, uint32_t block) const;
 
  private:
-  // One unit of a push and its payload.
-  struct PushPart {
-    BarrierUnit* unit;
-    PushPayload payload;
-  };
-
   absl::StatusOr<bool> InitJobLocked(const JobSpec& job,
                                      absl::Span<const BlockId> blocks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(init_mu_);
@@ -269,15 +237,10 @@ class ParameterStore {
   // Answers the released pulls (outside every lock).
   void ReleaseAll(const std::vector<WaiterPtr>& ready);
   std::string DescribeWait(const PullWaiter& w) const;
-  absl::Status CheckSnapshotBoundary(int64_t step) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_);
-  std::string EncodeTable(uint32_t table_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_);
   // Restore's half that changes the store, after every blob was parsed.
   void RestoreLocked(const CheckpointInfo& info, bool running,
-                     std::vector<std::vector<DenseBlockImage>> dense,
-                     const std::vector<const std::string*>& sparse_blobs,
-                     uint64_t generation, std::vector<WaiterPtr>* aborted,
+                     ParsedSnapshot parsed, uint64_t generation,
+                     std::vector<WaiterPtr>* aborted,
                      absl::Status* sparse_error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_);
 

@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "common/blob_io.h"
 
 namespace shardps {
@@ -74,6 +75,81 @@ absl::StatusOr<std::vector<DenseBlockImage>> ParseDenseBlob(
   if (!r.done()) {
     return absl::DataLossError(
         absl::StrCat("checkpoint: ", name, ": trailing bytes"));
+  }
+  return out;
+}
+
+absl::Status CheckStepBoundary(const JobTables& tables, int64_t step) {
+  for (BarrierUnit* u : tables.units()) {
+    absl::MutexLock l(&u->mu);
+    if (u->barrier.version() != step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint of step ", step, ": ", u->name(), " is at version ",
+          u->barrier.version(), " (not a step boundary)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string EncodeTable(const JobTables& tables, uint32_t table_id) {
+  std::string blob;
+  if (auto shard = tables.FindSparse(table_id); shard.ok()) {
+    (*shard)->rows().Serialize(&blob);
+    return blob;
+  }
+  uint32_t n = 0;
+  for (const DenseTableBlock* b : tables.blocks())
+    n += b->table_id() == table_id;
+  DenseBlobWriter writer(n);
+  for (const DenseTableBlock* b : tables.blocks()) {
+    if (b->table_id() != table_id) continue;
+    absl::MutexLock l(&b->mu);
+    writer.Add(b->index(), b->barrier.version(), b->value, b->slots);
+  }
+  return std::move(writer).Finish();
+}
+
+absl::StatusOr<ParsedSnapshot> ParseSnapshot(const StoreSnapshot& snap,
+                                             const JobTables& tables) {
+  const size_t num_tables = tables.num_tables();
+  ParsedSnapshot out;
+  out.dense.resize(num_tables);
+  out.sparse.assign(num_tables, nullptr);
+  std::vector<uint8_t> seen(num_tables, 0);
+  for (const auto& [name, blob] : snap.files) {
+    size_t id = 0;
+    while (id < num_tables && name != TableFileName(id)) ++id;
+    if (id == num_tables) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: unexpected file ", name));
+    }
+    if (seen[id]++) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: ", name, " appears twice"));
+    }
+    if (auto shard = tables.FindSparse(id); shard.ok()) {
+      if (absl::Status v = (*shard)->Verify(blob); !v.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint: ", name, ": ", v.message()));
+      }
+      out.sparse[id] = &blob;
+      continue;
+    }
+    ASSIGN_OR_RETURN(out.dense[id],
+                     ParseDenseBlob(name, blob, tables.BlockSizes(id),
+                                    tables.num_slots(id)));
+    out.dense_blocks += out.dense[id].size();
+  }
+  if (out.dense_blocks != tables.blocks().size()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint: holds ", out.dense_blocks,
+        " dense blocks, the job places ", tables.blocks().size(), " here"));
+  }
+  for (const SparseShard* s : tables.sparse()) {
+    if (out.sparse[s->table_id()] == nullptr) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint: no file for table ", s->name()));
+    }
   }
   return out;
 }

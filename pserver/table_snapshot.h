@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
+#include "pserver/job_tables.h"
 
 namespace shardps {
 
@@ -57,6 +58,28 @@ struct DenseBlockImage {
 absl::StatusOr<std::vector<DenseBlockImage>> ParseDenseBlob(
     absl::string_view name, absl::string_view blob,
     const absl::flat_hash_map<uint32_t, int64_t>& block_sizes, int num_slots);
+
+// The snapshot of a job's tables. REQUIRES: nothing writes the units
+// meanwhile (ParameterStore holds its gate exclusively).
+// FAILED_PRECONDITION unless every unit is at version `step` (a sync step
+// boundary), naming the first that is not.
+absl::Status CheckStepBoundary(const JobTables& tables, int64_t step);
+// The blob of table `table_id`: DSN1 for a dense table, SPT2 for a sparse
+// one.
+std::string EncodeTable(const JobTables& tables, uint32_t table_id);
+
+// A snapshot checked against the tables it is to be loaded into.
+struct ParsedSnapshot {
+  std::vector<std::vector<DenseBlockImage>> dense;  // per table
+  std::vector<const std::string*> sparse;  // per table: into the snapshot
+  size_t dense_blocks = 0;
+};
+// Parses and checks every blob of `snap` for `tables` before anything is
+// loaded: DATA_LOSS for an unknown or repeated file, a missing table, a
+// malformed blob, or other dense blocks than the job places here. The
+// result points into `snap`, which must outlive it.
+absl::StatusOr<ParsedSnapshot> ParseSnapshot(const StoreSnapshot& snap,
+                                             const JobTables& tables);
 
 }  // namespace shardps
 
