@@ -41,7 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/server.h"
+#include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/param_client.h"
 #include "trainer/client/retry_timer.h"
@@ -57,7 +57,7 @@ constexpr int64_t kMiB = 1024 * 1024;
 // destroyed in reverse order: the trainer side before the pservers.
 struct Cluster {
   int64_t num_values = 0;
-  std::vector<std::unique_ptr<PsServer>> servers;
+  std::vector<std::unique_ptr<GrpcPsServer>> servers;
   std::unique_ptr<RetryTimer> timer;
   std::vector<std::unique_ptr<GrpcPsClient>> clients;
   std::unique_ptr<ParamClient> params;
@@ -88,10 +88,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   std::vector<PsClientInterface*> ifaces;
   c->timer = std::make_unique<RetryTimer>();
   for (int s = 0; s < num_servers; ++s) {
-    PsServerOptions opts;
+    GrpcServerOptions opts;
     opts.host = "127.0.0.1";
     opts.port = 0;
-    auto server = PsServer::Create(opts);
+    auto server = GrpcPsServer::Create(opts);
     if (!server.ok()) return server.status();
     absl::Status st = (*server)->Start();
     if (!st.ok()) return st;
@@ -152,11 +152,11 @@ Cluster* GetCluster(benchmark::State& state) {
 // gRPC 1.51 then joins that thread from itself and frees the queue under it
 // ("assertion failed: prior > 0" in grpc_cq_internal_unref, an abort). A
 // started pserver that serves nothing holds one reference until the end.
-absl::StatusOr<std::unique_ptr<PsServer>> StartGrpcAnchor() {
-  PsServerOptions opts;
+absl::StatusOr<std::unique_ptr<GrpcPsServer>> StartGrpcAnchor() {
+  GrpcServerOptions opts;
   opts.host = "127.0.0.1";
   opts.port = 0;
-  auto server = PsServer::Create(opts);
+  auto server = GrpcPsServer::Create(opts);
   if (!server.ok()) return server.status();
   absl::Status st = (*server)->Start();
   if (!st.ok()) return st;
@@ -287,7 +287,7 @@ absl::StatusOr<std::unique_ptr<PlainGrpc>> StartPlainGrpc(
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as PsServer
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as GrpcPsServer
   builder.SetMaxReceiveMessageSize(kPlainGrpcMaxMessageBytes);
   builder.SetMaxSendMessageSize(kPlainGrpcMaxMessageBytes);
   builder.RegisterService(p->service.get());

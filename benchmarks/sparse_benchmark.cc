@@ -16,7 +16,7 @@
 #include "common/malloc_tuning.h"
 #include "common/shard_map.h"
 #include "glog/logging.h"
-#include "pserver/server.h"
+#include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/param_client.h"
 
@@ -46,7 +46,7 @@ std::vector<std::vector<uint64_t>> ZipfBatches(int num_batches, double s,
 }
 
 struct Cluster {
-  std::unique_ptr<PsServer> server;
+  std::unique_ptr<GrpcPsServer> server;
   RetryTimer timer;
   std::unique_ptr<GrpcPsClient> client;
   std::unique_ptr<ParamClient> params;
@@ -54,10 +54,10 @@ struct Cluster {
 
 std::unique_ptr<Cluster> StartCluster(int dim) {
   auto c = std::make_unique<Cluster>();
-  PsServerOptions o;
+  GrpcServerOptions o;
   o.host = "127.0.0.1";
   o.port = 0;
-  c->server = std::move(*PsServer::Create(o));
+  c->server = std::move(*GrpcPsServer::Create(o));
   CHECK(c->server->Start().ok());
   c->client =
       GrpcPsClient::Create("127.0.0.1:" + std::to_string(c->server->port()),

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "common/fault_injection_env.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
@@ -17,15 +18,6 @@ namespace {
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string templ =
-        JoinPath(::testing::TempDir(), "checkpoint_test.XXXXXX");
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    base_ = templ;
-    root_ = JoinPath(base_, "ckpts");
-  }
-  void TearDown() override { env_->DeleteDir(base_).IgnoreError(); }
-
   // Blobs whose content depends on the step, so a load of the wrong
   // checkpoint shows.
   static std::vector<CheckpointFile> Files(int64_t step) {
@@ -88,8 +80,8 @@ class CheckpointTest : public ::testing::Test {
   }
 
   Env* env_ = Env::Default();
-  std::string base_;
-  std::string root_;
+  testing::ScopedTempDir tmp_{"checkpoint_test"};
+  const std::string root_ = tmp_.Path("ckpts");
 };
 
 TEST_F(CheckpointTest, DirName) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
@@ -14,31 +15,15 @@ namespace {
 
 class EnvTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string templ = JoinPath(::testing::TempDir(), "env_test.XXXXXX");
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override { env_->DeleteDir(dir_).IgnoreError(); }
-
-  std::string Path(const std::string& name) { return JoinPath(dir_, name); }
+  std::string Path(const std::string& name) { return tmp_.Path(name); }
 
   absl::Status WriteString(Env* env, const std::string& path,
                            absl::string_view data) {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f =
-        env->NewWritableFile(path);
-    if (!f.ok()) return f.status();
-    absl::Status s = (*f)->Append(data);
-    if (s.ok()) s = (*f)->Sync();
-    absl::Status c = (*f)->Close();
-    return s.ok() ? c : s;
+    return testing::WriteStringToFile(env, path, data);
   }
 
   std::string ReadOrDie(const std::string& path) {
-    std::string data;
-    absl::Status s = env_->ReadFileToString(path, &data);
-    EXPECT_TRUE(s.ok()) << s;
-    return data;
+    return testing::ReadFileOrFail(env_, path);
   }
 
   std::vector<std::string> Children(const std::string& dir) {
@@ -50,7 +35,7 @@ class EnvTest : public ::testing::Test {
   }
 
   Env* env_ = Env::Default();
-  std::string dir_;
+  testing::ScopedTempDir tmp_{"env_test"};
 };
 
 TEST_F(EnvTest, WriteThenRead) {
@@ -97,7 +82,7 @@ TEST_F(EnvTest, ErrorsNameOperationPathAndErrno) {
 }
 
 TEST_F(EnvTest, FileExists) {
-  EXPECT_TRUE(env_->FileExists(dir_).ok());
+  EXPECT_TRUE(env_->FileExists(tmp_.path()).ok());
   EXPECT_EQ(env_->FileExists(Path("x")).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(WriteString(env_, Path("x"), "1").ok());
   EXPECT_TRUE(env_->FileExists(Path("x")).ok());
@@ -141,7 +126,7 @@ TEST_F(EnvTest, RenameFilesAndDirectories) {
   ASSERT_TRUE(WriteString(env_, Path("d1/x"), "x").ok());
   ASSERT_TRUE(env_->RenameFile(Path("d1"), Path("d2")).ok());
   EXPECT_EQ(ReadOrDie(Path("d2/x")), "x");
-  ASSERT_TRUE(env_->SyncDir(dir_).ok());
+  ASSERT_TRUE(env_->SyncDir(tmp_.path()).ok());
 
   // A directory never replaces a non-empty one.
   ASSERT_TRUE(env_->CreateDir(Path("d3")).ok());

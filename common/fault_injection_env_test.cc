@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
@@ -13,35 +14,19 @@ namespace {
 
 class FaultInjectionEnvTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string templ = JoinPath(::testing::TempDir(), "fault_env_test.XXXXXX");
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override { env_->DeleteDir(dir_).IgnoreError(); }
-
-  std::string Path(const std::string& name) { return JoinPath(dir_, name); }
+  std::string Path(const std::string& name) { return tmp_.Path(name); }
 
   absl::Status WriteString(Env* env, const std::string& path,
                            absl::string_view data) {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f =
-        env->NewWritableFile(path);
-    if (!f.ok()) return f.status();
-    absl::Status s = (*f)->Append(data);
-    if (s.ok()) s = (*f)->Sync();
-    absl::Status c = (*f)->Close();
-    return s.ok() ? c : s;
+    return testing::WriteStringToFile(env, path, data);
   }
 
   std::string ReadOrDie(const std::string& path) {
-    std::string data;
-    absl::Status s = env_->ReadFileToString(path, &data);
-    EXPECT_TRUE(s.ok()) << s;
-    return data;
+    return testing::ReadFileOrFail(env_, path);
   }
 
   Env* env_ = Env::Default();
-  std::string dir_;
+  testing::ScopedTempDir tmp_{"fault_env_test"};
 };
 
 TEST_F(FaultInjectionEnvTest, FailNthSyncAndRename) {
@@ -59,8 +44,8 @@ TEST_F(FaultInjectionEnvTest, FailNthSyncAndRename) {
   EXPECT_TRUE(fenv.RenameFile(Path("a"), Path("z")).ok());
 
   fenv.FailNth(FaultOp::kSyncDir, 1, absl::InternalError("x"));
-  EXPECT_EQ(fenv.SyncDir(dir_).code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(fenv.SyncDir(dir_).ok());
+  EXPECT_EQ(fenv.SyncDir(tmp_.path()).code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(fenv.SyncDir(tmp_.path()).ok());
 }
 
 TEST_F(FaultInjectionEnvTest, FailedAppendWritesHalf) {
@@ -95,12 +80,13 @@ TEST_F(FaultInjectionEnvTest, PointsSeeCheckpointOrdinal) {
   for (FaultPoint p :
        {FaultPoint::kMidWrite, FaultPoint::kAfterDataBeforeManifest,
         FaultPoint::kBeforeRename}) {
-    fenv.SetPointCallback(
-        p, [&seen, p, this](int ckpt, const std::string& path) {
-          seen.push_back(std::string(FaultPointName(p)) + " " +
-                         std::to_string(ckpt) + " " + path.substr(dir_.size()));
-          return absl::OkStatus();
-        });
+    fenv.SetPointCallback(p,
+                          [&seen, p, this](int ckpt, const std::string& path) {
+                            seen.push_back(std::string(FaultPointName(p)) +
+                                           " " + std::to_string(ckpt) + " " +
+                                           path.substr(tmp_.path().size()));
+                            return absl::OkStatus();
+                          });
   }
   for (int round = 1; round <= 2; ++round) {
     std::string tmp = Path("ckpt-" + std::to_string(round) + ".tmp");

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "compression/threshold_codec.h"
 #include "kernels/half.h"
 
 namespace shardps {
@@ -56,6 +57,55 @@ absl::Status DecodeValues(absl::string_view bytes, ValueEncoding encoding,
     o[i] = encoding == FLOAT16 ? HalfToFloat(h) : Bfloat16ToFloat(h);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> ViewFloat32(
+    const std::string& bytes, std::vector<float>* scratch) {
+  if (bytes.size() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("values have ", bytes.size(),
+                     " bytes, not a whole number of float32 values"));
+  }
+  const size_t n = bytes.size() / sizeof(float);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    return absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()), n);
+  }
+  scratch->resize(n);
+  std::memcpy(scratch->data(), bytes.data(), bytes.size());
+  return absl::MakeConstSpan(*scratch);
+}
+
+absl::StatusOr<absl::Span<const float>> DecodeBlockValues(
+    ValueEncoding encoding, const std::string& bytes, int64_t block_size,
+    std::vector<float>* scratch) {
+  switch (encoding) {
+    case FLOAT32:
+      return ViewFloat32(bytes, scratch);
+    case FLOAT16:
+    case BFLOAT16: {
+      if (bytes.size() % 2 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("values have ", bytes.size(),
+                         " bytes, not a whole number of 16-bit values"));
+      }
+      scratch->resize(bytes.size() / 2);
+      absl::Status st = DecodeValues(bytes, encoding, absl::MakeSpan(*scratch));
+      if (!st.ok()) return st;
+      return absl::MakeConstSpan(*scratch);
+    }
+    case THRESHOLD: {
+      // Empty bytes: nothing reached the threshold, a zero gradient.
+      scratch->assign(block_size, 0.0f);
+      if (!bytes.empty()) {
+        absl::Status st = DecodeAddBytes(bytes, absl::MakeSpan(*scratch));
+        if (!st.ok()) return st;
+      }
+      return absl::MakeConstSpan(*scratch);
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("values in unknown encoding ", encoding));
+  }
 }
 
 }  // namespace shardps

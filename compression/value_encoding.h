@@ -2,8 +2,10 @@
 #define SHARDPS_COMPRESSION_VALUE_ENCODING_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 
@@ -22,6 +24,23 @@ void EncodeValues(absl::Span<const float> values, ValueEncoding encoding,
 // none of the three.
 absl::Status DecodeValues(absl::string_view bytes, ValueEncoding encoding,
                           absl::Span<float> out);
+
+// Views the float32 little-endian `bytes` as floats. Protobuf keeps `bytes`
+// fields in heap strings, which are aligned for float; a misaligned buffer
+// (never seen) is copied into *scratch. INVALID_ARGUMENT when the byte count
+// is not a whole number of floats.
+absl::StatusOr<absl::Span<const float>> ViewFloat32(
+    const std::string& bytes, std::vector<float>* scratch);
+
+// The values of a pushed dense block of `block_size` values that travelled
+// in `encoding`: FLOAT32 viewed in place; FLOAT16 and BFLOAT16 decoded, and
+// THRESHOLD (a threshold or bitmap message of compression/threshold_codec.h;
+// empty bytes are a zero gradient) decoded, into *scratch. INVALID_ARGUMENT
+// naming what is wrong (byte counts, a malformed message, an unknown
+// encoding). `block_size` is read for THRESHOLD only.
+absl::StatusOr<absl::Span<const float>> DecodeBlockValues(
+    ValueEncoding encoding, const std::string& bytes, int64_t block_size,
+    std::vector<float>* scratch);
 
 // Bytes per value of a plain encoding; 0 for others.
 inline size_t BytesPerValue(ValueEncoding encoding) {

@@ -10,7 +10,7 @@
 #include "common/malloc_tuning.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "pserver/server.h"
+#include "pserver/grpc_server.h"
 
 DEFINE_int32(port, 7164, "TCP port to serve on; 0 picks a free port");
 DEFINE_string(port_file, "",
@@ -30,6 +30,34 @@ DEFINE_string(checkpoint_dir, "",
               "one is loaded at start. Empty: no checkpoints");
 DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept (>= 1)");
 
+namespace {
+
+// The server's options from the flags; a bad value is one line on stderr
+// and exit code 2.
+shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
+  auto fail = [](const char* msg) {
+    std::cerr << "pserver: " << msg << "\n";
+    std::exit(2);
+  };
+  if (FLAGS_max_pull_wait_s <= 0) fail("--max_pull_wait_s must be positive");
+  if (FLAGS_trainer_timeout < 0) fail("--trainer_timeout must be >= 0");
+  if (FLAGS_keep_checkpoints < 1) fail("--keep_checkpoints must be >= 1");
+  shardps::GrpcServerOptions options;
+  options.host = FLAGS_host;
+  options.port = FLAGS_port;
+  options.port_file = FLAGS_port_file;
+  shardps::PserverOptions& p = options.pserver;
+  p.store.num_trainers = FLAGS_num_gradient_servers;
+  p.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);
+  p.store.trainer_timeout = absl::Seconds(FLAGS_trainer_timeout);
+  p.checkpoint_dir = FLAGS_checkpoint_dir;
+  p.keep_checkpoints = FLAGS_keep_checkpoints;
+  p.env = checkpoint_env;
+  return options;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   shardps::TuneMallocForLargeMessages();
   gflags::SetUsageMessage(
@@ -45,18 +73,6 @@ int main(int argc, char** argv) {
     std::cerr << "pserver: unexpected argument '" << argv[1] << "'\n";
     return 2;
   }
-  if (FLAGS_max_pull_wait_s <= 0) {
-    std::cerr << "pserver: --max_pull_wait_s must be positive\n";
-    return 2;
-  }
-  if (FLAGS_trainer_timeout < 0) {
-    std::cerr << "pserver: --trainer_timeout must be >= 0\n";
-    return 2;
-  }
-  if (FLAGS_keep_checkpoints < 1) {
-    std::cerr << "pserver: --keep_checkpoints must be >= 1\n";
-    return 2;
-  }
   // Fault injection for the multi-process tests (kill during a checkpoint
   // write): SHARDPS_TEST_CHECKPOINT_FAULT, see common/fault_injection_env.h.
   auto fault_env = shardps::CheckpointFaultEnvFromEnvironment(
@@ -65,7 +81,12 @@ int main(int argc, char** argv) {
     std::cerr << "pserver: " << fault_env.status().message() << "\n";
     return 2;
   }
+  const shardps::GrpcServerOptions options = OptionsFromFlags(fault_env->get());
   google::InitGoogleLogging(argv[0]);
+  if (*fault_env != nullptr) {
+    LOG(WARNING) << "checkpoint fault injection armed by "
+                 << shardps::kCheckpointFaultEnvVar;
+  }
 
   // SIGTERM and SIGINT are handled by a thread that shuts the server down.
   sigset_t signals;
@@ -74,21 +95,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  shardps::PsServerOptions options;
-  options.host = FLAGS_host;
-  options.port = FLAGS_port;
-  options.port_file = FLAGS_port_file;
-  options.store.num_trainers = FLAGS_num_gradient_servers;
-  options.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);
-  options.store.trainer_timeout = absl::Seconds(FLAGS_trainer_timeout);
-  options.checkpoint_dir = FLAGS_checkpoint_dir;
-  options.keep_checkpoints = FLAGS_keep_checkpoints;
-  if (*fault_env != nullptr) {
-    LOG(WARNING) << "checkpoint fault injection armed by "
-                 << shardps::kCheckpointFaultEnvVar;
-    options.env = fault_env->get();
-  }
-  auto server = shardps::PsServer::Create(options);
+  auto server = shardps::GrpcPsServer::Create(options);
   if (!server.ok()) {
     std::cerr << "pserver: " << server.status().message() << "\n";
     return 2;

@@ -195,6 +195,10 @@ class ParameterStore {
   StoreCounters counters() const;
   // Pulls waiting now.
   size_t waiting_pulls() const { return waiters_.size(); }
+  // Blocks until at least `n` pulls wait, or `timeout` passes (tests).
+  bool WaitForWaitingPulls(size_t n, absl::Duration timeout) const {
+    return waiters_.WaitForSize(n, timeout);
+  }
 
   // Rows, memory and admission/eviction counters of each sparse table.
   struct SparseTableStats {

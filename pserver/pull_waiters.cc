@@ -80,6 +80,18 @@ void PullWaiters::Close(const absl::Status& status) {
   for (const WaiterPtr& w : all) Finish(w, status);
 }
 
+bool PullWaiters::WaitForSize(size_t n, absl::Duration timeout) const {
+  struct Args {
+    const absl::flat_hash_set<WaiterPtr>* watched;
+    size_t n;
+  } args{&watched_, n};
+  absl::MutexLock l(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](Args* a) { return a->watched->size() >= a->n; }, &args),
+      timeout);
+}
+
 size_t PullWaiters::size() const {
   absl::MutexLock l(&mu_);
   return watched_.size();

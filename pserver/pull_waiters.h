@@ -70,8 +70,11 @@ class PullWaiters {
   // UNAVAILABLE (shutdown).
   void Close(const absl::Status& status);
 
-  // Pulls waiting now (tests wait for a pull to be held).
+  // Pulls waiting now.
   size_t size() const;
+  // Blocks until at least `n` pulls wait, or `timeout` passes; returns
+  // whether they do (tests wait for a pull to be held).
+  bool WaitForSize(size_t n, absl::Duration timeout) const;
 
  private:
   void Complete(const WaiterPtr& w);

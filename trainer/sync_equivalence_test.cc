@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pserver/server.h"
+#include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/model/model.h"
 #include "trainer/model/saved_model.h"
@@ -81,13 +81,13 @@ std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
                                        int num_trainers, int batch,
                                        int num_passes, int64_t max_steps,
                                        const std::string& save_dir) {
-  std::vector<std::unique_ptr<PsServer>> servers;
+  std::vector<std::unique_ptr<GrpcPsServer>> servers;
   for (int s = 0; s < num_servers; ++s) {
-    PsServerOptions o;
+    GrpcServerOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
-    o.store.num_trainers = num_trainers;
-    servers.push_back(std::move(*PsServer::Create(o)));
+    o.pserver.store.num_trainers = num_trainers;
+    servers.push_back(std::move(*GrpcPsServer::Create(o)));
     EXPECT_TRUE(servers.back()->Start().ok());
   }
   RetryTimer timer;

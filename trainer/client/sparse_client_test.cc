@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pserver/server.h"
+#include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/param_client.h"
 
@@ -32,10 +32,10 @@ class SparseClientTest : public ::testing::Test {
     e->mutable_optimizer()->set_learning_rate(1.0f);
     job_ = job;
     for (int s = 0; s < num_servers; ++s) {
-      PsServerOptions o;
+      GrpcServerOptions o;
       o.host = "127.0.0.1";
       o.port = 0;
-      servers_.push_back(std::move(*PsServer::Create(o)));
+      servers_.push_back(std::move(*GrpcPsServer::Create(o)));
       ASSERT_TRUE(servers_.back()->Start().ok());
     }
     for (int k = 0; k < num_trainers; ++k) {
@@ -56,7 +56,7 @@ class SparseClientTest : public ::testing::Test {
 
   RetryTimer timer_;
   JobSpec job_;
-  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::unique_ptr<GrpcPsServer>> servers_;
   std::vector<std::unique_ptr<GrpcPsClient>> clients_;
   std::vector<std::unique_ptr<ParamClient>> params_;
 };

@@ -228,7 +228,7 @@ TEST_F(LibsvmReaderTest, RecordShardingWhileReadingMatchesSelect) {
   for (int n : {1, 2, 3, 5}) {
     const std::vector<int64_t> counts = RecordsPerTrainer(23, n);
     for (int t = 0; t < n; ++t) {
-      SCOPED_TRACE(testing::Message() << t << " of " << n);
+      SCOPED_TRACE(::testing::Message() << t << " of " << n);
       LibsvmReadOptions options;
       options.shard_index = t;
       options.num_shards = n;

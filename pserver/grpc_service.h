@@ -1,24 +1,19 @@
-#ifndef SHARDPS_PSERVER_PS_SERVICE_IMPL_H_
-#define SHARDPS_PSERVER_PS_SERVICE_IMPL_H_
+#ifndef SHARDPS_PSERVER_GRPC_SERVICE_H_
+#define SHARDPS_PSERVER_GRPC_SERVICE_H_
 
-#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
-#include "pserver/checkpointer.h"
-#include "pserver/parameter_store.h"
-#include "pserver/request_dedup.h"
+#include "pserver/request_handler.h"
 
 namespace shardps {
 
-// The gRPC binding of ParameterStore: converts protos to spans and
-// absl::Status to grpc::Status, and nothing else. Thread-safe.
-class PsServiceImpl final : public ParameterServer::CallbackService {
+// The gRPC binding of RequestHandler: each RPC is forwarded as it is, and
+// the answer's absl::Status becomes the grpc::Status (common/grpc_status.h).
+// Nothing else. Thread-safe.
+class GrpcPsService final : public ParameterServer::CallbackService {
  public:
-  // `store` and `checkpointer` (null: no --checkpoint_dir) must outlive
-  // this object.
-  explicit PsServiceImpl(ParameterStore* store,
-                         Checkpointer* checkpointer = nullptr)
-      : store_(store), checkpointer_(checkpointer) {}
+  // `handler` must outlive this object.
+  explicit GrpcPsService(RequestHandler* handler) : handler_(handler) {}
 
   grpc::ServerUnaryReactor* InitJob(grpc::CallbackServerContext* ctx,
                                     const InitJobRequest* req,
@@ -55,12 +50,9 @@ class PsServiceImpl final : public ParameterServer::CallbackService {
                                      RollbackResponse* resp) override;
 
  private:
-  ParameterStore* const store_;
-  Checkpointer* const checkpointer_;
-  absl::Mutex rollback_mu_;  // one rollback at a time
-  RequestDedup dedup_;
+  RequestHandler* const handler_;
 };
 
 }  // namespace shardps
 
-#endif  // SHARDPS_PSERVER_PS_SERVICE_IMPL_H_
+#endif  // SHARDPS_PSERVER_GRPC_SERVICE_H_

@@ -1,0 +1,70 @@
+#ifndef SHARDPS_PSERVER_GRPC_SERVER_H_
+#define SHARDPS_PSERVER_GRPC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "pserver/grpc_service.h"
+#include "pserver/pserver.h"
+
+namespace shardps {
+
+struct GrpcServerOptions {
+  // Address to listen on. Default: all interfaces.
+  std::string host = "0.0.0.0";
+  // TCP port; 0 binds a free one (see GrpcPsServer::port()). Default: 7164.
+  int port = 7164;
+  // Written with the bound port once the server serves (temporary file,
+  // then rename). Default: none.
+  std::string port_file;
+  // The pserver behind the port.
+  PserverOptions pserver;
+};
+
+// A Pserver served over gRPC (the ParameterServer service, with gRPC's
+// health service). Create, Start, then Wait until Shutdown is called (from
+// a signal handler thread, say). Thread-safe.
+class GrpcPsServer {
+ public:
+  // INVALID_ARGUMENT for a port outside [0, 65535] and the Pserver's
+  // errors.
+  static absl::StatusOr<std::unique_ptr<GrpcPsServer>> Create(
+      GrpcServerOptions options);
+  ~GrpcPsServer();
+
+  // Starts the Pserver (loading its newest checkpoint), binds the port,
+  // serves, and writes the port file.
+  absl::Status Start();
+  // Blocks until Shutdown() has completed.
+  void Wait();
+  // Answers waiting pulls UNAVAILABLE, finishes in-flight calls (up to
+  // `grace`), then stops the Pserver (final checkpoint). Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+  int port() const { return port_; }
+  Pserver* pserver() { return pserver_.get(); }
+  ParameterStore* store() { return pserver_->store(); }
+  // A channel to this server within the process (tests).
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+
+ private:
+  GrpcPsServer(GrpcServerOptions options, std::unique_ptr<Pserver> pserver);
+
+  const GrpcServerOptions options_;
+  std::unique_ptr<Pserver> pserver_;
+  GrpcPsService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Notification done_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_GRPC_SERVER_H_

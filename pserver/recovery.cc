@@ -1,0 +1,82 @@
+#include "pserver/recovery.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+
+namespace shardps {
+namespace {
+
+using Kind = RecoveryTarget::Kind;
+
+// The checkpoint of `target`, with the errors of its kind.
+absl::StatusOr<StoreSnapshot> LoadTarget(Checkpointer* checkpointer,
+                                         const RecoveryTarget& target) {
+  if (target.kind == Kind::kRollback) {
+    auto snap = checkpointer->Load(target.step);
+    if (!snap.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rollback to step ", target.step, ": ", snap.status().message()));
+    }
+    return snap;
+  }
+  auto snap = checkpointer->LoadNewest();
+  if (!snap.ok() && !absl::IsNotFound(snap.status())) {
+    return absl::Status(snap.status().code(),
+                        absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
+                                     ": ", snap.status().message()));
+  }
+  return snap;
+}
+
+// The generation the store takes: at start one above every generation this
+// directory has been on; on a rollback the one the trainers chose.
+absl::StatusOr<uint64_t> TargetGeneration(Checkpointer* checkpointer,
+                                          const RecoveryTarget& target,
+                                          const StoreSnapshot& snap) {
+  if (target.kind == Kind::kRollback) return target.generation;
+  uint64_t last = snap.info.generation();
+  auto kept = checkpointer->ReadGeneration();
+  if (kept.ok()) {
+    last = std::max(last, *kept);
+  } else if (!absl::IsNotFound(kept.status())) {
+    return kept.status();
+  }
+  return last + 1;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
+                                              ParameterStore* store,
+                                              const RecoveryTarget& target) {
+  const bool start = target.kind == Kind::kNewestAtStart;
+  if (absl::Status s = checkpointer->Flush(); !s.ok()) {
+    LOG(WARNING) << "the last checkpoint write had failed: " << s;
+  }
+  absl::StatusOr<StoreSnapshot> snap = LoadTarget(checkpointer, target);
+  if (start && absl::IsNotFound(snap.status())) {
+    // None verifies: keep any damaged ones out of the way.
+    RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(-1));
+    return snap.status();
+  }
+  RETURN_IF_ERROR(snap.status());
+  const int64_t step = snap->info.step();
+  ASSIGN_OR_RETURN(const uint64_t generation,
+                   TargetGeneration(checkpointer, target, *snap));
+  absl::Status s = checkpointer->WriteGeneration(generation);
+  if (s.ok()) s = store->Restore(*snap, generation);
+  if (!s.ok() && start) {
+    return absl::DataLossError(
+        absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
+                     ": cannot restore step ", step, ": ", s.message()));
+  }
+  RETURN_IF_ERROR(s);
+  RETURN_IF_ERROR(start ? checkpointer->QuarantineNewerThan(step)
+                        : checkpointer->DiscardNewerThan(step));
+  return step;
+}
+
+}  // namespace shardps

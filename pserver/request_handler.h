@@ -1,0 +1,74 @@
+#ifndef SHARDPS_PSERVER_REQUEST_HANDLER_H_
+#define SHARDPS_PSERVER_REQUEST_HANDLER_H_
+
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/checkpointer.h"
+#include "pserver/parameter_store.h"
+#include "pserver/request_dedup.h"
+
+namespace shardps {
+
+// The pserver's service on its wire messages, without gRPC
+// (docs/wire_protocol.md): it validates and decodes every request (value
+// encodings, keys, trainer ids), answers a retried push as the first one was
+// answered (RequestDedup), runs the checkpoint and rollback protocol
+// (RecoverFromCheckpoint), and calls the store. The gRPC binding
+// (grpc_service.h) and the trainers' in-process client only forward to it.
+// Every method answers with the status the wire carries. Thread-safe.
+class RequestHandler {
+ public:
+  // `store` must outlive the handler; `checkpointer` is null without
+  // --checkpoint_dir and must outlive the handler otherwise. `clock` gives
+  // the time of registrations and heartbeats.
+  RequestHandler(ParameterStore* store, Checkpointer* checkpointer,
+                 const Clock* clock = Clock::Real());
+
+  RequestHandler(const RequestHandler&) = delete;
+  RequestHandler& operator=(const RequestHandler&) = delete;
+
+  absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp);
+  absl::Status SetInitialValues(const SetInitialValuesRequest& req,
+                                SetInitialValuesResponse* resp);
+  absl::Status CommitInit(const CommitInitRequest& req,
+                          CommitInitResponse* resp);
+  // `peer` names the caller in the log.
+  absl::Status Register(const RegisterRequest& req, RegisterResponse* resp,
+                        absl::string_view peer);
+  absl::Status GetStatus(const GetStatusRequest& req, GetStatusResponse* resp);
+  // Answers through `done`, at once or later on another thread (a pull that
+  // waits for a step); `req` may go when Pull returns, `resp` must stay
+  // alive until `done`.
+  void Pull(const PullRequest& req, PullResponse* resp,
+            std::function<void(absl::Status)> done);
+  absl::Status Push(const PushRequest& req, PushResponse* resp);
+  absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp);
+  absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp);
+  absl::Status Checkpoint(const CheckpointRequest& req,
+                          CheckpointResponse* resp);
+  absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
+
+ private:
+  // A push's payload for the store, decoded (dense or sparse).
+  absl::Status PushDense(const PushRequest& req, PushResponse* resp);
+  absl::Status PushSparse(const PushRequest& req);
+
+  ParameterStore* const store_;
+  Checkpointer* const checkpointer_;
+  const Clock* const clock_;
+  // One rollback at a time; a checkpoint waits for it, so that a snapshot
+  // of the abandoned timeline is never saved after the rollback discarded
+  // its checkpoints. Taken before the store's locks.
+  absl::Mutex rollback_mu_;
+  RequestDedup dedup_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_REQUEST_HANDLER_H_
