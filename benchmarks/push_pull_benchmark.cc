@@ -43,6 +43,7 @@
 #include "proto/ps_service.pb.h"
 #include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
+#include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
 #include "trainer/client/retry_timer.h"
 
@@ -60,6 +61,8 @@ struct Cluster {
   std::vector<std::unique_ptr<GrpcPsServer>> servers;
   std::unique_ptr<RetryTimer> timer;
   std::vector<std::unique_ptr<GrpcPsClient>> clients;
+  RequestStamp stamp{0, /*incarnation=*/1};
+  std::unique_ptr<JobClient> job;
   std::unique_ptr<ParamClient> params;
   std::vector<float> grads;
   std::vector<float> values;
@@ -101,17 +104,18 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
     ifaces.push_back(c->clients.back().get());
     c->servers.push_back(std::move(*server));
   }
+  c->job = std::make_unique<JobClient>(ifaces, &c->stamp);
   c->params = std::make_unique<ParamClient>(
-      ifaces, /*trainer_id=*/0,
+      ifaces, &c->stamp,
       std::vector<DenseTableLayout>{{"dense", c->num_values, kBlockSize}});
   // Small gradients keep the values finite however long the benchmark runs.
   c->grads.assign(c->num_values, 1e-3f);
   c->values.assign(c->num_values, 0.0f);
   std::vector<float> init(c->num_values, 0.5f);
   const JobSpec job = MakeJob(c->num_values);
-  absl::Status st = c->params->Register(/*incarnation=*/1);
-  if (st.ok()) st = c->params->InitJob(job, {init.data()});
-  if (st.ok()) st = c->params->WaitUntilReady(job, absl::Seconds(30));
+  absl::Status st = c->job->Register();
+  if (st.ok()) st = c->job->InitJob(job, c->params->chunks(), {init.data()});
+  if (st.ok()) st = c->job->WaitUntilReady(job, absl::Seconds(30));
   if (!st.ok()) return st;
   return c;
 }

@@ -18,7 +18,8 @@
 #include "glog/logging.h"
 #include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
-#include "trainer/client/param_client.h"
+#include "trainer/client/job_client.h"
+#include "trainer/client/sparse_client.h"
 
 namespace shardps {
 namespace {
@@ -49,7 +50,9 @@ struct Cluster {
   std::unique_ptr<GrpcPsServer> server;
   RetryTimer timer;
   std::unique_ptr<GrpcPsClient> client;
-  std::unique_ptr<ParamClient> params;
+  RequestStamp stamp{0};
+  std::unique_ptr<JobClient> job;
+  std::unique_ptr<SparseClient> sparse;
 };
 
 std::unique_ptr<Cluster> StartCluster(int dim) {
@@ -62,9 +65,9 @@ std::unique_ptr<Cluster> StartCluster(int dim) {
   c->client =
       GrpcPsClient::Create("127.0.0.1:" + std::to_string(c->server->port()),
                            RpcOptions{}, &c->timer);
-  c->params = std::make_unique<ParamClient>(
-      std::vector<PsClientInterface*>{c->client.get()}, 0,
-      std::vector<DenseTableLayout>{});
+  const std::vector<PsClientInterface*> servers = {c->client.get()};
+  c->job = std::make_unique<JobClient>(servers, &c->stamp);
+  c->sparse = std::make_unique<SparseClient>(servers, &c->stamp);
   JobSpec job;
   job.set_mode(ASYNC);
   job.set_num_trainers(1);
@@ -77,7 +80,7 @@ std::unique_ptr<Cluster> StartCluster(int dim) {
   t->mutable_sparse()->mutable_init()->set_scale(0.01f);
   t->mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
   t->mutable_optimizer()->set_learning_rate(0.05f);
-  CHECK(c->params->InitJob(job, {}).ok());
+  CHECK(c->job->InitJob(job, ChunkPlan(1), {}).ok());
   return c;
 }
 
@@ -91,8 +94,8 @@ void BM_SparsePushPull(benchmark::State& state) {
     const auto& keys = batches[step % batches.size()];
     std::vector<SparseTransfer> pull = {{0, dim, keys, rows.data(), nullptr}};
     std::vector<SparseTransfer> push = {{0, dim, keys, nullptr, grads.data()}};
-    CHECK(cluster->params->PullSparse(0, step, pull, nullptr).ok());
-    CHECK(cluster->params->PushSparse(step, false, push, nullptr).ok());
+    CHECK(cluster->sparse->Pull(0, step, pull, nullptr).ok());
+    CHECK(cluster->sparse->Push(step, false, push, nullptr).ok());
     total_rows += 2 * static_cast<int64_t>(keys.size());
     ++step;
   }

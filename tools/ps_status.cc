@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/address.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
   int unreachable = 0;
   for (absl::string_view a :
        absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
-    auto addr = shardps::GrpcPsClient::NormalizeAddress(std::string(a));
+    auto addr = shardps::NormalizeAddress(std::string(a));
     if (!addr.ok()) {
       std::cerr << "ps_status: " << addr.status().message() << "\n";
       return 2;

@@ -93,25 +93,25 @@ class SparseInputPipeline final : public InputPipeline {
     Load(*train_.shard, index * batch_size, batch_size);
   }
   void LoadTestBatch(int64_t first, int n) override { Load(*test_, first, n); }
-  absl::Status PullRows(ParamClient* client, int64_t min_version, int64_t step,
+  absl::Status PullRows(SparseClient* client, int64_t min_version, int64_t step,
                         TransferStats* stats) override {
     std::vector<SparseTransfer> t = {{sparse_table_id_, input_.dim(),
                                       input_.keys(), input_.rows().data(),
                                       nullptr}};
-    RETURN_IF_ERROR(client->PullSparse(min_version, step, t, stats));
+    RETURN_IF_ERROR(client->Pull(min_version, step, t, stats));
     input_.Forward(h_.data());
     return absl::OkStatus();
   }
   const float* x() override { return h_.data(); }
   const int32_t* labels() const override { return labels_.data(); }
   float* input_grad() override { return dh_.data(); }
-  absl::Status PushRows(ParamClient* client, int64_t step, bool sync,
+  absl::Status PushRows(SparseClient* client, int64_t step, bool sync,
                         TransferStats* stats) override {
     input_.Backward(dh_.data());
     std::vector<SparseTransfer> t = {{sparse_table_id_, input_.dim(),
                                       input_.keys(), nullptr,
                                       input_.grads().data()}};
-    return client->PushSparse(step, sync, t, stats);
+    return client->Push(step, sync, t, stats);
   }
 
  private:

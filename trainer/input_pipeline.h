@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/client/param_client.h"
+#include "trainer/client/sparse_client.h"
 
 namespace shardps {
 
@@ -47,7 +47,7 @@ class InputPipeline {
   virtual void LoadTestBatch(int64_t first, int n) = 0;
 
   // Pulls the rows the loaded batch needs (nothing for IDX data).
-  virtual absl::Status PullRows(ParamClient* client, int64_t min_version,
+  virtual absl::Status PullRows(SparseClient* client, int64_t min_version,
                                 int64_t step, TransferStats* stats) {
     return absl::OkStatus();
   }
@@ -58,7 +58,7 @@ class InputPipeline {
   // Where the model writes d loss / d x; null when nothing needs it.
   virtual float* input_grad() { return nullptr; }
   // Sends the gradients of the batch's rows (after input_grad was filled).
-  virtual absl::Status PushRows(ParamClient* client, int64_t step, bool sync,
+  virtual absl::Status PushRows(SparseClient* client, int64_t step, bool sync,
                                 TransferStats* stats) {
     return absl::OkStatus();
   }

@@ -1,7 +1,7 @@
 // DESIGN.md's sync equivalence: N trainers with local batch b and record
 // sharding, shuffling off, end with the same parameters as one trainer with
 // batch N*b, up to float rounding. Pservers and trainers run in this process
-// and talk over gRPC's in-process channels.
+// and talk through InProcessPsClient (the request handler, no gRPC).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pserver/grpc_server.h"
-#include "trainer/client/grpc_ps_client.h"
+#include "pserver/pserver.h"
+#include "trainer/client/in_process_ps_client.h"
 #include "trainer/model/model.h"
 #include "trainer/model/saved_model.h"
 #include "trainer/trainer.h"
@@ -81,25 +81,22 @@ std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
                                        int num_trainers, int batch,
                                        int num_passes, int64_t max_steps,
                                        const std::string& save_dir) {
-  std::vector<std::unique_ptr<GrpcPsServer>> servers;
+  std::vector<std::unique_ptr<Pserver>> servers;
   for (int s = 0; s < num_servers; ++s) {
-    GrpcServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.pserver.store.num_trainers = num_trainers;
-    servers.push_back(std::move(*GrpcPsServer::Create(o)));
+    PserverOptions o;
+    o.store.num_trainers = num_trainers;
+    servers.push_back(std::move(*Pserver::Create(o)));
     EXPECT_TRUE(servers.back()->Start().ok());
   }
-  RetryTimer timer;
   std::vector<absl::Status> status(num_trainers);
   std::vector<std::thread> threads;
   // All clients exist before any thread runs; they outlive the threads.
-  std::vector<std::vector<std::unique_ptr<GrpcPsClient>>> clients(num_trainers);
+  std::vector<std::vector<std::unique_ptr<InProcessPsClient>>> clients(
+      num_trainers);
   for (int k = 0; k < num_trainers; ++k) {
     for (int s = 0; s < num_servers; ++s) {
-      clients[k].push_back(std::make_unique<GrpcPsClient>(
-          "in-process-" + std::to_string(s), servers[s]->InProcessChannel(),
-          RpcOptions{}, &timer));
+      clients[k].push_back(std::make_unique<InProcessPsClient>(
+          servers[s]->handler(), "in-process-" + std::to_string(s)));
     }
   }
   for (int k = 0; k < num_trainers; ++k) {

@@ -30,9 +30,6 @@ struct RpcOptions {
 // PsClientInterface over a gRPC channel, with retries. Thread-safe.
 class GrpcPsClient final : public PsClientInterface {
  public:
-  // Parses "host" or "host:port" (default port 7164).
-  static absl::StatusOr<std::string> NormalizeAddress(const std::string& addr);
-
   // Connects to `address` (host:port). `timer` schedules retries and must
   // outlive this object.
   static std::unique_ptr<GrpcPsClient> Create(const std::string& address,

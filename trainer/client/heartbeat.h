@@ -15,10 +15,10 @@
 
 namespace shardps {
 
-// Tells every pserver, every `interval`, that this trainer is alive, from a
-// thread of its own, so that a trainer blocked in a long pull or a long
-// computation is not dropped by --trainer_timeout. A pserver that answers
-// FAILED_PRECONDITION (this trainer was dropped, or replaced by a newer
+// Tells every pserver that this trainer is alive, every `interval` from a
+// thread of its own once started, so that a trainer blocked in a long pull
+// or a long computation is not dropped by --trainer_timeout. A pserver that
+// answers FAILED_PRECONDITION (this trainer was dropped, or replaced by a newer
 // incarnation) makes status() return that error; the training loop stops
 // on it. Unreachable pservers are skipped quietly (their retries log).
 // Thread-safe.
@@ -34,6 +34,11 @@ class Heartbeater {
   Heartbeater(const Heartbeater&) = delete;
   Heartbeater& operator=(const Heartbeater&) = delete;
 
+  // Starts the thread: a round at once, then one every interval.
+  void Start();
+  // One round: a heartbeat to every pserver whose last one was answered.
+  // Nothing after Stop().
+  void Beat();
   // Stops sending and waits for the calls in flight. Idempotent.
   void Stop();
   // OK, or the first FAILED_PRECONDITION a pserver answered.
@@ -41,7 +46,6 @@ class Heartbeater {
 
  private:
   struct Call;
-  void Loop();
 
   const std::vector<PsClientInterface*> servers_;
   const int trainer_id_;
@@ -49,6 +53,7 @@ class Heartbeater {
   const absl::Duration interval_;
   absl::Notification stop_;
   mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);  // per server

@@ -7,60 +7,16 @@
 #include "absl/synchronization/mutex.h"
 #include "common/wire_limits.h"
 #include "gtest/gtest.h"
+#include "trainer/client/testing/fake_ps_client.h"
 
 namespace shardps {
 namespace {
 
-TEST(PlanChunksTest, EveryBlockOnceAndChunksBounded) {
-  std::vector<DenseTableLayout> tables = {
-      {"big", 3'000'000, 65536}, {"small", 10, 65536}, {"odd", 200'001, 1000}};
-  const auto chunks = PlanChunks(tables, 3, kMaxChunkBytes);
-  ASSERT_EQ(chunks.size(), 3u);
-  std::set<std::pair<uint32_t, uint32_t>> seen;
-  int64_t values = 0;
-  for (const auto& server : chunks) {
-    for (const auto& chunk : server) {
-      size_t bytes = 0;
-      for (const BlockPlacement& p : chunk) {
-        EXPECT_TRUE(seen.insert({p.table_id, p.block}).second);
-        bytes += p.size * sizeof(float);
-        values += p.size;
-        EXPECT_EQ(p.offset, int64_t{p.block} * tables[p.table_id].block_size);
-      }
-      EXPECT_LE(bytes, kMaxChunkBytes);
-    }
-  }
-  EXPECT_EQ(values, 3'000'000 + 10 + 200'001);
-}
-
 // An in-memory pserver: remembers pushed values per block, returns them on
 // pulls. Enough to check that ParamClient splits and reassembles.
-class FakeServer : public PsClientInterface {
+class FakeServer : public testing::FakePsClient {
  public:
-  explicit FakeServer(std::string name) : name_(std::move(name)) {}
-  const std::string& address() const override { return name_; }
-  void InitJobAsync(const InitJobRequest&, InitJobResponse*,
-                    StatusCallback done) override {
-    done(absl::OkStatus());
-  }
-  void SetInitialValuesAsync(const SetInitialValuesRequest& req,
-                             SetInitialValuesResponse*,
-                             StatusCallback done) override {
-    Store(req.blocks());
-    done(absl::OkStatus());
-  }
-  void CommitInitAsync(const CommitInitRequest&, CommitInitResponse*,
-                       StatusCallback done) override {
-    done(absl::OkStatus());
-  }
-  void RegisterAsync(const RegisterRequest&, RegisterResponse*,
-                     StatusCallback done) override {
-    done(absl::OkStatus());
-  }
-  void GetStatusAsync(const GetStatusRequest&, GetStatusResponse*,
-                      StatusCallback done) override {
-    done(absl::OkStatus());
-  }
+  explicit FakeServer(std::string name) : FakePsClient(std::move(name)) {}
   void PullAsync(const PullRequest& req, PullResponse* resp,
                  StatusCallback done) override {
     // Answer from another thread, as gRPC does. After `done` the test may
@@ -81,40 +37,18 @@ class FakeServer : public PsClientInterface {
   }
   void PushAsync(const PushRequest& req, PushResponse*,
                  StatusCallback done) override {
-    {
-      absl::MutexLock l(&mu_);
-      request_ids.insert(req.request_id());
-      ++pushes;
+    absl::MutexLock l(&mu_);
+    request_ids.insert(req.request_id());
+    ++pushes;
+    for (const auto& b : req.blocks()) {
+      blocks_[{b.table_id(), b.block()}] = b.values();
     }
-    Store(req.blocks());
-    done(absl::OkStatus());
-  }
-  void HeartbeatAsync(const HeartbeatRequest&, HeartbeatResponse*,
-                      StatusCallback done) override {
-    done(absl::OkStatus());
-  }
-  void LeaveAsync(const LeaveRequest&, LeaveResponse*,
-                  StatusCallback done) override {
-    done(absl::OkStatus());
-  }
-  void CheckpointAsync(const CheckpointRequest&, CheckpointResponse*,
-                       StatusCallback done) override {
-    done(absl::OkStatus());
-  }
-  void RollbackAsync(const RollbackRequest&, RollbackResponse*,
-                     StatusCallback done) override {
     done(absl::OkStatus());
   }
   int pushes = 0, pulls = 0;
   std::set<uint64_t> request_ids;
 
  private:
-  void Store(const google::protobuf::RepeatedPtrField<DenseBlock>& blocks) {
-    absl::MutexLock l(&mu_);
-    for (const auto& b : blocks)
-      blocks_[{b.table_id(), b.block()}] = b.values();
-  }
-  std::string name_;
   absl::Mutex mu_;
   std::map<std::pair<uint32_t, uint32_t>, std::string> blocks_;
 };
@@ -124,7 +58,8 @@ TEST(ParamClientTest, PushThenPullRoundTripsThroughChunks) {
   // 2.5M floats = 10 MB: several chunks per server.
   std::vector<DenseTableLayout> layout = {{"w", 2'500'000, 65536},
                                           {"b", 7, 65536}};
-  ParamClient client({&a, &b}, 0, layout);
+  RequestStamp stamp(0);
+  ParamClient client({&a, &b}, &stamp, layout);
   std::vector<float> w(2'500'000), bias(7);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = -1.0f * i;
@@ -155,7 +90,8 @@ TEST(ParamClientTest, MismatchedPullReplyIsDataLoss) {
       done(absl::OkStatus());
     }
   } liar;
-  ParamClient client({&liar}, 0, {{"w", 4, 4}});
+  RequestStamp stamp(0);
+  ParamClient client({&liar}, &stamp, {{"w", 4, 4}});
   std::vector<float> w(4);
   EXPECT_EQ(client.Pull(0, 0, {w.data()}, nullptr).code(),
             absl::StatusCode::kDataLoss);

@@ -1,16 +1,19 @@
-// Sparse pulls and pushes through ParamClient against in-process pservers:
+// Sparse pulls and pushes through SparseClient against in-process pservers:
 // keys split by Mix64(key) % P, chunked at 4 MiB, the sync mean per key over
 // the trainers that pushed it.
+#include "trainer/client/sparse_client.h"
+
 #include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "pserver/grpc_server.h"
-#include "trainer/client/grpc_ps_client.h"
-#include "trainer/client/param_client.h"
+#include "pserver/pserver.h"
+#include "trainer/client/in_process_ps_client.h"
+#include "trainer/client/job_client.h"
 
 namespace shardps {
 namespace {
@@ -32,33 +35,33 @@ class SparseClientTest : public ::testing::Test {
     e->mutable_optimizer()->set_learning_rate(1.0f);
     job_ = job;
     for (int s = 0; s < num_servers; ++s) {
-      GrpcServerOptions o;
-      o.host = "127.0.0.1";
-      o.port = 0;
-      servers_.push_back(std::move(*GrpcPsServer::Create(o)));
+      servers_.push_back(std::move(*Pserver::Create(PserverOptions{})));
       ASSERT_TRUE(servers_.back()->Start().ok());
     }
     for (int k = 0; k < num_trainers; ++k) {
       std::vector<PsClientInterface*> ptrs;
-      for (auto& server : servers_) {
-        clients_.push_back(std::make_unique<GrpcPsClient>(
-            "in-process", server->InProcessChannel(), RpcOptions{}, &timer_));
+      for (size_t s = 0; s < servers_.size(); ++s) {
+        clients_.push_back(std::make_unique<InProcessPsClient>(
+            servers_[s]->handler(), absl::StrCat("pserver-", s)));
         ptrs.push_back(clients_.back().get());
       }
-      params_.push_back(std::make_unique<ParamClient>(
-          ptrs, k, std::vector<DenseTableLayout>{}));
+      stamps_.push_back(std::make_unique<RequestStamp>(k));
+      jobs_.push_back(std::make_unique<JobClient>(ptrs, stamps_.back().get()));
+      sparse_.push_back(
+          std::make_unique<SparseClient>(ptrs, stamps_.back().get()));
     }
-    ASSERT_TRUE(params_[0]->InitJob(job_, {}).ok());
-    for (auto& p : params_) {
-      ASSERT_TRUE(p->WaitUntilReady(job_, absl::Seconds(5)).ok());
+    ASSERT_TRUE(jobs_[0]->InitJob(job_, ChunkPlan(num_servers), {}).ok());
+    for (auto& j : jobs_) {
+      ASSERT_TRUE(j->WaitUntilReady(job_, absl::Seconds(5)).ok());
     }
   }
 
-  RetryTimer timer_;
   JobSpec job_;
-  std::vector<std::unique_ptr<GrpcPsServer>> servers_;
-  std::vector<std::unique_ptr<GrpcPsClient>> clients_;
-  std::vector<std::unique_ptr<ParamClient>> params_;
+  std::vector<std::unique_ptr<Pserver>> servers_;
+  std::vector<std::unique_ptr<InProcessPsClient>> clients_;
+  std::vector<std::unique_ptr<RequestStamp>> stamps_;
+  std::vector<std::unique_ptr<JobClient>> jobs_;
+  std::vector<std::unique_ptr<SparseClient>> sparse_;
 };
 
 TEST_F(SparseClientTest, SyncMeanPerKeyAcrossChunksAndServers) {
@@ -93,7 +96,7 @@ TEST_F(SparseClientTest, SyncMeanPerKeyAcrossChunksAndServers) {
     threads.emplace_back([&, k] {
       std::vector<SparseTransfer> t = {
           {0, kDim, keys[k], nullptr, grads[k].data()}};
-      status[k] = params_[k]->PushSparse(0, /*sync=*/true, t, &stats[k]);
+      status[k] = sparse_[k]->Push(0, /*sync=*/true, t, &stats[k]);
     });
   }
   for (auto& t : threads) t.join();
@@ -105,7 +108,7 @@ TEST_F(SparseClientTest, SyncMeanPerKeyAcrossChunksAndServers) {
   for (const auto& [key, sc] : expect) all.push_back(key);
   std::vector<float> rows(all.size() * kDim, -1);
   std::vector<SparseTransfer> t = {{0, kDim, all, rows.data(), nullptr}};
-  ASSERT_TRUE(params_[0]->PullSparse(1, 1, t, nullptr).ok());
+  ASSERT_TRUE(sparse_[0]->Pull(1, 1, t, nullptr).ok());
   for (size_t i = 0; i < all.size(); ++i) {
     const auto& [sum, count] = expect[all[i]];
     ASSERT_FLOAT_EQ(rows[i * kDim], static_cast<float>(-sum / count))
@@ -121,18 +124,18 @@ TEST_F(SparseClientTest, TrainerWithNoKeysStillCompletesTheStep) {
   std::vector<absl::Status> status(2);
   std::thread t0([&] {
     std::vector<SparseTransfer> t = {{0, kDim, keys, nullptr, g.data()}};
-    status[0] = params_[0]->PushSparse(0, true, t, nullptr);
+    status[0] = sparse_[0]->Push(0, true, t, nullptr);
   });
   std::thread t1([&] {
     std::vector<SparseTransfer> t = {{0, kDim, {}, nullptr, nullptr}};
-    status[1] = params_[1]->PushSparse(0, true, t, nullptr);  // empty chunks
+    status[1] = sparse_[1]->Push(0, true, t, nullptr);  // empty chunks
   });
   t0.join();
   t1.join();
   ASSERT_TRUE(status[0].ok() && status[1].ok());
   std::vector<float> row(kDim);
   std::vector<SparseTransfer> t = {{0, kDim, keys, row.data(), nullptr}};
-  ASSERT_TRUE(params_[1]->PullSparse(1, 1, t, nullptr).ok());
+  ASSERT_TRUE(sparse_[1]->Pull(1, 1, t, nullptr).ok());
   EXPECT_FLOAT_EQ(row[0], -2.0f);  // only trainer 0 pushed key 42
 }
 

@@ -1,0 +1,41 @@
+#include "trainer/checkpoint_requester.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+
+namespace shardps {
+
+CheckpointRequester::CheckpointRequester(JobClient* client, int64_t every_steps,
+                                         bool chief)
+    : client_(client), every_(chief ? every_steps : 0) {}
+
+absl::Status CheckpointRequester::CheckPservers() {
+  if (every_ <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st, client_->Statuses());
+  for (size_t s = 0; s < st.size(); ++s) {
+    if (!st[s].checkpoints_enabled()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--checkpoint_every_steps needs every pserver started with "
+          "--checkpoint_dir; pserver ",
+          client_->servers()[s]->address(), " has none"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointRequester::AtStep(int64_t step) {
+  if (every_ <= 0 || step % every_ != 0 || step == last_) {
+    return absl::OkStatus();
+  }
+  absl::Status c = client_->Checkpoint(step);
+  if (absl::IsAborted(c)) return c;
+  if (c.ok()) {
+    last_ = step;
+  } else {
+    LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardps

@@ -1,0 +1,39 @@
+#ifndef SHARDPS_TRAINER_CHECKPOINT_REQUESTER_H_
+#define SHARDPS_TRAINER_CHECKPOINT_REQUESTER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "trainer/client/job_client.h"
+
+namespace shardps {
+
+// The chief's checkpoint requests (--checkpoint_every_steps,
+// docs/fault_tolerance.md): every pserver writes a checkpoint of each step
+// that is a multiple of the interval, except the step the job resumed from
+// (it has one). Non-chiefs and an interval of 0 ask for none.
+// Thread-compatible. `client` must outlive it.
+class CheckpointRequester {
+ public:
+  CheckpointRequester(JobClient* client, int64_t every_steps, bool chief);
+
+  // FAILED_PRECONDITION naming the first pserver started without
+  // --checkpoint_dir, when checkpoints are asked for.
+  absl::Status CheckPservers();
+  // Called between the pull and the push of `step` (in sync mode no block
+  // can move then). ABORTED (the job went to another timeline) is returned;
+  // any other failure is logged and training goes on.
+  absl::Status AtStep(int64_t step);
+  // The job (re)started at `step`.
+  void ResumedAt(int64_t step) { last_ = step; }
+
+ private:
+  JobClient* const client_;
+  const int64_t every_;
+  int64_t last_ = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_CHECKPOINT_REQUESTER_H_

@@ -1,0 +1,72 @@
+#ifndef SHARDPS_TRAINER_CLIENT_IN_PROCESS_PS_CLIENT_H_
+#define SHARDPS_TRAINER_CLIENT_IN_PROCESS_PS_CLIENT_H_
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "pserver/request_handler.h"
+#include "trainer/client/ps_client_interface.h"
+
+namespace shardps {
+
+// PsClientInterface over a pserver's RequestHandler in the same process: no
+// gRPC, no serialization. Each call runs the handler on the caller's
+// thread; `done` runs on this client's own thread, in the order the answers
+// came, as gRPC runs it on one of its own (so a caller may hold a lock that
+// its callback takes). Trainer tests and in-process benchmarks use it.
+// Thread-safe.
+class InProcessPsClient final : public PsClientInterface {
+ public:
+  // `handler` must outlive the client.
+  InProcessPsClient(RequestHandler* handler, std::string address);
+  // Runs every answer still queued, then stops its thread.
+  ~InProcessPsClient() override;
+
+  const std::string& address() const override { return address_; }
+
+  void InitJobAsync(const InitJobRequest& req, InitJobResponse* resp,
+                    StatusCallback done) override;
+  void SetInitialValuesAsync(const SetInitialValuesRequest& req,
+                             SetInitialValuesResponse* resp,
+                             StatusCallback done) override;
+  void CommitInitAsync(const CommitInitRequest& req, CommitInitResponse* resp,
+                       StatusCallback done) override;
+  void RegisterAsync(const RegisterRequest& req, RegisterResponse* resp,
+                     StatusCallback done) override;
+  void GetStatusAsync(const GetStatusRequest& req, GetStatusResponse* resp,
+                      StatusCallback done) override;
+  void PullAsync(const PullRequest& req, PullResponse* resp,
+                 StatusCallback done) override;
+  void PushAsync(const PushRequest& req, PushResponse* resp,
+                 StatusCallback done) override;
+  void HeartbeatAsync(const HeartbeatRequest& req, HeartbeatResponse* resp,
+                      StatusCallback done) override;
+  void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
+                  StatusCallback done) override;
+  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse* resp,
+                       StatusCallback done) override;
+  void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
+                     StatusCallback done) override;
+
+ private:
+  // Queues `done(status)` for the answering thread.
+  void Answer(StatusCallback done, absl::Status status);
+  void Loop();
+
+  RequestHandler* const handler_;
+  const std::string address_;
+  absl::Mutex mu_;
+  std::deque<std::pair<StatusCallback, absl::Status>> answers_
+      ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_CLIENT_IN_PROCESS_PS_CLIENT_H_

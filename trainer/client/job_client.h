@@ -1,0 +1,60 @@
+#ifndef SHARDPS_TRAINER_CLIENT_JOB_CLIENT_H_
+#define SHARDPS_TRAINER_CLIENT_JOB_CLIENT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/ps_service.pb.h"
+#include "trainer/client/placement.h"
+#include "trainer/client/ps_client_interface.h"
+#include "trainer/client/request_stamp.h"
+
+namespace shardps {
+
+// The trainer's side of a job's set-up, membership, checkpoints and recovery
+// on every pserver at once (docs/wire_protocol.md, docs/fault_tolerance.md).
+// Thread-compatible: one thread calls it at a time. `servers` (in --pservers
+// order) and `stamp` must outlive it.
+class JobClient {
+ public:
+  JobClient(std::vector<PsClientInterface*> servers, RequestStamp* stamp);
+
+  // Registers this trainer with every pserver.
+  absl::Status Register();
+  // Chief only: sends the job spec and, per pserver, its blocks of `plan`
+  // with their initial values (values[t] for table t), then marks the job
+  // ready. A pserver that already holds the job (a restarted chief) keeps
+  // its values.
+  absl::Status InitJob(const JobSpec& job, const ChunkPlan& plan,
+                       const std::vector<const float*>& initial_values);
+  // Waits until every pserver reports the job ready, logging whom it waits
+  // for every 10 s; DEADLINE_EXCEEDED after `timeout`. Then checks that the
+  // pservers' job equals `expected` (FAILED_PRECONDITION naming the
+  // difference otherwise).
+  absl::Status WaitUntilReady(const JobSpec& expected, absl::Duration timeout);
+
+  // Joins the job in two phases (RegisterRequest): returns the step this
+  // trainer starts at, which every pserver now waits for.
+  absl::StatusOr<int64_t> Join();
+  // Leaves the barrier on every pserver.
+  absl::Status Leave();
+  // Chief: every pserver writes a checkpoint of `step`.
+  absl::Status Checkpoint(int64_t step);
+  // Every pserver's status, in --pservers order.
+  absl::StatusOr<std::vector<GetStatusResponse>> Statuses();
+  // Every pserver rolls back to its checkpoint of `step` as `generation`.
+  absl::Status Rollback(int64_t step, uint64_t generation);
+
+  const std::vector<PsClientInterface*>& servers() const { return servers_; }
+
+ private:
+  const std::vector<PsClientInterface*> servers_;
+  RequestStamp* const stamp_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_CLIENT_JOB_CLIENT_H_

@@ -1,0 +1,360 @@
+#include "trainer/flags.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "common/address.h"
+#include "gflags/gflags.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "kernels/cuda_backend.h"
+
+DEFINE_string(pservers, "",
+              "comma-separated pserver addresses, host or "
+              "host:port (port 7164 by default); the same order everywhere");
+DEFINE_int32(trainer_id, -1,
+             "this trainer's index in [0, N); unset: from "
+             "the scheduler (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
+             "JOB_COMPLETION_INDEX)");
+DEFINE_int32(num_gradient_servers, 0,
+             "number of trainers N; unset: from the "
+             "scheduler, else 1");
+DEFINE_string(config, "", "model and job config, protobuf text format");
+DEFINE_string(mode, "sync", "sync (a barrier per step) or async");
+DEFINE_int32(max_staleness, -1,
+             "async: a trainer may run at most this many "
+             "steps ahead of the slowest; -1 = unbounded");
+DEFINE_int32(num_passes, 0, "passes over the data; 0 = the config's (1)");
+DEFINE_int64(max_steps, 0, "stop after this many steps; 0 = no limit");
+DEFINE_int32(batch_size, 0, "examples per step per trainer; 0 = the config's");
+DEFINE_bool(shuffle, false, "shuffle the local data each pass");
+DEFINE_uint64(seed, 1, "seed of the per-pass shuffle");
+DEFINE_string(metrics_file, "", "append JSON metrics lines to this file");
+DEFINE_string(save_dir, "", "the chief saves the trained model here");
+DEFINE_string(load_dir, "", "the chief starts from the model saved here");
+DEFINE_int32(log_every_steps, 50, "a step metrics line every this many steps");
+DEFINE_int32(num_threads, 1,
+             "CPU backend: BLAS threads, and threads for per-example work "
+             "(im2col, pooling)");
+DEFINE_int32(ready_timeout_s, 600,
+             "how long to wait for the chief to "
+             "initialise the job");
+DEFINE_int32(rpc_retry_s, 600,
+             "how long a call to a pserver keeps retrying "
+             "while the pserver is unavailable");
+DEFINE_string(train_data, "",
+              "training data file(s), replacing the config's train_images "
+              "(LIBSVM: the libsvm files; IDX: the image files)");
+DEFINE_string(test_data, "", "test data file(s), replacing test_images");
+DEFINE_string(train_labels, "", "IDX: label file(s), replacing train_labels");
+DEFINE_string(test_labels, "", "IDX: label file(s), replacing test_labels");
+DEFINE_string(compression, "none",
+              "dense gradient compression: none, fp16 or bf16 (16-bit "
+              "pushes and pulls, float32 master weights on the pservers), "
+              "threshold (threshold encoding with residuals)");
+DEFINE_double(updates_threshold, 1e-3,
+              "--compression=threshold: the threshold, or the adaptive "
+              "algorithm's starting value");
+DEFINE_bool(adaptive_threshold, true,
+            "--compression=threshold: adapt the threshold to keep the sent "
+            "fraction in [1e-4, 1e-2] (DL4J's AdaptiveThresholdAlgorithm); "
+            "false: fixed");
+DEFINE_double(threshold_min_sparsity, 1e-4,
+              "--compression=threshold, adaptive: the threshold falls while "
+              "fewer than this fraction of values is sent");
+DEFINE_double(threshold_max_sparsity, 1e-2,
+              "--compression=threshold, adaptive: the threshold rises while "
+              "more than this fraction is sent");
+DEFINE_bool(momentum_masking, true,
+            "--compression=threshold: zero the trainer's momentum where a "
+            "value was sent (DGC's momentum factor masking)");
+DEFINE_bool(residual_clipping, false,
+            "--compression=threshold: clip the residual to +-5 thresholds "
+            "every 5 steps");
+DEFINE_int64(shake_frequency, 0,
+             "--compression=threshold: every this many steps send a bitmap "
+             "of the residual at a third of the threshold; 0: never");
+DEFINE_bool(residual, true,
+            "--compression=threshold: keep what is not sent for later "
+            "(false: drop it, for comparison)");
+DEFINE_bool(use_gpu, false,
+            "run forward and backward on a CUDA device (the CUDA backend); "
+            "without a usable device the trainer stops at start");
+DEFINE_int32(gpu_id, -1,
+             "--use_gpu: the CUDA device; -1: the local rank "
+             "(OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else 0) modulo "
+             "the visible devices");
+DEFINE_int64(checkpoint_every_steps, 0,
+             "the chief asks every pserver for a checkpoint every this many "
+             "steps (pservers need --checkpoint_dir); 0 = never");
+DEFINE_int32(replicas_to_aggregate, 0,
+             "sync: apply a step once this many trainers have pushed it "
+             "(backup workers; late pushes are dropped); 0 = all live "
+             "trainers");
+DEFINE_double(heartbeat_interval_s, 1.0,
+              "seconds between heartbeats to every pserver (keep it well "
+              "under the pservers' --trainer_timeout); 0 = none");
+DEFINE_string(progress, "auto",
+              "progress bar on stderr: auto (when stderr is "
+              "a terminal), on or off");
+
+namespace shardps {
+namespace {
+
+absl::Status Bad(const std::string& msg) {
+  return absl::InvalidArgumentError(msg);
+}
+
+class OneLineErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty()) {
+      first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ",
+                           message);
+    }
+  }
+  std::string first;
+};
+
+// Trainer id and count: flags or SHARDPS_ variables, then the scheduler.
+absl::Status IdentityFromFlags(const GetEnvFn& env, TrainerOptions* o) {
+  SchedulerRank sched;
+  RETURN_IF_ERROR(DetectSchedulerRank(env, &sched));
+  o->num_trainers = FLAGS_num_gradient_servers;
+  if (!FlagWasSet("num_gradient_servers")) {
+    o->num_trainers = sched.size.value_or(1);
+  }
+  if (o->num_trainers <= 0) {
+    return Bad(absl::StrCat("--num_gradient_servers must be positive, got ",
+                            o->num_trainers));
+  }
+  o->trainer_id = FLAGS_trainer_id;
+  if (!FlagWasSet("trainer_id")) {
+    if (sched.rank.has_value()) {
+      o->trainer_id = *sched.rank;
+    } else if (o->num_trainers == 1) {
+      o->trainer_id = 0;
+    } else {
+      return Bad(
+          "--trainer_id is not set and no scheduler variable "
+          "(OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
+          "JOB_COMPLETION_INDEX) gives it");
+    }
+  }
+  if (o->trainer_id < 0 || o->trainer_id >= o->num_trainers) {
+    const std::string source =
+        FlagWasSet("trainer_id")
+            ? absl::StrCat("--trainer_id=", o->trainer_id)
+            : absl::StrCat(sched.source.substr(0, sched.source.find('/')), "=",
+                           o->trainer_id, ": the trainer id");
+    return Bad(absl::StrCat(source, " must be in [0, ", o->num_trainers,
+                            ") (the trainer count is ", o->num_trainers, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The model, its data and the shape of the run.
+absl::Status RunFromFlags(TrainerOptions* o) {
+  ASSIGN_OR_RETURN(o->config, ReadModelConfig(FLAGS_config));
+  DataConfig* data = o->config.mutable_data();
+  if (!FLAGS_train_data.empty()) data->set_train_images(FLAGS_train_data);
+  if (!FLAGS_test_data.empty()) data->set_test_images(FLAGS_test_data);
+  if (!FLAGS_train_labels.empty()) data->set_train_labels(FLAGS_train_labels);
+  if (!FLAGS_test_labels.empty()) data->set_test_labels(FLAGS_test_labels);
+  if (FLAGS_mode == "sync") {
+    o->mode = SYNC;
+  } else if (FLAGS_mode == "async") {
+    o->mode = ASYNC;
+  } else {
+    return Bad(absl::StrCat("--mode=", FLAGS_mode, ": must be sync or async"));
+  }
+  if (FLAGS_max_staleness < -1) return Bad("--max_staleness must be >= -1");
+  if (FLAGS_max_staleness >= 0 && o->mode != ASYNC) {
+    return Bad("--max_staleness applies to --mode=async only");
+  }
+  o->max_staleness = FLAGS_max_staleness;
+  o->num_passes = FLAGS_num_passes > 0         ? FLAGS_num_passes
+                  : o->config.num_passes() > 0 ? o->config.num_passes()
+                                               : 1;
+  if (FLAGS_num_passes < 0) return Bad("--num_passes must be >= 0");
+  if (FLAGS_max_steps < 0) return Bad("--max_steps must be >= 0");
+  o->max_steps = FLAGS_max_steps;
+  if (FLAGS_batch_size < 0) return Bad("--batch_size must be >= 0");
+  o->batch_size = FLAGS_batch_size > 0         ? FLAGS_batch_size
+                  : o->config.batch_size() > 0 ? o->config.batch_size()
+                                               : 64;
+  o->shuffle = FLAGS_shuffle;
+  o->shuffle_seed = FLAGS_seed;
+  o->metrics_file = FLAGS_metrics_file;
+  o->save_dir = FLAGS_save_dir;
+  o->load_dir = FLAGS_load_dir;
+  if (FLAGS_log_every_steps <= 0) {
+    return Bad("--log_every_steps must be positive");
+  }
+  o->log_every_steps = FLAGS_log_every_steps;
+  if (FLAGS_num_threads <= 0) return Bad("--num_threads must be positive");
+  o->cpu_threads = FLAGS_num_threads;
+  if (FLAGS_ready_timeout_s <= 0) {
+    return Bad("--ready_timeout_s must be positive");
+  }
+  o->ready_timeout = absl::Seconds(FLAGS_ready_timeout_s);
+  if (FLAGS_progress == "auto") {
+    o->progress_bar = isatty(STDERR_FILENO);
+  } else if (FLAGS_progress == "on" || FLAGS_progress == "off") {
+    o->progress_bar = FLAGS_progress == "on";
+  } else {
+    return Bad("--progress must be auto, on or off");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompressionFromFlags(TrainerOptions* o) {
+  if (FLAGS_compression == "none") {
+    o->compression = Compression::kNone;
+  } else if (FLAGS_compression == "fp16") {
+    o->compression = Compression::kFp16;
+  } else if (FLAGS_compression == "bf16") {
+    o->compression = Compression::kBf16;
+  } else if (FLAGS_compression == "threshold") {
+    o->compression = Compression::kThreshold;
+  } else {
+    return Bad(absl::StrCat("--compression=", FLAGS_compression,
+                            ": must be none, fp16, bf16 or threshold"));
+  }
+  if (!(FLAGS_updates_threshold > 0) ||
+      !std::isfinite(FLAGS_updates_threshold)) {
+    return Bad("--updates_threshold must be positive and finite");
+  }
+  if (FLAGS_shake_frequency < 0) return Bad("--shake_frequency must be >= 0");
+  if (!(FLAGS_threshold_min_sparsity > 0) ||
+      !(FLAGS_threshold_min_sparsity <= FLAGS_threshold_max_sparsity) ||
+      !(FLAGS_threshold_max_sparsity < 1)) {
+    return Bad(
+        "--threshold_min_sparsity and --threshold_max_sparsity need "
+        "0 < min <= max < 1");
+  }
+  ThresholdPushEncoder::Options& t = o->threshold;
+  t.threshold = FLAGS_updates_threshold;
+  t.adaptive = FLAGS_adaptive_threshold;
+  t.clip = FLAGS_residual_clipping;
+  t.shake_frequency = FLAGS_shake_frequency;
+  t.use_residual = FLAGS_residual;
+  t.min_sparsity = FLAGS_threshold_min_sparsity;
+  t.max_sparsity = FLAGS_threshold_max_sparsity;
+  o->momentum_masking = FLAGS_momentum_masking;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFromFlags(const GetEnvFn& env, TrainerOptions* o) {
+  if (!FLAGS_use_gpu) {
+    if (FlagWasSet("gpu_id")) return Bad("--gpu_id applies to --use_gpu only");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> devices = CudaDeviceCount();
+  if (!devices.ok()) {
+    return Bad(absl::StrCat("--use_gpu: no usable CUDA device (",
+                            devices.status().message(), ")"));
+  }
+  if (*devices == 0) {
+    return Bad(
+        "--use_gpu: no usable CUDA device (cudaGetDeviceCount: 0 devices)");
+  }
+  o->gpu_id = FLAGS_gpu_id;
+  if (o->gpu_id < 0) {
+    int local_rank = 0;
+    absl::Status s = DetectLocalRank(env, &local_rank);
+    if (!s.ok()) return Bad(absl::StrCat("--gpu_id: ", s.message()));
+    o->gpu_id = local_rank % *devices;
+  } else if (o->gpu_id >= *devices) {
+    return Bad(absl::StrCat("--gpu_id=", o->gpu_id, ": only ", *devices,
+                            " CUDA device(s) visible"));
+  }
+  o->use_gpu = true;
+  return absl::OkStatus();
+}
+
+absl::Status FaultToleranceFromFlags(TrainerOptions* o) {
+  if (FLAGS_checkpoint_every_steps < 0) {
+    return Bad("--checkpoint_every_steps must be >= 0");
+  }
+  o->checkpoint_every_steps = FLAGS_checkpoint_every_steps;
+  if (FLAGS_replicas_to_aggregate < 0 ||
+      FLAGS_replicas_to_aggregate > o->num_trainers) {
+    return Bad(absl::StrCat("--replicas_to_aggregate must be in [0, ",
+                            o->num_trainers, "] (the trainer count)"));
+  }
+  if (FLAGS_replicas_to_aggregate > 0 && o->mode != SYNC) {
+    return Bad("--replicas_to_aggregate applies to --mode=sync only");
+  }
+  o->replicas_to_aggregate = FLAGS_replicas_to_aggregate;
+  if (o->replicas_to_aggregate > 0 && o->checkpoint_every_steps > 0) {
+    return Bad(
+        "--replicas_to_aggregate and --checkpoint_every_steps cannot be "
+        "combined yet: with backup workers the pservers share no step "
+        "boundary to checkpoint at (docs/fault_tolerance.md)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
+  if (path.empty()) return Bad("--config is required (a .pbtxt model config)");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Bad(absl::StrCat("--config=", path, ": no such file"));
+  }
+  std::ifstream f(path);
+  if (!f) return Bad(absl::StrCat("--config=", path, ": cannot read the file"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  ModelConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  OneLineErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(ss.str(), &config)) {
+    return Bad(absl::StrCat("--config=", path, ": ", errors.first));
+  }
+  return config;
+}
+
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(const GetEnvFn& env) {
+  TrainerOptions o;
+  RETURN_IF_ERROR(IdentityFromFlags(env, &o));
+  RETURN_IF_ERROR(ConnectionOptionsFromFlags().status());
+  RETURN_IF_ERROR(RunFromFlags(&o));
+  RETURN_IF_ERROR(CompressionFromFlags(&o));
+  RETURN_IF_ERROR(DeviceFromFlags(env, &o));
+  RETURN_IF_ERROR(FaultToleranceFromFlags(&o));
+  return o;
+}
+
+absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags() {
+  ConnectionOptions c;
+  for (absl::string_view a :
+       absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
+    auto addr = NormalizeAddress(std::string(a));
+    if (!addr.ok()) {
+      return Bad(absl::StrCat("--pservers: ", addr.status().message()));
+    }
+    c.addresses.push_back(*addr);
+  }
+  if (c.addresses.empty()) return Bad("--pservers is required (host:port,...)");
+  if (FLAGS_rpc_retry_s <= 0) return Bad("--rpc_retry_s must be positive");
+  c.rpc_retry = absl::Seconds(FLAGS_rpc_retry_s);
+  if (!(FLAGS_heartbeat_interval_s >= 0) ||
+      !std::isfinite(FLAGS_heartbeat_interval_s)) {
+    return Bad("--heartbeat_interval_s must be >= 0");
+  }
+  c.heartbeat_interval = absl::Seconds(FLAGS_heartbeat_interval_s);
+  return c;
+}
+
+}  // namespace shardps

@@ -1,0 +1,36 @@
+#ifndef SHARDPS_TRAINER_FLAGS_H_
+#define SHARDPS_TRAINER_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/flags.h"
+#include "trainer/options.h"
+
+namespace shardps {
+
+// The trainer's flags (defined in flags.cc; docs/flags.md), read once after
+// ParseFlagsWithEnv. Every bad value is INVALID_ARGUMENT with one line
+// naming the flag, the scheduler variable or the file.
+
+// The typed options of a run; the trainer id and count come from the
+// scheduler's variables (`env`) when the flags do not give them. Leaves
+// incarnation and the wiring fields at their defaults.
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(const GetEnvFn& env);
+
+// How the trainer reaches the pservers.
+struct ConnectionOptions {
+  std::vector<std::string> addresses;  // host:port, --pservers order
+  absl::Duration rpc_retry;            // --rpc_retry_s
+  absl::Duration heartbeat_interval;   // zero: no heartbeats
+};
+absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
+
+// The model config of --config (protobuf text format).
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_FLAGS_H_

@@ -1,0 +1,89 @@
+#ifndef SHARDPS_TRAINER_OPTIONS_H_
+#define SHARDPS_TRAINER_OPTIONS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "compression/threshold_push_encoder.h"
+#include "proto/model_config.pb.h"
+#include "proto/ps_service.pb.h"
+#include "trainer/client/ps_client_interface.h"
+
+namespace shardps {
+
+// How dense values travel (--compression, docs/compression.md).
+enum class Compression {
+  kNone,       // float32 both ways
+  kFp16,       // float16 pushes and pulls, float32 master values
+  kBf16,       // bfloat16 pushes and pulls
+  kThreshold,  // threshold-encoded updates with residuals
+};
+
+// Everything a trainer runs with, parsed once from the flags
+// (trainer/flags.h) or set by a test. Each field states its default.
+struct TrainerOptions {
+  int trainer_id = 0;
+  int num_trainers = 1;
+  // The model, its data and its optimizer; batch_size, num_passes and seed
+  // in it are the defaults that the fields below override.
+  ModelConfig config;
+  TrainingMode mode = SYNC;
+  // ASYNC: bound on how far this trainer may run ahead of the slowest one;
+  // -1 = unbounded. Default: -1.
+  int max_staleness = -1;
+  int num_passes = 1;
+  // Stop after this many steps in all; 0 = no limit. Default: 0.
+  int64_t max_steps = 0;
+  int batch_size = 64;  // per trainer
+  bool shuffle = false;
+  uint64_t shuffle_seed = 1;
+  std::string metrics_file;  // JSON lines; empty = none
+  std::string save_dir;      // chief saves the final model here; empty = no
+  std::string load_dir;      // chief starts from this saved model; empty = no
+  // A "step" metrics line, and a progress line when stderr is no terminal,
+  // every this many steps. Default: 50.
+  int log_every_steps = 50;
+  bool progress_bar = false;  // redraw one line on stderr (a terminal)
+  // How long a non-chief waits for the chief to initialise the job.
+  absl::Duration ready_timeout = absl::Minutes(10);
+  uint64_t incarnation = 0;  // distinguishes restarts of one trainer id
+
+  // Dense compression. Default: none.
+  Compression compression = Compression::kNone;
+  // kThreshold: fixed threshold or DL4J's adaptive algorithm, residual
+  // clipping, shake-up, residuals on or off (ThresholdPushEncoder).
+  ThresholdPushEncoder::Options threshold;
+  // kThreshold: zero the trainer's velocity where a message sent the value
+  // (DGC's momentum factor masking). Default: true.
+  bool momentum_masking = true;
+
+  // Forward and backward on CUDA device `gpu_id` (the CUDA backend) instead
+  // of the CPU backend with `cpu_threads` threads. Default: CPU, 1 thread.
+  bool use_gpu = false;
+  int gpu_id = 0;
+  int cpu_threads = 1;
+
+  // Fault tolerance (docs/fault_tolerance.md).
+  // Chief: ask every pserver for a checkpoint every this many steps; 0 =
+  // never. Default: 0.
+  int64_t checkpoint_every_steps = 0;
+  // SYNC: apply a step once this many trainers have pushed it (backup
+  // workers); 0 = every live trainer. Default: 0.
+  int replicas_to_aggregate = 0;
+
+  // Wiring rather than flags: clients for heartbeats (one per pserver,
+  // short retry budget), sent every heartbeat_interval; empty = no
+  // heartbeats. Must outlive Run().
+  std::vector<PsClientInterface*> heartbeat_servers;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Polled between steps: when it becomes true the trainer leaves the job
+  // and Run returns CANCELLED (SIGTERM). May be null.
+  const std::atomic<bool>* stop_requested = nullptr;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_OPTIONS_H_

@@ -1,0 +1,122 @@
+#include "trainer/progress.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+
+namespace shardps {
+namespace {
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+ProgressReporter::ProgressReporter(const Options& options,
+                                   int64_t steps_per_pass, int64_t total_steps,
+                                   MetricsWriter* metrics)
+    : options_(options),
+      steps_per_pass_(steps_per_pass),
+      total_steps_(total_steps),
+      metrics_(metrics) {}
+
+void ProgressReporter::StepDone(int64_t step, int pass, const StepTimes& t,
+                                double loss_sum, int64_t samples,
+                                int64_t push_bytes, int64_t pull_bytes,
+                                ThresholdPushEncoder* threshold) {
+  window_.times.data += t.data;
+  window_.times.pull += t.pull;
+  window_.times.wait += t.wait;
+  window_.times.compute += t.compute;
+  window_.times.push += t.push;
+  window_.loss_sum += loss_sum;
+  window_.samples += samples;
+  const absl::Time now = absl::Now();
+  const absl::Duration elapsed = now - window_start_;
+  const bool report =
+      step % options_.log_every_steps == 0 || step == total_steps_;
+  if (report) {
+    WriteLine(step, pass, elapsed, push_bytes, pull_bytes, threshold);
+  }
+  if (options_.progress_bar &&
+      (now - last_draw_ > absl::Milliseconds(200) || step == total_steps_)) {
+    last_draw_ = now;
+    DrawBar(step, pass, elapsed);
+  } else if (!options_.progress_bar && report) {
+    LogLine(step, pass, elapsed);
+  }
+  if (report) {
+    window_ = Window{};
+    window_start_ = absl::Now();
+  }
+}
+
+void ProgressReporter::WriteLine(int64_t step, int pass, absl::Duration elapsed,
+                                 int64_t push_bytes, int64_t pull_bytes,
+                                 ThresholdPushEncoder* threshold) {
+  JsonLine line("step");
+  if (threshold != nullptr) {
+    const ThresholdPushEncoder::Stats c = threshold->TakeStats();
+    line.Add("threshold",
+             c.threshold_count > 0 ? c.threshold_sum / c.threshold_count : 0.0)
+        .Add("sparsity", c.elements > 0
+                             ? static_cast<double>(c.selected) / c.elements
+                             : 0.0)
+        .Add("threshold_messages", c.threshold_messages)
+        .Add("bitmap_messages", c.bitmap_messages)
+        .Add("empty_messages", c.empty_messages)
+        .Add("nonfinite_messages", c.nonfinite_messages);
+  }
+  const StepTimes& t = window_.times;
+  metrics_->Write(line.Add("trainer_id", options_.trainer_id)
+                      .Add("pass", pass)
+                      .Add("step", step)
+                      .Add("train_loss", window_.loss_sum / window_.samples)
+                      .Add("samples_per_s", window_.samples / Seconds(elapsed))
+                      .Add("data_s", Seconds(t.data))
+                      .Add("compute_s", Seconds(t.compute))
+                      .Add("pull_s", Seconds(t.pull))
+                      .Add("push_s", Seconds(t.push))
+                      .Add("wait_s", Seconds(t.wait))
+                      .Add("push_bytes", push_bytes)
+                      .Add("pull_bytes", pull_bytes));
+}
+
+void ProgressReporter::LogLine(int64_t step, int pass,
+                               absl::Duration elapsed) const {
+  const StepTimes& t = window_.times;
+  const double secs = Seconds(elapsed);
+  LOG(INFO) << absl::StrFormat(
+      "trainer %d pass %d step %d/%d: loss %.4f, %.0f samples/s (data %.0f%%, "
+      "compute %.0f%%, pull %.0f%%, push %.0f%%, wait %.0f%%)",
+      options_.trainer_id, pass, step, total_steps_,
+      window_.loss_sum / window_.samples, window_.samples / secs,
+      100 * Seconds(t.data) / secs, 100 * Seconds(t.compute) / secs,
+      100 * Seconds(t.pull) / secs, 100 * Seconds(t.push) / secs,
+      100 * Seconds(t.wait) / secs);
+}
+
+void ProgressReporter::DrawBar(int64_t step, int pass,
+                               absl::Duration elapsed) const {
+  const int64_t done_in_pass = (step - 1) % steps_per_pass_ + 1;
+  const int width = 30;
+  const int filled = static_cast<int>(width * done_in_pass / steps_per_pass_);
+  std::fprintf(
+      stderr,
+      "\rtrainer %d pass %d/%d [%s%s] %lld/%lld loss %.4f %.0f samples/s ",
+      options_.trainer_id, pass + 1, options_.num_passes,
+      std::string(filled, '#').c_str(),
+      std::string(width - filled, ' ').c_str(),
+      static_cast<long long>(done_in_pass),
+      static_cast<long long>(steps_per_pass_),
+      window_.samples ? window_.loss_sum / window_.samples : 0.0,
+      window_.samples / std::max(1e-9, Seconds(elapsed)));
+}
+
+void ProgressReporter::EndLine() {
+  if (options_.progress_bar) std::fputs("\n", stderr);
+}
+
+}  // namespace shardps

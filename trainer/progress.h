@@ -1,0 +1,69 @@
+#ifndef SHARDPS_TRAINER_PROGRESS_H_
+#define SHARDPS_TRAINER_PROGRESS_H_
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "compression/threshold_push_encoder.h"
+#include "trainer/metrics.h"
+
+namespace shardps {
+
+// Where one training step's time went: loading the batch, pulling (net of
+// the time the pservers held the pull), waiting for other trainers (the
+// longest hold), forward and backward, pushing.
+struct StepTimes {
+  absl::Duration data, pull, wait, compute, push;
+};
+
+// What the trainer tells about its progress (docs/flags.md, "Metrics"):
+// every `log_every_steps` steps a "step" metrics line with the loss, the
+// samples per second and the share of each phase, and either a log line or,
+// on a terminal, a progress bar redrawn at most five times a second.
+// Requires external synchronization.
+class ProgressReporter {
+ public:
+  struct Options {
+    int trainer_id = 0;
+    int num_passes = 1;
+    int log_every_steps = 50;
+    bool progress_bar = false;
+  };
+  // `metrics` must outlive the reporter.
+  ProgressReporter(const Options& options, int64_t steps_per_pass,
+                   int64_t total_steps, MetricsWriter* metrics);
+
+  // Step `step` (counted from 1) of pass `pass` is done, with `loss_sum`
+  // over `samples` examples; reports when due. `threshold` (null without
+  // threshold compression) gives the compression figures of the line.
+  void StepDone(int64_t step, int pass, const StepTimes& t, double loss_sum,
+                int64_t samples, int64_t push_bytes, int64_t pull_bytes,
+                ThresholdPushEncoder* threshold);
+  // Ends the progress bar's line before another message (an evaluation).
+  void EndLine();
+
+ private:
+  // The figures since the last report.
+  struct Window {
+    StepTimes times;
+    double loss_sum = 0;
+    int64_t samples = 0;
+  };
+  void WriteLine(int64_t step, int pass, absl::Duration elapsed,
+                 int64_t push_bytes, int64_t pull_bytes,
+                 ThresholdPushEncoder* threshold);
+  void LogLine(int64_t step, int pass, absl::Duration elapsed) const;
+  void DrawBar(int64_t step, int pass, absl::Duration elapsed) const;
+
+  const Options options_;
+  const int64_t steps_per_pass_;
+  const int64_t total_steps_;
+  MetricsWriter* const metrics_;
+  Window window_;
+  absl::Time window_start_ = absl::Now();
+  absl::Time last_draw_ = absl::InfinitePast();
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_PROGRESS_H_
