@@ -16,36 +16,10 @@
 #include "glog/logging.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/layer_functors.h"
+#include "trainer/model/layer_registry.h"
 
 namespace shardps {
 namespace {
-
-const char* TypePrefix(LayerConfig::Type type) {
-  switch (type) {
-    case LayerConfig::FULLY_CONNECTED:
-      return "fc";
-    case LayerConfig::RELU:
-      return "relu";
-    case LayerConfig::SIGMOID:
-      return "sigmoid";
-    case LayerConfig::TANH:
-      return "tanh";
-    case LayerConfig::BIAS:
-      return "bias";
-    case LayerConfig::CONV2D:
-      return "conv";
-    case LayerConfig::MAX_POOL:
-      return "maxpool";
-    case LayerConfig::AVG_POOL:
-      return "avgpool";
-    case LayerConfig::FLATTEN:
-      return "flatten";
-    case LayerConfig::DROPOUT:
-      return "dropout";
-    default:
-      return "layer";
-  }
-}
 
 // Uniform in [0, 1) with 24 random bits: exact in float, same everywhere.
 float UniformFloat(std::mt19937_64& rng) {
@@ -115,9 +89,8 @@ absl::StatusOr<TensorShape> InputShapeOf(const ModelConfig& cfg,
   }
   bool image = false;
   for (const LayerConfig& l : cfg.layers()) {
-    image = image || l.type() == LayerConfig::CONV2D ||
-            l.type() == LayerConfig::MAX_POOL ||
-            l.type() == LayerConfig::AVG_POOL;
+    const LayerKind* kind = FindLayerKind(l.type());
+    image = image || (kind != nullptr && kind->image);
   }
   if (!image) return TensorShape{input_dim, 1, 1};
   const int side = static_cast<int>(std::lround(std::sqrt(input_dim)));
@@ -129,195 +102,10 @@ absl::StatusOr<TensorShape> InputShapeOf(const ModelConfig& cfg,
   return TensorShape{1, side, side};
 }
 
-absl::Status WindowError(const LayerConfig& layer, const char* what, int k,
-                         int stride, int padding, const TensorShape& in) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "layer ", layer.name(), ": ", what, " ", k, " with stride ", stride,
-      " and padding ", padding, " does not fit its input ", in.channels, "x",
-      in.height, "x", in.width,
-      " (needs size > 0, stride > 0, 0 <= padding < size, size <= input + "
-      "2 * padding)"));
-}
-
-// Window sizes, strides, filters and per-example activations are bounded
-// so that every size computed from them fits an int.
-constexpr int kMaxWindow = 4096;
-constexpr int64_t kMaxExampleValues = int64_t{1} << 30;
-
-absl::Status CheckWindowBounds(const LayerConfig& layer, int k, int stride) {
-  if (k > kMaxWindow || stride > kMaxWindow) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer.name(), ": window ", k, " or stride ",
-                     stride, " exceeds ", kMaxWindow));
-  }
-  return absl::OkStatus();
-}
-
-// The layer's output per example, checked to stay below kMaxExampleValues.
-absl::StatusOr<TensorShape> CheckedShape(const LayerConfig& layer, int64_t c,
-                                         int64_t h, int64_t w) {
-  if (c <= 0 || h <= 0 || w <= 0 || c * h * w > kMaxExampleValues) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer.name(), ": output of ", c, "x", h, "x", w,
-                     " values per example (at most ", kMaxExampleValues, ")"));
-  }
-  return TensorShape{static_cast<int>(c), static_cast<int>(h),
-                     static_cast<int>(w)};
-}
-
-absl::StatusOr<ConvGeometry> ConvGeometryOf(const LayerConfig& layer,
-                                            const TensorShape& in) {
-  if (layer.filters() <= 0 || layer.filters() > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layer ", layer.name(), ": CONV2D needs filters in [1, 2^20], got ",
-        layer.filters()));
-  }
-  RETURN_IF_ERROR(
-      CheckWindowBounds(layer, layer.kernel_size(), layer.stride()));
-  ConvGeometry g;
-  g.in_channels = in.channels;
-  g.in_height = in.height;
-  g.in_width = in.width;
-  g.out_channels = layer.filters();
-  g.kernel_h = g.kernel_w = layer.kernel_size();
-  g.stride = layer.stride() != 0 ? layer.stride() : 1;
-  g.padding = layer.padding();
-  const int k = layer.kernel_size();
-  if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
-      k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
-    return WindowError(layer, "kernel_size", k, g.stride, g.padding, in);
-  }
-  return g;
-}
-
-absl::StatusOr<PoolGeometry> PoolGeometryOf(const LayerConfig& layer,
-                                            const TensorShape& in) {
-  PoolGeometry g;
-  g.channels = in.channels;
-  g.in_height = in.height;
-  g.in_width = in.width;
-  g.window = layer.pool_size();
-  g.stride = layer.stride() != 0 ? layer.stride() : layer.pool_size();
-  g.padding = layer.padding();
-  g.mode = layer.type() == LayerConfig::MAX_POOL ? PoolMode::kMax
-                                                 : PoolMode::kAverage;
-  RETURN_IF_ERROR(CheckWindowBounds(layer, g.window, g.stride));
-  const int k = g.window;
-  if (k <= 0 || g.stride <= 0 || g.padding < 0 || g.padding >= k ||
-      k > in.height + 2 * g.padding || k > in.width + 2 * g.padding) {
-    return WindowError(layer, "pool_size", k, g.stride, g.padding, in);
-  }
-  return g;
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(
-    const ModelConfig& config, int input_dim, int num_classes,
-    std::unique_ptr<Backend> backend) {
-  if (input_dim <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", config.name(),
-                     ": input_dim must be positive, got ", input_dim));
-  }
-  std::unique_ptr<Model> model(new Model(config, input_dim, num_classes));
-  model->backend_ =
-      backend != nullptr ? std::move(backend) : std::make_unique<CpuBackend>();
-  ModelConfig& cfg = model->config_;
-  absl::flat_hash_set<std::string> names;
-  ASSIGN_OR_RETURN(const TensorShape input_shape, InputShapeOf(cfg, input_dim));
-  TensorShape shape = input_shape;
-  int last_fc = -1;
-  int dim = input_dim;
-  // Pass 1: name and validate the layers, follow the shapes, and create the
-  // tables (their addresses are stable once the vector is complete).
-  std::vector<TensorShape> in_shapes;
-  for (int i = 0; i < cfg.layers_size(); ++i) {
-    LayerConfig* layer = cfg.mutable_layers(i);
-    if (layer->name().empty()) {
-      layer->set_name(absl::StrCat(TypePrefix(layer->type()), i));
-    }
-    if (!names.insert(layer->name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", layer->name(), ": duplicate layer name"));
-    }
-    in_shapes.push_back(shape);
-    dim = shape.size();
-    switch (layer->type()) {
-      case LayerConfig::FULLY_CONNECTED: {
-        if (layer->output_dim() <= 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("layer ", layer->name(),
-                           ": FULLY_CONNECTED needs output_dim > 0, got ",
-                           layer->output_dim()));
-        }
-        const int out = layer->output_dim();
-        ASSIGN_OR_RETURN(ParamTable w,
-                         MakeTable(*layer, ".weight", {dim, out}));
-        ASSIGN_OR_RETURN(ParamTable b, MakeTable(*layer, ".bias", {out}));
-        model->tables_.push_back(std::move(w));
-        model->tables_.push_back(std::move(b));
-        shape = TensorShape{out, 1, 1};
-        last_fc = i;
-        break;
-      }
-      case LayerConfig::BIAS: {
-        ASSIGN_OR_RETURN(ParamTable b, MakeTable(*layer, ".bias", {dim}));
-        model->tables_.push_back(std::move(b));
-        shape = TensorShape{dim, 1, 1};
-        last_fc = i;
-        break;
-      }
-      case LayerConfig::CONV2D: {
-        ASSIGN_OR_RETURN(const ConvGeometry g, ConvGeometryOf(*layer, shape));
-        ASSIGN_OR_RETURN(ParamTable w, MakeTable(*layer, ".weight",
-                                                 {g.out_channels, g.in_channels,
-                                                  g.kernel_h, g.kernel_w}));
-        ASSIGN_OR_RETURN(ParamTable b,
-                         MakeTable(*layer, ".bias", {g.out_channels}));
-        ASSIGN_OR_RETURN(shape, CheckedShape(*layer, g.out_channels,
-                                             g.out_height(), g.out_width()));
-        model->tables_.push_back(std::move(w));
-        model->tables_.push_back(std::move(b));
-        break;
-      }
-      case LayerConfig::MAX_POOL:
-      case LayerConfig::AVG_POOL: {
-        ASSIGN_OR_RETURN(const PoolGeometry g, PoolGeometryOf(*layer, shape));
-        shape = TensorShape{g.channels, g.out_height(), g.out_width()};
-        break;
-      }
-      case LayerConfig::FLATTEN:
-        shape = TensorShape{dim, 1, 1};
-        break;
-      case LayerConfig::DROPOUT:
-        if (!(layer->dropout_rate() >= 0.0f && layer->dropout_rate() < 1.0f)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("layer ", layer->name(),
-                           ": DROPOUT needs dropout_rate in [0, 1), got ",
-                           layer->dropout_rate()));
-        }
-        break;
-      case LayerConfig::RELU:
-      case LayerConfig::SIGMOID:
-      case LayerConfig::TANH:
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("layer ", layer->name(), ": unknown layer type ",
-                         static_cast<int>(layer->type())));
-    }
-  }
-  dim = shape.size();
-  if (last_fc < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", cfg.name(),
-                     ": needs at least one FULLY_CONNECTED or BIAS layer"));
-  }
-  LayerConfig last = cfg.layers(last_fc);
-  if (last.type() == LayerConfig::BIAS) {
-    last.set_output_dim(in_shapes[last_fc].size());
-  }
+// Whether the last FULLY_CONNECTED or BIAS layer `last` (its output_dim
+// set) fits the loss of `cfg` and the data's `num_classes`.
+absl::Status CheckLoss(const ModelConfig& cfg, const LayerConfig& last,
+                       int num_classes) {
   switch (cfg.loss().type()) {
     case LossConfig::LOGISTIC:
       if (last.output_dim() != 1) {
@@ -346,6 +134,70 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
           absl::StrCat("model ", cfg.name(), ": unknown loss type ",
                        static_cast<int>(cfg.loss().type())));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config, int input_dim, int num_classes,
+    std::unique_ptr<Backend> backend) {
+  if (input_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", config.name(),
+                     ": input_dim must be positive, got ", input_dim));
+  }
+  std::unique_ptr<Model> model(new Model(config, input_dim, num_classes));
+  model->backend_ =
+      backend != nullptr ? std::move(backend) : std::make_unique<CpuBackend>();
+  ModelConfig& cfg = model->config_;
+  absl::flat_hash_set<std::string> names;
+  ASSIGN_OR_RETURN(const TensorShape input_shape, InputShapeOf(cfg, input_dim));
+  TensorShape shape = input_shape;
+  int last_fc = -1;
+  int dim = input_dim;
+  // Pass 1: name and validate the layers, follow the shapes, and create the
+  // tables (their addresses are stable once the vector is complete).
+  std::vector<TensorShape> in_shapes;
+  std::vector<size_t> first_table;
+  for (int i = 0; i < cfg.layers_size(); ++i) {
+    LayerConfig* layer = cfg.mutable_layers(i);
+    const LayerKind* kind = FindLayerKind(layer->type());
+    if (layer->name().empty()) {
+      layer->set_name(
+          absl::StrCat(kind != nullptr ? kind->prefix : "layer", i));
+    }
+    if (!names.insert(layer->name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer->name(), ": duplicate layer name"));
+    }
+    if (kind == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer->name(), ": unknown layer type ",
+                       static_cast<int>(layer->type())));
+    }
+    in_shapes.push_back(shape);
+    first_table.push_back(model->tables_.size());
+    ASSIGN_OR_RETURN(LayerPlan plan, kind->plan(*layer, shape));
+    for (auto& [suffix, table_shape] : plan.tables) {
+      ASSIGN_OR_RETURN(ParamTable t,
+                       MakeTable(*layer, suffix.c_str(), table_shape));
+      model->tables_.push_back(std::move(t));
+    }
+    shape = plan.output;
+    if (kind->ends_dense) last_fc = i;
+  }
+  dim = shape.size();
+  if (last_fc < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", cfg.name(),
+                     ": needs at least one FULLY_CONNECTED or BIAS layer"));
+  }
+  LayerConfig last = cfg.layers(last_fc);
+  if (last.type() == LayerConfig::BIAS) {
+    last.set_output_dim(in_shapes[last_fc].size());
+  }
+  RETURN_IF_ERROR(CheckLoss(cfg, last, num_classes));
   if (dim != last.output_dim()) {
     return absl::InvalidArgumentError(
         absl::StrCat("layer ", cfg.layers(cfg.layers_size() - 1).name(),
@@ -353,72 +205,37 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
                      "FULLY_CONNECTED or BIAS layer has ", last.output_dim(),
                      "; only elementwise layers may follow it"));
   }
-  // Device copies of the tables, and where the layers find them.
+  RETURN_IF_ERROR(model->BindBuffers());
   Backend* be = model->backend_.get();
-  const size_t num_tables = model->tables_.size();
-  model->params_.resize(num_tables);
-  if (!be->host_memory()) {
-    model->device_values_.resize(num_tables);
-    model->device_grads_.resize(num_tables);
-    for (size_t t = 0; t < num_tables; ++t) {
-      const size_t n = model->tables_[t].value.size();
-      RETURN_IF_ERROR(model->device_values_[t].Allocate(be, n));
-      RETURN_IF_ERROR(model->device_grads_[t].Allocate(be, n));
-      model->params_[t] = ParamBuffers{model->device_values_[t].data(),
-                                       model->device_grads_[t].data()};
-    }
-  }
   // Pass 2: the layers, pointing at the now stable parameter buffers.
-  size_t table = 0;
-  const ParamBuffers* params = model->params_.data();
   for (int i = 0; i < cfg.layers_size(); ++i) {
     const LayerConfig& layer = cfg.layers(i);
-    const TensorShape in = in_shapes[i];
-    std::unique_ptr<Layer> l;
-    switch (layer.type()) {
-      case LayerConfig::FULLY_CONNECTED:
-        l = std::make_unique<FullyConnectedLayer>(
-            layer.name(), in.size(), layer.output_dim(), be, &params[table],
-            &params[table + 1]);
-        table += 2;
-        break;
-      case LayerConfig::BIAS:
-        l = std::make_unique<BiasLayer>(layer.name(), in.size(), be,
-                                        &params[table]);
-        table += 1;
-        break;
-      case LayerConfig::CONV2D:
-        l = std::make_unique<Conv2dLayer>(layer.name(),
-                                          *ConvGeometryOf(layer, in), be,
-                                          &params[table], &params[table + 1]);
-        table += 2;
-        break;
-      case LayerConfig::MAX_POOL:
-      case LayerConfig::AVG_POOL:
-        l = std::make_unique<Pool2dLayer>(layer.name(),
-                                          *PoolGeometryOf(layer, in), be);
-        break;
-      case LayerConfig::FLATTEN:
-        l = std::make_unique<FlattenLayer>(layer.name(), in, be);
-        break;
-      case LayerConfig::DROPOUT:
-        l = std::make_unique<DropoutLayer>(
-            layer.name(), in, layer.dropout_rate(),
-            layer.dropout_seed() != 0
-                ? layer.dropout_seed()
-                : MixBits(cfg.seed() != 0 ? cfg.seed() : 1, i),
-            be);
-        break;
-      default:
-        l = std::make_unique<ActivationLayer>(layer.name(), in, layer.type(),
-                                              be);
-        break;
-    }
-    model->layers_.push_back(std::move(l));
+    model->layers_.push_back(
+        FindLayerKind(layer.type())
+            ->create(layer, in_shapes[i], cfg.seed(), i, be,
+                     model->params_.data() + first_table[i]));
   }
   model->acts_.resize(model->layers_.size());
   model->grads_.resize(model->layers_.size());
   return model;
+}
+
+absl::Status Model::BindBuffers() {
+  // Device copies of the tables, and where the layers find them.
+  Backend* be = backend_.get();
+  const size_t num_tables = tables_.size();
+  params_.resize(num_tables);
+  if (be->host_memory()) return absl::OkStatus();
+  device_values_.resize(num_tables);
+  device_grads_.resize(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    const size_t n = tables_[t].value.size();
+    RETURN_IF_ERROR(device_values_[t].Allocate(be, n));
+    RETURN_IF_ERROR(device_grads_[t].Allocate(be, n));
+    params_[t] =
+        ParamBuffers{device_values_[t].data(), device_grads_[t].data()};
+  }
+  return absl::OkStatus();
 }
 
 Model::Model(const ModelConfig& config, int input_dim, int num_classes)

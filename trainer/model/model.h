@@ -106,6 +106,9 @@ class Model {
  private:
   Model(const ModelConfig& config, int input_dim, int num_classes);
 
+  // Sizes params_ and, on a device backend, allocates the device copies of
+  // the tables that params_ then points at.
+  absl::Status BindBuffers();
   // Makes room for `batch` examples in the activation buffers (grows only).
   absl::Status Reserve(int batch);
   // Points params_ at the tables' values (a device backend uploads them).
