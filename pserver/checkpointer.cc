@@ -42,8 +42,7 @@ void Checkpointer::Save(StoreSnapshot snapshot) {
       views.push_back(CheckpointFileView{name, data});
       bytes += data.size();
     }
-    // Only this thread uses writer_ while it runs: Save and Flush join it
-    // before touching anything else.
+    absl::MutexLock w(&write_mu_);
     absl::Status s = writer_.WriteViews(snap.info.step(),
                                         snap.info.SerializeAsString(), views);
     if (s.ok()) {
@@ -62,6 +61,7 @@ void Checkpointer::Save(StoreSnapshot snapshot) {
 absl::Status Checkpointer::Flush() {
   absl::MutexLock l(&mu_);
   JoinWriter();
+  absl::MutexLock w(&write_mu_);
   return last_status_;
 }
 

@@ -65,16 +65,19 @@ class Checkpointer {
 
  private:
   static absl::StatusOr<StoreSnapshot> FromLoaded(LoadedCheckpoint loaded);
-  // Joins the background writer. REQUIRES: mu_ held.
+  // Joins the background writer.
   void JoinWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Env* const env_;
   const std::string dir_;
+  // mu_: one Save or Flush at a time (each joins the writer thread).
   absl::Mutex mu_;
-  CheckpointWriter writer_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
-  // Written by the writer thread, read after joining it.
-  absl::Status last_status_;
+  // write_mu_: held by the writer thread while it writes, and by Flush to
+  // read the outcome after joining it.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  CheckpointWriter writer_ ABSL_GUARDED_BY(write_mu_);
+  absl::Status last_status_ ABSL_GUARDED_BY(write_mu_);
 };
 
 }  // namespace shardps

@@ -125,7 +125,7 @@ class SparseTable {
   };
 
   Stripe& StripeOf(uint64_t key) const;
-  // Empties `s`. REQUIRES: s.mu held.
+  // Empties `s`.
   static void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The row's floats: value, then each optimizer slot.
   static float* RowPtr(const Stripe& s, uint32_t slot, int row_floats)

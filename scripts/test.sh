@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Sets everything up on a fresh machine, builds, and runs every test.
+# Sets everything up on a fresh machine, builds, runs every test, and checks
+# the lock annotations with clang (scripts/check_thread_safety.sh).
 #   scripts/test.sh            # all tests
 #   BUILD_DIR=build-asan PS_SANITIZE=address scripts/test.sh
+#   PS_SKIP_CLANG_CHECK=1 scripts/test.sh   # without the clang build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,3 +20,6 @@ export OPENBLAS_NUM_THREADS=1
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" \
   --timeout 600 "$@"
 echo "tests: $(($(date +%s) - built)) s"
+if [ -z "${PS_SKIP_CLANG_CHECK:-}" ]; then
+  bash scripts/check_thread_safety.sh
+fi
