@@ -20,11 +20,12 @@
 //   push_pull_benchmark --benchmark_filter=/bytes:4194304/
 //
 // BM_PlainGrpcPush and BM_PlainGrpcPull are the baseline, measured in the
-// same process and run: plain gRPC synchronous unary calls carrying one
-// protobuf `bytes` field of the payload size to a server in this process that
-// answers at once (no store, no optimizer, no chunking). They are the "plain
-// gRPC" row of /work/shared/BENCHMARKS.md ("Transport ceilings"), so ShardPS
-// can be divided by a figure taken on the same machine at the same time.
+// same process and run (benchmarks/grpc_baseline.h): plain gRPC synchronous
+// unary calls carrying one protobuf `bytes` field of the payload size to a
+// server in this process that answers at once (no store, no optimizer, no
+// chunking). They are the "plain gRPC" row of /work/shared/BENCHMARKS.md
+// ("Transport ceilings"), so ShardPS can be divided by a figure taken on the
+// same machine at the same time.
 
 #include <cstdint>
 #include <memory>
@@ -36,10 +37,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
+#include "benchmarks/grpc_baseline.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/ps_service.grpc.pb.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
@@ -228,88 +228,6 @@ void RunTransfer(benchmark::State& state, Op op) {
                                                 : " push+pull"));
 }
 
-// The plain gRPC baseline: the service answers a push with OK, unread, and a
-// pull with one DenseBlock holding a payload allocated once (copied into each
-// reply, as any server that keeps its values must). Thread-safe.
-class PlainGrpcService final : public ParameterServer::CallbackService {
- public:
-  explicit PlainGrpcService(int64_t payload_bytes)
-      : payload_(payload_bytes, '\x01') {}
-
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const PushRequest* req,
-                                 PushResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const PullRequest* req,
-                                 PullResponse* resp) override {
-    resp->add_blocks()->set_values(payload_);
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
- private:
-  const std::string payload_;
-};
-
-// gRPC's message limit for the baseline. ShardPS uses kMaxGrpcMessageBytes
-// (64 MiB) and cuts transfers into 4 MiB chunks; the baseline sends the whole
-// payload in one message, which for the 64 MiB payload is 64 MiB plus a few
-// bytes of protobuf framing, so it needs a higher limit.
-constexpr int kPlainGrpcMaxMessageBytes = 128 << 20;
-
-// The baseline's server and a sync client for one payload size. The request
-// and the pull reply are reused across calls, so the client allocates and
-// copies nothing per push: the figure is gRPC and protobuf alone.
-struct PlainGrpc {
-  int64_t payload_bytes = 0;
-  std::unique_ptr<PlainGrpcService> service;
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<ParameterServer::Stub> stub;
-  PushRequest push_req;
-  PushResponse push_resp;
-  PullRequest pull_req;
-  PullResponse pull_resp;
-
-  ~PlainGrpc() {
-    stub.reset();  // closes the channel, so Shutdown waits for no client
-    if (server != nullptr) server->Shutdown();
-  }
-};
-
-absl::StatusOr<std::unique_ptr<PlainGrpc>> StartPlainGrpc(
-    int64_t payload_bytes) {
-  auto p = std::make_unique<PlainGrpc>();
-  p->payload_bytes = payload_bytes;
-  p->service = std::make_unique<PlainGrpcService>(payload_bytes);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as GrpcPsServer
-  builder.SetMaxReceiveMessageSize(kPlainGrpcMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kPlainGrpcMaxMessageBytes);
-  builder.RegisterService(p->service.get());
-  p->server = builder.BuildAndStart();
-  if (p->server == nullptr || port == 0) {
-    return absl::UnavailableError("cannot start the plain gRPC server");
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kPlainGrpcMaxMessageBytes);
-  args.SetMaxSendMessageSize(kPlainGrpcMaxMessageBytes);
-  p->stub = ParameterServer::NewStub(
-      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                grpc::InsecureChannelCredentials(), args));
-  p->push_req.add_blocks()->set_values(std::string(payload_bytes, '\x02'));
-  p->pull_req.add_blocks();
-  return p;
-}
-
 // The baseline of the running benchmark, replaced when the payload changes.
 std::unique_ptr<PlainGrpc>& CurrentPlainGrpc() {
   static auto* p = new std::unique_ptr<PlainGrpc>();
@@ -318,9 +236,9 @@ std::unique_ptr<PlainGrpc>& CurrentPlainGrpc() {
 
 PlainGrpc* GetPlainGrpc(benchmark::State& state) {
   std::unique_ptr<PlainGrpc>& p = CurrentPlainGrpc();
-  if (p == nullptr || p->payload_bytes != state.range(0)) {
+  if (p == nullptr || p->payload_bytes() != state.range(0)) {
     p.reset();
-    auto started = StartPlainGrpc(state.range(0));
+    auto started = PlainGrpc::Start(state.range(0));
     if (!started.ok()) {
       state.SkipWithError(started.status().ToString().c_str());
       return nullptr;
@@ -333,31 +251,18 @@ PlainGrpc* GetPlainGrpc(benchmark::State& state) {
 void RunPlainGrpc(benchmark::State& state, Op op) {
   PlainGrpc* p = GetPlainGrpc(state);
   if (p == nullptr) return;
-  const int64_t payload = p->payload_bytes;
+  const int64_t payload = p->payload_bytes();
   for (auto _ : state) {
-    grpc::ClientContext ctx;
-    grpc::Status st = op == Op::kPush
-                          ? p->stub->Push(&ctx, p->push_req, &p->push_resp)
-                          : p->stub->Pull(&ctx, p->pull_req, &p->pull_resp);
+    absl::Status st = op == Op::kPush ? p->Push() : p->Pull();
     if (!st.ok()) {
-      state.SkipWithError(
-          absl::StrCat("plain gRPC: ", st.error_message()).c_str());
+      state.SkipWithError(absl::StrCat("plain gRPC: ", st.message()).c_str());
       break;
     }
-    if (op == Op::kPull &&
-        (p->pull_resp.blocks_size() != 1 ||
-         static_cast<int64_t>(p->pull_resp.blocks(0).values().size()) !=
-             payload)) {
-      state.SkipWithError("plain gRPC: pull reply has the wrong size");
-      break;
-    }
-    benchmark::DoNotOptimize(p->pull_resp);
   }
   const int64_t iters = static_cast<int64_t>(state.iterations());
   if (iters == 0) return;
-  const int64_t wire = op == Op::kPush
-                           ? static_cast<int64_t>(p->push_req.ByteSizeLong())
-                           : static_cast<int64_t>(p->pull_resp.ByteSizeLong());
+  const int64_t wire =
+      op == Op::kPush ? p->push_wire_bytes() : p->pull_wire_bytes();
   state.SetBytesProcessed(iters * payload);
   state.counters["MiB/s"] = benchmark::Counter(
       static_cast<double>(iters * payload) / kMiB, benchmark::Counter::kIsRate);

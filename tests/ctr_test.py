@@ -13,10 +13,8 @@ import json
 import os
 import subprocess
 import sys
-import unittest
 
 import testlib
-from testlib import clean_env
 
 REPO = testlib.REPO
 CTR_LR = os.path.join(REPO, "configs", "ctr_lr.pbtxt")
