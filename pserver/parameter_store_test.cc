@@ -5,46 +5,34 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
+#include "pserver/testing/store_testing.h"
 
 namespace shardps {
 namespace {
 
 // Table "w": 10 values in blocks of 4 (sizes 4, 4, 2); table "b": 3 values.
 JobSpec MakeJob(TrainingMode mode, int trainers, int max_staleness = -1) {
-  JobSpec job;
-  job.set_mode(mode);
-  job.set_num_trainers(trainers);
-  job.set_max_staleness(max_staleness);
-  job.set_global_batch_size(8);
-  TableSpec* w = job.add_tables();
-  w->set_name("w");
-  w->add_shape(10);
-  w->set_block_size(4);
-  w->mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  w->mutable_optimizer()->set_learning_rate(1.0f);
-  TableSpec* b = job.add_tables();
-  b->set_name("b");
-  b->add_shape(3);
-  b->set_block_size(4);
-  b->mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  b->mutable_optimizer()->set_learning_rate(1.0f);
-  return job;
+  testing::JobOptions o;
+  o.max_staleness = max_staleness;
+  return testing::MakeJobSpec(
+      mode, trainers,
+      {testing::DenseTableSpec("w", 10, 4, testing::Sgd(1.0f)),
+       testing::DenseTableSpec("b", 3, 4, testing::Sgd(1.0f))},
+      o);
 }
 
 const std::vector<BlockId> kAllBlocks = {{0, 0}, {0, 1}, {0, 2}, {1, 0}};
 
-struct PullResult {
-  absl::Notification done;
-  absl::Status status;
-  std::vector<std::vector<float>> values;
-};
+using testing::PullResult;
 
 class ParameterStoreTest : public ::testing::Test {
  protected:
   void Init(TrainingMode mode, int trainers, int max_staleness = -1) {
     StoreOptions options;
     options.max_pull_wait = absl::Seconds(10);
+    options.clock = &clock_;
     store_ = std::make_unique<ParameterStore>(options);
     ASSERT_TRUE(
         store_->InitJob(MakeJob(mode, trainers, max_staleness), kAllBlocks)
@@ -83,18 +71,12 @@ class ParameterStoreTest : public ::testing::Test {
                                         int64_t step,
                                         std::vector<BlockId> blocks,
                                         int64_t min_clock = 0) {
-    auto r = std::make_unique<PullResult>();
-    PullResult* p = r.get();
-    store_->Pull(
-        trainer, min_version, step, min_clock, blocks, {},
-        [p](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
-          p->values.emplace_back(v.begin(), v.end());
-        },
-        [p](absl::Status s, absl::Duration) {
-          p->status = s;
-          p->done.Notify();
-        });
-    return r;
+    testing::PullArgs a;
+    a.trainer = trainer;
+    a.min_version = min_version;
+    a.step = step;
+    a.min_clock = min_clock;
+    return testing::StartPull(store_.get(), a, std::move(blocks));
   }
 
   // Expects `s` to have `code`, and no parameter or version to have moved.
@@ -106,6 +88,7 @@ class ParameterStoreTest : public ::testing::Test {
     EXPECT_EQ(Versions(), std::vector<int64_t>(4, 0));
   }
 
+  FakeClock clock_;
   std::unique_ptr<ParameterStore> store_;
   std::vector<std::vector<float>> init_;
 };
@@ -263,7 +246,7 @@ TEST_F(ParameterStoreTest, PullTimesOutNamingTheMissingTrainer) {
   Init(SYNC, 2);
   ASSERT_TRUE(PushW0(0, 0, {2, 2, 2, 2}).ok());
   auto pull = StartPull(0, 1, 1, {{0, 0}});
-  store_->Sweep(absl::Now() + absl::Seconds(11));
+  store_->Sweep(clock_.Now() + absl::Seconds(11));
   ASSERT_TRUE(pull->done.HasBeenNotified());
   EXPECT_EQ(pull->status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(pull->status.message().find("trainer(s) 1"), std::string::npos)
@@ -308,7 +291,7 @@ TEST_F(ParameterStoreTest, AsyncMinClockWaitsForEveryTrainersEnd) {
   ASSERT_TRUE(PushW0(0, 1, {0, 0, 0, 0}).ok());
   auto final_pull = StartPull(0, 0, 2, {{0, 0}}, /*min_clock=*/2);
   EXPECT_FALSE(final_pull->done.HasBeenNotified());
-  store_->Sweep(absl::Now() + absl::Seconds(6));  // logs whom it waits for
+  store_->Sweep(clock_.Now() + absl::Seconds(6));  // logs whom it waits for
   ASSERT_TRUE(PushW0(1, 0, {0, 0, 0, 0}).ok());
   EXPECT_FALSE(final_pull->done.HasBeenNotified());
   ASSERT_TRUE(PushW0(1, 1, {0, 0, 0, 0}).ok());
@@ -339,19 +322,16 @@ TEST_F(ParameterStoreTest, WaitingPullAfterCancelIsUnavailable) {
 // Sparse tables: "e" (dim 2, SGD lr 1, rows start at 0) next to dense "w".
 JobSpec SparseJob(TrainingMode mode, int trainers) {
   JobSpec job = MakeJob(mode, trainers);
-  TableSpec* e = job.add_tables();
-  e->set_name("e");
-  e->set_kind(TableSpec::SPARSE);
-  e->mutable_sparse()->set_dim(2);
-  e->mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  e->mutable_optimizer()->set_learning_rate(1.0f);
+  *job.add_tables() = testing::SparseTableSpec("e", 2, testing::Sgd(1.0f));
   return job;
 }
 
 class SparseStoreTest : public ::testing::Test {
  protected:
   void Init(TrainingMode mode, int trainers) {
-    store_ = std::make_unique<ParameterStore>(StoreOptions{});
+    StoreOptions options;
+    options.clock = &clock_;
+    store_ = std::make_unique<ParameterStore>(options);
     ASSERT_TRUE(store_->InitJob(SparseJob(mode, trainers), {}).ok());
     ASSERT_TRUE(store_->CommitInit().ok());
   }
@@ -377,6 +357,7 @@ class SparseStoreTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << status;
     return out;
   }
+  FakeClock clock_;
   std::unique_ptr<ParameterStore> store_;
 };
 
@@ -452,7 +433,7 @@ TEST_F(SparseStoreTest, SyncPullTimesOutNamingTheMissingTrainer) {
         done.Notify();
       });
   EXPECT_FALSE(done.HasBeenNotified());
-  store_->Sweep(absl::Now() + absl::Seconds(30));
+  store_->Sweep(clock_.Now() + absl::Seconds(30));
   ASSERT_TRUE(done.HasBeenNotified());
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(status.message().find("trainer(s) 1"), std::string::npos) << status;

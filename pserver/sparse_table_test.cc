@@ -201,5 +201,133 @@ TEST(SparseTableTest, ConcurrentUpdatesAreAllApplied) {
   }
 }
 
+// --- Serialize and Deserialize (checkpoints) ---
+
+SparseTableOptions SparseOptions(int dim, int64_t admit_after) {
+  SparseTableOptions o = Options(dim, 0.5f, 11);
+  o.set_admit_after(admit_after);
+  return o;
+}
+
+std::vector<float> ReadAll(const SparseTable& t,
+                           const std::vector<uint64_t>& keys) {
+  std::vector<float> out(keys.size() * t.dim());
+  t.Read(keys, out.data());
+  return out;
+}
+
+void ApplyKeys(SparseTable* t, int64_t step,
+               const std::vector<uint64_t>& keys) {
+  std::vector<float> g(keys.size() * t->dim());
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = 0.001f * static_cast<float>(i % 97) - 0.03f + 0.01f * step;
+  }
+  const float one[] = {1.0f};
+  t->Apply(step, keys, g, one);
+}
+
+TEST(SparseTableCheckpointTest, RoundTripWithManyKeysAndSightings) {
+  auto opt = MakeOptimizer(OptimizerConfig::ADAM, 0.1f);
+  const SparseTableOptions options = SparseOptions(3, /*admit_after=*/2);
+  SparseTable a(options, opt.get());
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 3000; ++i) keys.push_back(i * 0x9e3779b97f4a7c15ULL);
+  const std::vector<uint64_t> first2000(keys.begin(), keys.begin() + 2000);
+  const std::vector<uint64_t> first1000(keys.begin(), keys.begin() + 1000);
+  ApplyKeys(&a, 0, keys);       // a sighting each
+  ApplyKeys(&a, 1, first2000);  // admitted and updated
+  ApplyKeys(&a, 2, first1000);  // a second update
+  ASSERT_EQ(a.counters().rows, 2000);
+  ASSERT_EQ(a.counters().pending_keys, 1000);
+
+  std::string blob;
+  a.Serialize(&blob);
+  SparseTable b(options, opt.get(), /*num_stripes=*/7);  // another layout
+  ApplyKeys(&b, 0, {42, 43});                            // replaced
+  ApplyKeys(&b, 1, {42, 43});
+  ASSERT_TRUE(b.Deserialize(blob).ok());
+  EXPECT_EQ(b.counters().rows, 2000);
+  EXPECT_EQ(b.counters().pending_keys, 1000);
+  EXPECT_EQ(ReadAll(b, keys), ReadAll(a, keys));
+  EXPECT_EQ(ReadAll(b, {42, 43}), ReadAll(a, {42, 43}));
+
+  // Adam's moments and step counts, and the sightings, came along: one more
+  // step admits the last 1000 keys in both and moves every row alike.
+  ApplyKeys(&a, 3, keys);
+  ApplyKeys(&b, 3, keys);
+  EXPECT_EQ(a.counters().rows, 3000);
+  EXPECT_EQ(b.counters().rows, 3000);
+  EXPECT_EQ(b.counters().pending_keys, 0);
+  EXPECT_EQ(ReadAll(b, keys), ReadAll(a, keys));
+  // And a serialization of the restored table restores the same again.
+  std::string blob2;
+  b.Serialize(&blob2);
+  SparseTable c(options, opt.get());
+  ASSERT_TRUE(c.Deserialize(blob2).ok());
+  EXPECT_EQ(ReadAll(c, keys), ReadAll(a, keys));
+}
+
+TEST(SparseTableCheckpointTest, OtherDimOrStateWidthIsDataLossAndEmpty) {
+  auto adam = MakeOptimizer(OptimizerConfig::ADAM, 0.1f);
+  auto sgd = MakeOptimizer(OptimizerConfig::SGD, 0.1f);
+  SparseTable a(SparseOptions(3, 1), adam.get());
+  ApplyKeys(&a, 0, {1, 2, 3});
+  std::string blob;
+  a.Serialize(&blob);
+
+  SparseTable other_dim(SparseOptions(4, 2), adam.get());
+  ApplyKeys(&other_dim, 0, {5, 6});  // sightings
+  ApplyKeys(&other_dim, 1, {5});     // a row
+  ASSERT_EQ(other_dim.counters().rows, 1);
+  absl::Status st = other_dim.Deserialize(blob);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_EQ(other_dim.counters().rows, 0);
+  EXPECT_EQ(other_dim.counters().pending_keys, 0);
+
+  SparseTable other_state(SparseOptions(3, 1), sgd.get());
+  ApplyKeys(&other_state, 0, {1});
+  st = other_state.Deserialize(blob);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_EQ(other_state.counters().rows, 0);
+}
+
+TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
+  auto opt = MakeOptimizer(OptimizerConfig::MOMENTUM, 0.1f);
+  const SparseTableOptions options = SparseOptions(2, /*admit_after=*/2);
+  SparseTable a(options, opt.get());
+  ApplyKeys(&a, 0, {1, 2, 3, 4, 5});
+  ApplyKeys(&a, 1, {1, 2, 3});  // 3 rows, 2 sightings
+  ASSERT_EQ(a.counters().rows, 3);
+  ASSERT_EQ(a.counters().pending_keys, 2);
+  std::string blob;
+  a.Serialize(&blob);
+  int accepted = 0;
+  for (size_t len = 0; len < blob.size(); ++len) {
+    SparseTable t(options, opt.get());
+    ApplyKeys(&t, 0, {9, 10});
+    ApplyKeys(&t, 1, {9});
+    absl::Status st = t.Deserialize(absl::string_view(blob).substr(0, len));
+    if (st.code() != absl::StatusCode::kDataLoss) {
+      ++accepted;
+      ADD_FAILURE() << "prefix of " << len << " of " << blob.size()
+                    << " bytes: " << st;
+      if (accepted > 3) break;
+      continue;
+    }
+    EXPECT_EQ(t.counters().rows, 0) << len;
+    EXPECT_EQ(t.counters().pending_keys, 0) << len;
+  }
+  // Garbage after a whole blob is refused too.
+  SparseTable t(options, opt.get());
+  EXPECT_EQ(t.Deserialize(blob + "garbage!").code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(t.counters().rows, 0);
+  SparseTable whole(options, opt.get());
+  ASSERT_TRUE(whole.Deserialize(blob).ok());
+  EXPECT_EQ(whole.counters().rows, 3);
+  EXPECT_EQ(whole.counters().pending_keys, 2);
+  EXPECT_EQ(ReadAll(whole, {1, 2, 3, 4, 5}), ReadAll(a, {1, 2, 3, 4, 5}));
+}
+
 }  // namespace
 }  // namespace shardps

@@ -225,7 +225,7 @@ class StructureTest(unittest.TestCase):
     def test_core_libraries_link_without_grpc(self):
         if BIN_DIR is None:
             self.skipTest("no --bin_dir")
-        core = ["pserver/pserver_test", "pserver/request_handler_test",
+        core = ["pserver/parameter_store_test", "pserver/pserver_service_test",
                 "trainer/trainer_test", "trainer/client/client_test",
                 "trainer/client/sparse_client_test",
                 "trainer/sync_equivalence_test"]
