@@ -1,0 +1,81 @@
+// The chief's checkpoint requests: which steps, the resumed step skipped,
+// ABORTED passed on, other failures logged, pservers without a checkpoint
+// directory named.
+#include "trainer/checkpoint_requester.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trainer/client/testing/fake_ps_client.h"
+
+namespace shardps {
+namespace {
+
+// Records the checkpoint steps asked for; answers with `reply`.
+class CheckpointServer : public testing::FakePsClient {
+ public:
+  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse*,
+                       StatusCallback done) override {
+    steps.push_back(req.step());
+    done(reply);
+  }
+  void GetStatusAsync(const GetStatusRequest&, GetStatusResponse* resp,
+                      StatusCallback done) override {
+    resp->set_checkpoints_enabled(enabled);
+    done(absl::OkStatus());
+  }
+  std::vector<int64_t> steps;
+  absl::Status reply;
+  bool enabled = true;
+};
+
+TEST(CheckpointRequesterTest, EveryNStepsButTheResumedOne) {
+  CheckpointServer ps;
+  RequestStamp stamp(0);
+  JobClient client({&ps}, &stamp);
+  CheckpointRequester r(&client, 3, /*chief=*/true);
+  r.ResumedAt(3);
+  for (int64_t step = 3; step <= 9; ++step) ASSERT_TRUE(r.AtStep(step).ok());
+  EXPECT_EQ(ps.steps, (std::vector<int64_t>{6, 9}));
+}
+
+TEST(CheckpointRequesterTest, NonChiefsAndZeroAskForNone) {
+  CheckpointServer ps;
+  RequestStamp stamp(1);
+  JobClient client({&ps}, &stamp);
+  CheckpointRequester worker(&client, 3, /*chief=*/false);
+  CheckpointRequester never(&client, 0, true);
+  for (int64_t step = 1; step <= 6; ++step) {
+    ASSERT_TRUE(worker.AtStep(step).ok());
+    ASSERT_TRUE(never.AtStep(step).ok());
+  }
+  EXPECT_TRUE(ps.steps.empty());
+  ps.enabled = false;
+  EXPECT_TRUE(worker.CheckPservers().ok());
+}
+
+TEST(CheckpointRequesterTest, AbortedIsPassedOnOtherFailuresAreNot) {
+  CheckpointServer ps;
+  RequestStamp stamp(0);
+  JobClient client({&ps}, &stamp);
+  CheckpointRequester r(&client, 2, true);
+  ps.reply = absl::InternalError("disk full");
+  EXPECT_TRUE(r.AtStep(2).ok());
+  ps.reply = absl::AbortedError("rolled back");
+  EXPECT_EQ(r.AtStep(2).code(), absl::StatusCode::kAborted);  // asked again
+  EXPECT_EQ(ps.steps, (std::vector<int64_t>{2, 2}));
+}
+
+TEST(CheckpointRequesterTest, PserversWithoutACheckpointDirAreNamed) {
+  CheckpointServer a, b;
+  b.enabled = false;
+  RequestStamp stamp(0);
+  JobClient client({&a, &b}, &stamp);
+  CheckpointRequester r(&client, 5, true);
+  absl::Status s = r.CheckPservers();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("pserver fake has none"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,120 @@
+// JobClient against in-process pservers (InProcessPsClient over their
+// request handlers): set-up, readiness, joining, leaving, checkpoints and
+// rollbacks on every pserver at once.
+#include "trainer/client/job_client.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/testing/temp_dir.h"
+#include "gtest/gtest.h"
+#include "pserver/pserver.h"
+#include "pserver/testing/store_testing.h"
+#include "trainer/client/in_process_ps_client.h"
+
+namespace shardps {
+namespace {
+
+class JobClientTest : public ::testing::Test {
+ protected:
+  // Two pservers; with `checkpoints`, each with a checkpoint directory.
+  void Start(bool checkpoints) {
+    for (int s = 0; s < 2; ++s) {
+      PserverOptions o;
+      if (checkpoints) o.checkpoint_dir = tmp_.Path(absl::StrCat("ps", s));
+      servers_.push_back(std::move(*Pserver::Create(o)));
+      ASSERT_TRUE(servers_.back()->Start().ok());
+      clients_.push_back(std::make_unique<InProcessPsClient>(
+          servers_.back()->handler(), absl::StrCat("pserver-", s)));
+      ptrs_.push_back(clients_.back().get());
+    }
+  }
+
+  JobSpec Job() {
+    return testing::MakeJobSpec(
+        SYNC, 1, {testing::DenseTableSpec("w", 6, 2, testing::Sgd(1.0f))});
+  }
+  ChunkPlan Plan() { return PlanChunks({{"w", 6, 2}}, 2, size_t{1} << 20); }
+
+  testing::ScopedTempDir tmp_{"job_client_test"};
+  std::vector<std::unique_ptr<Pserver>> servers_;
+  std::vector<std::unique_ptr<InProcessPsClient>> clients_;
+  std::vector<PsClientInterface*> ptrs_;
+};
+
+TEST_F(JobClientTest, InitWaitJoinAndLeave) {
+  Start(false);
+  RequestStamp stamp(0, /*incarnation=*/5);
+  JobClient client(ptrs_, &stamp);
+  ASSERT_TRUE(client.Register().ok());
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(client.InitJob(Job(), Plan(), {w.data()}).ok());
+  ASSERT_TRUE(client.WaitUntilReady(Job(), absl::Seconds(5)).ok());
+  auto start = client.Join();
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(*start, 0);
+  auto st = client.Statuses();
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->size(), 2u);
+  EXPECT_TRUE((*st)[1].job_ready());
+  EXPECT_EQ((*st)[0].live_trainers_size(), 1);
+  ASSERT_TRUE(client.Leave().ok());
+  st = client.Statuses();
+  EXPECT_EQ((*st)[0].live_trainers_size(), 0);
+  // Another spec than the pservers hold is named.
+  JobSpec other = Job();
+  other.mutable_tables(0)->set_block_size(3);
+  absl::Status s = client.WaitUntilReady(other, absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("pserver pserver-0 holds a job that differs"),
+            std::string::npos)
+      << s;
+}
+
+TEST_F(JobClientTest, WaitUntilReadyNamesThePserversNotReady) {
+  Start(false);
+  RequestStamp stamp(1);
+  JobClient client(ptrs_, &stamp);
+  absl::Status s = client.WaitUntilReady(Job(), absl::Milliseconds(150));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("pserver-0, pserver-1"), std::string::npos) << s;
+}
+
+TEST_F(JobClientTest, CheckpointsAndRollbackOnEveryPserver) {
+  Start(true);
+  RequestStamp stamp(0, 1);
+  JobClient client(ptrs_, &stamp);
+  ASSERT_TRUE(client.Register().ok());
+  const std::vector<float> w(6, 1.0f);
+  ASSERT_TRUE(client.InitJob(Job(), Plan(), {w.data()}).ok());
+  ASSERT_TRUE(client.Checkpoint(0).ok());
+  for (auto& s : servers_) s->Stop();  // flushes the checkpoint writes
+  auto st = client.Statuses();
+  ASSERT_TRUE(st.ok()) << st.status();
+  for (const auto& r : *st) EXPECT_EQ(r.checkpoint_steps_size(), 1);
+  ASSERT_TRUE(client.Rollback(0, 1).ok());
+  st = client.Statuses();
+  for (const auto& r : *st) EXPECT_EQ(r.generation(), 1u);
+  EXPECT_EQ(client.Rollback(0, 1).code(), absl::StatusCode::kOk);  // again
+}
+
+TEST_F(JobClientTest, InProcessAnswersComeOnTheClientsOwnThread) {
+  Start(false);
+  GetStatusRequest req;
+  GetStatusResponse resp;
+  absl::Notification done;
+  std::thread::id answered;
+  clients_[0]->GetStatusAsync(req, &resp, [&](absl::Status s) {
+    answered = std::this_thread::get_id();
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_NE(answered, std::this_thread::get_id());
+  EXPECT_FALSE(resp.job_ready());
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,80 @@
+// The trainer's step lines: written every log_every_steps steps and at the
+// last, with the window's loss and phase times, and the compression figures
+// with threshold compression.
+#include "trainer/progress.h"
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/testing/temp_dir.h"
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(f, line);) out.push_back(line);
+  return out;
+}
+
+TEST(ProgressReporterTest, AStepLineEveryNStepsAndAtTheEnd) {
+  testing::ScopedTempDir tmp("progress_test");
+  const std::string path = tmp.Path("metrics.jsonl");
+  auto metrics = MetricsWriter::Open(path);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  ProgressReporter::Options o;
+  o.trainer_id = 3;
+  o.log_every_steps = 2;
+  ProgressReporter p(o, /*steps_per_pass=*/4, /*total_steps=*/5,
+                     metrics->get());
+  StepTimes t;
+  t.compute = absl::Milliseconds(10);
+  for (int64_t step = 1; step <= 5; ++step) {
+    p.StepDone(step, static_cast<int>((step - 1) / 4), t,
+               /*loss_sum=*/2.0 * step, /*samples=*/4, 100 * step, 50 * step,
+               nullptr);
+  }
+  const auto lines = Lines(path);
+  ASSERT_EQ(lines.size(), 3u);  // steps 2, 4 and 5 (the last)
+  EXPECT_NE(lines[0].find("\"event\":\"step\""), std::string::npos);
+  EXPECT_NE(lines[0].find("\"trainer_id\":3"), std::string::npos);
+  EXPECT_NE(lines[0].find("\"step\":2"), std::string::npos);
+  // Steps 1 and 2: loss sums 2 and 4 over 8 samples.
+  EXPECT_NE(lines[0].find("\"train_loss\":0.75"), std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find("\"compute_s\":0.02"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[2].find("\"step\":5"), std::string::npos);
+  EXPECT_NE(lines[2].find("\"pass\":1"), std::string::npos);
+  EXPECT_NE(lines[2].find("\"push_bytes\":500"), std::string::npos);
+  EXPECT_EQ(lines[0].find("sparsity"), std::string::npos);
+}
+
+TEST(ProgressReporterTest, ThresholdFiguresComeFromTheEncoder) {
+  testing::ScopedTempDir tmp("progress_test");
+  const std::string path = tmp.Path("metrics.jsonl");
+  auto metrics = MetricsWriter::Open(path);
+  ASSERT_TRUE(metrics.ok());
+  ThresholdPushEncoder::Options eo;
+  eo.adaptive = false;
+  eo.threshold = 0.5;
+  ThresholdPushEncoder encoder(eo, {100});
+  std::string msg;
+  std::vector<float> g(100, 0.0f);
+  g[7] = 1.0f;  // one value of 100 reaches the threshold
+  ASSERT_TRUE(encoder.Encode(0, 0, 0, g, &msg).ok());
+  ProgressReporter::Options o;
+  o.log_every_steps = 1;
+  ProgressReporter p(o, 10, 10, metrics->get());
+  p.StepDone(1, 0, StepTimes{}, 1.0, 1, 0, 0, &encoder);
+  const auto lines = Lines(path);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("\"sparsity\":0.01"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("\"threshold_messages\":1"), std::string::npos);
+  EXPECT_NE(lines[0].find("\"threshold\":0.5"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardps
