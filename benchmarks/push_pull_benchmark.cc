@@ -84,6 +84,18 @@ JobSpec MakeJob(int64_t num_values) {
   return job;
 }
 
+// A pserver on 127.0.0.1 at a port the kernel picks, started.
+absl::StatusOr<std::unique_ptr<GrpcPsServer>> StartLocalServer() {
+  GrpcServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = 0;
+  auto server = GrpcPsServer::Create(opts);
+  if (!server.ok()) return server.status();
+  absl::Status st = (*server)->Start();
+  if (!st.ok()) return st;
+  return server;
+}
+
 absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
                                                       int num_servers) {
   auto c = std::make_unique<Cluster>();
@@ -91,13 +103,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   std::vector<PsClientInterface*> ifaces;
   c->timer = std::make_unique<RetryTimer>();
   for (int s = 0; s < num_servers; ++s) {
-    GrpcServerOptions opts;
-    opts.host = "127.0.0.1";
-    opts.port = 0;
-    auto server = GrpcPsServer::Create(opts);
+    auto server = StartLocalServer();
     if (!server.ok()) return server.status();
-    absl::Status st = (*server)->Start();
-    if (!st.ok()) return st;
     c->clients.push_back(
         GrpcPsClient::Create(absl::StrCat("127.0.0.1:", (*server)->port()),
                              RpcOptions{}, c->timer.get()));
@@ -147,24 +154,6 @@ Cluster* GetCluster(benchmark::State& state) {
     CurrentKey() = key;
   }
   return c.get();
-}
-
-// Keeps gRPC's shared callback completion queue referenced for the whole run.
-// Without it, replacing a cluster can drop that queue's last reference on one
-// of its own "nexting" threads: GrpcPsClient's per-call state (holding a
-// ClientContext, hence a channel) is released there after `done` has run, and
-// gRPC 1.51 then joins that thread from itself and frees the queue under it
-// ("assertion failed: prior > 0" in grpc_cq_internal_unref, an abort). A
-// started pserver that serves nothing holds one reference until the end.
-absl::StatusOr<std::unique_ptr<GrpcPsServer>> StartGrpcAnchor() {
-  GrpcServerOptions opts;
-  opts.host = "127.0.0.1";
-  opts.port = 0;
-  auto server = GrpcPsServer::Create(opts);
-  if (!server.ok()) return server.status();
-  absl::Status st = (*server)->Start();
-  if (!st.ok()) return st;
-  return server;
 }
 
 absl::Status PushOnce(Cluster* c, TransferStats* stats) {
@@ -323,7 +312,15 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = 1;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  auto anchor = shardps::StartGrpcAnchor();
+  // Keeps gRPC's shared callback completion queue referenced for the whole
+  // run. Without it, replacing a cluster can drop that queue's last reference
+  // on one of its own "nexting" threads: GrpcPsClient's per-call state
+  // (holding a ClientContext, hence a channel) is released there after `done`
+  // has run, and gRPC 1.51 then joins that thread from itself and frees the
+  // queue under it ("assertion failed: prior > 0" in grpc_cq_internal_unref,
+  // an abort). A started pserver that serves nothing holds one reference
+  // until the end.
+  auto anchor = shardps::StartLocalServer();
   if (!anchor.ok()) {
     LOG(ERROR) << "cannot start a pserver: " << anchor.status();
     return 1;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -475,17 +476,25 @@ absl::Status DecodeAddImpl(const Reader& m, absl::Span<float> target) {
   return Bad(absl::StrCat("unknown format ", fmt));
 }
 
+// Checks the arguments of an encode, then counts the elements at or above
+// `threshold` (per kCountBlock block into `block_counts` when it is not null).
+absl::StatusOr<Count> CheckAndCount(absl::Span<const float> residual,
+                                    float threshold,
+                                    std::vector<uint8_t>* block_counts) {
+  RETURN_IF_ERROR(CheckEncodeArgs(residual.size(), threshold));
+  return CountSelected(residual.data(), residual.size(), FloatBits(threshold),
+                       block_counts);
+}
+
 }  // namespace
 
 absl::StatusOr<EncodeInfo> EncodeThresholdOrBitmap(absl::Span<float> residual,
                                                    float threshold,
                                                    std::vector<int32_t>* out) {
-  absl::Status s = CheckEncodeArgs(residual.size(), threshold);
-  if (!s.ok()) return s;
   const size_t n = residual.size();
   std::vector<uint8_t> block_counts;
-  const Count c =
-      CountSelected(residual.data(), n, FloatBits(threshold), &block_counts);
+  ASSIGN_OR_RETURN(const Count c,
+                   CheckAndCount(residual, threshold, &block_counts));
   if (c.non_finite) return FinishInfo(EncodeInfo::Kind::kNonFinite, 0, 0, 0);
   if (c.selected == 0) return FinishInfo(EncodeInfo::Kind::kEmpty, 0, 0, 0);
   if (ThresholdMessageInts(static_cast<size_t>(c.selected)) <
@@ -508,12 +517,10 @@ absl::StatusOr<EncodeInfo> EncodeThreshold(absl::Span<float> residual,
     return absl::InvalidArgumentError(
         absl::StrCat("max_entries must be >= 0, got ", max_entries));
   }
-  absl::Status s = CheckEncodeArgs(residual.size(), threshold);
-  if (!s.ok()) return s;
   const size_t n = residual.size();
   std::vector<uint8_t> block_counts;
-  const Count c =
-      CountSelected(residual.data(), n, FloatBits(threshold), &block_counts);
+  ASSIGN_OR_RETURN(const Count c,
+                   CheckAndCount(residual, threshold, &block_counts));
   if (c.non_finite) return FinishInfo(EncodeInfo::Kind::kNonFinite, 0, 0, 0);
   const int64_t entries = std::min(c.selected, max_entries);
   if (entries == 0) {
@@ -532,12 +539,10 @@ absl::StatusOr<EncodeInfo> EncodeBitmap(absl::Span<float> residual,
     return absl::InvalidArgumentError(absl::StrCat(
         "EncodeBitmap needs a bitmap format, got ", static_cast<int>(fmt)));
   }
-  absl::Status s = CheckEncodeArgs(residual.size(), threshold);
-  if (!s.ok()) return s;
   const size_t n = residual.size();
+  ASSIGN_OR_RETURN(const Count c, CheckAndCount(residual, threshold,
+                                                /*block_counts=*/nullptr));
   if (n == 0) return FinishInfo(EncodeInfo::Kind::kEmpty, 0, 0, 0);
-  const Count c = CountSelected(residual.data(), n, FloatBits(threshold),
-                                /*block_counts=*/nullptr);
   if (c.non_finite) return FinishInfo(EncodeInfo::Kind::kNonFinite, 0, 0, 0);
   const int64_t encoded =
       EncodeBitmapPass(residual.data(), n, threshold, fmt, out);
