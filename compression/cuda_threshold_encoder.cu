@@ -11,16 +11,6 @@
 namespace shardps {
 namespace {
 
-using codec::AbsBits;
-using codec::AtLeast;
-using codec::BitmapCode;
-using codec::BitmapCodeValue;
-using codec::BitmapHalf;
-using codec::FloatBits;
-using codec::NonFiniteAbsBits;
-using codec::ThresholdEntry;
-using codec::ThresholdEntryValue;
-
 constexpr int kThreads = 256;
 
 int Blocks(size_t n) {
@@ -34,9 +24,9 @@ __global__ void FlagKernel(const float* r, size_t n, uint32_t t_bits,
   uint32_t b = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint32_t a = AbsBits(r[i]);
-    flags[i] = AtLeast(a, t_bits) ? 1 : 0;
-    b |= NonFiniteAbsBits(a) ? 1u : 0u;
+    const uint32_t a = codec::AbsBits(r[i]);
+    flags[i] = codec::AtLeast(a, t_bits) ? 1 : 0;
+    b |= codec::NonFiniteAbsBits(a) ? 1u : 0u;
   }
   if (b != 0) atomicOr(bad, 1u);
 }
@@ -55,9 +45,10 @@ __global__ void ScatterKernel(float* r, size_t n, float t, uint32_t t_bits,
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     if (flags[i] == 0) continue;
-    const int32_t e = ThresholdEntry(r[i], t_bits, static_cast<int32_t>(i));
+    const int32_t e =
+        codec::ThresholdEntry(r[i], t_bits, static_cast<int32_t>(i));
     entries[pos[i]] = e;
-    r[i] = r[i] - ThresholdEntryValue(e, t);
+    r[i] = r[i] - codec::ThresholdEntryValue(e, t);
   }
 }
 
@@ -74,9 +65,9 @@ __global__ void BitmapKernel(float* r, size_t n, float t, uint32_t t_bits,
     uint32_t word = 0;
     for (uint32_t b = 0; b < len; ++b) {
       const float v = r[base + b];
-      const uint32_t code = BitmapCode(v, t_bits, half_bits);
+      const uint32_t code = codec::BitmapCode(v, t_bits, half_bits);
       word |= ((code & 1u) << b) | ((code >> 1) << (b + 16));
-      r[base + b] = v - BitmapCodeValue(code, t, half);
+      r[base + b] = v - codec::BitmapCodeValue(code, t, half);
     }
     words[j] = static_cast<int32_t>(word);
     count += __popc((word | (word >> 16)) & 0xffffu);
@@ -119,7 +110,7 @@ class Encoder : public CudaThresholdEncoder {
     EncodeInfo info;
     if (n == 0) return info;
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    const uint32_t t_bits = FloatBits(threshold);
+    const uint32_t t_bits = codec::FloatBits(threshold);
     RETURN_IF_ERROR(Reserve(&flags_, &flags_size_, n * sizeof(int32_t)));
     RETURN_IF_ERROR(Reserve(&pos_, &pos_size_, n * sizeof(int32_t)));
     int32_t* flags = static_cast<int32_t*>(flags_);
@@ -169,9 +160,9 @@ class Encoder : public CudaThresholdEncoder {
     }
     const size_t words = n / 16 + 1;
     RETURN_IF_ERROR(Reserve(&entries_, &entries_size_, words * 4));
-    const float half = BitmapHalf(threshold);
+    const float half = codec::BitmapHalf(threshold);
     BitmapKernel<<<Blocks(words), kThreads, 0, stream_>>>(
-        residual, n, threshold, t_bits, half, FloatBits(half),
+        residual, n, threshold, t_bits, half, codec::FloatBits(half),
         static_cast<int32_t*>(entries_), encoded);
     CUDA_RETURN_IF_ERROR(cudaGetLastError());
     out->resize(old + BitmapMessageInts(n));
@@ -193,7 +184,7 @@ class Encoder : public CudaThresholdEncoder {
                           CodecFormat fmt, int32_t* h) {
     h[0] = count_or_n;
     h[1] = static_cast<int32_t>(n);
-    h[2] = static_cast<int32_t>(FloatBits(t));
+    h[2] = static_cast<int32_t>(codec::FloatBits(t));
     h[3] = static_cast<int32_t>(fmt);
   }
 

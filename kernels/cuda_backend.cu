@@ -152,17 +152,17 @@ class CudaBackend : public Backend {
                              const float* w, const float* b,
                              float* y) override {
     RETURN_IF_ERROR(SetConv(g));
-    cudnnConvolutionFwdAlgoPerf_t perf[8];
-    int found = 0;
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
-        cudnn_, x_.d, w_.d, conv_.d, y_.d, 8, &found, perf));
-    const cudnnConvolutionFwdAlgoPerf_t* best = nullptr;
-    RETURN_IF_ERROR(Pick(perf, found, "forward", &best));
-    RETURN_IF_ERROR(workspace_.Reserve(best->memory));
+    ASSIGN_OR_RETURN(const auto best,
+                     ChooseAlgo<cudnnConvolutionFwdAlgoPerf_t>(
+                         "forward", [&](int n, int* found, auto* perf) {
+                           return cudnnGetConvolutionForwardAlgorithm_v7(
+                               cudnn_, x_.d, w_.d, conv_.d, y_.d, n, found,
+                               perf);
+                         }));
     const float one = 1.0f, zero = 0.0f;
     CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-        cudnn_, &one, x_.d, x, w_.d, w, conv_.d, best->algo, workspace_.get(),
-        best->memory, &zero, y_.d, y));
+        cudnn_, &one, x_.d, x, w_.d, w, conv_.d, best.algo, workspace_.get(),
+        best.memory, &zero, y_.d, y));
     CUDNN_RETURN_IF_ERROR(cudnnAddTensor(cudnn_, &one, b_.d, b, &one, y_.d, y));
     return absl::OkStatus();
   }
@@ -174,26 +174,27 @@ class CudaBackend : public Backend {
     const float one = 1.0f, zero = 0.0f;
     CUDNN_RETURN_IF_ERROR(
         cudnnConvolutionBackwardBias(cudnn_, &one, y_.d, dy, &zero, b_.d, db));
-    cudnnConvolutionBwdFilterAlgoPerf_t fperf[8];
-    int found = 0;
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        cudnn_, x_.d, y_.d, conv_.d, w_.d, 8, &found, fperf));
-    const cudnnConvolutionBwdFilterAlgoPerf_t* fbest = nullptr;
-    RETURN_IF_ERROR(Pick(fperf, found, "backward filter", &fbest));
-    RETURN_IF_ERROR(workspace_.Reserve(fbest->memory));
+    ASSIGN_OR_RETURN(const auto fbest,
+                     ChooseAlgo<cudnnConvolutionBwdFilterAlgoPerf_t>(
+                         "backward filter", [&](int n, int* found, auto* perf) {
+                           return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                               cudnn_, x_.d, y_.d, conv_.d, w_.d, n, found,
+                               perf);
+                         }));
     CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-        cudnn_, &one, x_.d, x, y_.d, dy, conv_.d, fbest->algo, workspace_.get(),
-        fbest->memory, &zero, w_.d, dw));
+        cudnn_, &one, x_.d, x, y_.d, dy, conv_.d, fbest.algo, workspace_.get(),
+        fbest.memory, &zero, w_.d, dw));
     if (dx == nullptr) return absl::OkStatus();
-    cudnnConvolutionBwdDataAlgoPerf_t dperf[8];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        cudnn_, w_.d, y_.d, conv_.d, x_.d, 8, &found, dperf));
-    const cudnnConvolutionBwdDataAlgoPerf_t* dbest = nullptr;
-    RETURN_IF_ERROR(Pick(dperf, found, "backward data", &dbest));
-    RETURN_IF_ERROR(workspace_.Reserve(dbest->memory));
+    ASSIGN_OR_RETURN(const auto dbest,
+                     ChooseAlgo<cudnnConvolutionBwdDataAlgoPerf_t>(
+                         "backward data", [&](int n, int* found, auto* perf) {
+                           return cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                               cudnn_, w_.d, y_.d, conv_.d, x_.d, n, found,
+                               perf);
+                         }));
     CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-        cudnn_, &one, w_.d, w, y_.d, dy, conv_.d, dbest->algo, workspace_.get(),
-        dbest->memory, &zero, x_.d, dx));
+        cudnn_, &one, w_.d, w, y_.d, dy, conv_.d, dbest.algo, workspace_.get(),
+        dbest.memory, &zero, x_.d, dx));
     return absl::OkStatus();
   }
 
@@ -322,25 +323,31 @@ class CudaBackend : public Backend {
     return pool_.Set(g);
   }
 
-  // The first algorithm that cuDNN's heuristics rank as working and
-  // deterministic, else the first working one.
-  template <typename Perf>
-  absl::Status Pick(const Perf* perf, int found, const char* what,
-                    const Perf** best) {
-    *best = nullptr;
-    for (int i = 0; i < found; ++i) {
+  // Asks cuDNN's heuristics for the convolution's `what` algorithms (`find`
+  // is one of the cudnnGetConvolution*Algorithm_v7 calls, given room for
+  // `n` answers), takes the first that works and is deterministic, else the
+  // first that works, and makes room for its workspace.
+  template <typename Perf, typename Find>
+  absl::StatusOr<Perf> ChooseAlgo(const char* what, Find find) {
+    constexpr int kMaxAlgos = 8;
+    Perf perf[kMaxAlgos];
+    int found = 0;
+    CUDNN_RETURN_IF_ERROR(find(kMaxAlgos, &found, perf));
+    const Perf* best = nullptr;
+    for (int i = 0; i < found && i < kMaxAlgos; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (perf[i].determinism == CUDNN_DETERMINISTIC) {
-        *best = &perf[i];
-        return absl::OkStatus();
+        best = &perf[i];
+        break;
       }
-      if (*best == nullptr) *best = &perf[i];
+      if (best == nullptr) best = &perf[i];
     }
-    if (*best == nullptr) {
+    if (best == nullptr) {
       return absl::InternalError(
           absl::StrCat("cuDNN offers no convolution ", what, " algorithm"));
     }
-    return absl::OkStatus();
+    RETURN_IF_ERROR(workspace_.Reserve(best->memory));
+    return *best;
   }
 
   // Loss scratch, in one device buffer: 3 float areas of n (log-softmax,

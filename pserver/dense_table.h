@@ -37,13 +37,18 @@ class DenseTableBlock final : public BarrierUnit {
                std::vector<WaiterPtr>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+  // Adds the push's gradient into the step's sum (the step's first push
+  // replaces it); nothing with one trainer.
   void Accumulate(const PushPayload& p, bool first) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies the mean of the step's gradients (with one trainer, `last`'s).
   void ApplyStep(const PushPayload* last,
                  std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies an ASYNC push's gradient as it is.
   void ApplyNow(int64_t step, const PushPayload& p) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Hands the whole block and its version to `sink`; takes `mu`.
   void Read(const PullTarget& target, const PullSink& sink) const override;
 
   bool has_value ABSL_GUARDED_BY(mu) = false;

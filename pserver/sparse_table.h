@@ -165,13 +165,19 @@ class SparseShard final : public BarrierUnit {
   const SparseTable& rows() const { return rows_; }
   const std::string& name() const { return name_; }
 
+  // Adds the chunk's rows into the step's per-key sums and counts.
   void Accumulate(const PushPayload& p, bool first) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies each key's mean over the trainers that pushed it, then evicts.
   void ApplyStep(const PushPayload* last,
                  std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies an ASYNC chunk's rows as they are; evicts every
+  // evict_after_steps / 2 steps.
   void ApplyNow(int64_t step, const PushPayload& p) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Copies the rows of the target's keys to target.out, as SparseTable::Read
+  // (under the stripes' locks, not `mu`).
   void Read(const PullTarget& target, const PullSink& sink) const override;
 
  private:

@@ -11,11 +11,10 @@
 
 namespace shardps {
 
-template <typename Req, typename Resp>
 struct GrpcPsClient::Call {
-  const char* name;
-  const Req* req;
-  Resp* resp;
+  PsRpc rpc;
+  const google::protobuf::Message* req;
+  google::protobuf::Message* resp;
   StatusCallback done;
   std::unique_ptr<grpc::ClientContext> ctx;
   absl::Time start;
@@ -46,24 +45,30 @@ GrpcPsClient::GrpcPsClient(std::string address,
       options_(options),
       timer_(timer),
       channel_(std::move(channel)),
-      stub_(ParameterServer::NewStub(channel_)) {}
+      stub_(channel_) {
+  for (int i = 0; i < kNumPsRpcs; ++i) {
+    const google::protobuf::MethodDescriptor& m =
+        PsRpcMethod(static_cast<PsRpc>(i));
+    paths_[i] = absl::StrCat("/", m.service()->full_name(), "/", m.name());
+  }
+}
 
-template <typename Req, typename Resp, typename Method>
-void GrpcPsClient::Start(const char* name, Method method, const Req& req,
-                         Resp* resp, StatusCallback done) {
-  auto call = std::make_shared<Call<Req, Resp>>();
-  call->name = name;
+void GrpcPsClient::CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                             google::protobuf::Message* resp,
+                             StatusCallback done) {
+  DCHECK(req.GetDescriptor() == PsRpcMethod(rpc).input_type());
+  DCHECK(resp->GetDescriptor() == PsRpcMethod(rpc).output_type());
+  auto call = std::make_shared<Call>();
+  call->rpc = rpc;
   call->req = &req;
   call->resp = resp;
   call->done = std::move(done);
   call->start = absl::Now();
   call->backoff = options_.initial_backoff;
-  Attempt(std::move(call), method);
+  Attempt(std::move(call));
 }
 
-template <typename Req, typename Resp, typename Method>
-void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
-                           Method method) {
+void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
   call->ctx = std::make_unique<grpc::ClientContext>();
   call->ctx->set_deadline(
       std::chrono::system_clock::now() +
@@ -72,7 +77,7 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
   // UNAVAILABLE, and the retry loop below logs whom it waits for.
   call->ctx->set_wait_for_ready(false);
   ++call->attempt;
-  auto on_done = [this, call, method](grpc::Status gs) {
+  auto on_done = [this, call](grpc::Status gs) {
     absl::Status s = FromGrpcStatus(gs);
     const bool transient = s.code() == absl::StatusCode::kUnavailable ||
                            s.code() == absl::StatusCode::kDeadlineExceeded;
@@ -80,8 +85,8 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
     if (transient && now - call->start < options_.retry_budget) {
       if (now - call->last_log >= absl::Seconds(10)) {
         call->last_log = now;
-        LOG(WARNING) << call->name << " to pserver " << address_ << ": "
-                     << s.message() << " ("
+        LOG(WARNING) << PsRpcMethod(call->rpc).name() << " to pserver "
+                     << address_ << ": " << s.message() << " ("
                      << absl::StatusCodeToString(s.code())
                      << "); waiting for it, retry " << call->attempt << ", "
                      << absl::FormatDuration(now - call->start) << " so far";
@@ -91,13 +96,13 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
       const absl::Duration wait = call->backoff * jitter;
       call->backoff = std::min(call->backoff * 2, options_.max_backoff);
       call->resp->Clear();
-      timer_->Schedule(now + wait,
-                       [this, call, method] { Attempt(call, method); });
+      timer_->Schedule(now + wait, [this, call] { Attempt(call); });
       return;
     }
     if (!s.ok()) {
-      s = absl::Status(s.code(), absl::StrCat(call->name, " to pserver ",
-                                              address_, ": ", s.message()));
+      s = absl::Status(
+          s.code(), absl::StrCat(PsRpcMethod(call->rpc).name(), " to pserver ",
+                                 address_, ": ", s.message()));
     }
     // This closure, and the Call it holds, may be destroyed on a gRPC thread
     // after `done` has let the owner destroy this client. Drop the context
@@ -108,134 +113,9 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call<Req, Resp>> call,
     StatusCallback done = std::move(call->done);
     done(std::move(s));
   };
-  method(call->ctx.get(), call->req, call->resp, std::move(on_done));
-}
-
-void GrpcPsClient::InitJobAsync(const InitJobRequest& req,
-                                InitJobResponse* resp, StatusCallback done) {
-  Start(
-      "InitJob",
-      [this](grpc::ClientContext* ctx, const InitJobRequest* r,
-             InitJobResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->InitJob(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::SetInitialValuesAsync(const SetInitialValuesRequest& req,
-                                         SetInitialValuesResponse* resp,
-                                         StatusCallback done) {
-  Start(
-      "SetInitialValues",
-      [this](grpc::ClientContext* ctx, const SetInitialValuesRequest* r,
-             SetInitialValuesResponse* o,
-             std::function<void(grpc::Status)> cb) {
-        stub_->async()->SetInitialValues(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::CommitInitAsync(const CommitInitRequest& req,
-                                   CommitInitResponse* resp,
-                                   StatusCallback done) {
-  Start(
-      "CommitInit",
-      [this](grpc::ClientContext* ctx, const CommitInitRequest* r,
-             CommitInitResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->CommitInit(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::RegisterAsync(const RegisterRequest& req,
-                                 RegisterResponse* resp, StatusCallback done) {
-  Start(
-      "Register",
-      [this](grpc::ClientContext* ctx, const RegisterRequest* r,
-             RegisterResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->Register(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::GetStatusAsync(const GetStatusRequest& req,
-                                  GetStatusResponse* resp,
-                                  StatusCallback done) {
-  Start(
-      "GetStatus",
-      [this](grpc::ClientContext* ctx, const GetStatusRequest* r,
-             GetStatusResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->GetStatus(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::PullAsync(const PullRequest& req, PullResponse* resp,
-                             StatusCallback done) {
-  Start(
-      "Pull",
-      [this](grpc::ClientContext* ctx, const PullRequest* r, PullResponse* o,
-             std::function<void(grpc::Status)> cb) {
-        stub_->async()->Pull(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::PushAsync(const PushRequest& req, PushResponse* resp,
-                             StatusCallback done) {
-  Start(
-      "Push",
-      [this](grpc::ClientContext* ctx, const PushRequest* r, PushResponse* o,
-             std::function<void(grpc::Status)> cb) {
-        stub_->async()->Push(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::HeartbeatAsync(const HeartbeatRequest& req,
-                                  HeartbeatResponse* resp,
-                                  StatusCallback done) {
-  Start(
-      "Heartbeat",
-      [this](grpc::ClientContext* ctx, const HeartbeatRequest* r,
-             HeartbeatResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->Heartbeat(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
-                              StatusCallback done) {
-  Start(
-      "Leave",
-      [this](grpc::ClientContext* ctx, const LeaveRequest* r, LeaveResponse* o,
-             std::function<void(grpc::Status)> cb) {
-        stub_->async()->Leave(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::CheckpointAsync(const CheckpointRequest& req,
-                                   CheckpointResponse* resp,
-                                   StatusCallback done) {
-  Start(
-      "Checkpoint",
-      [this](grpc::ClientContext* ctx, const CheckpointRequest* r,
-             CheckpointResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->Checkpoint(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
-}
-
-void GrpcPsClient::RollbackAsync(const RollbackRequest& req,
-                                 RollbackResponse* resp, StatusCallback done) {
-  Start(
-      "Rollback",
-      [this](grpc::ClientContext* ctx, const RollbackRequest* r,
-             RollbackResponse* o, std::function<void(grpc::Status)> cb) {
-        stub_->async()->Rollback(ctx, r, o, std::move(cb));
-      },
-      req, resp, std::move(done));
+  const std::string& path = paths_[static_cast<int>(call->rpc)];
+  stub_.UnaryCall(call->ctx.get(), path, grpc::StubOptions(), call->req,
+                  call->resp, std::move(on_done));
 }
 
 }  // namespace shardps

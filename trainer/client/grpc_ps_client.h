@@ -1,13 +1,15 @@
 #ifndef SHARDPS_TRAINER_CLIENT_GRPC_PS_CLIENT_H_
 #define SHARDPS_TRAINER_CLIENT_GRPC_PS_CLIENT_H_
 
+#include <array>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/ps_service.grpc.pb.h"
+#include "grpcpp/impl/codegen/proto_utils.h"  // serializes any Message
 #include "trainer/client/ps_client_interface.h"
 #include "trainer/client/retry_timer.h"
 
@@ -41,44 +43,24 @@ class GrpcPsClient final : public PsClientInterface {
 
   const std::string& address() const override { return address_; }
 
-  void InitJobAsync(const InitJobRequest& req, InitJobResponse* resp,
-                    StatusCallback done) override;
-  void SetInitialValuesAsync(const SetInitialValuesRequest& req,
-                             SetInitialValuesResponse* resp,
-                             StatusCallback done) override;
-  void CommitInitAsync(const CommitInitRequest& req, CommitInitResponse* resp,
-                       StatusCallback done) override;
-  void RegisterAsync(const RegisterRequest& req, RegisterResponse* resp,
-                     StatusCallback done) override;
-  void GetStatusAsync(const GetStatusRequest& req, GetStatusResponse* resp,
-                      StatusCallback done) override;
-  void PullAsync(const PullRequest& req, PullResponse* resp,
-                 StatusCallback done) override;
-  void PushAsync(const PushRequest& req, PushResponse* resp,
-                 StatusCallback done) override;
-  void HeartbeatAsync(const HeartbeatRequest& req, HeartbeatResponse* resp,
-                      StatusCallback done) override;
-  void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
-                  StatusCallback done) override;
-  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse* resp,
-                       StatusCallback done) override;
-  void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
-                     StatusCallback done) override;
+  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                 google::protobuf::Message* resp, StatusCallback done) override;
 
  private:
-  template <typename Req, typename Resp>
   struct Call;
-  template <typename Req, typename Resp, typename Method>
-  void Start(const char* name, Method method, const Req& req, Resp* resp,
-             StatusCallback done);
-  template <typename Req, typename Resp, typename Method>
-  void Attempt(std::shared_ptr<Call<Req, Resp>> call, Method method);
+  void Attempt(std::shared_ptr<Call> call);
 
   const std::string address_;
   const RpcOptions options_;
   RetryTimer* const timer_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<ParameterServer::Stub> stub_;
+  // Every call goes through one generic stub: the messages are serialized
+  // as the generated stub would, the method is named by its path.
+  grpc::TemplatedGenericStub<google::protobuf::Message,
+                             google::protobuf::Message>
+      stub_;
+  // "/shardps.ParameterServer/Push" for PsRpc::kPush.
+  std::array<std::string, kNumPsRpcs> paths_;
 };
 
 }  // namespace shardps

@@ -1,6 +1,25 @@
 #include "trainer/client/in_process_ps_client.h"
 
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
 namespace shardps {
+namespace {
+
+// The message a typed call passed as its base (PsClientInterface::CallAsync
+// promises the type).
+template <typename T>
+const T& Cast(const google::protobuf::Message& m) {
+  DCHECK(m.GetDescriptor() == T::descriptor());
+  return static_cast<const T&>(m);
+}
+template <typename T>
+T* Cast(google::protobuf::Message* m) {
+  DCHECK(m->GetDescriptor() == T::descriptor());
+  return static_cast<T*>(m);
+}
+
+}  // namespace
 
 InProcessPsClient::InProcessPsClient(RequestHandler* handler,
                                      std::string address)
@@ -39,69 +58,57 @@ void InProcessPsClient::Loop() {
   }
 }
 
-void InProcessPsClient::InitJobAsync(const InitJobRequest& req,
-                                     InitJobResponse* resp,
-                                     StatusCallback done) {
-  Answer(std::move(done), handler_->InitJob(req, resp));
-}
-
-void InProcessPsClient::SetInitialValuesAsync(
-    const SetInitialValuesRequest& req, SetInitialValuesResponse* resp,
-    StatusCallback done) {
-  Answer(std::move(done), handler_->SetInitialValues(req, resp));
-}
-
-void InProcessPsClient::CommitInitAsync(const CommitInitRequest& req,
-                                        CommitInitResponse* resp,
-                                        StatusCallback done) {
-  Answer(std::move(done), handler_->CommitInit(req, resp));
-}
-
-void InProcessPsClient::RegisterAsync(const RegisterRequest& req,
-                                      RegisterResponse* resp,
-                                      StatusCallback done) {
-  Answer(std::move(done), handler_->Register(req, resp, address_));
-}
-
-void InProcessPsClient::GetStatusAsync(const GetStatusRequest& req,
-                                       GetStatusResponse* resp,
-                                       StatusCallback done) {
-  Answer(std::move(done), handler_->GetStatus(req, resp));
-}
-
-void InProcessPsClient::PullAsync(const PullRequest& req, PullResponse* resp,
+void InProcessPsClient::CallAsync(PsRpc rpc,
+                                  const google::protobuf::Message& req,
+                                  google::protobuf::Message* resp,
                                   StatusCallback done) {
-  handler_->Pull(req, resp, [this, done = std::move(done)](absl::Status s) {
-    Answer(done, std::move(s));
-  });
+  if (rpc == PsRpc::kPull) {  // the one call the handler may answer later
+    handler_->Pull(Cast<PullRequest>(req), Cast<PullResponse>(resp),
+                   [this, done = std::move(done)](absl::Status s) {
+                     Answer(done, std::move(s));
+                   });
+    return;
+  }
+  Answer(std::move(done), Serve(rpc, req, resp));
 }
 
-void InProcessPsClient::PushAsync(const PushRequest& req, PushResponse* resp,
-                                  StatusCallback done) {
-  Answer(std::move(done), handler_->Push(req, resp));
-}
-
-void InProcessPsClient::HeartbeatAsync(const HeartbeatRequest& req,
-                                       HeartbeatResponse* resp,
-                                       StatusCallback done) {
-  Answer(std::move(done), handler_->Heartbeat(req, resp));
-}
-
-void InProcessPsClient::LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
-                                   StatusCallback done) {
-  Answer(std::move(done), handler_->Leave(req, resp));
-}
-
-void InProcessPsClient::CheckpointAsync(const CheckpointRequest& req,
-                                        CheckpointResponse* resp,
-                                        StatusCallback done) {
-  Answer(std::move(done), handler_->Checkpoint(req, resp));
-}
-
-void InProcessPsClient::RollbackAsync(const RollbackRequest& req,
-                                      RollbackResponse* resp,
-                                      StatusCallback done) {
-  Answer(std::move(done), handler_->Rollback(req, resp));
+absl::Status InProcessPsClient::Serve(PsRpc rpc,
+                                      const google::protobuf::Message& req,
+                                      google::protobuf::Message* resp) {
+  RequestHandler& h = *handler_;
+  switch (rpc) {
+    case PsRpc::kInitJob:
+      return h.InitJob(Cast<InitJobRequest>(req), Cast<InitJobResponse>(resp));
+    case PsRpc::kSetInitialValues:
+      return h.SetInitialValues(Cast<SetInitialValuesRequest>(req),
+                                Cast<SetInitialValuesResponse>(resp));
+    case PsRpc::kCommitInit:
+      return h.CommitInit(Cast<CommitInitRequest>(req),
+                          Cast<CommitInitResponse>(resp));
+    case PsRpc::kRegister:
+      return h.Register(Cast<RegisterRequest>(req),
+                        Cast<RegisterResponse>(resp), address_);
+    case PsRpc::kGetStatus:
+      return h.GetStatus(Cast<GetStatusRequest>(req),
+                         Cast<GetStatusResponse>(resp));
+    case PsRpc::kPush:
+      return h.Push(Cast<PushRequest>(req), Cast<PushResponse>(resp));
+    case PsRpc::kHeartbeat:
+      return h.Heartbeat(Cast<HeartbeatRequest>(req),
+                         Cast<HeartbeatResponse>(resp));
+    case PsRpc::kLeave:
+      return h.Leave(Cast<LeaveRequest>(req), Cast<LeaveResponse>(resp));
+    case PsRpc::kCheckpoint:
+      return h.Checkpoint(Cast<CheckpointRequest>(req),
+                          Cast<CheckpointResponse>(resp));
+    case PsRpc::kRollback:
+      return h.Rollback(Cast<RollbackRequest>(req),
+                        Cast<RollbackResponse>(resp));
+    case PsRpc::kPull:
+      break;
+  }
+  return absl::InternalError(absl::StrCat(
+      "in-process client cannot serve call ", static_cast<int>(rpc)));
 }
 
 }  // namespace shardps

@@ -29,31 +29,13 @@ class InProcessPsClient final : public PsClientInterface {
 
   const std::string& address() const override { return address_; }
 
-  void InitJobAsync(const InitJobRequest& req, InitJobResponse* resp,
-                    StatusCallback done) override;
-  void SetInitialValuesAsync(const SetInitialValuesRequest& req,
-                             SetInitialValuesResponse* resp,
-                             StatusCallback done) override;
-  void CommitInitAsync(const CommitInitRequest& req, CommitInitResponse* resp,
-                       StatusCallback done) override;
-  void RegisterAsync(const RegisterRequest& req, RegisterResponse* resp,
-                     StatusCallback done) override;
-  void GetStatusAsync(const GetStatusRequest& req, GetStatusResponse* resp,
-                      StatusCallback done) override;
-  void PullAsync(const PullRequest& req, PullResponse* resp,
-                 StatusCallback done) override;
-  void PushAsync(const PushRequest& req, PushResponse* resp,
-                 StatusCallback done) override;
-  void HeartbeatAsync(const HeartbeatRequest& req, HeartbeatResponse* resp,
-                      StatusCallback done) override;
-  void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
-                  StatusCallback done) override;
-  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse* resp,
-                       StatusCallback done) override;
-  void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
-                     StatusCallback done) override;
+  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                 google::protobuf::Message* resp, StatusCallback done) override;
 
  private:
+  // Runs the handler's answer to `rpc` on the caller's thread.
+  absl::Status Serve(PsRpc rpc, const google::protobuf::Message& req,
+                     google::protobuf::Message* resp);
   // Queues `done(status)` for the answering thread.
   void Answer(StatusCallback done, absl::Status status);
   void Loop();

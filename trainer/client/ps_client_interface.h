@@ -3,20 +3,47 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "proto/ps_service.pb.h"
 
 namespace shardps {
 
 using StatusCallback = std::function<void(absl::Status)>;
 
+// The calls of the ParameterServer service (proto/ps_service.proto).
+enum class PsRpc {
+  kInitJob,
+  kSetInitialValues,
+  kCommitInit,
+  kRegister,
+  kGetStatus,
+  kPull,
+  kPush,
+  kHeartbeat,
+  kLeave,
+  kCheckpoint,
+  kRollback,
+};
+inline constexpr int kNumPsRpcs = 11;
+
+// The service's method for `rpc`: its name ("Push") and its request and
+// response types. Thread-safe.
+const google::protobuf::MethodDescriptor& PsRpcMethod(PsRpc rpc);
+
 // A connection to one pserver. Each call is asynchronous: `done` runs once,
 // on some other thread, when the call has ended; the request and response
 // must stay alive until then. Transient failures (UNAVAILABLE,
 // DEADLINE_EXCEEDED) are retried inside the implementation; the status that
 // reaches `done` is final. Sync wrappers block until `done`.
+//
+// A transport implements CallAsync, the one entry point every typed call
+// goes through; a wrapper (retries, credentials, fail-over) does the same.
+// A test's fake may instead override the typed calls it answers.
 // Implementations are thread-safe.
 class PsClientInterface {
  public:
@@ -25,31 +52,58 @@ class PsClientInterface {
   // host:port, for messages.
   virtual const std::string& address() const = 0;
 
+  // Starts `rpc`. `req` and `resp` are its request and response messages
+  // (PushRequest and PushResponse for kPush; PsRpcMethod names them): the
+  // typed calls below guarantee it.
+  virtual void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                         google::protobuf::Message* resp,
+                         StatusCallback done) = 0;
+
   virtual void InitJobAsync(const InitJobRequest& req, InitJobResponse* resp,
-                            StatusCallback done) = 0;
+                            StatusCallback done) {
+    CallAsync(PsRpc::kInitJob, req, resp, std::move(done));
+  }
   virtual void SetInitialValuesAsync(const SetInitialValuesRequest& req,
                                      SetInitialValuesResponse* resp,
-                                     StatusCallback done) = 0;
+                                     StatusCallback done) {
+    CallAsync(PsRpc::kSetInitialValues, req, resp, std::move(done));
+  }
   virtual void CommitInitAsync(const CommitInitRequest& req,
-                               CommitInitResponse* resp,
-                               StatusCallback done) = 0;
+                               CommitInitResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kCommitInit, req, resp, std::move(done));
+  }
   virtual void RegisterAsync(const RegisterRequest& req, RegisterResponse* resp,
-                             StatusCallback done) = 0;
+                             StatusCallback done) {
+    CallAsync(PsRpc::kRegister, req, resp, std::move(done));
+  }
   virtual void GetStatusAsync(const GetStatusRequest& req,
-                              GetStatusResponse* resp, StatusCallback done) = 0;
+                              GetStatusResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kGetStatus, req, resp, std::move(done));
+  }
   virtual void PullAsync(const PullRequest& req, PullResponse* resp,
-                         StatusCallback done) = 0;
+                         StatusCallback done) {
+    CallAsync(PsRpc::kPull, req, resp, std::move(done));
+  }
   virtual void PushAsync(const PushRequest& req, PushResponse* resp,
-                         StatusCallback done) = 0;
+                         StatusCallback done) {
+    CallAsync(PsRpc::kPush, req, resp, std::move(done));
+  }
   virtual void HeartbeatAsync(const HeartbeatRequest& req,
-                              HeartbeatResponse* resp, StatusCallback done) = 0;
+                              HeartbeatResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kHeartbeat, req, resp, std::move(done));
+  }
   virtual void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
-                          StatusCallback done) = 0;
+                          StatusCallback done) {
+    CallAsync(PsRpc::kLeave, req, resp, std::move(done));
+  }
   virtual void CheckpointAsync(const CheckpointRequest& req,
-                               CheckpointResponse* resp,
-                               StatusCallback done) = 0;
+                               CheckpointResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kCheckpoint, req, resp, std::move(done));
+  }
   virtual void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
-                             StatusCallback done) = 0;
+                             StatusCallback done) {
+    CallAsync(PsRpc::kRollback, req, resp, std::move(done));
+  }
 
   absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
     return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);

@@ -29,6 +29,13 @@ size_t Elements(int batch, int dim) {
   return static_cast<size_t>(batch) * static_cast<size_t>(dim);
 }
 
+// `g` for a batch of `batch` examples.
+template <typename Geometry>
+Geometry WithBatch(Geometry g, int batch) {
+  g.batch = batch;
+  return g;
+}
+
 }  // namespace
 
 FullyConnectedLayer::FullyConnectedLayer(std::string name, int input_dim,
@@ -113,22 +120,17 @@ Conv2dLayer::Conv2dLayer(std::string name, const ConvGeometry& geometry,
       weight_(weight),
       bias_(bias) {}
 
-ConvGeometry Conv2dLayer::Geometry(int batch) const {
-  ConvGeometry g = geometry_;
-  g.batch = batch;
-  return g;
-}
-
 absl::Status Conv2dLayer::Forward(const float* in, int batch, bool training,
                                   float* out) {
-  return backend()->Conv2dForward(Geometry(batch), in, weight_->value,
-                                  bias_->value, out);
+  return backend()->Conv2dForward(WithBatch(geometry_, batch), in,
+                                  weight_->value, bias_->value, out);
 }
 
 absl::Status Conv2dLayer::Backward(const float* in, const float* out,
                                    const float* dout, int batch, float* din) {
-  return backend()->Conv2dBackward(Geometry(batch), in, weight_->value, dout,
-                                   weight_->grad, bias_->grad, din);
+  return backend()->Conv2dBackward(WithBatch(geometry_, batch), in,
+                                   weight_->value, dout, weight_->grad,
+                                   bias_->grad, din);
 }
 
 Pool2dLayer::Pool2dLayer(std::string name, const PoolGeometry& geometry,
@@ -141,21 +143,16 @@ Pool2dLayer::Pool2dLayer(std::string name, const PoolGeometry& geometry,
           backend),
       geometry_(geometry) {}
 
-PoolGeometry Pool2dLayer::Geometry(int batch) const {
-  PoolGeometry g = geometry_;
-  g.batch = batch;
-  return g;
-}
-
 absl::Status Pool2dLayer::Forward(const float* in, int batch, bool training,
                                   float* out) {
-  return backend()->Pool2dForward(Geometry(batch), in, out);
+  return backend()->Pool2dForward(WithBatch(geometry_, batch), in, out);
 }
 
 absl::Status Pool2dLayer::Backward(const float* in, const float* out,
                                    const float* dout, int batch, float* din) {
   if (din == nullptr) return absl::OkStatus();
-  return backend()->Pool2dBackward(Geometry(batch), in, out, dout, din);
+  return backend()->Pool2dBackward(WithBatch(geometry_, batch), in, out, dout,
+                                   din);
 }
 
 FlattenLayer::FlattenLayer(std::string name, TensorShape input,

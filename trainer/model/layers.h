@@ -100,6 +100,7 @@ class FullyConnectedLayer : public Layer {
 
   absl::Status Forward(const float* in, int batch, bool training,
                        float* out) override;
+  // dW = in^T * dout, db = column sums of dout, din = dout * W^T.
   absl::Status Backward(const float* in, const float* out, const float* dout,
                         int batch, float* din) override;
 
@@ -117,6 +118,7 @@ class ActivationLayer : public Layer {
 
   absl::Status Forward(const float* in, int batch, bool training,
                        float* out) override;
+  // din = dout * f'(in), computed from `in` or `out`.
   absl::Status Backward(const float* in, const float* out, const float* dout,
                         int batch, float* din) override;
 
@@ -134,6 +136,7 @@ class BiasLayer : public Layer {
 
   absl::Status Forward(const float* in, int batch, bool training,
                        float* out) override;
+  // db = column sums of dout, din = dout.
   absl::Status Backward(const float* in, const float* out, const float* dout,
                         int batch, float* din) override;
 
@@ -156,8 +159,6 @@ class Conv2dLayer : public Layer {
                         int batch, float* din) override;
 
  private:
-  ConvGeometry Geometry(int batch) const;
-
   const ConvGeometry geometry_;
   const ParamBuffers* const weight_;
   const ParamBuffers* const bias_;
@@ -175,8 +176,6 @@ class Pool2dLayer : public Layer {
                         int batch, float* din) override;
 
  private:
-  PoolGeometry Geometry(int batch) const;
-
   const PoolGeometry geometry_;
 };
 
