@@ -52,7 +52,7 @@ class FaultTest(testlib.ProcessTestCase):
         t_kill = time.monotonic()
         ps1.kill()
         ps1.wait()
-        time.sleep(1)
+        time.sleep(1)  # down for a second: the trainers' calls fail and retry
         ps1, _ = self.start_ps(1, port=port)
         return ps1, time.monotonic() - t_kill, at
 
@@ -171,7 +171,7 @@ class FaultTest(testlib.ProcessTestCase):
             os.path.join(self.ckpt(1), ckpt_dir_name(600))))
         ps1.kill()
         ps1.wait()
-        time.sleep(1)
+        time.sleep(1)  # down for a second: the trainers' calls fail and retry
         ps1, _ = self.start_ps(1, port=p1)
         for k, t in enumerate(trainers):
             self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
@@ -342,7 +342,7 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(lambda: self.last_step(1) >= 100, 60))
         trainers[1].kill()
         trainers[1].wait()
-        time.sleep(0.5)
+        time.sleep(0.5)  # away for a moment before it comes back
         trainers[1] = self.start_trainer(1, [p0, p1], ["--num_passes=1"],
                                          log_suffix="-again")
         for k, t in enumerate(trainers):

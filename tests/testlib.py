@@ -177,8 +177,9 @@ class ProcessTestCase(unittest.TestCase):
         for binary in (pserver_bin(), trainer_bin()):
             leftovers += processes_matching(binary, self.tmp)
         if leftovers:
-            # Wait a little: a process may be between SIGTERM and exit.
-            time.sleep(1)
+            # A process may be between SIGTERM and exit: give it a second.
+            wait_for(lambda: not any(pid_alive(pid) for pid, _ in leftovers),
+                     1)
             leftovers = [(pid, cmd) for pid, cmd in leftovers
                          if pid_alive(pid)]
         for pid, _ in leftovers:
