@@ -88,7 +88,7 @@ void GrpcPsServer::Shutdown(absl::Duration grace) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  pserver_->CancelWaiters();
+  pserver_->BeginShutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(grace));

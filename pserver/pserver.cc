@@ -59,7 +59,11 @@ absl::Status Pserver::Start() {
   return absl::OkStatus();
 }
 
-void Pserver::CancelWaiters() {
+void Pserver::BeginShutdown() {
+  {
+    absl::MutexLock l(&stop_mu_);
+    if (!stop_sweeping_.HasBeenNotified()) stop_sweeping_.Notify();
+  }
   store_.CancelAllWaiters(absl::UnavailableError("pserver is shutting down"));
 }
 
@@ -69,9 +73,8 @@ void Pserver::Stop() {
     if (stopped_) return;
     stopped_ = true;
   }
-  stop_sweeping_.Notify();
+  BeginShutdown();
   if (sweeper_.joinable()) sweeper_.join();
-  CancelWaiters();
   FinalCheckpoint();
   LogCounters();
 }

@@ -51,11 +51,14 @@ class Pserver {
   // Recovers the newest checkpoint of checkpoint_dir, if there is one
   // (RecoverFromCheckpoint), and starts the sweeper.
   absl::Status Start();
-  // Answers every waiting pull with UNAVAILABLE, and every later one that
-  // would wait: the first step of a shutdown, before the transport drains.
-  void CancelWaiters();
-  // Stops the sweeper, writes a final checkpoint (with checkpoint_dir; in
-  // SYNC mode only at a step boundary) and logs the counters. Idempotent.
+  // The first step of a shutdown, before the transport drains: tells the
+  // sweeper to stop (no trainer is dropped while the transport drains), and
+  // answers every waiting pull with UNAVAILABLE, and every later one that
+  // would wait. Idempotent.
+  void BeginShutdown();
+  // BeginShutdown()s if that has not been done, waits for the sweeper, writes a
+  // final checkpoint (with checkpoint_dir; in SYNC mode only at a step
+  // boundary) and logs the counters. Idempotent.
   void Stop();
 
   RequestHandler* handler() { return &handler_; }
@@ -70,7 +73,7 @@ class Pserver {
   ParameterStore store_;
   std::unique_ptr<Checkpointer> checkpointer_;
   RequestHandler handler_;
-  absl::Notification stop_sweeping_;
+  absl::Notification stop_sweeping_;  // notified under stop_mu_
   std::thread sweeper_;
   absl::Mutex stop_mu_;
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;

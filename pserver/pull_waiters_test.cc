@@ -32,8 +32,8 @@ WaiterPtr NewPull(const FakeClock& clock, Answer* a, int holds) {
 
 TEST(PullWaitersTest, AnsweredOnceTheLastHoldIsReleased) {
   FakeClock clock;
+  Answer a;  // outlives `waiters`, which answers on destruction
   PullWaiters waiters(&clock);
-  Answer a;
   WaiterPtr w = NewPull(clock, &a, /*holds=*/2);
   waiters.Start(w);
   EXPECT_EQ(waiters.size(), 1u);
@@ -51,8 +51,8 @@ TEST(PullWaitersTest, AnsweredOnceTheLastHoldIsReleased) {
 
 TEST(PullWaitersTest, APullWithNothingToWaitForIsNeverWatched) {
   FakeClock clock;
+  Answer a;  // outlives `waiters`, which answers on destruction
   PullWaiters waiters(&clock);
-  Answer a;
   waiters.Start(NewPull(clock, &a, 0));
   EXPECT_EQ(a.calls, 1);
   EXPECT_EQ(waiters.size(), 0u);
@@ -60,8 +60,8 @@ TEST(PullWaitersTest, APullWithNothingToWaitForIsNeverWatched) {
 
 TEST(PullWaitersTest, ScanFindsExpiredPullsAndReportsEachOnce) {
   FakeClock clock;
+  Answer a, b;  // outlives `waiters`, which answers on destruction
   PullWaiters waiters(&clock);
-  Answer a, b;
   WaiterPtr old = NewPull(clock, &a, 1);
   waiters.Start(old);
   clock.Advance(absl::Seconds(6));
@@ -82,8 +82,8 @@ TEST(PullWaitersTest, ScanFindsExpiredPullsAndReportsEachOnce) {
 
 TEST(PullWaitersTest, CloseAnswersEveryWatchedPullAndEveryLaterOne) {
   FakeClock clock;
+  Answer a, b;  // outlives `waiters`, which answers on destruction
   PullWaiters waiters(&clock);
-  Answer a, b;
   waiters.Start(NewPull(clock, &a, 1));
   waiters.Close(absl::UnavailableError("stopping"));
   EXPECT_EQ(a.calls, 1);
@@ -95,9 +95,9 @@ TEST(PullWaitersTest, CloseAnswersEveryWatchedPullAndEveryLaterOne) {
 
 TEST(PullWaitersTest, WaitForSizeReturnsWhenAPullIsHeld) {
   FakeClock clock;
+  Answer a;  // outlives `waiters`, which answers on destruction
   PullWaiters waiters(&clock);
   EXPECT_FALSE(waiters.WaitForSize(1, absl::Milliseconds(1)));
-  Answer a;
   waiters.Start(NewPull(clock, &a, 1));
   EXPECT_TRUE(waiters.WaitForSize(1, absl::Seconds(10)));
 }

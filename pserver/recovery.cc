@@ -54,7 +54,8 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
                                               const RecoveryTarget& target) {
   const bool start = target.kind == Kind::kNewestAtStart;
   if (absl::Status s = checkpointer->Flush(); !s.ok()) {
-    LOG(WARNING) << "the last checkpoint write had failed: " << s;
+    LOG(WARNING) << (start ? "" : "rollback: ")
+                 << "the last checkpoint write had failed: " << s;
   }
   absl::StatusOr<StoreSnapshot> snap = LoadTarget(checkpointer, target);
   if (start && absl::IsNotFound(snap.status())) {
@@ -66,16 +67,20 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
   const int64_t step = snap->info.step();
   ASSIGN_OR_RETURN(const uint64_t generation,
                    TargetGeneration(checkpointer, target, *snap));
-  absl::Status s = checkpointer->WriteGeneration(generation);
+  // At start the damaged newer checkpoints go aside before anything else
+  // changes; on a rollback the abandoned timeline goes once the store holds
+  // the step.
+  absl::Status s =
+      start ? checkpointer->QuarantineNewerThan(step) : absl::OkStatus();
+  if (s.ok()) s = checkpointer->WriteGeneration(generation);
   if (s.ok()) s = store->Restore(*snap, generation);
+  if (s.ok() && !start) s = checkpointer->DiscardNewerThan(step);
   if (!s.ok() && start) {
     return absl::DataLossError(
         absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
                      ": cannot restore step ", step, ": ", s.message()));
   }
   RETURN_IF_ERROR(s);
-  RETURN_IF_ERROR(start ? checkpointer->QuarantineNewerThan(step)
-                        : checkpointer->DiscardNewerThan(step));
   return step;
 }
 

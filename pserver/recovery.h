@@ -27,11 +27,11 @@ struct RecoveryTarget {
 
 // The one recovery sequence of a pserver (docs/fault_tolerance.md), at start
 // and on Rollback: waits for a checkpoint write in progress, loads and
-// verifies the checkpoint, records the generation durably (GENERATION,
-// before the store can serve it), loads the checkpoint into `store`, and
-// sets the newer checkpoints aside: at start the damaged ones that
-// LoadNewest skipped (renamed *.damaged), on a rollback the abandoned
-// timeline (deleted). Returns the step recovered.
+// verifies the checkpoint, at start renames the damaged newer ones that
+// LoadNewest skipped (*.damaged), records the generation durably
+// (GENERATION, before the store can serve it), loads the checkpoint into
+// `store`, and on a rollback deletes the abandoned timeline (the newer
+// checkpoints). Returns the step recovered.
 //
 // At start, NOT_FOUND when the directory holds no checkpoint that verifies
 // (the damaged ones are set aside then too); other errors name

@@ -76,6 +76,30 @@ TEST_F(RecoveryTest, AtStartADamagedNewestIsSetAside) {
           .ok());
 }
 
+TEST_F(RecoveryTest,
+       AtStartARefusedCheckpointIsDataLossAfterTheDamagedWentAside) {
+  const std::string blob =
+      JoinPath(JoinPath(dir_, CheckpointDirName(3)), "table-0.bin");
+  std::string bytes = testing::ReadFileOrFail(Env::Default(), blob);
+  bytes[0] ^= 1;
+  ASSERT_TRUE(testing::WriteStringToFile(Env::Default(), blob, bytes).ok());
+  StoreOptions three = Options();
+  three.num_trainers = 3;  // the checkpoints hold a job of 2
+  ParameterStore store(three);
+  auto step = RecoverFromCheckpoint(&checkpointer_, &store, RecoveryTarget{});
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(step.status().message().find("cannot restore step 2"),
+            std::string::npos)
+      << step.status();
+  EXPECT_FALSE(store.ready());
+  // The damaged newer checkpoint was set aside before the restore failed.
+  EXPECT_TRUE(
+      Env::Default()
+          ->FileExists(JoinPath(dir_, CheckpointDirName(3)) + ".damaged")
+          .ok());
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2}));
+}
+
 TEST_F(RecoveryTest, AtStartNothingToLoadIsNotFound) {
   testing::ScopedTempDir empty("recovery_empty");
   Checkpointer none(Env::Default(), empty.Path("ckpt"));
