@@ -1,7 +1,5 @@
 #include "tools/ctr_data_gen.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -9,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/data/data_shard.h"
@@ -173,22 +172,9 @@ TEST(CtrGeneratorTest, PlantedModelIsLearnableAndCalibrated) {
 
 class CtrWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ctr_data_gen_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(dir_.c_str());
-  }
-  std::string Path(const std::string& name) {
-    files_.push_back(dir_ + "/" + name);
-    return files_.back();
-  }
+  std::string Path(const std::string& name) { return tmp_.Path(name); }
 
-  std::string dir_;
-  std::vector<std::string> files_;
+  testing::ScopedTempDir tmp_{"ctr_data_gen_test"};
 };
 
 absl::Status WriteAll(const SparseData& d,
@@ -226,7 +212,7 @@ TEST_F(CtrWriterTest, RoundTripsThroughTheReader) {
     ExpectSameData(d, *back);
     EXPECT_EQ(*CountLibsvmRecords(path), 500);
   }
-  EXPECT_EQ(LibsvmWriter::Open(dir_ + "/no/such/dir.txt").status().code(),
+  EXPECT_EQ(LibsvmWriter::Open(Path("no/such/dir.txt")).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -237,16 +223,15 @@ TEST_F(CtrWriterTest, FileShardsMatchRecordShards) {
   const SparseData d =
       GenerateCtrData(*gen, CtrGenerator::kTrainStream, 301, nullptr);
   const int k = 3;
-  const std::string base = dir_ + "/train.gz";
+  const std::string base = Path("train.gz");
   std::vector<std::string> files;
   std::vector<std::unique_ptr<LibsvmWriter>> writers;
   for (int i = 0; i < k; ++i) {
     files.push_back(ShardPath(base, i));
-    files_.push_back(files.back());
     writers.push_back(std::move(*LibsvmWriter::Open(files.back())));
   }
   ASSERT_TRUE(WriteAll(d, writers).ok());
-  EXPECT_EQ(files[1], dir_ + "/train-00001.gz");
+  EXPECT_EQ(files[1], Path("train-00001.gz"));
   for (int t = 0; t < k; ++t) {
     absl::StatusOr<std::vector<std::string>> mine =
         FilesForTrainer(files, t, k);

@@ -1,8 +1,5 @@
 #include "trainer/data/idx_reader.h"
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,6 +7,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/data/testing/data_files.h"
 
 namespace shardps {
 namespace {
@@ -47,38 +45,15 @@ std::string LabelsFile(const std::vector<uint8_t>& labels,
 
 class IdxReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/idx_reader_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(dir_.c_str());
-  }
-
+  // `contents` as tmp_/name, gzip-compressed when `gzip`; returns the path.
   std::string Write(const std::string& name, const std::string& contents,
                     bool gzip) {
-    const std::string path = dir_ + "/" + name;
-    files_.push_back(path);
-    if (gzip) {
-      gzFile f = gzopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(gzwrite(f, contents.data(), contents.size()),
-                static_cast<int>(contents.size()));
-      EXPECT_EQ(gzclose(f), Z_OK);
-    } else {
-      FILE* f = std::fopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(std::fwrite(contents.data(), 1, contents.size(), f),
-                contents.size());
-      std::fclose(f);
-    }
+    const std::string path = tmp_.Path(name);
+    testing::WriteDataFile(path, contents, gzip);
     return path;
   }
 
-  std::string dir_;
-  std::vector<std::string> files_;
+  testing::ScopedTempDir tmp_{"idx_reader_test"};
 };
 
 TEST_F(IdxReaderTest, ReadsPlainAndGzipped) {
@@ -114,7 +89,7 @@ TEST_F(IdxReaderTest, EmptyFiles) {
 
 TEST_F(IdxReaderTest, MissingFileIsNotFound) {
   const std::string labels = Write("lab", LabelsFile({1}), false);
-  const std::string missing = dir_ + "/nope.gz";
+  const std::string missing = tmp_.Path("nope.gz");
   absl::StatusOr<IdxData> data = ReadIdxImagesAndLabels(missing, labels, 1.0f);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(data.status().message(), HasSubstr(missing));

@@ -1,9 +1,5 @@
 #include "trainer/data/libsvm_reader.h"
 
-#include <unistd.h>
-#include <zlib.h>
-
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -12,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/data/data_shard.h"
+#include "trainer/data/testing/data_files.h"
 
 namespace shardps {
 namespace {
@@ -21,52 +18,15 @@ using ::testing::HasSubstr;
 
 class LibsvmReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/libsvm_reader_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(dir_.c_str());
-  }
-
+  // `contents` as tmp_/name, gzip-compressed when `gzip`; returns the path.
   std::string Write(const std::string& name, const std::string& contents,
                     bool gzip = false) {
-    const std::string path = dir_ + "/" + name;
-    files_.push_back(path);
-    if (gzip) {
-      gzFile f = gzopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(gzwrite(f, contents.data(), contents.size()),
-                static_cast<int>(contents.size()));
-      EXPECT_EQ(gzclose(f), Z_OK);
-    } else {
-      WriteRaw(path, contents);
-    }
+    const std::string path = tmp_.Path(name);
+    testing::WriteDataFile(path, contents, gzip);
     return path;
   }
 
-  static void WriteRaw(const std::string& path, const std::string& bytes) {
-    FILE* f = std::fopen(path.c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    EXPECT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-    std::fclose(f);
-  }
-
-  static std::string ReadRaw(const std::string& path) {
-    std::string bytes;
-    FILE* f = std::fopen(path.c_str(), "rb");
-    EXPECT_NE(f, nullptr);
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
-    std::fclose(f);
-    return bytes;
-  }
-
-  std::string dir_;
-  std::vector<std::string> files_;
+  testing::ScopedTempDir tmp_{"libsvm_reader_test"};
 };
 
 constexpr char kSmall[] =
@@ -130,10 +90,10 @@ TEST_F(LibsvmReaderTest, LongLines) {
 }
 
 TEST_F(LibsvmReaderTest, MissingFileIsNotFound) {
-  absl::StatusOr<SparseData> d = ReadLibsvm(dir_ + "/nope.txt");
+  absl::StatusOr<SparseData> d = ReadLibsvm(tmp_.Path("nope.txt"));
   EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(d.status().message(), HasSubstr("nope.txt"));
-  EXPECT_EQ(CountLibsvmRecords(dir_ + "/nope.txt").status().code(),
+  EXPECT_EQ(CountLibsvmRecords(tmp_.Path("nope.txt")).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -192,12 +152,12 @@ TEST_F(LibsvmReaderTest, TruncatedGzipIsDataLoss) {
                 std::to_string(i) + ":0.5\n";
   }
   const std::string path = Write("trunc.gz", contents, /*gzip=*/true);
-  const std::string whole = ReadRaw(path);
+  const std::string whole = testing::ReadFileOrFail(Env::Default(), path);
   ASSERT_TRUE(ReadLibsvm(path).ok());
   // Cut in the middle of the deflate data, and in the 8-byte trailer.
   for (size_t keep : {whole.size() / 2, whole.size() - 4}) {
     SCOPED_TRACE(keep);
-    WriteRaw(path, whole.substr(0, keep));
+    testing::WriteDataFile(path, whole.substr(0, keep), /*gzip=*/false);
     absl::StatusOr<SparseData> d = ReadLibsvm(path);
     EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss) << d.status();
     EXPECT_THAT(d.status().message(), HasSubstr("trunc.gz"));
@@ -207,7 +167,7 @@ TEST_F(LibsvmReaderTest, TruncatedGzipIsDataLoss) {
   // A flipped byte in the deflate data.
   std::string corrupt = whole;
   corrupt[corrupt.size() / 2] ^= 0x55;
-  WriteRaw(path, corrupt);
+  testing::WriteDataFile(path, corrupt, /*gzip=*/false);
   EXPECT_EQ(ReadLibsvm(path).status().code(), absl::StatusCode::kDataLoss);
 }
 
