@@ -95,7 +95,10 @@ class ClusterTest(testlib.ProcessTestCase):
         evals = self.final_evals(summary)
         for ev in evals:
             self.assertEqual(ev["step"], 468)
-            self.assertGreaterEqual(ev["test_accuracy"], 0.78, summary)
+            # One async pass ends anywhere from 0.756 to 0.832 (16 runs
+            # standalone, before and after the redesign alike; lower when
+            # another test shares the CPU): the bound says it learned.
+            self.assertGreaterEqual(ev["test_accuracy"], 0.72, summary)
         self.assertEqual(evals[0]["test_accuracy"], evals[1]["test_accuracy"])
         sys.stderr.write("[async: accuracy %.4f, %.1f s] " % (
             evals[0]["test_accuracy"], time.monotonic() - start))
