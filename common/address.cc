@@ -11,7 +11,7 @@ absl::StatusOr<std::string> NormalizeAddress(const std::string& addr) {
     return absl::InvalidArgumentError("empty pserver address");
   }
   std::string host = addr;
-  std::string port = "7164";
+  std::string port = std::to_string(kDefaultPort);
   const size_t colon = addr.rfind(':');
   const bool bracketed_v6 = absl::StartsWith(addr, "[");
   if (colon != std::string::npos && (!bracketed_v6 || addr.find(']') < colon)) {

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/address.h"
 #include "grpcpp/grpcpp.h"
 #include "pserver/grpc_service.h"
 #include "pserver/pserver.h"
@@ -18,7 +19,7 @@ struct GrpcServerOptions {
   // Address to listen on. Default: all interfaces.
   std::string host = "0.0.0.0";
   // TCP port; 0 binds a free one (see GrpcPsServer::port()). Default: 7164.
-  int port = 7164;
+  int port = kDefaultPort;
   // Written with the bound port once the server serves (temporary file,
   // then rename). Default: none.
   std::string port_file;

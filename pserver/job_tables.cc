@@ -200,7 +200,7 @@ absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
       st = shard.status();
       break;
     }
-    const std::string& name = (*shard)->name();
+    const std::string& name = (*shard)->table_name();
     const size_t dim = static_cast<size_t>((*shard)->rows().dim());
     if (r.grads.size() != r.keys.size() * dim) {
       st = absl::InvalidArgumentError(

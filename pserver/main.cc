@@ -4,6 +4,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/address.h"
 #include "common/env.h"
 #include "common/fault_injection_env.h"
 #include "common/flags.h"
@@ -12,7 +13,8 @@
 #include "glog/logging.h"
 #include "pserver/grpc_server.h"
 
-DEFINE_int32(port, 7164, "TCP port to serve on; 0 picks a free port");
+DEFINE_int32(port, shardps::kDefaultPort,
+             "TCP port to serve on; 0 picks a free port");
 DEFINE_string(port_file, "",
               "if set, write the bound port to this file once serving");
 DEFINE_int32(num_gradient_servers, 0,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -222,8 +223,7 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
                                              int* late,
                                              std::vector<WaiterPtr>* ready) {
   RETURN_IF_ERROR(membership_->CheckGeneration("push", generation));
-  std::vector<BarrierUnit*> units;
-  units.reserve(parts.size());
+  absl::InlinedVector<BarrierUnit*, 16> units;
   for (const PushPart& p : parts) units.push_back(p.unit);
   UnitLocks locks(units);
   if (!sync_) {
@@ -235,7 +235,7 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
     return absl::OkStatus();
   }
   // Every unit admits the push before any changes: all or nothing.
-  std::vector<uint8_t> is_late(parts.size(), 0);
+  absl::InlinedVector<uint8_t, 16> is_late(parts.size(), 0);
   for (size_t i = 0; i < parts.size(); ++i) {
     BarrierUnit* u = parts[i].unit;
     u->mu.AssertHeld();
@@ -454,7 +454,7 @@ std::vector<ParameterStore::SparseTableStats> ParameterStore::SparseStats()
   std::vector<SparseTableStats> out;
   if (!ready()) return out;
   for (const SparseShard* s : tables_->sparse()) {
-    out.push_back(SparseTableStats{s->name(), s->rows().counters(),
+    out.push_back(SparseTableStats{s->table_name(), s->rows().counters(),
                                    s->rows().MemoryBytes()});
   }
   return out;

@@ -163,7 +163,8 @@ class SparseShard final : public BarrierUnit {
 
   SparseTable& rows() { return rows_; }
   const SparseTable& rows() const { return rows_; }
-  const std::string& name() const { return name_; }
+  // The table's own name ("e"); BarrierUnit::name() is "sparse table e".
+  const std::string& table_name() const { return name_; }
 
   // Adds the chunk's rows into the step's per-key sums and counts.
   void Accumulate(const PushPayload& p, bool first) override

@@ -36,6 +36,9 @@ void StalenessGate::TakePassing(std::vector<WaiterPtr>* ready) {
 }
 
 bool StalenessGate::PassOrHold(const WaiterPtr& w) {
+  // SYNC, and ASYNC without a staleness bound or a clock to wait for, hold
+  // nothing: the common pull takes no lock here.
+  if (!async_ || (max_staleness_ < 0 && w->min_clock <= 0)) return true;
   absl::MutexLock l(&mu_);
   if (Passes(*w)) return true;
   held_.push_back(w);

@@ -24,7 +24,8 @@ class StalenessGate {
   // `membership` must outlive the gate.
   StalenessGate(bool async, int max_staleness, const Membership* membership);
 
-  // Whether `w` may go now; if not, holds it until it may.
+  // Whether `w` may go now; if not, holds it until it may. Lock-free when
+  // nothing could hold it (SYNC; no bound and no min_clock).
   bool PassOrHold(const WaiterPtr& w);
   // Trainer k has pushed `step`: its clock moves to step + 1; the pulls
   // that may now go are handed to *ready.

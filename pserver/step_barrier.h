@@ -41,7 +41,6 @@ class StepBarrier {
   StepBarrier(std::string unit, const char* noun, const Membership* membership,
               int quorum);
 
-  const std::string& unit() const { return unit_; }
   int64_t version() const { return version_; }
   int num_trainers() const { return static_cast<int>(done_.size()); }
   // Trainers that have sent all their chunks of the step being assembled.

@@ -148,7 +148,7 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(const StoreSnapshot& snap,
   for (const SparseShard* s : tables.sparse()) {
     if (out.sparse[s->table_id()] == nullptr) {
       return absl::DataLossError(
-          absl::StrCat("checkpoint: no file for table ", s->name()));
+          absl::StrCat("checkpoint: no file for table ", s->table_name()));
     }
   }
   return out;

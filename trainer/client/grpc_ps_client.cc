@@ -44,12 +44,14 @@ GrpcPsClient::GrpcPsClient(std::string address,
     : address_(std::move(address)),
       options_(options),
       timer_(timer),
-      channel_(std::move(channel)),
-      stub_(channel_) {
+      channel_(std::move(channel)) {
+  methods_.reserve(kNumPsRpcs);
   for (int i = 0; i < kNumPsRpcs; ++i) {
     const google::protobuf::MethodDescriptor& m =
         PsRpcMethod(static_cast<PsRpc>(i));
     paths_[i] = absl::StrCat("/", m.service()->full_name(), "/", m.name());
+    methods_.emplace_back(paths_[i].c_str(),
+                          grpc::internal::RpcMethod::NORMAL_RPC, channel_);
   }
 }
 
@@ -113,9 +115,11 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
     StatusCallback done = std::move(call->done);
     done(std::move(s));
   };
-  const std::string& path = paths_[static_cast<int>(call->rpc)];
-  stub_.UnaryCall(call->ctx.get(), path, grpc::StubOptions(), call->req,
-                  call->resp, std::move(on_done));
+  grpc::internal::CallbackUnaryCall<
+      google::protobuf::Message, google::protobuf::Message,
+      google::protobuf::MessageLite, google::protobuf::MessageLite>(
+      channel_.get(), methods_[static_cast<int>(call->rpc)], call->ctx.get(),
+      call->req, call->resp, std::move(on_done));
 }
 
 }  // namespace shardps

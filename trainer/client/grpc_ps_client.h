@@ -4,12 +4,14 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // serializes any Message
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/client_callback.h"
 #include "trainer/client/ps_client_interface.h"
 #include "trainer/client/retry_timer.h"
 
@@ -54,13 +56,12 @@ class GrpcPsClient final : public PsClientInterface {
   const RpcOptions options_;
   RetryTimer* const timer_;
   std::shared_ptr<grpc::Channel> channel_;
-  // Every call goes through one generic stub: the messages are serialized
-  // as the generated stub would, the method is named by its path.
-  grpc::TemplatedGenericStub<google::protobuf::Message,
-                             google::protobuf::Message>
-      stub_;
-  // "/shardps.ParameterServer/Push" for PsRpc::kPush.
+  // "/shardps.ParameterServer/Push" for PsRpc::kPush, and each method
+  // registered with the channel once, as a generated stub does; every call
+  // goes through the same path with the messages as their base class,
+  // serialized as the generated stub would.
   std::array<std::string, kNumPsRpcs> paths_;
+  std::vector<grpc::internal::RpcMethod> methods_;
 };
 
 }  // namespace shardps

@@ -62,53 +62,54 @@ void InProcessPsClient::CallAsync(PsRpc rpc,
                                   const google::protobuf::Message& req,
                                   google::protobuf::Message* resp,
                                   StatusCallback done) {
-  if (rpc == PsRpc::kPull) {  // the one call the handler may answer later
-    handler_->Pull(Cast<PullRequest>(req), Cast<PullResponse>(resp),
-                   [this, done = std::move(done)](absl::Status s) {
-                     Answer(done, std::move(s));
-                   });
-    return;
-  }
-  Answer(std::move(done), Serve(rpc, req, resp));
-}
-
-absl::Status InProcessPsClient::Serve(PsRpc rpc,
-                                      const google::protobuf::Message& req,
-                                      google::protobuf::Message* resp) {
   RequestHandler& h = *handler_;
+  absl::Status s = absl::InternalError(
+      absl::StrCat("in-process client: unknown call ", static_cast<int>(rpc)));
   switch (rpc) {
+    case PsRpc::kPull:  // the one call the handler may answer later
+      h.Pull(Cast<PullRequest>(req), Cast<PullResponse>(resp),
+             [this, done = std::move(done)](absl::Status st) {
+               Answer(done, std::move(st));
+             });
+      return;
     case PsRpc::kInitJob:
-      return h.InitJob(Cast<InitJobRequest>(req), Cast<InitJobResponse>(resp));
+      s = h.InitJob(Cast<InitJobRequest>(req), Cast<InitJobResponse>(resp));
+      break;
     case PsRpc::kSetInitialValues:
-      return h.SetInitialValues(Cast<SetInitialValuesRequest>(req),
-                                Cast<SetInitialValuesResponse>(resp));
+      s = h.SetInitialValues(Cast<SetInitialValuesRequest>(req),
+                             Cast<SetInitialValuesResponse>(resp));
+      break;
     case PsRpc::kCommitInit:
-      return h.CommitInit(Cast<CommitInitRequest>(req),
-                          Cast<CommitInitResponse>(resp));
+      s = h.CommitInit(Cast<CommitInitRequest>(req),
+                       Cast<CommitInitResponse>(resp));
+      break;
     case PsRpc::kRegister:
-      return h.Register(Cast<RegisterRequest>(req),
-                        Cast<RegisterResponse>(resp), address_);
+      s = h.Register(Cast<RegisterRequest>(req), Cast<RegisterResponse>(resp),
+                     address_);
+      break;
     case PsRpc::kGetStatus:
-      return h.GetStatus(Cast<GetStatusRequest>(req),
-                         Cast<GetStatusResponse>(resp));
+      s = h.GetStatus(Cast<GetStatusRequest>(req),
+                      Cast<GetStatusResponse>(resp));
+      break;
     case PsRpc::kPush:
-      return h.Push(Cast<PushRequest>(req), Cast<PushResponse>(resp));
+      s = h.Push(Cast<PushRequest>(req), Cast<PushResponse>(resp));
+      break;
     case PsRpc::kHeartbeat:
-      return h.Heartbeat(Cast<HeartbeatRequest>(req),
-                         Cast<HeartbeatResponse>(resp));
+      s = h.Heartbeat(Cast<HeartbeatRequest>(req),
+                      Cast<HeartbeatResponse>(resp));
+      break;
     case PsRpc::kLeave:
-      return h.Leave(Cast<LeaveRequest>(req), Cast<LeaveResponse>(resp));
+      s = h.Leave(Cast<LeaveRequest>(req), Cast<LeaveResponse>(resp));
+      break;
     case PsRpc::kCheckpoint:
-      return h.Checkpoint(Cast<CheckpointRequest>(req),
-                          Cast<CheckpointResponse>(resp));
+      s = h.Checkpoint(Cast<CheckpointRequest>(req),
+                       Cast<CheckpointResponse>(resp));
+      break;
     case PsRpc::kRollback:
-      return h.Rollback(Cast<RollbackRequest>(req),
-                        Cast<RollbackResponse>(resp));
-    case PsRpc::kPull:
+      s = h.Rollback(Cast<RollbackRequest>(req), Cast<RollbackResponse>(resp));
       break;
   }
-  return absl::InternalError(absl::StrCat(
-      "in-process client cannot serve call ", static_cast<int>(rpc)));
+  Answer(std::move(done), std::move(s));
 }
 
 }  // namespace shardps

@@ -33,9 +33,6 @@ class InProcessPsClient final : public PsClientInterface {
                  google::protobuf::Message* resp, StatusCallback done) override;
 
  private:
-  // Runs the handler's answer to `rpc` on the caller's thread.
-  absl::Status Serve(PsRpc rpc, const google::protobuf::Message& req,
-                     google::protobuf::Message* resp);
   // Queues `done(status)` for the answering thread.
   void Answer(StatusCallback done, absl::Status status);
   void Loop();
