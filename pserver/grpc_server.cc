@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_credentials.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -56,7 +57,8 @@ absl::Status GrpcPsServer::Start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const std::string addr = absl::StrCat(options_.host, ":", options_.port);
-  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(addr, ServerCredentialsFor(options_.security),
+                           &port_);
   // gRPC sets SO_REUSEPORT by default, which would let a second pserver
   // share this port and split the trainers' connections between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -69,7 +71,13 @@ absl::Status GrpcPsServer::Start() {
         absl::StrCat("cannot listen on ", addr,
                      " (is the port in use, or the address not local?)"));
   }
-  LOG(INFO) << "pserver listening on " << options_.host << ":" << port_;
+  LOG(INFO) << "pserver listening on " << options_.host << ":" << port_
+            << " (" << DescribeTransportSecurity(options_.security) << ")";
+  if (options_.security.auth_token.empty()) {
+    LOG(WARNING) << "no --auth_token_file: any client that can reach "
+                 << options_.host << ":" << port_
+                 << " can change this pserver's jobs (docs/security.md)";
+  }
   if (!options_.port_file.empty()) {
     absl::Status s = WritePortFile(options_.port_file, port_);
     if (!s.ok()) {

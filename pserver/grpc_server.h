@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/address.h"
+#include "common/transport_security.h"
 #include "grpcpp/grpcpp.h"
 #include "pserver/grpc_service.h"
 #include "pserver/pserver.h"
@@ -23,6 +24,8 @@ struct GrpcServerOptions {
   // Written with the bound port once the server serves (temporary file,
   // then rename). Default: none.
   std::string port_file;
+  // Token and TLS (docs/security.md). Default: none, with a warning.
+  TransportSecurity security;
   // The pserver behind the port.
   PserverOptions pserver;
 };

@@ -9,6 +9,7 @@
 #include "common/fault_injection_env.h"
 #include "common/flags.h"
 #include "common/malloc_tuning.h"
+#include "common/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "pserver/grpc_server.h"
@@ -48,6 +49,11 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   options.host = FLAGS_host;
   options.port = FLAGS_port;
   options.port_file = FLAGS_port_file;
+  auto security = shardps::LoadTransportSecurity(
+      shardps::TransportSecurityFilesFromFlags(),
+      shardps::TransportRole::kServer);
+  if (!security.ok()) fail(std::string(security.status().message()).c_str());
+  options.security = *std::move(security);
   shardps::PserverOptions& p = options.pserver;
   p.store.num_trainers = FLAGS_num_gradient_servers;
   p.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);

@@ -4,7 +4,10 @@
 // For an operator wondering why a job does not move.
 //
 //   ps_status --pservers=host1:7164,host2:7164 [--timeout_s=5]
+//             [--auth_token_file=PATH] [--tls_ca_file=PATH ...]
 //
+// Takes the token and TLS flags of the trainer (docs/security.md), and
+// SHARDPS_<FLAG> environment variables as the trainer does.
 // Prints one line per pserver; exit status 1 if one cannot be reached.
 #include <iostream>
 #include <memory>
@@ -16,6 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/address.h"
+#include "common/flags.h"
+#include "common/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
@@ -27,12 +32,24 @@ DEFINE_int32(timeout_s, 5, "how long to wait for each pserver");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("ps_status --pservers=host1:7164,host2:7164");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  absl::Status parsed =
+      shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
+  if (!parsed.ok()) {
+    std::cerr << "ps_status: " << parsed.message() << "\n";
+    return 2;
+  }
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = google::GLOG_ERROR;  // no retry chatter
   google::InitGoogleLogging(argv[0]);
   if (FLAGS_pservers.empty() || FLAGS_timeout_s <= 0) {
     std::cerr << "ps_status: needs --pservers and a positive --timeout_s\n";
+    return 2;
+  }
+  auto security = shardps::LoadTransportSecurity(
+      shardps::TransportSecurityFilesFromFlags(),
+      shardps::TransportRole::kClient);
+  if (!security.ok()) {
+    std::cerr << "ps_status: " << security.status().message() << "\n";
     return 2;
   }
   shardps::RetryTimer timer;
@@ -47,7 +64,7 @@ int main(int argc, char** argv) {
       std::cerr << "ps_status: " << addr.status().message() << "\n";
       return 2;
     }
-    auto client = shardps::GrpcPsClient::Create(*addr, rpc, &timer);
+    auto client = shardps::GrpcPsClient::Create(*addr, rpc, &timer, *security);
     shardps::GetStatusRequest req;
     shardps::GetStatusResponse resp;
     absl::Status s = client->GetStatus(req, &resp);

@@ -354,6 +354,10 @@ absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags() {
     return Bad("--heartbeat_interval_s must be >= 0");
   }
   c.heartbeat_interval = absl::Seconds(FLAGS_heartbeat_interval_s);
+  auto security = LoadTransportSecurity(TransportSecurityFilesFromFlags(),
+                                        TransportRole::kClient);
+  if (!security.ok()) return security.status();
+  c.security = *std::move(security);
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/transport_security.h"
 #include "trainer/options.h"
 
 namespace shardps {
@@ -25,6 +26,7 @@ struct ConnectionOptions {
   std::vector<std::string> addresses;  // host:port, --pservers order
   absl::Duration rpc_retry;            // --rpc_retry_s
   absl::Duration heartbeat_interval;   // zero: no heartbeats
+  TransportSecurity security;          // --auth_token_file, --tls_*
 };
 absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
 

@@ -48,11 +48,11 @@ std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
   hb.retry_budget = c.heartbeat_interval;
   for (const auto& a : c.addresses) {
     conn->clients.push_back(
-        shardps::GrpcPsClient::Create(a, rpc, &conn->timer));
+        shardps::GrpcPsClient::Create(a, rpc, &conn->timer, c.security));
     conn->servers.push_back(conn->clients.back().get());
     if (c.heartbeat_interval > absl::ZeroDuration()) {
       conn->heartbeat_clients.push_back(
-          shardps::GrpcPsClient::Create(a, hb, &conn->timer));
+          shardps::GrpcPsClient::Create(a, hb, &conn->timer, c.security));
       conn->heartbeat_servers.push_back(conn->heartbeat_clients.back().get());
     }
   }

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_credentials.h"
 #include "common/grpc_status.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
@@ -23,28 +24,32 @@ struct GrpcPsClient::Call {
   int attempt = 0;
 };
 
-std::unique_ptr<GrpcPsClient> GrpcPsClient::Create(const std::string& address,
-                                                   RpcOptions options,
-                                                   RetryTimer* timer) {
+std::unique_ptr<GrpcPsClient> GrpcPsClient::Create(
+    const std::string& address, RpcOptions options, RetryTimer* timer,
+    const TransportSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   // Reconnect quickly to a restarted pserver.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  AddChannelSecurityArgs(security, &args);
   auto channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
+      address, ChannelCredentialsFor(security), args);
   return std::make_unique<GrpcPsClient>(address, std::move(channel), options,
-                                        timer);
+                                        timer, security.auth_token);
 }
 
 GrpcPsClient::GrpcPsClient(std::string address,
                            std::shared_ptr<grpc::Channel> channel,
-                           RpcOptions options, RetryTimer* timer)
+                           RpcOptions options, RetryTimer* timer,
+                           std::string auth_token)
     : address_(std::move(address)),
       options_(options),
       timer_(timer),
-      channel_(std::move(channel)) {
+      channel_(std::move(channel)),
+      authorization_(auth_token.empty() ? ""
+                                        : BearerMetadataValue(auth_token)) {
   methods_.reserve(kNumPsRpcs);
   for (int i = 0; i < kNumPsRpcs; ++i) {
     const google::protobuf::MethodDescriptor& m =
@@ -78,6 +83,9 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
   // No wait_for_ready: while a pserver is down a call fails at once with
   // UNAVAILABLE, and the retry loop below logs whom it waits for.
   call->ctx->set_wait_for_ready(false);
+  if (!authorization_.empty()) {
+    call->ctx->AddMetadata(kAuthorizationMetadataKey, authorization_);
+  }
   ++call->attempt;
   auto on_done = [this, call](grpc::Status gs) {
     absl::Status s = FromGrpcStatus(gs);

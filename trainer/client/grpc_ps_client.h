@@ -12,6 +12,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"  // serializes any Message
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/client_callback.h"
+#include "common/transport_security.h"
 #include "trainer/client/ps_client_interface.h"
 #include "trainer/client/retry_timer.h"
 
@@ -34,14 +35,16 @@ struct RpcOptions {
 // PsClientInterface over a gRPC channel, with retries. Thread-safe.
 class GrpcPsClient final : public PsClientInterface {
  public:
-  // Connects to `address` (host:port). `timer` schedules retries and must
+  // Connects to `address` (host:port), over TLS when `security` has it,
+  // sending its token with every call. `timer` schedules retries and must
   // outlive this object.
-  static std::unique_ptr<GrpcPsClient> Create(const std::string& address,
-                                              RpcOptions options,
-                                              RetryTimer* timer);
+  static std::unique_ptr<GrpcPsClient> Create(
+      const std::string& address, RpcOptions options, RetryTimer* timer,
+      const TransportSecurity& security = TransportSecurity());
   // For tests: a client over an existing channel.
   GrpcPsClient(std::string address, std::shared_ptr<grpc::Channel> channel,
-               RpcOptions options, RetryTimer* timer);
+               RpcOptions options, RetryTimer* timer,
+               std::string auth_token = "");
 
   const std::string& address() const override { return address_; }
 
@@ -56,6 +59,8 @@ class GrpcPsClient final : public PsClientInterface {
   const RpcOptions options_;
   RetryTimer* const timer_;
   std::shared_ptr<grpc::Channel> channel_;
+  // "Bearer <token>", or empty for no authorization metadata.
+  const std::string authorization_;
   // "/shardps.ParameterServer/Push" for PsRpc::kPush, and each method
   // registered with the channel once, as a generated stub does; every call
   // goes through the same path with the messages as their base class,
