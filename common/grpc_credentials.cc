@@ -4,8 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -116,9 +116,9 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(
     if (s.mutual_tls()) options.pem_root_certs = s.tls_ca_pem;
     return grpc::SslServerCredentials(options);
   }
-  grpc_server_credentials* creds = s.tls()
-                                       ? CoreSslServerCredentials(s)
-                                       : grpc_insecure_server_credentials_create();
+  grpc_server_credentials* creds =
+      s.tls() ? CoreSslServerCredentials(s)
+              : grpc_insecure_server_credentials_create();
   grpc_server_credentials_set_auth_metadata_processor(
       creds, grpc_auth_metadata_processor{CheckToken, DeleteToken,
                                           new std::string(s.auth_token)});

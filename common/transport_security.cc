@@ -29,9 +29,9 @@ absl::StatusOr<std::string> ReadSmallFile(const char* flag,
   }
   data.resize(f.gcount());
   if (data.size() > kMaxSecretFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", path, ": larger than ", kMaxSecretFileBytes,
-        " bytes; is this the right file?"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": larger than ",
+                     kMaxSecretFileBytes, " bytes; is this the right file?"));
   }
   return data;
 }
@@ -41,9 +41,10 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   if (!data.ok()) return data.status();
   absl::string_view token = absl::StripTrailingAsciiWhitespace(*data);
   if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--auth_token_file=", path, ": the file is empty (it must hold the "
-        "secret, e.g. from `openssl rand -hex 32`)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_token_file=", path,
+                     ": the file is empty (it must hold the "
+                     "secret, e.g. from `openssl rand -hex 32`)"));
   }
   for (char c : token) {
     if (c < 0x21 || c > 0x7e) {
@@ -62,9 +63,8 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   auto data = ReadSmallFile(flag, path);
   if (!data.ok()) return data.status();
   if (!absl::StrContains(*data, "-----BEGIN ")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", path,
-                     ": not a PEM file (no \"-----BEGIN\" line)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": not a PEM file (no \"-----BEGIN\" line)"));
   }
   return *std::move(data);
 }

@@ -13,8 +13,7 @@ class TransportSecurityTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const std::string& data) {
     const std::string path = dir_.Path(name);
-    EXPECT_TRUE(
-        testing::WriteStringToFile(Env::Default(), path, data).ok());
+    EXPECT_TRUE(testing::WriteStringToFile(Env::Default(), path, data).ok());
     return path;
   }
   absl::Status Load(const TransportSecurityFiles& f,

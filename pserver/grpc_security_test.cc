@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_credentials.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
-#include "absl/synchronization/notification.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/ps_service.pb.h"
@@ -24,9 +24,9 @@ using ::testing::HasSubstr;
 
 // A CA with a pserver and a client certificate, in `dir`.
 void MakeCertificates(const std::string& dir) {
-  const std::string cmd = absl::StrCat("bash ", PS_SOURCE_DIR,
-                                       "/scripts/make_certs.sh ", dir,
-                                       " 127.0.0.1,localhost >/dev/null");
+  const std::string cmd =
+      absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/make_certs.sh ", dir,
+                   " 127.0.0.1,localhost >/dev/null");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
@@ -101,8 +101,8 @@ class GrpcSecurityTest : public ::testing::Test {
   // The health service, with `security`'s channel but no token.
   grpc::StatusCode Health(const TransportSecurity& security) {
     std::string resp;
-    grpc::Status s = RawCall(Channel(security), "/grpc.health.v1.Health/Check",
-                             "", &resp);
+    grpc::Status s =
+        RawCall(Channel(security), "/grpc.health.v1.Health/Check", "", &resp);
     if (s.ok()) {
       EXPECT_EQ(resp, std::string("\x08\x01", 2));  // SERVING
     }
@@ -171,11 +171,11 @@ TEST_F(GrpcSecurityTest, TokenRefusedBeforeTheRequestIsRead) {
   // Bytes that are no ParameterServer request at all: a method that read
   // them would answer INTERNAL or INVALID_ARGUMENT.
   std::string resp;
-  EXPECT_EQ(RawCall(Channel(TransportSecurity()),
-                    "/shardps.ParameterServer/Push", std::string(64, '\xff'),
-                    &resp)
-                .error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(
+      RawCall(Channel(TransportSecurity()), "/shardps.ParameterServer/Push",
+              std::string(64, '\xff'), &resp)
+          .error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
   // The same bytes with the token reach the method, which cannot parse
   // them.
   grpc::Status with_token =
@@ -199,8 +199,7 @@ TEST_F(GrpcSecurityTest, ServerTlsServesAnyTlsClientOnly) {
 TEST_F(GrpcSecurityTest, MutualTlsAnswersOnlyCertificatesOfItsCa) {
   Serve(ServerTls(/*mutual=*/true));
   EXPECT_TRUE(Call(ClientTls("ours", "ours")).ok());
-  EXPECT_EQ(Call(ClientTls("ours", "")).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Call(ClientTls("ours", "")).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(Call(ClientTls("ours", "foreign")).code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(Call(TransportSecurity()).code(), absl::StatusCode::kUnavailable);

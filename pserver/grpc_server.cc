@@ -71,8 +71,10 @@ absl::Status GrpcPsServer::Start() {
         absl::StrCat("cannot listen on ", addr,
                      " (is the port in use, or the address not local?)"));
   }
-  LOG(INFO) << "pserver listening on " << options_.host << ":" << port_
-            << " (" << DescribeTransportSecurity(options_.security) << ")";
+  LOG(INFO) << "pserver listening on " << options_.host << ":" << port_ << " ("
+            << DescribeTransportSecurity(options_.security)
+            << "; jobs may hold "
+            << (options_.pserver.store.max_memory_bytes >> 20) << " MiB)";
   if (options_.security.auth_token.empty()) {
     LOG(WARNING) << "no --auth_token_file: any client that can reach "
                  << options_.host << ":" << port_

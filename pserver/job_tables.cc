@@ -28,9 +28,10 @@ absl::Status ValidateJob(const JobSpec& job, int expected_trainers) {
   if (job.mode() != SYNC && job.mode() != ASYNC) {
     return absl::InvalidArgumentError("InitJob: mode must be SYNC or ASYNC");
   }
-  if (job.num_trainers() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "InitJob: num_trainers must be positive, got ", job.num_trainers()));
+  if (job.num_trainers() <= 0 || job.num_trainers() > kMaxTrainers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: num_trainers must be in [1, ", kMaxTrainers,
+                     "], got ", job.num_trainers()));
   }
   if (job.replicas_to_aggregate() < 0 ||
       job.replicas_to_aggregate() > job.num_trainers() ||
@@ -96,9 +97,19 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
   return absl::OkStatus();
 }
 
+int64_t DenseBytesPerValue(const Optimizer& optimizer) {
+  // The value, the step's gradient sum, and the optimizer's state.
+  return static_cast<int64_t>(sizeof(float)) * (2 + optimizer.num_slots());
+}
+
+int64_t UnitOverheadBytes(int num_trainers) {
+  // StepBarrier's per-trainer counters, the unit and its lock.
+  return int64_t{9} * num_trainers + 256;
+}
+
 absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     const JobSpec& job, absl::Span<const BlockId> blocks,
-    const Membership* membership) {
+    const Membership* membership, int64_t max_memory_bytes) {
   std::unique_ptr<JobTables> jt(new JobTables);
   std::vector<Table>& tables = jt->tables_;
   tables.resize(job.tables_size());
@@ -111,13 +122,18 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     }
     if (absl::Status s = DescribeTable(job, i, &tables[i]); !s.ok()) return s;
   }
-  const int quorum = job.replicas_to_aggregate();
+  // Every block checked, and the memory the job will hold here added up,
+  // before anything is allocated.
+  std::vector<int64_t> sizes;
+  sizes.reserve(blocks.size());
+  int64_t bytes = 0;
+  const int64_t per_unit = UnitOverheadBytes(job.num_trainers());
   for (const BlockId& id : blocks) {
     if (id.table_id >= tables.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitJob: block of unknown table id ", id.table_id));
     }
-    Table& t = tables[id.table_id];
+    const Table& t = tables[id.table_id];
     if (t.spec.kind() == TableSpec::SPARSE) {
       return absl::InvalidArgumentError(absl::StrCat(
           "InitJob: table ", t.spec.name(), " is sparse and has no blocks"));
@@ -128,9 +144,27 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
           absl::StrCat("InitJob: table ", t.spec.name(), " has ", nb,
                        " blocks; there is no block ", id.block));
     }
-    const int64_t size =
+    sizes.push_back(
         std::min(t.spec.block_size(),
-                 t.num_values - int64_t{id.block} * t.spec.block_size());
+                 t.num_values - int64_t{id.block} * t.spec.block_size()));
+    bytes += sizes.back() * DenseBytesPerValue(*t.optimizer) + per_unit;
+  }
+  for (const Table& t : tables) {
+    if (t.spec.kind() == TableSpec::SPARSE) bytes += per_unit;
+  }
+  if (max_memory_bytes > 0 && bytes > max_memory_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "InitJob: the job's dense blocks, optimizer state and per-trainer "
+        "state need ",
+        bytes >> 20,
+        " MiB on this pserver; --max_memory_mb=", max_memory_bytes >> 20));
+  }
+  jt->bytes_ = bytes;
+  const int quorum = job.replicas_to_aggregate();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const BlockId& id = blocks[i];
+    Table& t = tables[id.table_id];
+    const int64_t size = sizes[i];
     auto b = std::make_unique<DenseTableBlock>(id.table_id, id.block, size,
                                                t.spec.name(), t.optimizer.get(),
                                                membership, quorum);

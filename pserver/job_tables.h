@@ -54,10 +54,21 @@ struct PushPart {
   PushPayload payload;
 };
 
+// The most trainers a job may have (the per-trainer state of every unit is
+// sized by it).
+inline constexpr int kMaxTrainers = 1 << 16;
+
 // INVALID_ARGUMENT or FAILED_PRECONDITION, naming the field, unless the
-// job-wide fields of `job` are sound: mode, trainer count (equal to
-// `expected_trainers` when that is positive), replicas_to_aggregate.
+// job-wide fields of `job` are sound: mode, trainer count (in [1,
+// kMaxTrainers], equal to `expected_trainers` when that is positive),
+// replicas_to_aggregate.
 absl::Status ValidateJob(const JobSpec& job, int expected_trainers);
+
+// Memory a dense value costs on the pserver with `optimizer` (value,
+// gradient sum, optimizer state), and what each unit costs besides its
+// values for a job of `num_trainers` trainers.
+int64_t DenseBytesPerValue(const Optimizer& optimizer);
+int64_t UnitOverheadBytes(int num_trainers);
 
 // The tables of a job on this pserver, built from the chief's JobSpec and
 // the dense blocks placed here: each dense block and each sparse table is a
@@ -67,11 +78,17 @@ class JobTables {
  public:
   // Validates every table of `job` (names, kinds, shapes, block sizes, row
   // dims, optimizers) and `blocks` (known table, in range, dense, listed
-  // once), with INVALID_ARGUMENT naming the problem; nothing is built then.
-  // `membership` must outlive the tables. REQUIRES: ValidateJob(job) ok.
+  // once), with INVALID_ARGUMENT naming the problem, and RESOURCE_EXHAUSTED
+  // when what the blocks and units need (bytes()) exceeds
+  // `max_memory_bytes` (0: no limit); nothing is built then. `membership`
+  // must outlive the tables. REQUIRES: ValidateJob(job) ok.
   static absl::StatusOr<std::unique_ptr<JobTables>> Create(
       const JobSpec& job, absl::Span<const BlockId> blocks,
-      const Membership* membership);
+      const Membership* membership, int64_t max_memory_bytes = 0);
+
+  // Memory held by the dense blocks (values, gradient sums, optimizer
+  // state) and the units' per-trainer state; sparse rows not included.
+  int64_t bytes() const { return bytes_; }
 
   size_t num_tables() const { return tables_.size(); }
   const TableSpec& spec(uint32_t table_id) const {
@@ -125,6 +142,7 @@ class JobTables {
   std::vector<DenseTableBlock*> blocks_;
   std::vector<SparseShard*> sparse_;
   std::vector<BarrierUnit*> units_;
+  int64_t bytes_ = 0;
 };
 
 }  // namespace shardps

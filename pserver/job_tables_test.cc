@@ -33,7 +33,9 @@ TEST(JobTablesTest, JobWideChecks) {
   EXPECT_EQ(ValidateJob(job, 3).code(), absl::StatusCode::kFailedPrecondition);
   job.set_num_trainers(0);
   EXPECT_EQ(ValidateJob(job, 0).message(),
-            "InitJob: num_trainers must be positive, got 0");
+            "InitJob: num_trainers must be in [1, 65536], got 0");
+  job.set_num_trainers(kMaxTrainers + 1);
+  EXPECT_EQ(ValidateJob(job, 0).code(), absl::StatusCode::kInvalidArgument);
   job = Job();
   job.set_replicas_to_aggregate(3);
   EXPECT_EQ(ValidateJob(job, 0).code(), absl::StatusCode::kInvalidArgument);

@@ -1,6 +1,9 @@
 // pserver: holds a shard of a model's parameters and applies the optimizer.
 // See README.md and docs/flags.md.
+#include <unistd.h>
+
 #include <csignal>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -32,8 +35,23 @@ DEFINE_string(checkpoint_dir, "",
               "directory for this pserver's checkpoints; the newest complete "
               "one is loaded at start. Empty: no checkpoints");
 DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept (>= 1)");
+DEFINE_int64(max_memory_mb, 0,
+             "what a job's tables and optimizer state may hold here; a job "
+             "that needs more is refused (RESOURCE_EXHAUSTED). 0: 3/4 of the "
+             "machine's memory, or of the cgroup's memory.max when lower");
 
 namespace {
+
+// 3/4 of the physical memory, or of the cgroup (v2) limit when that is
+// lower: what --max_memory_mb=0 means.
+int64_t DefaultMemoryLimitBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                  static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+  int64_t limit = 0;
+  if (cgroup >> limit && limit > 0 && limit < bytes) bytes = limit;
+  return bytes / 4 * 3;
+}
 
 // The server's options from the flags; a bad value is one line on stderr
 // and exit code 2.
@@ -45,19 +63,25 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   if (FLAGS_max_pull_wait_s <= 0) fail("--max_pull_wait_s must be positive");
   if (FLAGS_trainer_timeout < 0) fail("--trainer_timeout must be >= 0");
   if (FLAGS_keep_checkpoints < 1) fail("--keep_checkpoints must be >= 1");
+  if (FLAGS_max_memory_mb < 0 || FLAGS_max_memory_mb > (int64_t{1} << 40)) {
+    fail("--max_memory_mb must be in [0, 2^40]");
+  }
   shardps::GrpcServerOptions options;
   options.host = FLAGS_host;
   options.port = FLAGS_port;
   options.port_file = FLAGS_port_file;
-  auto security = shardps::LoadTransportSecurity(
-      shardps::TransportSecurityFilesFromFlags(),
-      shardps::TransportRole::kServer);
+  auto security =
+      shardps::LoadTransportSecurity(shardps::TransportSecurityFilesFromFlags(),
+                                     shardps::TransportRole::kServer);
   if (!security.ok()) fail(std::string(security.status().message()).c_str());
   options.security = *std::move(security);
   shardps::PserverOptions& p = options.pserver;
   p.store.num_trainers = FLAGS_num_gradient_servers;
   p.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);
   p.store.trainer_timeout = absl::Seconds(FLAGS_trainer_timeout);
+  p.store.max_memory_bytes = FLAGS_max_memory_mb > 0
+                                 ? FLAGS_max_memory_mb << 20
+                                 : DefaultMemoryLimitBytes();
   p.checkpoint_dir = FLAGS_checkpoint_dir;
   p.keep_checkpoints = FLAGS_keep_checkpoints;
   p.env = checkpoint_env;

@@ -307,6 +307,11 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     }
     st = s.status();
   }
+  if (st.ok() && waiters_.size() >= max_waiting_pulls_) {
+    st = absl::ResourceExhaustedError(absl::StrCat(
+        waiters_.size(), " pulls wait on this pserver already, as many as ",
+        "this job's trainers can need at once; refused"));
+  }
   if (!st.ok()) {
     ++rejected_;
     done(st, absl::ZeroDuration());
@@ -412,6 +417,16 @@ void ParameterStore::Sweep(absl::Time now) {
                "pserver waited ", absl::FormatDuration(now - w->start), " for ",
                what.empty() ? "the step" : what)));
   }
+}
+
+size_t ParameterStore::HeldPullsForTesting() const {
+  size_t n = 0;
+  if (!ready()) return n;
+  for (BarrierUnit* u : tables_->units()) {
+    absl::MutexLock l(&u->mu);
+    n += u->barrier.held();
+  }
+  return n;
 }
 
 void ParameterStore::CancelAllWaiters(const absl::Status& status) {

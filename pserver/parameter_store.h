@@ -42,6 +42,10 @@ struct StoreOptions {
   // Where the store reads the time (pull waits, when a trainer was last
   // heard from); must outlive the store. Default: the real clock.
   const Clock* clock = Clock::Real();
+  // What a job's tables and optimizer state may hold on this pserver
+  // (--max_memory_mb); a job that needs more is refused RESOURCE_EXHAUSTED.
+  // 0: no limit. Default: 0.
+  int64_t max_memory_bytes = 0;
 };
 
 // Counters, cumulative since start.
@@ -195,6 +199,8 @@ class ParameterStore {
   StoreCounters counters() const;
   // Pulls waiting now.
   size_t waiting_pulls() const { return waiters_.size(); }
+  // Pulls the units' barriers hold, answered or not (tests).
+  size_t HeldPullsForTesting() const;
   // Blocks until at least `n` pulls wait, or `timeout` passes (tests).
   bool WaitForWaitingPulls(size_t n, absl::Duration timeout) const {
     return waiters_.WaitForSize(n, timeout);
@@ -258,6 +264,9 @@ class ParameterStore {
   // init_mu_.
   mutable absl::Mutex init_mu_ ABSL_ACQUIRED_AFTER(gate_);
   std::atomic<bool> ready_{false};
+  // Pulls that may wait at once: per trainer, one per chunk of the dense
+  // blocks held here, and 16 more (set by InitJob).
+  std::atomic<size_t> max_waiting_pulls_{0};
   bool initialized_ ABSL_GUARDED_BY(init_mu_) = false;
   std::vector<BlockId> init_blocks_ ABSL_GUARDED_BY(init_mu_);
   JobSpec job_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/wire_limits.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/finite.h"
@@ -38,7 +39,14 @@ absl::StatusOr<bool> ParameterStore::InitJobLocked(
   const bool sync = job.mode() == SYNC;
   auto membership = std::make_unique<Membership>(job.num_trainers(), sync);
   ASSIGN_OR_RETURN(std::unique_ptr<JobTables> tables,
-                   JobTables::Create(job, blocks, membership.get()));
+                   JobTables::Create(job, blocks, membership.get(),
+                                     options_.max_memory_bytes));
+  size_t value_bytes = 0;
+  for (const DenseTableBlock* b : tables->blocks()) {
+    value_bytes += static_cast<size_t>(b->size()) * sizeof(float);
+  }
+  max_waiting_pulls_ = static_cast<size_t>(job.num_trainers()) *
+                       (value_bytes / kMaxChunkBytes + 16);
   job_ = job;
   sync_ = sync;
   membership_ = std::move(membership);

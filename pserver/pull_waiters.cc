@@ -22,6 +22,7 @@ void PullWaiters::Watch(const WaiterPtr& w) {
     if (!closed) {
       watched_.insert(w);
       w->watched.store(true);
+      count_.store(watched_.size(), std::memory_order_relaxed);
     }
   }
   if (closed) {
@@ -53,6 +54,7 @@ void PullWaiters::Finish(const WaiterPtr& w, absl::Status status) {
 void PullWaiters::Unwatch(const WaiterPtr& w) {
   absl::MutexLock l(&mu_);
   watched_.erase(w);
+  count_.store(watched_.size(), std::memory_order_relaxed);
 }
 
 void PullWaiters::Scan(absl::Time now, absl::Duration max_wait,
@@ -93,8 +95,7 @@ bool PullWaiters::WaitForSize(size_t n, absl::Duration timeout) const {
 }
 
 size_t PullWaiters::size() const {
-  absl::MutexLock l(&mu_);
-  return watched_.size();
+  return count_.load(std::memory_order_relaxed);
 }
 
 }  // namespace shardps

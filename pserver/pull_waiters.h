@@ -70,7 +70,7 @@ class PullWaiters {
   // UNAVAILABLE (shutdown).
   void Close(const absl::Status& status);
 
-  // Pulls waiting now.
+  // Pulls waiting now (takes no lock).
   size_t size() const;
   // Blocks until at least `n` pulls wait, or `timeout` passes; returns
   // whether they do (tests wait for a pull to be held).
@@ -85,6 +85,7 @@ class PullWaiters {
   mutable absl::Mutex mu_;
   absl::flat_hash_set<WaiterPtr> watched_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<size_t> count_{0};  // watched_.size()
 };
 
 }  // namespace shardps

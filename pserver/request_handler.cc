@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/wire_limits.h"
 #include "compression/value_encoding.h"
@@ -26,6 +27,49 @@ absl::StatusOr<absl::Span<const uint64_t>> ViewKeys(const std::string& bytes) {
   }
   return absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(bytes.data()),
                              bytes.size() / sizeof(uint64_t));
+}
+
+// An allocation that failed while a request was handled: refused, with
+// nothing applied.
+absl::Status OutOfMemoryError(absl::string_view what) {
+  LOG(WARNING) << what << ": out of memory; refused";
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, ": the pserver is out of memory (see --max_memory_mb)"));
+}
+
+// What one pull or push may name: each dense block once, and at most
+// kMaxChunkBytes of float32 values in all (the trainer's chunk plan,
+// trainer/client/placement.cc), or a single block. Checked before anything
+// is decoded or allocated for the answer: a request of a few bytes naming a
+// large block many times would otherwise cost its size each time.
+template <typename Refs>
+absl::Status CheckDenseRefs(const Refs& refs, const ParameterStore& store) {
+  if (refs.size() <= 1) return absl::OkStatus();
+  if (static_cast<size_t>(refs.size()) > kMaxChunkBytes / sizeof(float)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request names ", refs.size(), " dense blocks; at most ",
+                     kMaxChunkBytes / sizeof(float), " fit in one"));
+  }
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
+  seen.reserve(refs.size());
+  size_t bytes = 0;
+  for (const auto& r : refs) {
+    if (!seen.insert({r.table_id(), r.block()}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table id ", r.table_id(), " block ", r.block(),
+                       " is named twice in one request"));
+    }
+    absl::StatusOr<int64_t> size = store.BlockSize(r.table_id(), r.block());
+    if (!size.ok()) return size.status();
+    bytes += static_cast<size_t>(*size) * sizeof(float);
+  }
+  if (bytes > kMaxChunkBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request names ", refs.size(), " dense blocks of ",
+                     bytes, " bytes; one request carries at most ",
+                     kMaxChunkBytes, " (or a single block)"));
+  }
+  return absl::OkStatus();
 }
 
 // The dense blocks of a request as the store takes them, decoded into
@@ -217,6 +261,17 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
 
 void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
                           std::function<void(absl::Status)> done) {
+  try {
+    StartPull(req, resp, done);
+  } catch (const std::bad_alloc&) {
+    // Thrown while the pull was set up, before the store held it.
+    resp->Clear();
+    done(OutOfMemoryError("pull"));
+  }
+}
+
+void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
+                               std::function<void(absl::Status)>& done) {
   const ValueEncoding encoding = req.encoding();
   if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16) {
     done(absl::InvalidArgumentError(
@@ -230,8 +285,32 @@ void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
     done(s);
     return;
   }
+  if (absl::Status s = CheckDenseRefs(req.blocks(), *store_); !s.ok()) {
+    done(s);
+    return;
+  }
+  // Sparse rows are written straight into the reply's buffers: at most
+  // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
+  // splits them.
+  size_t sparse_bytes = 0, sparse_keys = 0;
+  for (const SparseRows& r : req.sparse()) {
+    auto dim = store_->SparseDim(r.table_id());
+    if (!dim.ok()) {
+      done(dim.status());
+      return;
+    }
+    const size_t n = r.keys().size() / sizeof(uint64_t);
+    sparse_keys += n;
+    sparse_bytes += n * (sizeof(uint64_t) + sizeof(float) * *dim);
+  }
+  if (sparse_keys > 1 && sparse_bytes > kMaxChunkBytes) {
+    done(absl::ResourceExhaustedError(absl::StrCat(
+        "a pull asks for ", sparse_keys, " sparse rows, ", sparse_bytes,
+        " bytes with their keys; one pull carries at most ", kMaxChunkBytes,
+        " (or one row)")));
+    return;
+  }
   resp->mutable_blocks()->Reserve(req.blocks_size());
-  // Sparse rows are written straight into the reply's buffers.
   std::vector<SparsePull> sparse;
   for (const SparseRows& r : req.sparse()) {
     auto dim = store_->SparseDim(r.table_id());
@@ -260,7 +339,7 @@ void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
         b->set_encoding(encoding);
         EncodeValues(values, encoding, b->mutable_values());
       },
-      [resp, done = std::move(done)](absl::Status s, absl::Duration waited) {
+      [resp, done](absl::Status s, absl::Duration waited) {
         if (!s.ok()) resp->Clear();
         resp->set_wait_micros(absl::ToInt64Microseconds(waited));
         done(std::move(s));
@@ -284,18 +363,25 @@ absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
     case RequestDedup::Outcome::kNew:
       break;
   }
-  absl::Status s =
-      store_->CheckIncarnation(req.trainer_id(), req.incarnation());
-  if (!s.ok()) {
-    // a replaced process: nothing is applied
-  } else if (req.blocks_size() > 0 && req.sparse_size() > 0) {
-    s = absl::InvalidArgumentError(
-        "a push carries dense blocks or sparse rows, not both");
-  } else if (req.sparse_size() > 0) {
-    s = PushSparse(req);
-  } else {
-    s = PushDense(req, resp);
+  absl::Status s;
+  try {
+    s = store_->CheckIncarnation(req.trainer_id(), req.incarnation());
+    if (!s.ok()) {
+      // a replaced process: nothing is applied
+    } else if (req.blocks_size() > 0 && req.sparse_size() > 0) {
+      s = absl::InvalidArgumentError(
+          "a push carries dense blocks or sparse rows, not both");
+    } else if (req.sparse_size() > 0) {
+      s = PushSparse(req);
+    } else {
+      s = PushDense(req, resp);
+    }
+  } catch (const std::bad_alloc&) {
+    // Decoding happens before anything is applied, and applying allocates
+    // only sparse rows, which --max_memory_mb bounds first.
+    s = OutOfMemoryError("push");
   }
+  // Never left in flight: a retry gets this answer.
   dedup_.Finish(req.request_id(), s);
   return s;
 }
@@ -304,7 +390,8 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
                                        PushResponse* resp) {
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
-  absl::Status s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+  absl::Status s = CheckDenseRefs(req.blocks(), *store_);
+  if (s.ok()) s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
   int late = 0;
   if (s.ok()) {
     s = store_->Push(req.trainer_id(), req.step(), blocks, req.generation(),

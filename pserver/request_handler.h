@@ -55,6 +55,9 @@ class RequestHandler {
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
 
  private:
+  // Pull after its try: calls `done` on every path but a throw.
+  void StartPull(const PullRequest& req, PullResponse* resp,
+                 std::function<void(absl::Status)>& done);
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);

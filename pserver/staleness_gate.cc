@@ -41,6 +41,11 @@ bool StalenessGate::PassOrHold(const WaiterPtr& w) {
   if (!async_ || (max_staleness_ < 0 && w->min_clock <= 0)) return true;
   absl::MutexLock l(&mu_);
   if (Passes(*w)) return true;
+  // Pulls answered meanwhile (timed out) are let go, as StepBarrier does.
+  held_.erase(
+      std::remove_if(held_.begin(), held_.end(),
+                     [](const WaiterPtr& h) { return h->finished.load(); }),
+      held_.end());
   held_.push_back(w);
   return false;
 }

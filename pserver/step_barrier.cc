@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "pserver/pull_waiters.h"
 
 namespace shardps {
 
@@ -77,6 +78,12 @@ void StepBarrier::Advance(std::vector<WaiterPtr>* ready) {
 }
 
 void StepBarrier::Hold(int64_t min_version, WaiterPtr w) {
+  // Pulls answered meanwhile (timed out) are let go here, so that a unit
+  // that stays at one version does not collect them.
+  held_.erase(
+      std::remove_if(held_.begin(), held_.end(),
+                     [](const auto& p) { return p.second->finished.load(); }),
+      held_.end());
   held_.emplace_back(min_version, std::move(w));
 }
 

@@ -75,6 +75,8 @@ class StepBarrier {
   // Sets the version (a restore), forgets the pushes, and hands every held
   // pull to *dropped.
   void Reset(int64_t version, std::vector<WaiterPtr>* dropped);
+  // Pulls held (tests).
+  size_t held() const { return held_.size(); }
   // Adds to *missing the trainers whose part of the current step is
   // missing.
   void AppendMissing(std::vector<int>* missing) const;

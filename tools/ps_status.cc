@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
     std::cerr << "ps_status: needs --pservers and a positive --timeout_s\n";
     return 2;
   }
-  auto security = shardps::LoadTransportSecurity(
-      shardps::TransportSecurityFilesFromFlags(),
-      shardps::TransportRole::kClient);
+  auto security =
+      shardps::LoadTransportSecurity(shardps::TransportSecurityFilesFromFlags(),
+                                     shardps::TransportRole::kClient);
   if (!security.ok()) {
     std::cerr << "ps_status: " << security.status().message() << "\n";
     return 2;

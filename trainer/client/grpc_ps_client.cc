@@ -34,8 +34,8 @@ std::unique_ptr<GrpcPsClient> GrpcPsClient::Create(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   AddChannelSecurityArgs(security, &args);
-  auto channel = grpc::CreateCustomChannel(
-      address, ChannelCredentialsFor(security), args);
+  auto channel =
+      grpc::CreateCustomChannel(address, ChannelCredentialsFor(security), args);
   return std::make_unique<GrpcPsClient>(address, std::move(channel), options,
                                         timer, security.auth_token);
 }

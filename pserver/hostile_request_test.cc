@@ -1,0 +1,269 @@
+// What a hostile or buggy client sends (docs/security.md, "Limits"): each
+// request that could make the pserver allocate far more than it carries,
+// hold what it should free, or accept a job it cannot hold, gets its exact
+// status, and the job goes on unchanged. A regression test per finding.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
+#include "common/wire_limits.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pserver/request_handler.h"
+#include "pserver/testing/store_testing.h"
+
+namespace shardps {
+namespace {
+
+using testing::FloatBytes;
+using ::testing::HasSubstr;
+using testing::KeyBytes;
+
+constexpr int64_t kBig = int64_t{1} << 20;  // values per block of "big"
+
+class HostileRequestTest : public ::testing::Test {
+ protected:
+  // "w": 6 values in blocks of 4 and 2; "big": 4 blocks of 2^20 values;
+  // "emb": sparse rows of 65536 floats. SGD, 2 trainers, sync.
+  static JobSpec Job(int trainers = 2) {
+    return testing::MakeJobSpec(
+        SYNC, trainers,
+        {testing::DenseTableSpec("w", 6, 4, testing::Sgd(0.5f)),
+         testing::DenseTableSpec("big", 4 * kBig, kBig, testing::Sgd(0.5f)),
+         testing::SparseTableSpec("emb", 1 << 16, testing::Sgd(0.5f))});
+  }
+
+  absl::Status InitJob(const JobSpec& job) {
+    InitJobRequest req;
+    req.set_trainer_id(0);
+    *req.mutable_job() = job;
+    for (uint32_t b = 0; b < 2; ++b) req.add_blocks()->set_block(b);
+    for (uint32_t b = 0; b < 4; ++b) {
+      BlockRef* r = req.add_blocks();
+      r->set_table_id(1);
+      r->set_block(b);
+    }
+    InitJobResponse resp;
+    return handler_->InitJob(req, &resp);
+  }
+
+  void StartJob() {
+    ASSERT_TRUE(InitJob(Job()).ok());
+    SetInitialValuesRequest vreq;
+    DenseBlock* b0 = vreq.add_blocks();
+    b0->set_values(FloatBytes({1, 2, 3, 4}));
+    DenseBlock* b1 = vreq.add_blocks();
+    b1->set_block(1);
+    b1->set_values(FloatBytes({5, 6}));
+    SetInitialValuesResponse vresp;
+    ASSERT_TRUE(handler_->SetInitialValues(vreq, &vresp).ok());
+    const std::string zeros = FloatBytes(std::vector<float>(kBig, 0.0f));
+    for (uint32_t b = 0; b < 4; ++b) {
+      SetInitialValuesRequest big;
+      DenseBlock* block = big.add_blocks();
+      block->set_table_id(1);
+      block->set_block(b);
+      block->set_values(zeros);
+      ASSERT_TRUE(handler_->SetInitialValues(big, &vresp).ok());
+    }
+    CommitInitResponse cresp;
+    ASSERT_TRUE(handler_->CommitInit(CommitInitRequest(), &cresp).ok());
+  }
+
+  absl::Status Pull(const PullRequest& req, PullResponse* resp) {
+    absl::Notification done;
+    absl::Status status;
+    handler_->Pull(req, resp, [&](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    return status;
+  }
+
+  // Table "w" as trainer 0 sees it.
+  std::vector<float> W() {
+    PullRequest req;
+    req.add_blocks()->set_block(0);
+    req.add_blocks()->set_block(1);
+    PullResponse resp;
+    EXPECT_TRUE(Pull(req, &resp).ok());
+    std::vector<float> out;
+    for (const auto& b : resp.blocks()) {
+      auto v = testing::BytesToFloats(b.values());
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+
+  static void ExpectCode(const absl::Status& s, absl::StatusCode code,
+                         const std::string& needle) {
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(needle));
+  }
+
+  StoreOptions Options() {
+    StoreOptions o;
+    o.clock = &clock_;
+    return o;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<ParameterStore> store_ =
+      std::make_unique<ParameterStore>(Options());
+  std::unique_ptr<RequestHandler> handler_ =
+      std::make_unique<RequestHandler>(store_.get(), nullptr, &clock_);
+  const std::vector<float> w0_ = {1, 2, 3, 4, 5, 6};
+};
+
+// Finding: "an 800-byte pull naming one block 400 times peaked at 818 MiB".
+TEST_F(HostileRequestTest, PullNamingABlockTwiceIsRefused) {
+  StartJob();
+  PullRequest req;
+  for (int i = 0; i < 400; ++i) {
+    BlockRef* r = req.add_blocks();
+    r->set_table_id(1);
+    r->set_block(2);
+  }
+  PullResponse resp;
+  ExpectCode(Pull(req, &resp), absl::StatusCode::kInvalidArgument,
+             "table id 1 block 2 is named twice in one request");
+  EXPECT_EQ(resp.ByteSizeLong(), 0u);
+}
+
+TEST_F(HostileRequestTest, PullOfMoreThanAChunkIsRefused) {
+  StartJob();
+  PullRequest req;
+  for (uint32_t b = 0; b < 2; ++b) {
+    BlockRef* r = req.add_blocks();
+    r->set_table_id(1);
+    r->set_block(b);
+  }
+  PullResponse resp;
+  ExpectCode(Pull(req, &resp), absl::StatusCode::kResourceExhausted,
+             "one request carries at most 4194304");
+  // One block of 4 MiB is what a trainer asks for; so is "w" whole.
+  req.mutable_blocks()->RemoveLast();
+  EXPECT_TRUE(Pull(req, &resp).ok());
+  EXPECT_EQ(W(), w0_);
+}
+
+TEST_F(HostileRequestTest, SparsePullOfMoreThanAChunkIsRefused) {
+  StartJob();
+  PullRequest req;
+  SparseRows* rows = req.add_sparse();
+  rows->set_table_id(2);
+  // 100 rows of 65536 floats: 25 MiB of answer from 800 bytes of keys.
+  std::vector<uint64_t> keys(100);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  rows->set_keys(KeyBytes(keys));
+  PullResponse resp;
+  ExpectCode(Pull(req, &resp), absl::StatusCode::kResourceExhausted,
+             "asks for 100 sparse rows");
+  // One row is always allowed, however wide.
+  rows->set_keys(KeyBytes({7}));
+  EXPECT_TRUE(Pull(req, &resp).ok());
+  EXPECT_EQ(resp.sparse(0).values().size(), (size_t{1} << 16) * 4);
+}
+
+// Finding: "a 16 KB push of empty THRESHOLD blocks allocated 1.5 GB".
+TEST_F(HostileRequestTest, PushOfRepeatedThresholdBlocksIsRefused) {
+  StartJob();
+  PushRequest req;
+  req.set_request_id(1);
+  for (int i = 0; i < 4000; ++i) {
+    DenseBlock* b = req.add_blocks();
+    b->set_table_id(1);
+    b->set_block(i % 4);
+    b->set_encoding(THRESHOLD);
+  }
+  PushResponse resp;
+  ExpectCode(handler_->Push(req, &resp), absl::StatusCode::kInvalidArgument,
+             "named twice in one request");
+  // Distinct blocks, but more than one request may carry.
+  req.mutable_blocks()->DeleteSubrange(4, 3996);
+  req.set_request_id(2);
+  ExpectCode(handler_->Push(req, &resp), absl::StatusCode::kResourceExhausted,
+             "one request carries at most");
+  EXPECT_EQ(W(), w0_);
+  EXPECT_EQ(store_->Versions().max, 0);
+}
+
+// Finding: "InitJob with 2^31-1 trainers throws inside the store, leaves
+// dangling block pointers, accepts a later valid job, and aborts on a later
+// Leave".
+TEST_F(HostileRequestTest, JobWithTooManyTrainersIsRefusedWhole) {
+  ExpectCode(InitJob(Job(2147483647)), absl::StatusCode::kInvalidArgument,
+             "num_trainers must be in [1, 65536], got 2147483647");
+  EXPECT_FALSE(store_->ready());
+  // The pserver took nothing from it: the real job starts and runs.
+  StartJob();
+  EXPECT_EQ(W(), w0_);
+  LeaveRequest leave;
+  leave.set_trainer_id(1);
+  LeaveResponse lresp;
+  RegisterRequest reg;
+  reg.set_trainer_id(1);
+  RegisterResponse rresp;
+  ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
+  EXPECT_TRUE(handler_->Leave(leave, &lresp).ok());
+}
+
+TEST_F(HostileRequestTest, JobOverTheMemoryLimitIsRefused) {
+  StoreOptions o = Options();
+  o.max_memory_bytes = 16 << 20;  // "big" needs 32 MiB with its sums
+  store_ = std::make_unique<ParameterStore>(o);
+  handler_ = std::make_unique<RequestHandler>(store_.get(), nullptr, &clock_);
+  ExpectCode(InitJob(Job()), absl::StatusCode::kResourceExhausted,
+             "need 32 MiB on this pserver; --max_memory_mb=16");
+  EXPECT_FALSE(store_->ready());
+}
+
+// Finding: "pulls that time out are removed from one list but not from
+// their blocks' waiter lists: 12 such pulls took the pserver from 16 to 399
+// MiB for good". A thousand pulls time out; the blocks hold none of them.
+TEST_F(HostileRequestTest, TimedOutPullsAreLetGo) {
+  StartJob();
+  for (int round = 0; round < 100; ++round) {
+    std::vector<std::unique_ptr<testing::PullResult>> pulls;
+    for (int i = 0; i < 10; ++i) {
+      testing::PullArgs a;
+      a.min_version = 1;
+      pulls.push_back(testing::StartPull(store_.get(), a, {{0, 0}, {0, 1}}));
+    }
+    clock_.Advance(absl::Seconds(21));
+    store_->Sweep(clock_.Now());
+    for (auto& p : pulls) {
+      ASSERT_TRUE(p->done.HasBeenNotified());
+      EXPECT_EQ(p->status.code(), absl::StatusCode::kDeadlineExceeded);
+    }
+  }
+  EXPECT_EQ(store_->waiting_pulls(), 0u);
+  // Held by the blocks: only what the last round left, before the next
+  // hold lets it go.
+  EXPECT_LE(store_->HeldPullsForTesting(), 20u);
+}
+
+TEST_F(HostileRequestTest, WaitingPullsAreBounded) {
+  StartJob();
+  // 2 trainers, "big" is 4 chunks: (4 + 16) pulls each may wait.
+  std::vector<std::unique_ptr<testing::PullResult>> pulls;
+  for (int i = 0; i < 40; ++i) {
+    testing::PullArgs a;
+    a.min_version = 1;
+    pulls.push_back(testing::StartPull(store_.get(), a, {{0, 0}}));
+  }
+  EXPECT_EQ(store_->waiting_pulls(), 40u);
+  testing::PullArgs a;
+  a.min_version = 1;
+  auto refused = testing::StartPull(store_.get(), a, {{0, 0}});
+  ASSERT_TRUE(refused->done.HasBeenNotified());
+  ExpectCode(refused->status, absl::StatusCode::kResourceExhausted,
+             "40 pulls wait on this pserver already");
+  store_->CancelAllWaiters(absl::CancelledError("test over"));
+}
+
+}  // namespace
+}  // namespace shardps
