@@ -12,6 +12,8 @@
 namespace shardps {
 namespace {
 
+constexpr size_t kTransportMemoryBytes = size_t{256} << 20;
+
 absl::Status WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
   {
@@ -63,6 +65,12 @@ absl::Status GrpcPsServer::Start() {
   // share this port and split the trainers' connections between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  // What gRPC may hold for requests being received and answers being sent,
+  // whoever sends them: beyond it, connections stop reading until memory is
+  // freed (a bound on the pserver's memory past --max_memory_mb).
+  grpc::ResourceQuota quota("shardps-pserver");
+  quota.Resize(kTransportMemoryBytes);
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.RegisterService(&service_);
   server_ = builder.BuildAndStart();

@@ -221,6 +221,48 @@ TEST_F(HostileRequestTest, JobOverTheMemoryLimitIsRefused) {
   EXPECT_FALSE(store_->ready());
 }
 
+// New sparse rows past --max_memory_mb are refused (their updates dropped
+// and counted); rows that exist go on training, and so does the job.
+TEST_F(HostileRequestTest, SparseRowsPastTheLimitAreRefused) {
+  StoreOptions o = Options();
+  o.max_memory_bytes = 40 << 20;  // the dense tables take 32 MiB
+  store_ = std::make_unique<ParameterStore>(o);
+  handler_ = std::make_unique<RequestHandler>(store_.get(), nullptr, &clock_);
+  StartJob();
+  auto push_rows = [&](uint64_t request_id, int64_t step, uint64_t first,
+                       int n) {
+    PushRequest req;
+    req.set_trainer_id(0);
+    req.set_request_id(request_id);
+    req.set_step(step);
+    SparseRows* rows = req.add_sparse();
+    rows->set_table_id(2);
+    rows->set_num_chunks(1);
+    std::vector<uint64_t> keys(n);
+    for (int i = 0; i < n; ++i) keys[i] = first + i;
+    rows->set_keys(KeyBytes(keys));
+    rows->set_values(FloatBytes(std::vector<float>(n * (1 << 16), 1.0f)));
+    PushResponse resp;
+    absl::Status s = handler_->Push(req, &resp);
+    req.set_trainer_id(1);
+    req.set_request_id(request_id + 1000);
+    if (s.ok()) s = handler_->Push(req, &resp);
+    return s;
+  };
+  // Rows of 256 KiB: the 8 MiB of room less an eighth of the limit for the
+  // step's sums take about 12 of them, not 64.
+  for (int step = 0; step < 16; ++step) {
+    absl::Status s = push_rows(1 + step, step, 4 * step, 4);
+    ASSERT_TRUE(s.ok()) << step << " " << s;
+  }
+  const SparseCounters c = store_->SparseStats()[0].counters;
+  EXPECT_GT(c.refused_rows, 0);
+  EXPECT_LT(c.rows, 64);
+  EXPECT_EQ(c.rows + c.refused_rows, 64);
+  // The job goes on: a row that exists still trains.
+  ASSERT_TRUE(push_rows(100, 16, 0, 1).ok());
+}
+
 // Finding: "pulls that time out are removed from one list but not from
 // their blocks' waiter lists: 12 such pulls took the pserver from 16 to 399
 // MiB for good". A thousand pulls time out; the blocks hold none of them.
@@ -243,7 +285,7 @@ TEST_F(HostileRequestTest, TimedOutPullsAreLetGo) {
   EXPECT_EQ(store_->waiting_pulls(), 0u);
   // Held by the blocks: only what the last round left, before the next
   // hold lets it go.
-  EXPECT_LE(store_->HeldPullsForTesting(), 20u);
+  EXPECT_LE(store_->TEST_HeldPulls(), 20u);
 }
 
 TEST_F(HostileRequestTest, WaitingPullsAreBounded) {

@@ -109,7 +109,7 @@ int64_t UnitOverheadBytes(int num_trainers) {
 
 absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     const JobSpec& job, absl::Span<const BlockId> blocks,
-    const Membership* membership, int64_t max_memory_bytes) {
+    const Membership* membership, MemoryBudget* budget) {
   std::unique_ptr<JobTables> jt(new JobTables);
   std::vector<Table>& tables = jt->tables_;
   tables.resize(job.tables_size());
@@ -152,14 +152,23 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   for (const Table& t : tables) {
     if (t.spec.kind() == TableSpec::SPARSE) bytes += per_unit;
   }
-  if (max_memory_bytes > 0 && bytes > max_memory_bytes) {
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
+  for (const BlockId& id : blocks) {
+    if (!seen.insert({id.table_id, id.block}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", tables[id.table_id].spec.name(),
+                       " block ", id.block, " listed twice"));
+    }
+  }
+  if (budget != nullptr && !budget->TryReserve(bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "InitJob: the job's dense blocks, optimizer state and per-trainer "
         "state need ",
-        bytes >> 20,
-        " MiB on this pserver; --max_memory_mb=", max_memory_bytes >> 20));
+        bytes >> 20, " MiB on this pserver; --max_memory_mb=",
+        budget->limit() >> 20, " and ", budget->used() >> 20, " MiB are held"));
   }
   jt->bytes_ = bytes;
+  jt->budget_ = budget;
   const int quorum = job.replicas_to_aggregate();
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockId& id = blocks[i];
@@ -168,19 +177,15 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     auto b = std::make_unique<DenseTableBlock>(id.table_id, id.block, size,
                                                t.spec.name(), t.optimizer.get(),
                                                membership, quorum);
-    if (!t.blocks.emplace(id.block, std::move(b)).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitJob: table ", t.spec.name(), " block ", id.block,
-                       " listed twice"));
-    }
+    t.blocks.emplace(id.block, std::move(b));
   }
   for (size_t i = 0; i < tables.size(); ++i) {
     Table& t = tables[i];
     for (auto& [index, b] : t.blocks) jt->blocks_.push_back(b.get());
     if (t.spec.kind() == TableSpec::SPARSE) {
-      t.sparse =
-          std::make_unique<SparseShard>(static_cast<uint32_t>(i), t.spec,
-                                        t.optimizer.get(), membership, quorum);
+      t.sparse = std::make_unique<SparseShard>(static_cast<uint32_t>(i), t.spec,
+                                               t.optimizer.get(), membership,
+                                               quorum, budget);
       jt->sparse_.push_back(t.sparse.get());
     }
   }
@@ -191,6 +196,10 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   jt->units_.assign(jt->blocks_.begin(), jt->blocks_.end());
   jt->units_.insert(jt->units_.end(), jt->sparse_.begin(), jt->sparse_.end());
   return jt;
+}
+
+JobTables::~JobTables() {
+  if (budget_ != nullptr) budget_->Release(bytes_);
 }
 
 absl::Status JobTables::ResolveDensePush(absl::Span<const BlockData> grads,

@@ -12,6 +12,7 @@
 #include "proto/ps_service.pb.h"
 #include "pserver/dense_table.h"
 #include "pserver/membership.h"
+#include "pserver/memory_budget.h"
 #include "pserver/optimizer.h"
 #include "pserver/sparse_table.h"
 
@@ -79,12 +80,15 @@ class JobTables {
   // Validates every table of `job` (names, kinds, shapes, block sizes, row
   // dims, optimizers) and `blocks` (known table, in range, dense, listed
   // once), with INVALID_ARGUMENT naming the problem, and RESOURCE_EXHAUSTED
-  // when what the blocks and units need (bytes()) exceeds
-  // `max_memory_bytes` (0: no limit); nothing is built then. `membership`
-  // must outlive the tables. REQUIRES: ValidateJob(job) ok.
+  // when what the blocks and units need (bytes()) does not fit in `budget`
+  // (null: no limit); nothing is built then. The sparse tables take their
+  // rows' memory from `budget` too. `membership` and `budget` must outlive
+  // the tables. REQUIRES: ValidateJob(job) ok.
   static absl::StatusOr<std::unique_ptr<JobTables>> Create(
       const JobSpec& job, absl::Span<const BlockId> blocks,
-      const Membership* membership, int64_t max_memory_bytes = 0);
+      const Membership* membership, MemoryBudget* budget = nullptr);
+  // Gives bytes() back to the budget.
+  ~JobTables();
 
   // Memory held by the dense blocks (values, gradient sums, optimizer
   // state) and the units' per-trainer state; sparse rows not included.
@@ -143,6 +147,7 @@ class JobTables {
   std::vector<SparseShard*> sparse_;
   std::vector<BarrierUnit*> units_;
   int64_t bytes_ = 0;
+  MemoryBudget* budget_ = nullptr;
 };
 
 }  // namespace shardps

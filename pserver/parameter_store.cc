@@ -24,6 +24,7 @@ absl::Status NotReadyError() {
 ParameterStore::ParameterStore(StoreOptions options)
     : options_(std::move(options)),
       clock_(options_.clock),
+      budget_(options_.max_memory_bytes),
       waiters_(options_.clock) {}
 
 ParameterStore::~ParameterStore() {
@@ -181,6 +182,19 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
   absl::Status st = CheckPushStart(trainer_id, step);
   if (st.ok()) {
     st = tables_->ResolveSparsePush(rows, trainer_id, step, sync_, &parts);
+  }
+  if (st.ok() && sync_) {
+    // The step's accumulators grow by at most this push's rows.
+    int64_t bytes = 0;
+    for (const SparseGrads& r : rows) {
+      bytes += static_cast<int64_t>(r.grads.size() * sizeof(float) +
+                                    r.keys.size() * 32);
+    }
+    if (!budget_.Fits(bytes)) {
+      st = absl::ResourceExhaustedError(absl::StrCat(
+          "sparse push: the step's sums would pass --max_memory_mb (",
+          budget_.limit() >> 20, " MiB, ", budget_.used() >> 20, " MiB held)"));
+    }
   }
   if (!st.ok()) {
     ++rejected_;
@@ -419,7 +433,7 @@ void ParameterStore::Sweep(absl::Time now) {
   }
 }
 
-size_t ParameterStore::HeldPullsForTesting() const {
+size_t ParameterStore::TEST_HeldPulls() const {
   size_t n = 0;
   if (!ready()) return n;
   for (BarrierUnit* u : tables_->units()) {

@@ -200,7 +200,7 @@ class ParameterStore {
   // Pulls waiting now.
   size_t waiting_pulls() const { return waiters_.size(); }
   // Pulls the units' barriers hold, answered or not (tests).
-  size_t HeldPullsForTesting() const;
+  size_t TEST_HeldPulls() const;
   // Blocks until at least `n` pulls wait, or `timeout` passes (tests).
   bool WaitForWaitingPulls(size_t n, absl::Duration timeout) const {
     return waiters_.WaitForSize(n, timeout);
@@ -259,6 +259,8 @@ class ParameterStore {
 
   // The gate (see the class comment).
   mutable absl::Mutex gate_;
+  // What the tables hold, against --max_memory_mb (outlives tables_).
+  MemoryBudget budget_;
   // Set-up state. The tables, membership and gate below are created by
   // InitJob and fixed once ready_ is true; after that they are read without
   // init_mu_.

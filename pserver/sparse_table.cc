@@ -23,21 +23,33 @@ uint64_t SplitMix64(uint64_t* state) {
 }  // namespace
 
 SparseTable::SparseTable(const SparseTableOptions& options,
-                         const Optimizer* optimizer, int num_stripes)
+                         const Optimizer* optimizer, int num_stripes,
+                         MemoryBudget* budget)
     : dim_(options.dim()),
       row_floats_(options.dim() * (1 + optimizer->num_slots())),
+      rows_per_chunk_(static_cast<int>(std::clamp<int64_t>(
+          kChunkBytes / (int64_t{row_floats_} * sizeof(float)), 1,
+          kMaxRowsPerChunk))),
+      budget_(budget),
       options_(options),
       optimizer_(optimizer),
       stripes_(std::max(1, num_stripes)) {}
+
+SparseTable::~SparseTable() {
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    ClearStripe(s);
+  }
+}
 
 SparseTable::Stripe& SparseTable::StripeOf(uint64_t key) const {
   // The high bits: the low bits of Mix64 chose the pserver.
   return stripes_[(Mix64(key) >> 40) % stripes_.size()];
 }
 
-float* SparseTable::RowPtr(const Stripe& s, uint32_t slot, int row_floats) {
-  return s.chunks[slot / kRowsPerChunk].get() +
-         static_cast<size_t>(slot % kRowsPerChunk) * row_floats;
+float* SparseTable::RowPtr(const Stripe& s, uint32_t slot) const {
+  return s.chunks[slot / rows_per_chunk_].get() +
+         static_cast<size_t>(slot % rows_per_chunk_) * row_floats_;
 }
 
 void SparseTable::InitialRow(uint64_t key, float* out) const {
@@ -68,13 +80,21 @@ uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
     s.free_slots.pop_back();
   } else {
     slot = static_cast<uint32_t>(s.meta.size());
-    if (slot % kRowsPerChunk == 0) {
+    if (slot % rows_per_chunk_ == 0) {
+      const int64_t bytes =
+          int64_t{rows_per_chunk_} * row_floats_ * sizeof(float);
+      // Rows stop short of the limit, leaving room for a step's sums.
+      if (budget_ != nullptr &&
+          !budget_->TryReserve(bytes, budget_->headroom())) {
+        return kNoRow;
+      }
+      s.reserved += bytes;
       s.chunks.emplace_back(
-          new float[static_cast<size_t>(kRowsPerChunk) * row_floats_]);
+          new float[static_cast<size_t>(rows_per_chunk_) * row_floats_]);
     }
     s.meta.emplace_back();
   }
-  float* row = RowPtr(s, slot, row_floats_);
+  float* row = RowPtr(s, slot);
   InitialRow(key, row);
   std::fill(row + dim_, row + row_floats_, optimizer_->initial_slot_value());
   s.meta[slot] = RowMeta{key, 0, 0};
@@ -92,8 +112,7 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
     if (it == s.index.end()) {
       InitialRow(keys[i], dst);
     } else {
-      std::memcpy(dst, RowPtr(s, it->second, row_floats_),
-                  sizeof(float) * dim_);
+      std::memcpy(dst, RowPtr(s, it->second), sizeof(float) * dim_);
     }
   }
 }
@@ -117,8 +136,17 @@ void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
       s.sightings.erase(key);
     }
     slot = NewRow(s, key);
+    if (slot == kNoRow) {
+      ++s.refused;
+      LOG_EVERY_T(WARNING, 60)
+          << "sparse table: a new row needs memory past --max_memory_mb="
+          << (budget_->limit() >> 20) << " (less an eighth kept for step "
+          << "sums); new rows are refused and their updates dropped, "
+          << "existing rows go on training";
+      return;
+    }
   }
-  float* row = RowPtr(s, slot, row_floats_);
+  float* row = RowPtr(s, slot);
   for (size_t k = 0; k < slots->size(); ++k) {
     (*slots)[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
   }
@@ -150,6 +178,11 @@ void SparseTable::Accumulate(absl::Span<const uint64_t> keys,
     auto [it, inserted] = s.accum_index.try_emplace(
         keys[i], static_cast<uint32_t>(s.accum_keys.size()));
     if (inserted) {
+      // Counted whatever the limit: a push is checked against the budget
+      // before it is accumulated.
+      const int64_t bytes = int64_t{dim_} * sizeof(float) + 32;
+      if (budget_ != nullptr) budget_->Add(bytes);
+      s.reserved += bytes;
       s.accum_keys.push_back(keys[i]);
       s.accum_sums.insert(s.accum_sums.end(), g, g + dim_);
       s.accum_counts.push_back(1);
@@ -171,10 +204,7 @@ int64_t SparseTable::ApplyAccumulated(int64_t step) {
                1.0f / s.accum_counts[i], &slots);
     }
     n += static_cast<int64_t>(s.accum_keys.size());
-    s.accum_index.clear();
-    s.accum_keys.clear();
-    s.accum_sums.clear();
-    s.accum_counts.clear();
+    ClearAccumulators(s);
   }
   return n;
 }
@@ -211,16 +241,26 @@ constexpr uint32_t kSparseMagic = 0x53505432;
 
 }  // namespace
 
+void SparseTable::ClearAccumulators(Stripe& s) {
+  const int64_t bytes =
+      static_cast<int64_t>(s.accum_keys.size()) * (dim_ * sizeof(float) + 32);
+  if (budget_ != nullptr) budget_->Release(bytes);
+  s.reserved -= bytes;
+  s.accum_index.clear();
+  s.accum_keys.clear();
+  s.accum_sums.clear();
+  s.accum_counts.clear();
+}
+
 void SparseTable::ClearStripe(Stripe& s) {
+  ClearAccumulators(s);
+  if (budget_ != nullptr) budget_->Release(s.reserved);
+  s.reserved = 0;
   s.index.clear();
   s.chunks.clear();
   s.meta.clear();
   s.free_slots.clear();
   s.sightings.clear();
-  s.accum_index.clear();
-  s.accum_keys.clear();
-  s.accum_sums.clear();
-  s.accum_counts.clear();
 }
 
 void SparseTable::Serialize(std::string* out) const {
@@ -236,7 +276,7 @@ void SparseTable::Serialize(std::string* out) const {
       AppendPod(out, key);
       AppendPod(out, m.last_step);
       AppendPod(out, m.updates);
-      AppendFloats(out, RowPtr(s, slot, row_floats_), row_floats_);
+      AppendFloats(out, RowPtr(s, slot), row_floats_);
     }
     AppendPod<uint64_t>(out, s.sightings.size());
     for (const auto& [key, seen] : s.sightings) {
@@ -266,12 +306,13 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
         " floats of state; this table has dim ", dim_, " and ", row_floats_));
   }
   std::vector<float> row(row_floats_);
-  auto fail = [this](absl::string_view what) {
+  auto fail = [this](absl::string_view what,
+                     absl::StatusCode code = absl::StatusCode::kDataLoss) {
     for (Stripe& s : stripes_) {
       absl::MutexLock l(&s.mu);
       ClearStripe(s);
     }
-    return absl::DataLossError(absl::StrCat("sparse table checkpoint: ", what));
+    return absl::Status(code, absl::StrCat("sparse table checkpoint: ", what));
   };
   // The stripe count may differ from the writer's: each row goes to the
   // stripe of its key here.
@@ -289,9 +330,12 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
       absl::MutexLock l(&s.mu);
       if (s.index.contains(key)) return fail("a key appears twice");
       const uint32_t slot = NewRow(s, key);
+      if (slot == kNoRow) {
+        return fail("its rows need more than --max_memory_mb allows",
+                    absl::StatusCode::kResourceExhausted);
+      }
       --s.created;  // restored, not created
-      std::memcpy(RowPtr(s, slot, row_floats_), row.data(),
-                  sizeof(float) * row.size());
+      std::memcpy(RowPtr(s, slot), row.data(), sizeof(float) * row.size());
       m.key = key;
       s.meta[slot] = m;
     }
@@ -321,6 +365,7 @@ SparseCounters SparseTable::counters() const {
     c.created += s.created;
     c.evicted += s.evicted;
     c.dropped_updates += s.dropped;
+    c.refused_rows += s.refused;
   }
   return c;
 }
@@ -333,7 +378,7 @@ size_t SparseTable::MemoryBytes() const {
     bytes += s.index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
     bytes +=
         s.sightings.capacity() * (sizeof(std::pair<uint64_t, Sighting>) + 1);
-    bytes += s.chunks.size() * sizeof(float) * kRowsPerChunk * row_floats_;
+    bytes += s.chunks.size() * sizeof(float) * rows_per_chunk_ * row_floats_;
     bytes += s.meta.capacity() * sizeof(RowMeta);
     bytes += s.free_slots.capacity() * sizeof(uint32_t);
     bytes +=
@@ -347,14 +392,15 @@ size_t SparseTable::MemoryBytes() const {
 
 SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
                          const Optimizer* optimizer,
-                         const Membership* membership, int quorum)
+                         const Membership* membership, int quorum,
+                         MemoryBudget* budget)
     : BarrierUnit(table_id, 0, absl::StrCat("sparse table ", spec.name()),
                   "table", membership, quorum),
       name_(spec.name()),
       evict_after_(spec.sparse().evict_after_steps()),
       options_(spec.sparse()),
       optimizer_(optimizer),
-      rows_(spec.sparse(), optimizer) {}
+      rows_(spec.sparse(), optimizer, SparseTable::kDefaultStripes, budget) {}
 
 absl::Status SparseShard::Verify(absl::string_view blob) const {
   // Deserialize empties the table it fails on: load into a scratch one.

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
+#include "pserver/memory_budget.h"
 #include "pserver/optimizer.h"
 #include "pserver/step_barrier.h"
 
@@ -25,6 +26,7 @@ struct SparseCounters {
   int64_t created = 0;          // rows created
   int64_t evicted = 0;          // rows removed by eviction
   int64_t dropped_updates = 0;  // gradients of keys not yet admitted
+  int64_t refused_rows = 0;     // new rows past --max_memory_mb, dropped
 };
 
 // The rows of one sparse table that one pserver holds: uint64 key to `dim`
@@ -38,11 +40,20 @@ struct SparseCounters {
 class SparseTable {
  public:
   static constexpr int kDefaultStripes = 64;
-  static constexpr int kRowsPerChunk = 1024;
+  // Rows are allocated in chunks of at most this many rows and (unless one
+  // row is larger) this many bytes.
+  static constexpr int kMaxRowsPerChunk = 1024;
+  static constexpr int64_t kChunkBytes = 256 << 10;
 
-  // REQUIRES: options.dim() > 0. `optimizer` must outlive the table.
+  // REQUIRES: options.dim() > 0. `optimizer` must outlive the table, and
+  // `budget` (may be null: no limit) too. A row chunk is allocated only
+  // when `budget` has room for it; otherwise new rows are refused (their
+  // gradients dropped and counted as refused_rows, with a warning).
   SparseTable(const SparseTableOptions& options, const Optimizer* optimizer,
-              int num_stripes = kDefaultStripes);
+              int num_stripes = kDefaultStripes,
+              MemoryBudget* budget = nullptr);
+  // Gives back to the budget what the table holds.
+  ~SparseTable();
 
   SparseTable(const SparseTable&) = delete;
   SparseTable& operator=(const SparseTable&) = delete;
@@ -88,8 +99,9 @@ class SparseTable {
   void Serialize(std::string* out) const;
   // Replaces every row and sighting with those of `data` (from Serialize of
   // a table with the same dim and optimizer) and clears the accumulators.
-  // DataLoss when `data` is malformed or its dim or state width differs; the
-  // table is then left empty.
+  // DataLoss when `data` is malformed or its dim or state width differs,
+  // RESOURCE_EXHAUSTED when its rows do not fit in the budget; the table is
+  // then left empty.
   absl::Status Deserialize(absl::string_view data);
 
   SparseCounters counters() const;
@@ -122,14 +134,22 @@ class SparseTable {
     int64_t created ABSL_GUARDED_BY(mu) = 0;
     int64_t evicted ABSL_GUARDED_BY(mu) = 0;
     int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+    int64_t refused ABSL_GUARDED_BY(mu) = 0;
+    // Bytes of chunks and accumulators counted in the budget.
+    int64_t reserved ABSL_GUARDED_BY(mu) = 0;
   };
+  static constexpr uint32_t kNoRow = UINT32_MAX;
 
   Stripe& StripeOf(uint64_t key) const;
-  // Empties `s`.
-  static void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Empties `s`, giving its memory back to the budget.
+  void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // The sync accumulators of `s`, emptied.
+  void ClearAccumulators(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The row's floats: value, then each optimizer slot.
-  static float* RowPtr(const Stripe& s, uint32_t slot, int row_floats)
+  float* RowPtr(const Stripe& s, uint32_t slot) const
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // A new row for `key`, or kNoRow when the budget has no room for the
+  // chunk it needs.
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Applies one update to `key` (admission included).
   void ApplyOne(Stripe& s, int64_t step, uint64_t key, const float* grad,
@@ -138,6 +158,8 @@ class SparseTable {
 
   const int dim_;
   const int row_floats_;  // dim * (1 + optimizer slots)
+  const int rows_per_chunk_;
+  MemoryBudget* const budget_;
   const SparseTableOptions options_;
   const Optimizer* const optimizer_;
   mutable std::vector<Stripe> stripes_;
@@ -155,7 +177,7 @@ class SparseShard final : public BarrierUnit {
   // `optimizer` and `membership` must outlive the shard.
   SparseShard(uint32_t table_id, const TableSpec& spec,
               const Optimizer* optimizer, const Membership* membership,
-              int quorum);
+              int quorum, MemoryBudget* budget = nullptr);
 
   // Whether `blob` (a checkpoint of this table, SparseTable::Serialize)
   // would load: DATA_LOSS otherwise. Changes nothing.

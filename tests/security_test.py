@@ -21,6 +21,7 @@ import time
 import testlib
 
 REPO = testlib.REPO
+MAX_MEMORY_MB = 64
 
 
 def tool(name):
@@ -101,7 +102,7 @@ class SecurityTest(testlib.ProcessTestCase):
             p, port, _ = self.start_pserver("ps%d" % i, [auth], num_trainers=2)
             pservers.append(p)
             ports.append(port)
-        self.assertIn("(token, plaintext)", self.read("ps0.log"))
+        self.assertIn("(token, plaintext;", self.read("ps0.log"))
         trainers = self.start_trainers(ports, [auth, "--mode=sync",
                                                "--num_passes=2"])
         fuzz = self.fuzz(ports, auth, "--without_token", "--requests=3000",
@@ -140,7 +141,7 @@ class SecurityTest(testlib.ProcessTestCase):
 
         p, port, _ = self.start_pserver("mtls", tls(ours, "server"),
                                         num_trainers=2)
-        self.assertIn("(no token, mutual TLS)", self.read("mtls.log"))
+        self.assertIn("(no token, mutual TLS;", self.read("mtls.log"))
         trainers = self.start_trainers([port], tls(ours, "client") +
                                        ["--max_steps=60"])
         for t in trainers:
@@ -165,7 +166,9 @@ class SecurityTest(testlib.ProcessTestCase):
         pservers, ports = [], []
         for i in range(2):
             p, port, _ = self.start_pserver(
-                "ps%d" % i, [auth, "--max_pull_wait_s=2"], num_trainers=2)
+                "ps%d" % i, [auth, "--max_pull_wait_s=2",
+                             "--max_memory_mb=%d" % MAX_MEMORY_MB],
+                num_trainers=2)
             pservers.append(p)
             ports.append(port)
         trainers = self.start_trainers(ports, [auth, "--mode=sync",
@@ -187,8 +190,11 @@ class SecurityTest(testlib.ProcessTestCase):
             log = self.read("ps%d.log" % i)
             self.assertNotRegex(log, r"Check failed|terminate called|"
                                 r"AddressSanitizer|bad_alloc")
+        # docs/security.md: resident memory stays under --max_memory_mb
+        # plus 384 MiB (gRPC's 256 MiB transport quota, parsing, threads).
         for kib in peak:
-            self.assertLess(kib, 256 * 1024, "pserver peak RSS %d KiB" % kib)
+            self.assertLess(kib, (MAX_MEMORY_MB + 384) * 1024,
+                            "pserver peak RSS %d KiB" % kib)
 
 
 if __name__ == "__main__":
