@@ -307,5 +307,112 @@ TEST_F(HostileRequestTest, WaitingPullsAreBounded) {
   store_->CancelAllWaiters(absl::CancelledError("test over"));
 }
 
+// Finding: "finite gradients that sum to infinity are applied".
+TEST_F(HostileRequestTest, GradientsWhoseSumCouldOverflowAreRefused) {
+  StartJob();
+  PushRequest req;
+  req.set_trainer_id(0);
+  req.set_request_id(1);
+  DenseBlock* b = req.add_blocks();
+  b->set_values(FloatBytes({3e38f, 0, 0, 0}));
+  PushResponse resp;
+  // Two trainers: each value must stay within FLT_MAX / 2.
+  ExpectCode(handler_->Push(req, &resp), absl::StatusCode::kInvalidArgument,
+             "gradient value 0 is 3e+38, beyond +-1.70141e+38");
+  b->set_values(FloatBytes({1.7e38f, 0, 0, 0}));
+  req.set_request_id(2);
+  EXPECT_TRUE(handler_->Push(req, &resp).ok());
+  EXPECT_EQ(W(), w0_);  // the step waits for trainer 1
+}
+
+// Finding: "a sync sparse push announcing 2^31-1 chunks stalls the step
+// for good" (the bound; a trainer that then sends too few is dropped by
+// TrainerThatStallsTheStepIsDropped below).
+TEST_F(HostileRequestTest, SparseChunkCountIsBounded) {
+  StartJob();
+  PushRequest req;
+  req.set_trainer_id(0);
+  req.set_request_id(1);
+  SparseRows* rows = req.add_sparse();
+  rows->set_table_id(2);
+  rows->set_num_chunks(2147483647);
+  rows->set_keys(KeyBytes({1}));
+  rows->set_values(FloatBytes(std::vector<float>(1 << 16, 0.5f)));
+  PushResponse resp;
+  ExpectCode(handler_->Push(req, &resp), absl::StatusCode::kInvalidArgument,
+             "num_chunks must be in [1, 65536], got 2147483647");
+}
+
+// A sync pull may ask for the next version, not one further on.
+TEST_F(HostileRequestTest, SyncPullFarAheadIsRefused) {
+  StartJob();
+  PullRequest req;
+  req.set_min_version(1000000000000000);
+  req.add_blocks()->set_block(0);
+  PullResponse resp;
+  ExpectCode(Pull(req, &resp), absl::StatusCode::kInvalidArgument,
+             "a trainer is at most one step ahead");
+  EXPECT_EQ(store_->waiting_pulls(), 0u);
+}
+
+class AsyncHostileRequestTest : public HostileRequestTest {
+ protected:
+  // Sparse table "e" (dim 2) evicting rows not updated for 10 steps; two
+  // registered trainers.
+  void StartAsyncJob() {
+    TableSpec e = testing::SparseTableSpec("e", 2, testing::Sgd(0.5f));
+    e.mutable_sparse()->set_evict_after_steps(10);
+    InitJobRequest init;
+    *init.mutable_job() = testing::MakeJobSpec(ASYNC, 2, {e});
+    InitJobResponse iresp;
+    ASSERT_TRUE(handler_->InitJob(init, &iresp).ok());
+    CommitInitResponse cresp;
+    ASSERT_TRUE(handler_->CommitInit(CommitInitRequest(), &cresp).ok());
+    for (int k = 0; k < 2; ++k) {
+      RegisterRequest reg;
+      reg.set_trainer_id(k);
+      RegisterResponse rresp;
+      ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
+    }
+  }
+  absl::Status PushRow(int trainer, int64_t step, uint64_t key) {
+    PushRequest req;
+    req.set_trainer_id(trainer);
+    req.set_step(step);
+    req.set_request_id(++request_id_);
+    SparseRows* rows = req.add_sparse();
+    rows->set_keys(KeyBytes({key}));
+    rows->set_values(FloatBytes({1, 1}));
+    PushResponse resp;
+    return handler_->Push(req, &resp);
+  }
+  uint64_t request_id_ = 0;
+};
+
+// Finding: "an async sparse push tagged step 10^15 evicts every row of the
+// table, and eviction never runs again".
+TEST_F(AsyncHostileRequestTest, StepFarAheadIsRefusedAndEvictsNothing) {
+  StartAsyncJob();
+  for (int64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(PushRow(0, step, 1).ok());
+    ASSERT_TRUE(PushRow(1, step, 2).ok());
+  }
+  ExpectCode(PushRow(1, 1000000000000000, 3),
+             absl::StatusCode::kInvalidArgument,
+             "a trainer moves at most 65536 steps between two");
+  // Within the bound, a trainer far ahead of the other still evicts
+  // nothing: eviction follows the slowest trainer.
+  ASSERT_TRUE(PushRow(1, 60000, 3).ok());
+  ASSERT_TRUE(PushRow(1, 60001, 4).ok());
+  EXPECT_EQ(store_->SparseStats()[0].counters.evicted, 0);
+  EXPECT_EQ(store_->SparseStats()[0].counters.rows, 4);
+  // When both have moved on, rows idle for 10 steps go.
+  for (int64_t step = 3; step < 30; ++step) {
+    ASSERT_TRUE(PushRow(0, step, 5).ok());
+  }
+  ASSERT_TRUE(PushRow(1, 60002, 5).ok());
+  EXPECT_GT(store_->SparseStats()[0].counters.evicted, 0);
+}
+
 }  // namespace
 }  // namespace shardps

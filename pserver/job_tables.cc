@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
@@ -12,11 +13,16 @@
 namespace shardps {
 namespace {
 
-// The position and kind of the first non-finite value of `v`, for a message.
-std::string FirstNonFinite(absl::Span<const float> v) {
+// The position and kind of the first value of `v` beyond `bound`, for a
+// message.
+std::string FirstOutOfRange(absl::Span<const float> v, float bound) {
   for (size_t j = 0; j < v.size(); ++j) {
     if (!std::isfinite(v[j])) {
       return absl::StrCat(j, " is ", std::isnan(v[j]) ? "NaN" : "Inf");
+    }
+    if (std::fabs(v[j]) > bound) {
+      return absl::StrCat(j, " is ", v[j], ", beyond +-", bound,
+                          " (the sum of every trainer's could overflow)");
     }
   }
   return "";
@@ -169,6 +175,7 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   }
   jt->bytes_ = bytes;
   jt->budget_ = budget;
+  jt->max_gradient_ = std::numeric_limits<float>::max() / job.num_trainers();
   const int quorum = job.replicas_to_aggregate();
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockId& id = blocks[i];
@@ -219,11 +226,11 @@ absl::Status JobTables::ResolveDensePush(absl::Span<const BlockData> grads,
       st = absl::InvalidArgumentError(absl::StrCat(
           "table ", name, " block ", g.block, ": gradient has ",
           g.values.size(), " values, the block has ", (*b)->size()));
-    } else if (!AllFinite(g.values.data(), g.values.size())) {
-      st = absl::InvalidArgumentError(
-          absl::StrCat("table ", name, " block ", g.block, ": gradient value ",
-                       FirstNonFinite(g.values), " (trainer ", trainer_id,
-                       ", step ", step, "); nothing was applied"));
+    } else if (!AllWithin(g.values.data(), g.values.size(), max_gradient_)) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "table ", name, " block ", g.block, ": gradient value ",
+          FirstOutOfRange(g.values, max_gradient_), " (trainer ", trainer_id,
+          ", step ", step, "); nothing was applied"));
     }
     parts->push_back(PushPart{*b, PushPayload{g.values, {}, 1}});
   }
@@ -250,14 +257,15 @@ absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
           absl::StrCat("sparse table ", name, ": ", r.keys.size(), " keys but ",
                        r.grads.size(), " values; rows have ", dim,
                        " values each (keys and values of different lengths)"));
-    } else if (sync && r.num_chunks < 1) {
-      st = absl::InvalidArgumentError(
-          absl::StrCat("sparse table ", name,
-                       ": num_chunks must be at least 1, got ", r.num_chunks));
-    } else if (!AllFinite(r.grads.data(), r.grads.size())) {
+    } else if (sync && (r.num_chunks < 1 || r.num_chunks > kMaxChunksPerStep)) {
       st = absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", name, ": a gradient value is NaN or Inf (trainer ",
-          trainer_id, ", step ", step, "); nothing was applied"));
+          "sparse table ", name, ": num_chunks must be in [1, ",
+          kMaxChunksPerStep, "], got ", r.num_chunks));
+    } else if (!AllWithin(r.grads.data(), r.grads.size(), max_gradient_)) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", name, ": gradient value ",
+          FirstOutOfRange(r.grads, max_gradient_), " (trainer ", trainer_id,
+          ", step ", step, "); nothing was applied"));
     }
     seen.clear();
     for (size_t j = 0; st.ok() && j < r.keys.size(); ++j) {

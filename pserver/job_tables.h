@@ -58,6 +58,9 @@ struct PushPart {
 // The most trainers a job may have (the per-trainer state of every unit is
 // sized by it).
 inline constexpr int kMaxTrainers = 1 << 16;
+// The most chunks a trainer may announce for one sparse table in one sync
+// step (each carries up to kMaxChunkBytes).
+inline constexpr int32_t kMaxChunksPerStep = 1 << 16;
 
 // INVALID_ARGUMENT or FAILED_PRECONDITION, naming the field, unless the
 // job-wide fields of `job` are sound: mode, trainer count (in [1,
@@ -101,7 +104,8 @@ class JobTables {
 
   // The units of a dense push from trainer `trainer_id` for `step`, with
   // INVALID_ARGUMENT or NOT_FOUND naming the first bad block (unknown,
-  // wrong length, a NaN or Inf value).
+  // wrong length, a NaN or Inf value, or one beyond FLT_MAX / trainers,
+  // whose sum over a step could overflow).
   absl::Status ResolveDensePush(absl::Span<const BlockData> grads,
                                 int trainer_id, int64_t step,
                                 std::vector<PushPart>* parts) const;
@@ -148,6 +152,9 @@ class JobTables {
   std::vector<BarrierUnit*> units_;
   int64_t bytes_ = 0;
   MemoryBudget* budget_ = nullptr;
+  // The largest gradient value accepted: FLT_MAX / trainers, so that a
+  // step's sum stays finite.
+  float max_gradient_ = 0;
 };
 
 }  // namespace shardps

@@ -106,7 +106,7 @@ TEST(JobTablesTest, PushesAreResolvedOrRefusedWhole) {
   keys = {3, 4};
   sparse = {{1, keys, rows, 0}};
   s = (*t)->ResolveSparsePush(sparse, 0, 0, /*sync=*/true, &parts);
-  EXPECT_NE(s.message().find("num_chunks must be at least 1"),
+  EXPECT_NE(s.message().find("num_chunks must be in [1, 65536]"),
             std::string::npos)
       << s;
 }

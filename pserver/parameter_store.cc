@@ -158,7 +158,7 @@ absl::Status ParameterStore::CheckPushStart(int trainer_id,
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("negative step ", step));
   }
-  return absl::OkStatus();
+  return staleness_->CheckPushStep(trainer_id, step);
 }
 
 absl::Status ParameterStore::Push(int trainer_id, int64_t step,
@@ -241,9 +241,12 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
   for (const PushPart& p : parts) units.push_back(p.unit);
   UnitLocks locks(units);
   if (!sync_) {
+    const int64_t job_step = staleness_->SlowestLiveClock();
     for (const PushPart& p : parts) {
       p.unit->mu.AssertHeld();
-      p.unit->ApplyNow(step, p.payload);
+      PushPayload payload = p.payload;
+      payload.job_step = job_step;
+      p.unit->ApplyNow(step, payload);
       ++updates_;
     }
     return absl::OkStatus();
@@ -356,8 +359,18 @@ void ParameterStore::StartPull(const WaiterPtr& w, uint64_t generation) {
       if (staleness_->PassOrHold(w)) w->pending.fetch_sub(1);
       for (const PullTarget& t : w->targets) {
         absl::MutexLock l(&t.unit->mu);
-        if (!sync_ || t.unit->barrier.version() >= w->min_version) {
+        const int64_t version = t.unit->barrier.version();
+        if (!sync_ || version >= w->min_version) {
           w->pending.fetch_sub(1);
+        } else if (w->min_version > version + 1) {
+          // No trainer is more than one step ahead of a unit: it pulled
+          // the unit's version before pushing the step that is missing.
+          // (Holds made before are let go once the pull is answered.)
+          st = absl::InvalidArgumentError(absl::StrCat(
+              "pull for version ", w->min_version, " of ", t.unit->name(),
+              ", which is at version ", version,
+              ": a trainer is at most one step ahead; refused"));
+          break;
         } else {
           t.unit->barrier.Hold(w->min_version, w);
         }

@@ -402,7 +402,7 @@ TEST_F(SparseStoreTest, BadSparseRequestsAreRefusedAndChangeNothing) {
   expect(Push(0, 0, {1, 2}, {1, 1, 1}), absl::StatusCode::kInvalidArgument,
          "keys and values of different lengths");
   expect(Push(0, 0, {1, 2}, {1, 1, std::nanf(""), 1}),
-         absl::StatusCode::kInvalidArgument, "NaN or Inf");
+         absl::StatusCode::kInvalidArgument, "is NaN");
   expect(Push(0, 0, {1, 1}, {1, 1, 1, 1}), absl::StatusCode::kInvalidArgument,
          "appears twice");
   expect(Push(3, 0, {1}, {1, 1}), absl::StatusCode::kInvalidArgument,

@@ -423,10 +423,13 @@ void SparseShard::ApplyNow(int64_t step, const PushPayload& p) {
   const float one[] = {1.0f};
   rows_.Apply(step, p.keys, p.values, one);
   barrier.Bump();
+  // Paced by the slowest live trainer, not by this push's step: one
+  // client's step cannot evict the others' rows.
+  const int64_t now = p.job_step;
   if (evict_after_ > 0 &&
-      step >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
-    last_evict_step_ = step;
-    Evict(step);
+      now >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
+    last_evict_step_ = now;
+    Evict(now);
   }
 }
 

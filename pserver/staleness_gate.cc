@@ -80,6 +80,27 @@ std::string StalenessGate::DescribeWait(const PullWaiter& w) const {
       ": waiting for trainer(s) ", absl::StrJoin(slow, ","));
 }
 
+int64_t StalenessGate::SlowestLiveClock() const {
+  absl::MutexLock l(&mu_);
+  int64_t slowest = INT64_MAX;
+  for (int k = 0; k < membership_->num_trainers(); ++k) {
+    if (membership_->Live(k)) slowest = std::min(slowest, clocks_[k]);
+  }
+  return slowest == INT64_MAX ? 0 : slowest;
+}
+
+absl::Status StalenessGate::CheckPushStep(int k, int64_t step) const {
+  if (!async_) return absl::OkStatus();
+  absl::MutexLock l(&mu_);
+  if (step > clocks_[k] + kMaxStepLead) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push for step ", step, " from trainer ", k, ": its pushes here have ",
+        "reached step ", clocks_[k], ", and a trainer moves at most ",
+        kMaxStepLead, " steps between two; refused"));
+  }
+  return absl::OkStatus();
+}
+
 int64_t StalenessGate::clock(int k) const {
   absl::MutexLock l(&mu_);
   return clocks_[k];

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/membership.h"
@@ -36,6 +37,12 @@ class StalenessGate {
   std::string DescribeWait(const PullWaiter& w) const;
 
   int64_t clock(int k) const;
+  // ASYNC: the lowest clock of the live trainers (0 when none is live).
+  int64_t SlowestLiveClock() const;
+  // ASYNC: INVALID_ARGUMENT for a push of trainer k more than kMaxStepLead
+  // steps past its clock; OK in SYNC mode (the barrier checks steps there).
+  absl::Status CheckPushStep(int k, int64_t step) const;
+  static constexpr int64_t kMaxStepLead = 1 << 16;
   // Checkpoints: every trainer's clock.
   void AddTo(CheckpointInfo* info) const;
   // Takes the clocks of a checkpoint (when it has one per trainer) and hands

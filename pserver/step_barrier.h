@@ -104,6 +104,9 @@ struct PushPayload {
   absl::Span<const float> values;
   absl::Span<const uint64_t> keys;
   int32_t num_chunks = 1;
+  // ASYNC: the step of the slowest live trainer, which paces eviction (a
+  // push's own step is the client's word).
+  int64_t job_step = 0;
 };
 
 // Receives a pulled dense block, under that block's lock.
