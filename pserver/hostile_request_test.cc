@@ -343,6 +343,43 @@ TEST_F(HostileRequestTest, SparseChunkCountIsBounded) {
              "num_chunks must be in [1, 65536], got 2147483647");
 }
 
+// Finding: "a trainer that heartbeats but never pushes is never dropped".
+TEST_F(HostileRequestTest, TrainerThatStallsTheStepIsDropped) {
+  StartJob();
+  for (int k = 0; k < 2; ++k) {
+    RegisterRequest reg;
+    reg.set_trainer_id(k);
+    RegisterResponse rresp;
+    ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
+  }
+  PushRequest push;
+  push.set_trainer_id(0);
+  push.set_request_id(1);
+  push.add_blocks()->set_values(FloatBytes({1, 1, 1, 1}));
+  DenseBlock* b1 = push.add_blocks();
+  b1->set_block(1);
+  b1->set_values(FloatBytes({1, 1}));
+  PushResponse resp;
+  ASSERT_TRUE(handler_->Push(push, &resp).ok());
+  // Trainer 1 only heartbeats (and trainer 0 too, waiting for the step).
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(absl::Seconds(10));
+    for (int k = 0; k < 2; ++k) {
+      HeartbeatRequest hb;
+      hb.set_trainer_id(k);
+      HeartbeatResponse hresp;
+      // Trainer 1's are refused once it is dropped.
+      absl::Status s = handler_->Heartbeat(hb, &hresp);
+      if (k == 0) ASSERT_TRUE(s.ok()) << s;
+    }
+    store_->Sweep(clock_.Now());
+    if (i < 5) ASSERT_EQ(store_->LiveTrainers().size(), 2u) << i;
+  }
+  EXPECT_EQ(store_->LiveTrainers(), std::vector<int>{0});
+  // The step went ahead with trainer 0's gradient (SGD, lr 0.5).
+  EXPECT_EQ(W(), (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f}));
+}
+
 // A sync pull may ask for the next version, not one further on.
 TEST_F(HostileRequestTest, SyncPullFarAheadIsRefused) {
   StartJob();

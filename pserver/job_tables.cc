@@ -227,10 +227,10 @@ absl::Status JobTables::ResolveDensePush(absl::Span<const BlockData> grads,
           "table ", name, " block ", g.block, ": gradient has ",
           g.values.size(), " values, the block has ", (*b)->size()));
     } else if (!AllWithin(g.values.data(), g.values.size(), max_gradient_)) {
-      st = absl::InvalidArgumentError(absl::StrCat(
-          "table ", name, " block ", g.block, ": gradient value ",
-          FirstOutOfRange(g.values, max_gradient_), " (trainer ", trainer_id,
-          ", step ", step, "); nothing was applied"));
+      st = absl::InvalidArgumentError(
+          absl::StrCat("table ", name, " block ", g.block, ": gradient value ",
+                       FirstOutOfRange(g.values, max_gradient_), " (trainer ",
+                       trainer_id, ", step ", step, "); nothing was applied"));
     }
     parts->push_back(PushPart{*b, PushPayload{g.values, {}, 1}});
   }
@@ -258,14 +258,14 @@ absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
                        r.grads.size(), " values; rows have ", dim,
                        " values each (keys and values of different lengths)"));
     } else if (sync && (r.num_chunks < 1 || r.num_chunks > kMaxChunksPerStep)) {
-      st = absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", name, ": num_chunks must be in [1, ",
-          kMaxChunksPerStep, "], got ", r.num_chunks));
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": num_chunks must be in [1, ",
+                       kMaxChunksPerStep, "], got ", r.num_chunks));
     } else if (!AllWithin(r.grads.data(), r.grads.size(), max_gradient_)) {
-      st = absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", name, ": gradient value ",
-          FirstOutOfRange(r.grads, max_gradient_), " (trainer ", trainer_id,
-          ", step ", step, "); nothing was applied"));
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": gradient value ",
+                       FirstOutOfRange(r.grads, max_gradient_), " (trainer ",
+                       trainer_id, ", step ", step, "); nothing was applied"));
     }
     seen.clear();
     for (size_t j = 0; st.ok() && j < r.keys.size(); ++j) {

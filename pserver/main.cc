@@ -30,7 +30,9 @@ DEFINE_int32(max_pull_wait_s, 20,
 
 DEFINE_int32(trainer_timeout, 60,
              "a registered trainer silent this many seconds (no heartbeat, "
-             "pull or push) is dropped from the barrier; 0 = never");
+             "pull or push), or one that has not sent its part of a sync "
+             "step this long after another did, is dropped from the "
+             "barrier; 0 = never");
 DEFINE_string(checkpoint_dir, "",
               "directory for this pserver's checkpoints; the newest complete "
               "one is loaded at start. Empty: no checkpoints");

@@ -227,6 +227,23 @@ int Membership::DropSilent(absl::Time now, absl::Duration timeout) {
   return dropped;
 }
 
+bool Membership::DropStalling(int k, int64_t step, absl::Duration waited) {
+  absl::MutexLock l(&mu_);
+  Member& m = members_[k];
+  if (m.state != State::kActive) return false;
+  m.state = State::kDropped;
+  Publish(k);
+  required_from_[k].store(INT64_MAX);
+  ++dropped_;
+  LOG(WARNING) << "trainer " << k << " (incarnation " << m.incarnation
+               << ") has not sent its part of step " << step << " for "
+               << absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1)))
+               << " while the others wait (--trainer_timeout): dropped from "
+               << "the job; " << LiveTrainers().size() << " of "
+               << num_trainers_ << " trainers go on";
+  return true;
+}
+
 void Membership::AddTo(CheckpointInfo* info) const {
   absl::MutexLock l(&mu_);
   for (int k = 0; k < num_trainers_; ++k) {

@@ -100,6 +100,10 @@ class Membership {
   // Drops every active trainer silent for `timeout` as of `now`, logging
   // each; returns how many.
   int DropSilent(absl::Time now, absl::Duration timeout);
+  // Drops active trainer k, which heartbeats but has not sent its part of
+  // step `step` for `waited` while the others wait; returns whether it was
+  // active.
+  bool DropStalling(int k, int64_t step, absl::Duration waited);
 
   // Checkpoints: the trainers that left or were dropped.
   void AddTo(CheckpointInfo* info) const;

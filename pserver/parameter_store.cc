@@ -276,6 +276,7 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
       ++duplicates_;
       continue;
     }
+    if (r.first) u->barrier.set_started(clock_->Now());
     u->Accumulate(p, r.first);
     if (r.arrival == StepBarrier::Arrival::kTrainerDone &&
         u->barrier.Complete()) {
@@ -366,10 +367,10 @@ void ParameterStore::StartPull(const WaiterPtr& w, uint64_t generation) {
           // No trainer is more than one step ahead of a unit: it pulled
           // the unit's version before pushing the step that is missing.
           // (Holds made before are let go once the pull is answered.)
-          st = absl::InvalidArgumentError(absl::StrCat(
-              "pull for version ", w->min_version, " of ", t.unit->name(),
-              ", which is at version ", version,
-              ": a trainer is at most one step ahead; refused"));
+          st = absl::InvalidArgumentError(
+              absl::StrCat("pull for version ", w->min_version, " of ",
+                           t.unit->name(), ", which is at version ", version,
+                           ": a trainer is at most one step ahead; refused"));
           break;
         } else {
           t.unit->barrier.Hold(w->min_version, w);
@@ -424,6 +425,9 @@ void ParameterStore::Sweep(absl::Time now) {
     }
     ReleaseAll(released);
   }
+  if (ready() && sync_ && timeout > absl::ZeroDuration()) {
+    DropStalling(now, timeout);
+  }
   std::vector<WaiterPtr> expired, to_report;
   waiters_.Scan(now, options_.max_pull_wait, options_.report_after, &expired,
                 &to_report);
@@ -444,6 +448,30 @@ void ParameterStore::Sweep(absl::Time now) {
                "pserver waited ", absl::FormatDuration(now - w->start), " for ",
                what.empty() ? "the step" : what)));
   }
+}
+
+void ParameterStore::DropStalling(absl::Time now, absl::Duration timeout) {
+  // Trainers that heartbeat but have not sent their part of a step that
+  // others started `timeout` ago: dropped as silent ones are.
+  std::vector<int> missing;
+  int64_t step = 0;
+  for (BarrierUnit* u : tables_->units()) {
+    absl::MutexLock l(&u->mu);
+    if (u->barrier.assembling() && now - u->barrier.started() >= timeout) {
+      u->barrier.AppendMissing(&missing);
+      step = u->barrier.version();
+    }
+  }
+  if (missing.empty()) return;
+  std::vector<WaiterPtr> released;
+  {
+    absl::MutexLock g(&gate_);
+    bool dropped = false;
+    for (int k : missing)
+      dropped |= membership_->DropStalling(k, step, timeout);
+    if (dropped) RecheckBarriers(&released);
+  }
+  ReleaseAll(released);
 }
 
 size_t ParameterStore::TEST_HeldPulls() const {

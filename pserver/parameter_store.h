@@ -247,6 +247,8 @@ class ParameterStore {
   // Answers the released pulls (outside every lock).
   void ReleaseAll(const std::vector<WaiterPtr>& ready);
   std::string DescribeWait(const PullWaiter& w) const;
+  // Sweep: drops the trainers that hold a sync step back for `timeout`.
+  void DropStalling(absl::Time now, absl::Duration timeout);
   // Restore's half that changes the store, after every blob was parsed.
   void RestoreLocked(const CheckpointInfo& info, bool running,
                      ParsedSnapshot parsed, uint64_t generation,

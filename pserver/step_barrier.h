@@ -77,6 +77,11 @@ class StepBarrier {
   void Reset(int64_t version, std::vector<WaiterPtr>* dropped);
   // Pulls held (tests).
   size_t held() const { return held_.size(); }
+  // When the first part of the step being assembled arrived (set by the
+  // caller, which has the clock), and whether one has.
+  void set_started(absl::Time t) { started_ = t; }
+  bool assembling() const { return num_received_ > 0; }
+  absl::Time started() const { return started_; }
   // Adds to *missing the trainers whose part of the current step is
   // missing.
   void AppendMissing(std::vector<int>* missing) const;
@@ -94,6 +99,7 @@ class StepBarrier {
   std::vector<uint8_t> done_;
   int num_done_ = 0;
   int num_received_ = 0;  // chunks of any trainer
+  absl::Time started_;
   std::vector<std::pair<int64_t, WaiterPtr>> held_;
 };
 
