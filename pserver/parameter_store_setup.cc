@@ -151,8 +151,14 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
   if (!running) {
     auto st = InitJob(info.job(), ids);
     if (!st.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint: ", st.status().message()));
+      // A spec no chief could send is a damaged checkpoint (DATA_LOSS); one
+      // this pserver's flags refuse (--num_gradient_servers,
+      // --max_memory_mb) keeps its code.
+      const absl::StatusCode code =
+          absl::IsInvalidArgument(st.status()) ? absl::StatusCode::kDataLoss
+                                               : st.status().code();
+      return absl::Status(code,
+                          absl::StrCat("checkpoint: ", st.status().message()));
     }
   } else if (!google::protobuf::util::MessageDifferencer::Equals(info.job(),
                                                                  job_) ||

@@ -57,31 +57,43 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
     LOG(WARNING) << (start ? "" : "rollback: ")
                  << "the last checkpoint write had failed: " << s;
   }
-  absl::StatusOr<StoreSnapshot> snap = LoadTarget(checkpointer, target);
-  if (start && absl::IsNotFound(snap.status())) {
-    // None verifies: keep any damaged ones out of the way.
-    RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(-1));
-    return snap.status();
+  for (;;) {
+    absl::StatusOr<StoreSnapshot> snap = LoadTarget(checkpointer, target);
+    if (start && absl::IsNotFound(snap.status())) {
+      // None verifies: keep any damaged ones out of the way.
+      RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(-1));
+      return snap.status();
+    }
+    RETURN_IF_ERROR(snap.status());
+    const int64_t step = snap->info.step();
+    ASSIGN_OR_RETURN(const uint64_t generation,
+                     TargetGeneration(checkpointer, target, *snap));
+    // At start the damaged newer checkpoints go aside before anything else
+    // changes; on a rollback the abandoned timeline goes once the store
+    // holds the step.
+    if (start) RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(step));
+    RETURN_IF_ERROR(checkpointer->WriteGeneration(generation));
+    absl::Status s = store->Restore(*snap, generation);
+    if (start && absl::IsDataLoss(s)) {
+      // It verified but does not hold a job this pserver can load (a blob
+      // that does not parse, a spec no chief could send): set aside like a
+      // torn one, and the one before it is tried.
+      LOG(ERROR) << "--checkpoint_dir " << checkpointer->dir()
+                 << ": the checkpoint of step " << step
+                 << " verifies but cannot be loaded (" << s.message()
+                 << "); set aside, trying the one before it";
+      RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(step - 1));
+      continue;
+    }
+    if (s.ok() && !start) s = checkpointer->DiscardNewerThan(step);
+    if (!s.ok() && start) {
+      return absl::DataLossError(
+          absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
+                       ": cannot restore step ", step, ": ", s.message()));
+    }
+    RETURN_IF_ERROR(s);
+    return step;
   }
-  RETURN_IF_ERROR(snap.status());
-  const int64_t step = snap->info.step();
-  ASSIGN_OR_RETURN(const uint64_t generation,
-                   TargetGeneration(checkpointer, target, *snap));
-  // At start the damaged newer checkpoints go aside before anything else
-  // changes; on a rollback the abandoned timeline goes once the store holds
-  // the step.
-  absl::Status s =
-      start ? checkpointer->QuarantineNewerThan(step) : absl::OkStatus();
-  if (s.ok()) s = checkpointer->WriteGeneration(generation);
-  if (s.ok()) s = store->Restore(*snap, generation);
-  if (s.ok() && !start) s = checkpointer->DiscardNewerThan(step);
-  if (!s.ok() && start) {
-    return absl::DataLossError(
-        absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
-                     ": cannot restore step ", step, ": ", s.message()));
-  }
-  RETURN_IF_ERROR(s);
-  return step;
 }
 
 }  // namespace shardps

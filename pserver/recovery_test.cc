@@ -100,6 +100,42 @@ TEST_F(RecoveryTest,
   EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2}));
 }
 
+// Finding: "a CRC-valid but malformed newest checkpoint stops the pserver
+// from starting instead of falling back to the previous one".
+TEST_F(RecoveryTest, AtStartAVerifiedButMalformedNewestIsSetAside) {
+  auto store = NewStore();
+  for (int64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(RunStep(store.get(), step).ok());
+  }
+  // Step 4: a blob that does not parse; step 5: a spec no chief could send.
+  // Both verify: their checksums are those of what was written.
+  auto four = store->Snapshot(3);
+  ASSERT_TRUE(four.ok());
+  four->info.set_step(4);
+  four->files[0].second.resize(7);
+  checkpointer_.Save(*four);
+  auto five = store->Snapshot(3);
+  five->info.set_step(5);
+  five->info.mutable_job()->set_num_trainers(2147483647);
+  checkpointer_.Save(*five);
+  ASSERT_TRUE(checkpointer_.Flush().ok());
+  ASSERT_EQ(Steps(), (std::vector<int64_t>{3, 4, 5}));  // keep = 3
+
+  ParameterStore fresh(Options());
+  auto step = RecoverFromCheckpoint(&checkpointer_, &fresh, RecoveryTarget{});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 3);
+  EXPECT_EQ(GetState(&fresh), states_[2]);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{3}));
+  for (int64_t bad : {4, 5}) {
+    EXPECT_TRUE(Env::Default()
+                    ->FileExists(JoinPath(dir_, CheckpointDirName(bad)) +
+                                 ".damaged")
+                    .ok())
+        << bad;
+  }
+}
+
 TEST_F(RecoveryTest, AtStartNothingToLoadIsNotFound) {
   testing::ScopedTempDir empty("recovery_empty");
   Checkpointer none(Env::Default(), empty.Path("ckpt"));
