@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +12,11 @@
 #include "glog/logging.h"
 
 namespace shardps {
+namespace {
+
+constexpr char kAbandonedSuffix[] = ".abandoned";
+
+}  // namespace
 
 Checkpointer::Checkpointer(Env* env, std::string dir, int keep)
     : env_(env), dir_(std::move(dir)), writer_(env, dir_, keep) {}
@@ -143,18 +149,28 @@ absl::Status Checkpointer::WriteGeneration(uint64_t generation) {
   return s;
 }
 
-absl::Status Checkpointer::DiscardNewerThan(int64_t step) {
+absl::Status Checkpointer::SetAsideNewerThan(int64_t step) {
   absl::MutexLock l(&mu_);
   JoinWriter();
+  std::vector<std::string> children;
+  absl::Status st = env_->GetChildren(dir_, &children);
+  if (!st.ok()) return st;
+  for (const std::string& name : children) {
+    if (!absl::EndsWith(name, kAbandonedSuffix)) continue;
+    st = env_->DeleteDir(JoinPath(dir_, name));
+    if (!st.ok()) return st;
+  }
   auto steps = CheckpointReader(env_, dir_).ListComplete();
   if (!steps.ok()) return steps.status();
   for (int64_t s : *steps) {
     if (s <= step) continue;
-    absl::Status st =
-        env_->DeleteDir(absl::StrCat(dir_, "/", CheckpointDirName(s)));
+    const std::string from = JoinPath(dir_, CheckpointDirName(s));
+    const std::string to = from + kAbandonedSuffix;
+    st = env_->RenameFile(from, to);
     if (!st.ok()) return st;
-    LOG(INFO) << "removed checkpoint of step " << s
-              << " (after the rollback to step " << step << ")";
+    LOG(WARNING) << "checkpoint of step " << s << " set aside as " << to
+                 << " (the rollback to step " << step
+                 << " abandoned its timeline; deleted at the next rollback)";
   }
   return env_->SyncDir(dir_);
 }

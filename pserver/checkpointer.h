@@ -43,9 +43,11 @@ class Checkpointer {
   // The newest checkpoint that verifies; a damaged newer one is skipped
   // with a warning. NotFound when there is none.
   absl::StatusOr<StoreSnapshot> LoadNewest() const;
-  // Removes the checkpoints of steps after `step` (an abandoned timeline,
-  // after a rollback to `step`).
-  absl::Status DiscardNewerThan(int64_t step);
+  // Sets the checkpoints of steps after `step` aside (an abandoned timeline,
+  // after a rollback to `step`): renamed to ckpt-<step>.abandoned, and
+  // deleted at the next rollback. A rollback someone asked for wrongly
+  // loses no checkpoint for good: an operator can rename them back.
+  absl::Status SetAsideNewerThan(int64_t step);
 
   // Renames every complete-looking checkpoint of a step after `step` to
   // ckpt-<step>.damaged, so that it is neither listed nor chosen for a

@@ -104,15 +104,17 @@ TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
   EXPECT_EQ(Steps(reader), (std::vector<int64_t>{2, 3}));
 }
 
-TEST_F(CheckpointerTest, DiscardNewerThanRemovesTheAbandonedTimeline) {
+TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheAbandonedTimelineOnce) {
   Checkpointer c(Env::Default(), dir_, /*keep=*/3);
   for (const StoreSnapshot& s : snaps_) c.Save(s);
   ASSERT_TRUE(c.Flush().ok());
   ASSERT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
-  ASSERT_TRUE(c.DiscardNewerThan(3).ok());
+  ASSERT_TRUE(c.SetAsideNewerThan(3).ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
-  ASSERT_TRUE(c.DiscardNewerThan(1).ok());
+  ASSERT_TRUE(c.SetAsideNewerThan(1).ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
+  const std::string three = JoinPath(dir_, CheckpointDirName(3));
+  EXPECT_TRUE(Env::Default()->FileExists(three + ".abandoned").ok());
   auto newest = c.LoadNewest();
   ASSERT_TRUE(newest.ok()) << newest.status();
   ExpectSameSnapshot(*newest, snaps_[0]);
@@ -121,6 +123,13 @@ TEST_F(CheckpointerTest, DiscardNewerThanRemovesTheAbandonedTimeline) {
   c.Save(snaps_[1]);
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2}));
+  // The next rollback deletes what the one before set aside.
+  ASSERT_TRUE(c.SetAsideNewerThan(1).ok());
+  EXPECT_FALSE(Env::Default()->FileExists(three + ".abandoned").ok());
+  EXPECT_TRUE(
+      Env::Default()
+          ->FileExists(JoinPath(dir_, CheckpointDirName(2)) + ".abandoned")
+          .ok());
 }
 
 TEST_F(CheckpointerTest, FailedSyncKeepsThePreviousCheckpoint) {

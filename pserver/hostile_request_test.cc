@@ -426,6 +426,18 @@ class AsyncHostileRequestTest : public HostileRequestTest {
   uint64_t request_id_ = 0;
 };
 
+// Finding: "in async mode a forged Checkpoint with a huge step makes
+// retention delete the real checkpoints".
+TEST_F(AsyncHostileRequestTest, CheckpointOfAStepNoTrainerReachedIsRefused) {
+  StartAsyncJob();
+  for (int64_t step = 0; step < 5; ++step)
+    ASSERT_TRUE(PushRow(0, step, 1).ok());
+  EXPECT_TRUE(store_->Snapshot(5).ok());
+  auto forged = store_->Snapshot(1000000000);
+  ExpectCode(forged.status(), absl::StatusCode::kInvalidArgument,
+             "no trainer has pushed past step 5 here");
+}
+
 // Finding: "an async sparse push tagged step 10^15 evicts every row of the
 // table, and eviction never runs again".
 TEST_F(AsyncHostileRequestTest, StepFarAheadIsRefusedAndEvictsNothing) {

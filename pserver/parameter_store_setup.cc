@@ -133,7 +133,16 @@ absl::StatusOr<StoreSnapshot> ParameterStore::Snapshot(int64_t step) const {
   }
   staleness_->AddTo(&info);
   membership_->AddTo(&info);
-  if (sync_) RETURN_IF_ERROR(CheckStepBoundary(*tables_, step));
+  if (sync_) {
+    RETURN_IF_ERROR(CheckStepBoundary(*tables_, step));
+  } else if (const int64_t fastest = staleness_->FastestClock();
+             step > fastest + 1) {
+    // A step no trainer has reached: it would sort after every real
+    // checkpoint, and retention would delete those.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint of step ", step, ": no trainer has pushed past step ",
+        fastest, " here; refused"));
+  }
   for (uint32_t t = 0; t < tables_->num_tables(); ++t) {
     snap.files.emplace_back(TableFileName(t), EncodeTable(*tables_, t));
   }
@@ -154,9 +163,9 @@ absl::Status ParameterStore::Restore(const StoreSnapshot& snap,
       // A spec no chief could send is a damaged checkpoint (DATA_LOSS); one
       // this pserver's flags refuse (--num_gradient_servers,
       // --max_memory_mb) keeps its code.
-      const absl::StatusCode code =
-          absl::IsInvalidArgument(st.status()) ? absl::StatusCode::kDataLoss
-                                               : st.status().code();
+      const absl::StatusCode code = absl::IsInvalidArgument(st.status())
+                                        ? absl::StatusCode::kDataLoss
+                                        : st.status().code();
       return absl::Status(code,
                           absl::StrCat("checkpoint: ", st.status().message()));
     }

@@ -128,10 +128,10 @@ TEST_F(RecoveryTest, AtStartAVerifiedButMalformedNewestIsSetAside) {
   EXPECT_EQ(GetState(&fresh), states_[2]);
   EXPECT_EQ(Steps(), (std::vector<int64_t>{3}));
   for (int64_t bad : {4, 5}) {
-    EXPECT_TRUE(Env::Default()
-                    ->FileExists(JoinPath(dir_, CheckpointDirName(bad)) +
-                                 ".damaged")
-                    .ok())
+    EXPECT_TRUE(
+        Env::Default()
+            ->FileExists(JoinPath(dir_, CheckpointDirName(bad)) + ".damaged")
+            .ok())
         << bad;
   }
 }

@@ -207,6 +207,8 @@ absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
   return absl::OkStatus();
 }
 
+constexpr uint64_t kMaxGenerationStep = 1 << 16;
+
 absl::Status RequestHandler::Rollback(const RollbackRequest& req,
                                       RollbackResponse* resp) {
   if (checkpointer_ == nullptr) {
@@ -225,6 +227,17 @@ absl::Status RequestHandler::Rollback(const RollbackRequest& req,
         absl::StrCat("rollback to generation ", req.generation(),
                      ": this pserver is on generation ", store_->generation(),
                      " already; look again"));
+  }
+  if (req.generation() > store_->generation() + kMaxGenerationStep) {
+    // Trainers choose one above the highest they saw: never far above
+    // this pserver's. A generation near 2^64 would leave no room for the
+    // recoveries after it.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollback to generation ", req.generation(), ": this pserver is on ",
+        "generation ", store_->generation(),
+        ", and a rollback moves it by "
+        "at most ",
+        kMaxGenerationStep, "; refused"));
   }
   RecoveryTarget target;
   target.kind = RecoveryTarget::Kind::kRollback;

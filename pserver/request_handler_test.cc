@@ -395,6 +395,19 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   ExpectCode(handler_->Rollback(r, &rr), absl::StatusCode::kFailedPrecondition,
              "rollback to step 7");
   EXPECT_EQ(store_.generation(), 1u);
+  // Finding: "a rollback to generation 2^64-1 makes every later recovery
+  // fail".
+  r.set_step(0);
+  r.set_generation(UINT64_MAX);
+  ExpectCode(handler_->Rollback(r, &rr), absl::StatusCode::kInvalidArgument,
+             "moves it by at most 65536");
+  EXPECT_EQ(store_.generation(), 1u);
+  // Finding: "Rollback from any client deletes every checkpoint newer than
+  // the step it names": the abandoned step 1 was set aside, not deleted.
+  EXPECT_TRUE(
+      Env::Default()
+          ->FileExists(tmp.Path("ckpt/" + CheckpointDirName(1)) + ".abandoned")
+          .ok());
 }
 
 }  // namespace

@@ -89,6 +89,13 @@ int64_t StalenessGate::SlowestLiveClock() const {
   return slowest == INT64_MAX ? 0 : slowest;
 }
 
+int64_t StalenessGate::FastestClock() const {
+  absl::MutexLock l(&mu_);
+  int64_t fastest = 0;
+  for (int64_t c : clocks_) fastest = std::max(fastest, c);
+  return fastest;
+}
+
 absl::Status StalenessGate::CheckPushStep(int k, int64_t step) const {
   if (!async_) return absl::OkStatus();
   absl::MutexLock l(&mu_);

@@ -37,8 +37,10 @@ class StalenessGate {
   std::string DescribeWait(const PullWaiter& w) const;
 
   int64_t clock(int k) const;
-  // ASYNC: the lowest clock of the live trainers (0 when none is live).
+  // ASYNC: the lowest clock of the live trainers (0 when none is live), and
+  // the highest of any trainer.
   int64_t SlowestLiveClock() const;
+  int64_t FastestClock() const;
   // ASYNC: INVALID_ARGUMENT for a push of trainer k more than kMaxStepLead
   // steps past its clock; OK in SYNC mode (the barrier checks steps there).
   absl::Status CheckPushStep(int k, int64_t step) const;
