@@ -211,6 +211,28 @@ TEST_F(HostileRequestTest, JobWithTooManyTrainersIsRefusedWhole) {
   EXPECT_TRUE(handler_->Leave(leave, &lresp).ok());
 }
 
+// Finding: "SetInitialValues and CommitInit ignore who sends them, so
+// another client's values replace the chief's".
+TEST_F(HostileRequestTest, OnlyTheChiefInitialisesAndTheDifferenceIsNamed) {
+  ASSERT_TRUE(InitJob(Job()).ok());
+  SetInitialValuesRequest vreq;
+  vreq.set_trainer_id(1);
+  vreq.add_blocks()->set_values(FloatBytes({9, 9, 9, 9}));
+  SetInitialValuesResponse vresp;
+  ExpectCode(handler_->SetInitialValues(vreq, &vresp),
+             absl::StatusCode::kPermissionDenied, "only the chief");
+  CommitInitRequest creq;
+  creq.set_trainer_id(1);
+  CommitInitResponse cresp;
+  ExpectCode(handler_->CommitInit(creq, &cresp),
+             absl::StatusCode::kPermissionDenied, "only the chief");
+  EXPECT_FALSE(store_->ready());
+  JobSpec other = Job();
+  other.mutable_tables(0)->set_shape(0, 8);
+  ExpectCode(InitJob(other), absl::StatusCode::kFailedPrecondition,
+             "modified: tables[0].shape[0]: 8 -> 6");
+}
+
 TEST_F(HostileRequestTest, JobOverTheMemoryLimitIsRefused) {
   StoreOptions o = Options();
   o.max_memory_bytes = 16 << 20;  // "big" needs 32 MiB with its sums

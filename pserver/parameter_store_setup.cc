@@ -25,12 +25,18 @@ absl::StatusOr<bool> ParameterStore::InitJob(const JobSpec& job,
 absl::StatusOr<bool> ParameterStore::InitJobLocked(
     const JobSpec& job, absl::Span<const BlockId> blocks) {
   if (initialized_) {
-    if (!google::protobuf::util::MessageDifferencer::Equals(job, job_)) {
+    std::string difference;
+    google::protobuf::util::MessageDifferencer differ;
+    differ.ReportDifferencesToString(&difference);
+    if (!differ.Compare(job, job_)) {
       ++rejected_;
-      return absl::FailedPreconditionError(
-          "InitJob: this pserver already holds a job with a different spec "
-          "(tables, shapes, optimizers, mode or trainer count differ); "
-          "restart the pserver to start a new job");
+      // The first difference, as "modified: tables[0].shape[0]: 10 -> 12".
+      difference = difference.substr(0, difference.find('\n'));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "InitJob: this pserver already holds a job with a different spec (",
+          difference,
+          "; the running job's value comes second); restart the "
+          "pserver to start a new job"));
     }
     return ready();
   }

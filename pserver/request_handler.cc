@@ -129,6 +129,11 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
 
 absl::Status RequestHandler::SetInitialValues(
     const SetInitialValuesRequest& req, SetInitialValuesResponse* resp) {
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("SetInitialValues from trainer ", req.trainer_id(),
+                     ": only the chief (trainer 0) sets the initial values"));
+  }
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
   absl::Status s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
@@ -138,6 +143,11 @@ absl::Status RequestHandler::SetInitialValues(
 
 absl::Status RequestHandler::CommitInit(const CommitInitRequest& req,
                                         CommitInitResponse* resp) {
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("CommitInit from trainer ", req.trainer_id(),
+                     ": only the chief (trainer 0) commits the job"));
+  }
   return store_->CommitInit();
 }
 
