@@ -50,7 +50,7 @@ GrpcPsServer::GrpcPsServer(GrpcServerOptions options,
                            std::unique_ptr<Pserver> pserver)
     : options_(std::move(options)),
       pserver_(std::move(pserver)),
-      service_(pserver_->handler()) {}
+      service_(pserver_.get()) {}
 
 GrpcPsServer::~GrpcPsServer() { Shutdown(absl::ZeroDuration()); }
 

@@ -1,19 +1,33 @@
 #include "pserver/grpc_service.h"
 
 #include "common/grpc_status.h"
+#include "common/job_id.h"
 
 namespace shardps {
 namespace {
 
-// Answers with what `handle` returns. An allocation that fails in a
-// handler is RESOURCE_EXHAUSTED (the handler leaves nothing half-done), not
-// an exception for gRPC, which would answer UNIMPLEMENTED.
+// The handler of the job the call names in its metadata (the default job
+// when it names none).
+absl::StatusOr<std::shared_ptr<RequestHandler>> JobOf(
+    JobDirectory* jobs, grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kJobMetadataKey);
+  if (it == md.end()) return jobs->Job(kDefaultJobId);
+  return jobs->Job(absl::string_view(it->second.data(), it->second.size()));
+}
+
+}  // namespace
+
 template <typename Handle>
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
-                                Handle handle) {
+grpc::ServerUnaryReactor* GrpcPsService::Reply(grpc::CallbackServerContext* ctx,
+                                               Handle handle) {
+  // An allocation that fails in a handler is RESOURCE_EXHAUSTED (the
+  // handler leaves nothing half-done), not an exception for gRPC, which
+  // would answer UNIMPLEMENTED.
   absl::Status s;
   try {
-    s = handle();
+    auto job = JobOf(jobs_, ctx);
+    s = job.ok() ? handle(**job) : job.status();
   } catch (const std::bad_alloc&) {
     s = absl::ResourceExhaustedError(
         "the pserver is out of memory (see --max_memory_mb)");
@@ -23,44 +37,52 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-}  // namespace
-
 grpc::ServerUnaryReactor* GrpcPsService::InitJob(
     grpc::CallbackServerContext* ctx, const InitJobRequest* req,
     InitJobResponse* resp) {
-  return Reply(ctx, [&] { return handler_->InitJob(*req, resp); });
+  return Reply(ctx, [&](RequestHandler& h) { return h.InitJob(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::SetInitialValues(
     grpc::CallbackServerContext* ctx, const SetInitialValuesRequest* req,
     SetInitialValuesResponse* resp) {
-  return Reply(ctx, [&] { return handler_->SetInitialValues(*req, resp); });
+  return Reply(
+      ctx, [&](RequestHandler& h) { return h.SetInitialValues(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::CommitInit(
     grpc::CallbackServerContext* ctx, const CommitInitRequest* req,
     CommitInitResponse* resp) {
-  return Reply(ctx, [&] { return handler_->CommitInit(*req, resp); });
+  return Reply(ctx,
+               [&](RequestHandler& h) { return h.CommitInit(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Register(
     grpc::CallbackServerContext* ctx, const RegisterRequest* req,
     RegisterResponse* resp) {
-  return Reply(ctx,
-               [&] { return handler_->Register(*req, resp, ctx->peer()); });
+  return Reply(ctx, [&](RequestHandler& h) {
+    return h.Register(*req, resp, ctx->peer());
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::GetStatus(
     grpc::CallbackServerContext* ctx, const GetStatusRequest* req,
     GetStatusResponse* resp) {
-  return Reply(ctx, [&] { return handler_->GetStatus(*req, resp); });
+  return Reply(ctx, [&](RequestHandler& h) { return h.GetStatus(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                                               const PullRequest* req,
                                               PullResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  handler_->Pull(*req, resp, [reactor](absl::Status s) {
+  auto job = JobOf(jobs_, ctx);
+  if (!job.ok()) {
+    reactor->Finish(ToGrpcStatus(job.status()));
+    return reactor;
+  }
+  // The answer may come later: the job stays until it does.
+  RequestHandler* h = job->get();
+  h->Pull(*req, resp, [reactor, job = *std::move(job)](absl::Status s) {
     reactor->Finish(ToGrpcStatus(s));
   });
   return reactor;
@@ -69,31 +91,32 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* ctx,
                                               const PushRequest* req,
                                               PushResponse* resp) {
-  return Reply(ctx, [&] { return handler_->Push(*req, resp); });
+  return Reply(ctx, [&](RequestHandler& h) { return h.Push(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Heartbeat(
     grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
     HeartbeatResponse* resp) {
-  return Reply(ctx, [&] { return handler_->Heartbeat(*req, resp); });
+  return Reply(ctx, [&](RequestHandler& h) { return h.Heartbeat(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Leave(grpc::CallbackServerContext* ctx,
                                                const LeaveRequest* req,
                                                LeaveResponse* resp) {
-  return Reply(ctx, [&] { return handler_->Leave(*req, resp); });
+  return Reply(ctx, [&](RequestHandler& h) { return h.Leave(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Checkpoint(
     grpc::CallbackServerContext* ctx, const CheckpointRequest* req,
     CheckpointResponse* resp) {
-  return Reply(ctx, [&] { return handler_->Checkpoint(*req, resp); });
+  return Reply(ctx,
+               [&](RequestHandler& h) { return h.Checkpoint(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Rollback(
     grpc::CallbackServerContext* ctx, const RollbackRequest* req,
     RollbackResponse* resp) {
-  return Reply(ctx, [&] { return handler_->Rollback(*req, resp); });
+  return Reply(ctx, [&](RequestHandler& h) { return h.Rollback(*req, resp); });
 }
 
 }  // namespace shardps

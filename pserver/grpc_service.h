@@ -3,17 +3,19 @@
 
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "pserver/pserver.h"
 #include "pserver/request_handler.h"
 
 namespace shardps {
 
-// The gRPC binding of RequestHandler: each RPC is forwarded as it is, and
-// the answer's absl::Status becomes the grpc::Status (common/grpc_status.h).
-// Nothing else. Thread-safe.
+// The gRPC binding of RequestHandler: each RPC is forwarded as it is to the
+// handler of the job its `shardps-job` metadata names (common/job_id.h),
+// and the answer's absl::Status becomes the grpc::Status
+// (common/grpc_status.h). Nothing else. Thread-safe.
 class GrpcPsService final : public ParameterServer::CallbackService {
  public:
-  // `handler` must outlive this object.
-  explicit GrpcPsService(RequestHandler* handler) : handler_(handler) {}
+  // `jobs` must outlive this object.
+  explicit GrpcPsService(JobDirectory* jobs) : jobs_(jobs) {}
 
   grpc::ServerUnaryReactor* InitJob(grpc::CallbackServerContext* ctx,
                                     const InitJobRequest* req,
@@ -50,7 +52,12 @@ class GrpcPsService final : public ParameterServer::CallbackService {
                                      RollbackResponse* resp) override;
 
  private:
-  RequestHandler* const handler_;
+  // Answers with what `handle` returns for the call's job.
+  template <typename Handle>
+  grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
+                                  Handle handle);
+
+  JobDirectory* const jobs_;
 };
 
 }  // namespace shardps

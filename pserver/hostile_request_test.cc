@@ -392,10 +392,14 @@ TEST_F(HostileRequestTest, TrainerThatStallsTheStepIsDropped) {
       HeartbeatResponse hresp;
       // Trainer 1's are refused once it is dropped.
       absl::Status s = handler_->Heartbeat(hb, &hresp);
-      if (k == 0) ASSERT_TRUE(s.ok()) << s;
+      if (k == 0) {
+        ASSERT_TRUE(s.ok()) << s;
+      }
     }
     store_->Sweep(clock_.Now());
-    if (i < 5) ASSERT_EQ(store_->LiveTrainers().size(), 2u) << i;
+    if (i < 5) {
+      ASSERT_EQ(store_->LiveTrainers().size(), 2u) << i;
+    }
   }
   EXPECT_EQ(store_->LiveTrainers(), std::vector<int>{0});
   // The step went ahead with trainer 0's gradient (SGD, lr 0.5).

@@ -34,9 +34,17 @@ DEFINE_int32(trainer_timeout, 60,
              "step this long after another did, is dropped from the "
              "barrier; 0 = never");
 DEFINE_string(checkpoint_dir, "",
-              "directory for this pserver's checkpoints; the newest complete "
-              "one is loaded at start. Empty: no checkpoints");
-DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept (>= 1)");
+              "directory for this pserver's checkpoints, a folder per job "
+              "(<dir>/<job_id>/); each job's newest complete one is loaded "
+              "at start. Empty: no checkpoints");
+DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept per job (>= 1)");
+DEFINE_int32(max_jobs, 16,
+             "jobs this pserver holds at once (trainers' --job_id); a "
+             "request for another is refused RESOURCE_EXHAUSTED");
+DEFINE_int32(job_retention, 600,
+             "seconds after the last request naming a job (its trainers "
+             "heartbeat every second) that the job is freed, after its final "
+             "checkpoint; its checkpoints stay. The default job is kept");
 DEFINE_int64(max_memory_mb, 0,
              "what a job's tables and optimizer state may hold here; a job "
              "that needs more is refused (RESOURCE_EXHAUSTED). 0: 3/4 of the "
@@ -65,6 +73,8 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   if (FLAGS_max_pull_wait_s <= 0) fail("--max_pull_wait_s must be positive");
   if (FLAGS_trainer_timeout < 0) fail("--trainer_timeout must be >= 0");
   if (FLAGS_keep_checkpoints < 1) fail("--keep_checkpoints must be >= 1");
+  if (FLAGS_max_jobs < 1) fail("--max_jobs must be >= 1");
+  if (FLAGS_job_retention < 1) fail("--job_retention must be >= 1");
   if (FLAGS_max_memory_mb < 0 || FLAGS_max_memory_mb > (int64_t{1} << 40)) {
     fail("--max_memory_mb must be in [0, 2^40]");
   }
@@ -86,6 +96,8 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
                                  : DefaultMemoryLimitBytes();
   p.checkpoint_dir = FLAGS_checkpoint_dir;
   p.keep_checkpoints = FLAGS_keep_checkpoints;
+  p.max_jobs = FLAGS_max_jobs;
+  p.job_retention = absl::Seconds(FLAGS_job_retention);
   p.env = checkpoint_env;
   return options;
 }

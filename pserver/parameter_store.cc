@@ -24,7 +24,8 @@ absl::Status NotReadyError() {
 ParameterStore::ParameterStore(StoreOptions options)
     : options_(std::move(options)),
       clock_(options_.clock),
-      budget_(options_.max_memory_bytes),
+      own_budget_(options_.max_memory_bytes),
+      budget_(options_.budget != nullptr ? options_.budget : &own_budget_),
       waiters_(options_.clock) {}
 
 ParameterStore::~ParameterStore() {
@@ -190,10 +191,11 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
       bytes += static_cast<int64_t>(r.grads.size() * sizeof(float) +
                                     r.keys.size() * 32);
     }
-    if (!budget_.Fits(bytes)) {
+    if (!budget_->Fits(bytes)) {
       st = absl::ResourceExhaustedError(absl::StrCat(
           "sparse push: the step's sums would pass --max_memory_mb (",
-          budget_.limit() >> 20, " MiB, ", budget_.used() >> 20, " MiB held)"));
+          budget_->limit() >> 20, " MiB, ", budget_->used() >> 20,
+          " MiB held)"));
     }
   }
   if (!st.ok()) {

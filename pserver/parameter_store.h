@@ -18,6 +18,7 @@
 #include "proto/ps_service.pb.h"
 #include "pserver/job_tables.h"
 #include "pserver/membership.h"
+#include "pserver/memory_budget.h"
 #include "pserver/pull_waiters.h"
 #include "pserver/sparse_table.h"
 #include "pserver/staleness_gate.h"
@@ -44,8 +45,11 @@ struct StoreOptions {
   const Clock* clock = Clock::Real();
   // What a job's tables and optimizer state may hold on this pserver
   // (--max_memory_mb); a job that needs more is refused RESOURCE_EXHAUSTED.
-  // 0: no limit. Default: 0.
+  // 0: no limit. Default: 0. Ignored when `budget` is set.
   int64_t max_memory_bytes = 0;
+  // The budget this store draws on, shared by every job of a pserver; must
+  // outlive the store. Null: the store's own, of max_memory_bytes.
+  MemoryBudget* budget = nullptr;
 };
 
 // Counters, cumulative since start.
@@ -262,7 +266,8 @@ class ParameterStore {
   // The gate (see the class comment).
   mutable absl::Mutex gate_;
   // What the tables hold, against --max_memory_mb (outlives tables_).
-  MemoryBudget budget_;
+  MemoryBudget own_budget_;
+  MemoryBudget* const budget_;
   // Set-up state. The tables, membership and gate below are created by
   // InitJob and fixed once ready_ is true; after that they are read without
   // init_mu_.

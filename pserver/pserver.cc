@@ -1,10 +1,26 @@
 #include "pserver/pserver.h"
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "common/checkpoint.h"
+#include "common/job_id.h"
 #include "glog/logging.h"
 #include "pserver/recovery.h"
 
 namespace shardps {
+
+// One job: its store, checkpoints and handler, and when a request last
+// named it (absl::Time as nanoseconds since the epoch).
+struct Pserver::JobSlot {
+  std::string id;
+  std::unique_ptr<ParameterStore> store;
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::shared_ptr<RequestHandler> handler;
+  std::atomic<int64_t> last_used_ns{0};
+};
 
 absl::StatusOr<std::unique_ptr<Pserver>> Pserver::Create(
     PserverOptions options) {
@@ -17,46 +33,208 @@ absl::StatusOr<std::unique_ptr<Pserver>> Pserver::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "--keep_checkpoints must be >= 1, got ", options.keep_checkpoints));
   }
+  if (options.max_jobs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_jobs must be >= 1, got ", options.max_jobs));
+  }
   return std::unique_ptr<Pserver>(new Pserver(std::move(options)));
 }
 
 Pserver::Pserver(PserverOptions options)
     : options_(std::move(options)),
-      store_(options_.store),
-      checkpointer_(
-          options_.checkpoint_dir.empty()
-              ? nullptr
-              : std::make_unique<Checkpointer>(
-                    options_.env != nullptr ? options_.env : Env::Default(),
-                    options_.checkpoint_dir, options_.keep_checkpoints)),
-      handler_(&store_, checkpointer_.get(), options_.store.clock) {}
+      env_(options_.env != nullptr ? options_.env : Env::Default()),
+      budget_(options_.store.max_memory_bytes) {}
 
 Pserver::~Pserver() { Stop(); }
 
-absl::Status Pserver::Start() {
-  if (checkpointer_ != nullptr) {
-    const absl::Time t0 = absl::Now();
-    auto step =
-        RecoverFromCheckpoint(checkpointer_.get(), &store_, RecoveryTarget{});
-    if (step.ok()) {
-      LOG(INFO) << "restored step " << *step << " from "
-                << options_.checkpoint_dir << " in "
-                << absl::FormatDuration(
-                       absl::Trunc(absl::Now() - t0, absl::Milliseconds(1)));
-    } else if (absl::IsNotFound(step.status())) {
-      LOG(INFO) << "no checkpoint in " << options_.checkpoint_dir
-                << ": waiting for the chief to start the job";
-    } else {
-      return step.status();
+absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
+    const std::string& job_id) {
+  auto job = std::make_shared<JobSlot>();
+  job->id = job_id;
+  StoreOptions store = options_.store;
+  store.budget = &budget_;
+  job->store = std::make_unique<ParameterStore>(store);
+  if (!options_.checkpoint_dir.empty()) {
+    job->checkpointer = std::make_unique<Checkpointer>(
+        env_, JoinPath(options_.checkpoint_dir, job_id),
+        options_.keep_checkpoints);
+  }
+  job->handler = std::make_shared<RequestHandler>(
+      job->store.get(), job->checkpointer.get(), options_.store.clock);
+  job->last_used_ns = absl::ToUnixNanos(options_.store.clock->Now());
+  if (job->checkpointer == nullptr) return job;
+  const absl::Time t0 = absl::Now();
+  auto step = RecoverFromCheckpoint(job->checkpointer.get(), job->store.get(),
+                                    RecoveryTarget{});
+  if (step.ok()) {
+    LOG(INFO) << "job " << job_id << ": restored step " << *step << " from "
+              << job->checkpointer->dir() << " in "
+              << absl::FormatDuration(
+                     absl::Trunc(absl::Now() - t0, absl::Milliseconds(1)));
+  } else if (absl::IsNotFound(step.status())) {
+    LOG(INFO) << "job " << job_id << ": no checkpoint in "
+              << job->checkpointer->dir()
+              << ": waiting for the chief to start the job";
+  } else {
+    return absl::Status(
+        step.status().code(),
+        absl::StrCat("job ", job_id, ": ", step.status().message()));
+  }
+  return job;
+}
+
+absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::FindOrAdd(
+    absl::string_view job_id) {
+  absl::MutexLock l(&jobs_mu_);
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) return it->second;
+  if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
+  if (static_cast<int>(jobs_.size()) >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, ": this pserver holds ", jobs_.size(),
+                     " jobs already (--max_jobs); an idle one is freed after "
+                     "--job_retention"));
+  }
+  // Restoring reads the job's checkpoints under the lock: a new job is
+  // rare, and its first requests wait for it anyway.
+  auto job = NewJob(std::string(job_id));
+  if (!job.ok()) return job.status();
+  jobs_.emplace(std::string(job_id), *job);
+  if (job_id != kDefaultJobId) {
+    LOG(INFO) << "job " << job_id << " added (" << jobs_.size() << " held)";
+  }
+  return *job;
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandler>> Pserver::Job(
+    absl::string_view job_id) {
+  auto job = FindOrAdd(job_id);
+  if (!job.ok()) return job.status();
+  (*job)->last_used_ns.store(absl::ToUnixNanos(options_.store.clock->Now()),
+                             std::memory_order_relaxed);
+  // Shares the slot's ownership: the job outlives the call.
+  return std::shared_ptr<RequestHandler>(*job, (*job)->handler.get());
+}
+
+RequestHandler* Pserver::handler() {
+  auto job = FindOrAdd(kDefaultJobId);
+  CHECK(job.ok()) << job.status();
+  return (*job)->handler.get();
+}
+
+ParameterStore* Pserver::store() {
+  auto job = FindOrAdd(kDefaultJobId);
+  CHECK(job.ok()) << job.status();
+  return (*job)->store.get();
+}
+
+std::vector<std::string> Pserver::JobIds() const {
+  std::vector<std::string> ids;
+  absl::MutexLock l(&jobs_mu_);
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<std::shared_ptr<Pserver::JobSlot>> Pserver::Slots() const {
+  std::vector<std::shared_ptr<JobSlot>> slots;
+  absl::MutexLock l(&jobs_mu_);
+  for (const auto& [id, job] : jobs_) slots.push_back(job);
+  return slots;
+}
+
+absl::Status Pserver::MoveSingleJobLayout() {
+  // Before jobs, a pserver's checkpoints were at the top of its
+  // checkpoint_dir: they are the default job's.
+  const std::string& dir = options_.checkpoint_dir;
+  std::vector<std::string> children;
+  absl::Status s = env_->GetChildren(dir, &children);
+  if (absl::IsNotFound(s)) return absl::OkStatus();
+  if (!s.ok()) return s;
+  const std::string to = JoinPath(dir, kDefaultJobId);
+  bool moved = false;
+  for (const std::string& name : children) {
+    if (!absl::StartsWith(name, "ckpt-") && name != "GENERATION") continue;
+    if (!moved) {
+      RETURN_IF_ERROR(env_->CreateDir(to));
     }
+    RETURN_IF_ERROR(env_->RenameFile(JoinPath(dir, name), JoinPath(to, name)));
+    moved = true;
+  }
+  if (moved) {
+    LOG(WARNING) << dir << " held checkpoints of the single-job layout: moved "
+                 << "to " << to << " (the default job's)";
+    RETURN_IF_ERROR(env_->SyncDir(to));
+    RETURN_IF_ERROR(env_->SyncDir(dir));
+  }
+  return absl::OkStatus();
+}
+
+bool Pserver::IsJobFolder(const std::string& path) const {
+  std::vector<std::string> children;
+  if (!env_->GetChildren(path, &children).ok()) return false;
+  for (const std::string& name : children) {
+    if (absl::StartsWith(name, "ckpt-") || name == "GENERATION") return true;
+  }
+  return false;
+}
+
+absl::Status Pserver::Start() {
+  std::vector<std::string> ids = {kDefaultJobId};
+  if (!options_.checkpoint_dir.empty()) {
+    RETURN_IF_ERROR(MoveSingleJobLayout());
+    std::vector<std::string> children;
+    absl::Status s = env_->GetChildren(options_.checkpoint_dir, &children);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    std::sort(children.begin(), children.end());
+    for (const std::string& name : children) {
+      if (name == kDefaultJobId || !ValidateJobId(name).ok()) continue;
+      if (IsJobFolder(JoinPath(options_.checkpoint_dir, name))) {
+        ids.push_back(name);
+      }
+    }
+  }
+  for (const std::string& id : ids) {
+    auto job = FindOrAdd(id);
+    if (!job.ok()) return job.status();
   }
   sweeper_ = std::thread([this] {
     while (!stop_sweeping_.WaitForNotificationWithTimeout(
         options_.sweep_interval)) {
-      store_.Sweep(options_.store.clock->Now());
+      Sweep();
     }
   });
   return absl::OkStatus();
+}
+
+void Pserver::Sweep() {
+  const absl::Time now = options_.store.clock->Now();
+  std::vector<std::shared_ptr<JobSlot>> idle;
+  for (const std::shared_ptr<JobSlot>& job : Slots()) {
+    job->store->Sweep(now);
+    const absl::Time used = absl::FromUnixNanos(job->last_used_ns.load());
+    if (job->id != kDefaultJobId && now - used >= options_.job_retention) {
+      idle.push_back(job);
+    }
+  }
+  for (const std::shared_ptr<JobSlot>& job : idle) {
+    {
+      absl::MutexLock l(&jobs_mu_);
+      // A request may have named it since.
+      const absl::Time used = absl::FromUnixNanos(job->last_used_ns.load());
+      if (options_.store.clock->Now() - used < options_.job_retention) {
+        continue;
+      }
+      jobs_.erase(job->id);
+    }
+    job->store->CancelAllWaiters(
+        absl::UnavailableError(absl::StrCat("job ", job->id, " was freed")));
+    FinalCheckpoint(*job);
+    LogCounters(*job);
+    LOG(INFO) << "job " << job->id << " freed: no request named it for "
+              << absl::FormatDuration(options_.job_retention)
+              << " (--job_retention)";
+  }
 }
 
 void Pserver::BeginShutdown() {
@@ -64,7 +242,10 @@ void Pserver::BeginShutdown() {
     absl::MutexLock l(&stop_mu_);
     if (!stop_sweeping_.HasBeenNotified()) stop_sweeping_.Notify();
   }
-  store_.CancelAllWaiters(absl::UnavailableError("pserver is shutting down"));
+  for (const std::shared_ptr<JobSlot>& job : Slots()) {
+    job->store->CancelAllWaiters(
+        absl::UnavailableError("pserver is shutting down"));
+  }
 }
 
 void Pserver::Stop() {
@@ -75,46 +256,55 @@ void Pserver::Stop() {
   }
   BeginShutdown();
   if (sweeper_.joinable()) sweeper_.join();
-  FinalCheckpoint();
-  LogCounters();
+  for (const std::shared_ptr<JobSlot>& job : Slots()) {
+    FinalCheckpoint(*job);
+    LogCounters(*job);
+  }
 }
 
-void Pserver::FinalCheckpoint() {
-  if (checkpointer_ == nullptr || !store_.ready()) return;
-  const auto v = store_.Versions();
-  const bool sync = store_.job().mode() == SYNC;
+void Pserver::FinalCheckpoint(JobSlot& job) {
+  ParameterStore& store = *job.store;
+  if (job.checkpointer == nullptr || !store.ready()) return;
+  const auto v = store.Versions();
+  const bool sync = store.job().mode() == SYNC;
   if (sync && v.min != v.max) {
-    LOG(WARNING) << "no final checkpoint: stopped in the middle of step "
+    LOG(WARNING) << "job " << job.id
+                 << ": no final checkpoint: stopped in the middle of step "
                  << v.min << " (blocks at versions " << v.min << " to " << v.max
                  << "); the newest complete checkpoint stays";
     return;
   }
-  auto snap = store_.Snapshot(sync ? v.min : v.max);
+  auto snap = store.Snapshot(sync ? v.min : v.max);
   if (!snap.ok()) {
-    LOG(WARNING) << "no final checkpoint: " << snap.status();
+    LOG(WARNING) << "job " << job.id
+                 << ": no final checkpoint: " << snap.status();
     return;
   }
-  checkpointer_->Save(std::move(*snap));
-  absl::Status s = checkpointer_->Flush();
-  if (s.ok()) LOG(INFO) << "final checkpoint written";
+  job.checkpointer->Save(std::move(*snap));
+  absl::Status s = job.checkpointer->Flush();
+  if (s.ok()) LOG(INFO) << "job " << job.id << ": final checkpoint written";
 }
 
-void Pserver::LogCounters() const {
-  const auto c = store_.counters();
-  LOG(INFO) << "pserver stopped: " << c.pushes << " pushes, " << c.pulls
+void Pserver::LogCounters(const JobSlot& job) {
+  const ParameterStore& store = *job.store;
+  if (!store.ready() && job.id != kDefaultJobId) return;
+  const auto c = store.counters();
+  LOG(INFO) << "job " << job.id << ": " << c.pushes << " pushes, " << c.pulls
             << " pulls, " << c.block_updates << " block updates, "
             << c.rejected_requests << " rejected requests, " << c.pull_timeouts
             << " pull time-outs, " << c.dropped_trainers
             << " trainers dropped, " << c.rejoined_trainers << " rejoined, "
             << c.late_block_pushes << " late block pushes dropped, "
             << c.rollbacks << " rollbacks";
-  for (const auto& t : store_.SparseStats()) {
-    LOG(INFO) << "sparse table " << t.name << ": " << t.counters.rows
-              << " rows (" << t.memory_bytes / (1 << 20) << " MiB), "
-              << t.counters.created << " created, " << t.counters.evicted
-              << " evicted, " << t.counters.pending_keys
+  for (const auto& t : store.SparseStats()) {
+    LOG(INFO) << "job " << job.id << ": sparse table " << t.name << ": "
+              << t.counters.rows << " rows (" << t.memory_bytes / (1 << 20)
+              << " MiB), " << t.counters.created << " created, "
+              << t.counters.evicted << " evicted, " << t.counters.pending_keys
               << " keys awaiting admission, " << t.counters.dropped_updates
-              << " updates dropped before admission";
+              << " updates dropped before admission, "
+              << t.counters.refused_rows << " rows refused past the memory "
+              << "limit";
   }
 }
 

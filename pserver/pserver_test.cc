@@ -4,6 +4,11 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint.h"
+#include "common/clock.h"
+#include "common/job_id.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "pserver/testing/store_testing.h"
@@ -48,6 +53,116 @@ TEST(PserverTest, AFinalCheckpointAtStopIsLoadedAtTheNextStart) {
   EXPECT_EQ(store->base_step(), 1);
   EXPECT_EQ(store->generation(), 1u);
   EXPECT_EQ(store->TEST_BlockValues(0, 0), (std::vector<float>{0, 1}));
+}
+
+// Starts job `store` on one trainer with table "w" = {1, 2} and applies one
+// step of gradient g (SGD, lr 1).
+void RunOneStep(ParameterStore* store, float g) {
+  const JobSpec job = testing::MakeJobSpec(
+      SYNC, 1, {testing::DenseTableSpec("w", 2, 2, testing::Sgd(1.0f))});
+  ASSERT_TRUE(store->InitJob(job, {{0, 0}}).ok());
+  const std::vector<float> w = {1, 2}, grad = {g, g};
+  ASSERT_TRUE(store->SetInitialValues({{0, 0, w}}).ok());
+  ASSERT_TRUE(store->CommitInit().ok());
+  ASSERT_TRUE(store->Push(0, 0, {{0, 0, grad}}).ok());
+}
+
+ParameterStore* StoreOf(Pserver* ps, const std::string& job) {
+  // The handler's store: the same object the pserver made for the job.
+  auto h = ps->Job(job);
+  EXPECT_TRUE(h.ok()) << h.status();
+  return h.ok() ? (*h)->store_for_testing() : nullptr;
+}
+
+TEST(PserverTest, JobsAreSeparateAndEachKeepsItsCheckpoints) {
+  testing::ScopedTempDir tmp("pserver_jobs");
+  PserverOptions o;
+  o.checkpoint_dir = tmp.Path("ckpt");
+  {
+    auto ps = Pserver::Create(o);
+    ASSERT_TRUE(ps.ok());
+    ASSERT_TRUE((*ps)->Start().ok());
+    RunOneStep(StoreOf(ps->get(), "a"), 1.0f);
+    RunOneStep(StoreOf(ps->get(), "b"), -1.0f);
+    EXPECT_FALSE((*ps)->store()->ready());  // the default job has none
+    EXPECT_EQ((*ps)->JobIds(), (std::vector<std::string>{"a", "b", "default"}));
+    (*ps)->Stop();
+  }
+  for (const char* job : {"a", "b"}) {
+    EXPECT_TRUE(Env::Default()
+                    ->FileExists(tmp.Path(
+                        absl::StrCat("ckpt/", job, "/", CheckpointDirName(1))))
+                    .ok())
+        << job;
+  }
+  auto again = Pserver::Create(o);
+  ASSERT_TRUE((*again)->Start().ok());
+  // Both come back at start, each with its own values.
+  EXPECT_EQ((*again)->JobIds(),
+            (std::vector<std::string>{"a", "b", "default"}));
+  EXPECT_EQ(StoreOf(again->get(), "a")->TEST_BlockValues(0, 0),
+            (std::vector<float>{0, 1}));
+  EXPECT_EQ(StoreOf(again->get(), "b")->TEST_BlockValues(0, 0),
+            (std::vector<float>{2, 3}));
+}
+
+TEST(PserverTest, JobIdsAndCountAreChecked) {
+  PserverOptions o;
+  o.max_jobs = 2;
+  auto ps = Pserver::Create(o);
+  ASSERT_TRUE((*ps)->Start().ok());  // the default job
+  EXPECT_TRUE((*ps)->Job("a").ok());
+  EXPECT_EQ((*ps)->Job("b").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*ps)->Job("../etc").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*ps)->Job("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PserverTest, TheSingleJobLayoutBecomesTheDefaultJob) {
+  testing::ScopedTempDir tmp("pserver_layout");
+  PserverOptions o;
+  o.checkpoint_dir = tmp.Path("ckpt");
+  {
+    // A pserver of before jobs wrote its checkpoints at the top.
+    ParameterStore store{StoreOptions()};
+    RunOneStep(&store, 1.0f);
+    Checkpointer old(Env::Default(), o.checkpoint_dir, 2);
+    ASSERT_TRUE(old.WriteGeneration(1).ok());
+    old.Save(*store.Snapshot(1));
+    ASSERT_TRUE(old.Flush().ok());
+  }
+  auto ps = Pserver::Create(o);
+  ASSERT_TRUE((*ps)->Start().ok());
+  ASSERT_TRUE((*ps)->store()->ready());
+  EXPECT_EQ((*ps)->store()->TEST_BlockValues(0, 0), (std::vector<float>{0, 1}));
+  EXPECT_TRUE(
+      Env::Default()->FileExists(tmp.Path("ckpt/default/GENERATION")).ok());
+}
+
+TEST(PserverTest, AnIdleJobIsFreedAfterItsRetention) {
+  testing::ScopedTempDir tmp("pserver_retention");
+  FakeClock clock;
+  PserverOptions o;
+  o.checkpoint_dir = tmp.Path("ckpt");
+  o.store.clock = &clock;
+  o.sweep_interval = absl::Milliseconds(5);
+  o.job_retention = absl::Minutes(10);
+  auto ps = Pserver::Create(o);
+  ASSERT_TRUE((*ps)->Start().ok());
+  RunOneStep(StoreOf(ps->get(), "a"), 1.0f);
+  clock.Advance(absl::Minutes(9));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ((*ps)->JobIds().size(), 2u);
+  clock.Advance(absl::Minutes(2));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*ps)->JobIds().size() == 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ((*ps)->JobIds(), std::vector<std::string>{kDefaultJobId});
+  // Its final checkpoint brings it back as it was.
+  EXPECT_EQ(StoreOf(ps->get(), "a")->TEST_BlockValues(0, 0),
+            (std::vector<float>{0, 1}));
 }
 
 }  // namespace

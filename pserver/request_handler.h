@@ -54,6 +54,9 @@ class RequestHandler {
                           CheckpointResponse* resp);
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
 
+  // The store it serves (tests).
+  ParameterStore* store_for_testing() { return store_; }
+
  private:
   // Pull after its try: calls `done` on every path but a throw.
   void StartPull(const PullRequest& req, PullResponse* resp,

@@ -46,7 +46,7 @@ class FaultTest(testlib.ProcessTestCase):
         directory. Returns (the new popen, seconds it was away, trainer 0's
         last logged step at the kill)."""
         self.assertTrue(wait_for(lambda: os.path.isdir(
-            os.path.join(self.ckpt(1), ckpt_dir_name(step))), 120),
+            os.path.join(self.job_ckpt(1), ckpt_dir_name(step))), 120),
             self.trainer_log(0))
         at = self.last_step(0)
         t_kill = time.monotonic()
@@ -58,6 +58,10 @@ class FaultTest(testlib.ProcessTestCase):
 
     def ckpt(self, i):
         return os.path.join(self.tmp, "ckpt-%d" % i)
+
+    def job_ckpt(self, i):
+        """The default job's checkpoints of pserver i."""
+        return os.path.join(self.ckpt(i), "default")
 
     def log(self, i):
         with open(os.path.join(self.tmp, "ps%d.log" % i),
@@ -168,7 +172,7 @@ class FaultTest(testlib.ProcessTestCase):
                         self.step_after_recovery(k) >= 320 for k in (0, 1)),
             120), self.trainer_log(0))
         self.assertFalse(os.path.isdir(
-            os.path.join(self.ckpt(1), ckpt_dir_name(600))))
+            os.path.join(self.job_ckpt(1), ckpt_dir_name(600))))
         ps1.kill()
         ps1.wait()
         time.sleep(1)  # down for a second: the trainers' calls fail and retry
@@ -182,7 +186,7 @@ class FaultTest(testlib.ProcessTestCase):
             ev = final_eval(self.metrics(k), k)
             self.assertEqual(ev["step"], 2 * STEPS_PER_PASS)
             self.assertGreaterEqual(ev["test_accuracy"], 0.80)
-        with open(os.path.join(self.ckpt(1), "GENERATION")) as f:
+        with open(os.path.join(self.job_ckpt(1), "GENERATION")) as f:
             self.assertEqual(int(f.read()), 2)
         self.stop(ps0, ps1)
 
@@ -248,7 +252,7 @@ class FaultTest(testlib.ProcessTestCase):
         args = ["--num_passes=1", "--checkpoint_every_steps=100"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
         self.assertEqual(self.wait_exit(ps1, 120, "pserver 1"), 1)
-        leftovers = os.listdir(self.ckpt(1))
+        leftovers = os.listdir(self.job_ckpt(1))
         self.assertIn(ckpt_dir_name(100), leftovers)
         self.assertIn(ckpt_dir_name(200) + ".tmp", leftovers)
         ps1, _ = self.start_ps(1, port=p1)
@@ -276,10 +280,10 @@ class FaultTest(testlib.ProcessTestCase):
         self.stop(ps0, ps1)
         self.assertIn("final checkpoint written", self.log(0))
         self.assertEqual(
-            sorted(os.listdir(self.ckpt(0))),
+            sorted(os.listdir(self.job_ckpt(0))),
             [ckpt_dir_name(200), ckpt_dir_name(250)])  # 2 kept
         blob = sorted(glob.glob(os.path.join(
-            self.ckpt(0), ckpt_dir_name(250), "table-*.bin")))[0]
+            self.job_ckpt(0), ckpt_dir_name(250), "table-*.bin")))[0]
         with open(blob, "r+b") as f:
             f.seek(100)
             b = f.read(1)
@@ -298,7 +302,7 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertIn("127.0.0.1:%d: sync, 2 trainers (live: 0,1), versions "
                       "200-200, generation 1 from step 200, checkpoints "
                       "[200]" % p0, r.stdout)
-        self.assertIn(ckpt_dir_name(250) + ".damaged", os.listdir(self.ckpt(0)))
+        self.assertIn(ckpt_dir_name(250) + ".damaged", os.listdir(self.job_ckpt(0)))
         self.stop(ps0)
         r = subprocess.run(
             [os.path.join(testlib.BIN_DIR, "tools", "ps_status"),

@@ -52,10 +52,10 @@ class SecurityTest(testlib.ProcessTestCase):
                        stdout=subprocess.DEVNULL)
         return out
 
-    def start_trainers(self, ports, extra, n=2):
+    def start_trainers(self, ports, extra, n=2, tag=""):
         trainers = []
         for k in range(n):
-            log = os.path.join(self.tmp, "trainer-%d.log" % k)
+            log = os.path.join(self.tmp, "trainer-%s%d.log" % (tag, k))
             with open(log, "ab") as f:
                 trainers.append(self.popen(
                     [testlib.trainer_bin(),
@@ -63,12 +63,12 @@ class SecurityTest(testlib.ProcessTestCase):
                                               for p in ports),
                      "--trainer_id=%d" % k, "--num_gradient_servers=%d" % n,
                      "--config=" + testlib.CONFIG, "--progress=off",
-                     "--metrics_file=" + self.metrics(k)] + list(extra),
+                     "--metrics_file=" + self.metrics(k, tag)] + list(extra),
                     stdout=f, stderr=subprocess.STDOUT))
         return trainers
 
-    def metrics(self, k):
-        return os.path.join(self.tmp, "trainer-%d.jsonl" % k)
+    def metrics(self, k, tag=""):
+        return os.path.join(self.tmp, "trainer-%s%d.jsonl" % (tag, k))
 
     def read(self, name):
         with open(os.path.join(self.tmp, name), errors="replace") as f:
@@ -122,6 +122,48 @@ class SecurityTest(testlib.ProcessTestCase):
         self.assertEqual(accuracies[0], accuracies[1])
         self.assertGreater(accuracies[0], 0.845)
         self.stop_pservers(pservers)
+
+    def run_jobs(self, jobs, name):
+        """Runs `jobs` ({job_id: trainer flags}) at the same time, 2 trainers
+        each, on 2 fresh pservers; returns {job_id: final eval of trainer
+        0} after checking that both trainers of each agree."""
+        pservers, ports = [], []
+        for i in range(2):
+            p, port, _ = self.start_pserver("%s-ps%d" % (name, i),
+                                            num_trainers=2)
+            pservers.append(p)
+            ports.append(port)
+        started = {}
+        for job, flags in jobs.items():
+            tag = "%s-%s-" % (name, job)
+            started[job] = (tag, self.start_trainers(
+                ports, ["--job_id=" + job] + flags, tag=tag))
+        finals = {}
+        for job, (tag, trainers) in started.items():
+            for t in trainers:
+                self.assertEqual(t.wait(timeout=240), 0, job)
+            evals = [testlib.final_eval(self.metrics(k, tag))
+                     for k in range(2)]
+            self.assertEqual(evals[0]["test_loss"], evals[1]["test_loss"])
+            finals[job] = evals[0]
+        if len(jobs) > 1:
+            r = self.ps_status(ports[0], "--job_id=b")
+            self.assertIn("sync, 2 trainers", r.stdout)
+        self.stop_pservers(pservers)
+        return finals
+
+    def test_two_jobs_on_the_same_pservers(self):
+        a = ["--mode=sync", "--max_steps=120"]
+        b = ["--mode=sync", "--max_steps=100", "--batch_size=32"]
+        alone_a = self.run_jobs({"a": a}, "alone-a")["a"]
+        alone_b = self.run_jobs({"b": b}, "alone-b")["b"]
+        both = self.run_jobs({"a": a, "b": b}, "both")
+        # Sync: each job ends exactly as it does alone.
+        for job, alone in (("a", alone_a), ("b", alone_b)):
+            self.assertEqual(both[job]["test_loss"], alone["test_loss"], job)
+            self.assertEqual(both[job]["test_accuracy"],
+                             alone["test_accuracy"], job)
+        self.assertNotEqual(alone_a["test_loss"], alone_b["test_loss"])
 
     def test_without_token_the_pserver_says_so(self):
         p, _, _ = self.start_pserver("open")

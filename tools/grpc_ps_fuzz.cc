@@ -27,6 +27,7 @@
 #include "common/flags.h"
 #include "common/grpc_credentials.h"
 #include "common/grpc_status.h"
+#include "common/job_id.h"
 #include "common/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -44,6 +45,9 @@ DEFINE_int32(deadline_ms, 2000, "deadline of each request");
 DEFINE_bool(without_token, false,
             "send no token even with --auth_token_file (to check that the "
             "pservers refuse such calls)");
+DEFINE_string(job_id, "",
+              "the job named in every request's metadata; "
+              "empty: none (the default job)");
 DEFINE_string(expect_code, "",
               "if set (e.g. UNAUTHENTICATED), every answer must have this "
               "status code");
@@ -118,6 +122,8 @@ class Fuzz {
     if (!authorization_.empty()) {
       call->ctx.AddMetadata(kAuthorizationMetadataKey, authorization_);
     }
+    if (!FLAGS_job_id.empty())
+      call->ctx.AddMetadata(kJobMetadataKey, FLAGS_job_id);
     grpc::Slice slice(q.bytes);
     call->request = grpc::ByteBuffer(&slice, 1);
     t.stub->UnaryCall(&call->ctx, q.path, grpc::StubOptions(), &call->request,

@@ -1,7 +1,7 @@
-// Asks pservers where a job stands: whether the job is ready, its mode and
-// trainer count, the block versions held, the timeline (generation and the
-// step it started from), the live trainers and the complete checkpoints.
-// For an operator wondering why a job does not move.
+// Asks pservers where a job (--job_id; "default") stands: whether the job is
+// ready, its mode and trainer count, the block versions held, the timeline
+// (generation and the step it started from), the live trainers and the
+// complete checkpoints. For an operator wondering why a job does not move.
 //
 //   ps_status --pservers=host1:7164,host2:7164 [--timeout_s=5]
 //             [--auth_token_file=PATH] [--tls_ca_file=PATH ...]
@@ -29,6 +29,7 @@
 
 DEFINE_string(pservers, "", "comma-separated host or host:port");
 DEFINE_int32(timeout_s, 5, "how long to wait for each pserver");
+DEFINE_string(job_id, "default", "the job to ask about");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("ps_status --pservers=host1:7164,host2:7164");
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   shardps::RpcOptions rpc;
   rpc.attempt_deadline = absl::Seconds(FLAGS_timeout_s);
   rpc.retry_budget = absl::Seconds(FLAGS_timeout_s);
+  rpc.job_id = FLAGS_job_id;
   int unreachable = 0;
   for (absl::string_view a :
        absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
@@ -73,12 +75,16 @@ int main(int argc, char** argv) {
       ++unreachable;
       continue;
     }
+    const std::string where =
+        FLAGS_job_id == "default"
+            ? *addr
+            : absl::StrCat(*addr, " (job ", FLAGS_job_id, ")");
     if (!resp.job_ready()) {
-      std::cout << *addr << ": no job yet (waiting for the chief)\n";
+      std::cout << where << ": no job yet (waiting for the chief)\n";
       continue;
     }
     std::cout << absl::StrCat(
-                     *addr, ": ",
+                     where, ": ",
                      resp.job().mode() == shardps::SYNC ? "sync" : "async",
                      ", ", resp.job().num_trainers(), " trainers (live: ",
                      absl::StrJoin(resp.live_trainers(), ","), "), versions ",

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "common/address.h"
+#include "common/job_id.h"
 #include "gflags/gflags.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -27,6 +28,9 @@ DEFINE_int32(num_gradient_servers, 0,
              "number of trainers N; unset: from the "
              "scheduler, else 1");
 DEFINE_string(config, "", "model and job config, protobuf text format");
+DEFINE_string(job_id, "default",
+              "the job on the pservers (several jobs may share pservers; "
+              "each has its own tables, trainers and checkpoints)");
 DEFINE_string(mode, "sync", "sync (a barrier per step) or async");
 DEFINE_int32(max_staleness, -1,
              "async: a trainer may run at most this many "
@@ -358,6 +362,10 @@ absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags() {
                                         TransportRole::kClient);
   if (!security.ok()) return security.status();
   c.security = *std::move(security);
+  if (absl::Status s = ValidateJobId(FLAGS_job_id); !s.ok()) {
+    return Bad(absl::StrCat("--job_id: ", s.message()));
+  }
+  c.job_id = FLAGS_job_id;
   return c;
 }
 

@@ -27,6 +27,7 @@ struct ConnectionOptions {
   absl::Duration rpc_retry;            // --rpc_retry_s
   absl::Duration heartbeat_interval;   // zero: no heartbeats
   TransportSecurity security;          // --auth_token_file, --tls_*
+  std::string job_id;                  // --job_id
 };
 absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
 

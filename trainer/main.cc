@@ -43,7 +43,9 @@ std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
   auto conn = std::make_unique<Connections>();
   shardps::RpcOptions rpc;
   rpc.retry_budget = c.rpc_retry;
+  rpc.job_id = c.job_id;
   shardps::RpcOptions hb;
+  hb.job_id = c.job_id;
   hb.attempt_deadline = c.heartbeat_interval * 2 + absl::Seconds(1);
   hb.retry_budget = c.heartbeat_interval;
   for (const auto& a : c.addresses) {

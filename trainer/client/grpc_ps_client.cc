@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_credentials.h"
 #include "common/grpc_status.h"
+#include "common/job_id.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
 
@@ -85,6 +86,9 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
   call->ctx->set_wait_for_ready(false);
   if (!authorization_.empty()) {
     call->ctx->AddMetadata(kAuthorizationMetadataKey, authorization_);
+  }
+  if (!options_.job_id.empty()) {
+    call->ctx->AddMetadata(kJobMetadataKey, options_.job_id);
   }
   ++call->attempt;
   auto on_done = [this, call](grpc::Status gs) {

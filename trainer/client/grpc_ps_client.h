@@ -30,6 +30,9 @@ struct RpcOptions {
   // Defaults: 50 ms and 5 s.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(5);
+  // The job every call names (`shardps-job` metadata, common/job_id.h).
+  // Empty: none, which the pserver takes as the default job.
+  std::string job_id;
 };
 
 // PsClientInterface over a gRPC channel, with retries. Thread-safe.
