@@ -42,13 +42,22 @@ void PullWaiters::Complete(const WaiterPtr& w) {
   if (w->finished.exchange(true)) return;
   for (const PullTarget& t : w->targets) t.unit->Read(t, w->sink);
   if (w->watched.load()) Unwatch(w);
-  w->done(absl::OkStatus(), clock_->Now() - w->start);
+  Answer(w, absl::OkStatus());
 }
 
 void PullWaiters::Finish(const WaiterPtr& w, absl::Status status) {
   if (w->finished.exchange(true)) return;
   if (w->watched.load()) Unwatch(w);
-  w->done(std::move(status), clock_->Now() - w->start);
+  Answer(w, std::move(status));
+}
+
+void PullWaiters::Answer(const WaiterPtr& w, absl::Status status) {
+  // The callbacks go with the answer: what they hold (the caller's reply,
+  // the job) must not live on in a waiter that a barrier still lists.
+  PullDone done = std::move(w->done);
+  w->done = nullptr;
+  w->sink = nullptr;
+  done(std::move(status), clock_->Now() - w->start);
 }
 
 void PullWaiters::Unwatch(const WaiterPtr& w) {

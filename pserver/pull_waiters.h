@@ -78,6 +78,8 @@ class PullWaiters {
 
  private:
   void Complete(const WaiterPtr& w);
+  // Runs w->done once, after dropping the waiter's callbacks.
+  void Answer(const WaiterPtr& w, absl::Status status);
   void Watch(const WaiterPtr& w);
   void Unwatch(const WaiterPtr& w);
 
