@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pserver/request_handler.h"
+#include "pserver/testing/handler_testing.h"
 #include "pserver/testing/store_testing.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -85,14 +86,7 @@ class HostileRequestTest : public ::testing::Test {
   }
 
   absl::Status Pull(const PullRequest& req, PullResponse* resp) {
-    absl::Notification done;
-    absl::Status status;
-    handler_->Pull(req, resp, [&](absl::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
-    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-    return status;
+    return testing::PullAndWait(handler_.get(), req, resp);
   }
 
   // Table "w" as trainer 0 sees it.
@@ -108,6 +102,23 @@ class HostileRequestTest : public ::testing::Test {
       out.insert(out.end(), v.begin(), v.end());
     }
     return out;
+  }
+
+  // Starts `n` pulls of trainer 0 for version 1 of "w" (which stays at 0)
+  // and sweeps past --max_pull_wait_s: each is answered DEADLINE_EXCEEDED.
+  void TimeOutPulls(int n) {
+    std::vector<std::unique_ptr<testing::PullResult>> pulls;
+    for (int i = 0; i < n; ++i) {
+      testing::PullArgs a;
+      a.min_version = 1;
+      pulls.push_back(testing::StartPull(store_.get(), a, {{0, 0}, {0, 1}}));
+    }
+    clock_.Advance(absl::Seconds(21));
+    store_->Sweep(clock_.Now());
+    for (auto& p : pulls) {
+      ASSERT_TRUE(p->done.HasBeenNotified());
+      EXPECT_EQ(p->status.code(), absl::StatusCode::kDeadlineExceeded);
+    }
   }
 
   static void ExpectCode(const absl::Status& s, absl::StatusCode code,
@@ -302,20 +313,7 @@ TEST_F(HostileRequestTest, SparseRowsPastTheLimitAreRefused) {
 // MiB for good". A thousand pulls time out; the blocks hold none of them.
 TEST_F(HostileRequestTest, TimedOutPullsAreLetGo) {
   StartJob();
-  for (int round = 0; round < 100; ++round) {
-    std::vector<std::unique_ptr<testing::PullResult>> pulls;
-    for (int i = 0; i < 10; ++i) {
-      testing::PullArgs a;
-      a.min_version = 1;
-      pulls.push_back(testing::StartPull(store_.get(), a, {{0, 0}, {0, 1}}));
-    }
-    clock_.Advance(absl::Seconds(21));
-    store_->Sweep(clock_.Now());
-    for (auto& p : pulls) {
-      ASSERT_TRUE(p->done.HasBeenNotified());
-      EXPECT_EQ(p->status.code(), absl::StatusCode::kDeadlineExceeded);
-    }
-  }
+  for (int round = 0; round < 100; ++round) TimeOutPulls(10);
   EXPECT_EQ(store_->waiting_pulls(), 0u);
   // Held by the blocks: only what the last round left, before the next
   // hold lets it go.
@@ -336,20 +334,9 @@ int64_t ResidentKib() {
 // was (each held one waiter, a few hundred bytes, for good before).
 TEST_F(HostileRequestTest, TimedOutPullsHoldNoMemory) {
   StartJob();
-  auto round = [&] {
-    std::vector<std::unique_ptr<testing::PullResult>> pulls;
-    for (int i = 0; i < 30; ++i) {
-      testing::PullArgs a;
-      a.min_version = 1;
-      pulls.push_back(testing::StartPull(store_.get(), a, {{0, 0}, {0, 1}}));
-    }
-    clock_.Advance(absl::Seconds(21));
-    store_->Sweep(clock_.Now());
-    for (auto& p : pulls) ASSERT_TRUE(p->done.HasBeenNotified());
-  };
-  for (int r = 0; r < 100; ++r) round();
+  for (int r = 0; r < 100; ++r) TimeOutPulls(30);
   const int64_t before = ResidentKib();
-  for (int r = 0; r < 1600; ++r) round();
+  for (int r = 0; r < 1600; ++r) TimeOutPulls(30);
   const int64_t after = ResidentKib();
   EXPECT_LE(store_->TEST_HeldPulls(), 60u);
 #if PS_UNDER_ASAN

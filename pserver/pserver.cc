@@ -85,8 +85,14 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
 
 absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::FindOrAdd(
     absl::string_view job_id) {
+  {
+    // Every call looks its job up: shared, so calls do not queue here.
+    absl::ReaderMutexLock l(&jobs_mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) return it->second;
+  }
   absl::MutexLock l(&jobs_mu_);
-  auto it = jobs_.find(job_id);
+  auto it = jobs_.find(job_id);  // made by another call meanwhile?
   if (it != jobs_.end()) return it->second;
   if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
   if (static_cast<int>(jobs_.size()) >= options_.max_jobs) {

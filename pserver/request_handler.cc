@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/wire_limits.h"
 #include "compression/value_encoding.h"
@@ -316,12 +317,14 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
   // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
   // splits them.
   size_t sparse_bytes = 0, sparse_keys = 0;
+  absl::InlinedVector<int, 4> dims;
   for (const SparseRows& r : req.sparse()) {
     auto dim = store_->SparseDim(r.table_id());
     if (!dim.ok()) {
       done(dim.status());
       return;
     }
+    dims.push_back(*dim);
     const size_t n = r.keys().size() / sizeof(uint64_t);
     sparse_keys += n;
     sparse_bytes += n * (sizeof(uint64_t) + sizeof(float) * *dim);
@@ -335,17 +338,18 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
   }
   resp->mutable_blocks()->Reserve(req.blocks_size());
   std::vector<SparsePull> sparse;
-  for (const SparseRows& r : req.sparse()) {
-    auto dim = store_->SparseDim(r.table_id());
+  for (int i = 0; i < req.sparse_size(); ++i) {
+    const SparseRows& r = req.sparse(i);
     auto keys = ViewKeys(r.keys());
-    if (!dim.ok() || !keys.ok()) {
+    if (!keys.ok()) {
       resp->Clear();
-      done(dim.ok() ? keys.status() : dim.status());
+      done(keys.status());
       return;
     }
+    const int dim = dims[i];
     SparseRows* out = resp->add_sparse();
     out->set_table_id(r.table_id());
-    out->mutable_values()->resize(keys->size() * *dim * sizeof(float));
+    out->mutable_values()->resize(keys->size() * dim * sizeof(float));
     sparse.push_back(
         SparsePull{r.table_id(), *keys,
                    reinterpret_cast<float*>(out->mutable_values()->data())});

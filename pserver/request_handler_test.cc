@@ -14,6 +14,7 @@
 #include "compression/threshold_codec.h"
 #include "compression/value_encoding.h"
 #include "gtest/gtest.h"
+#include "pserver/testing/handler_testing.h"
 #include "pserver/testing/store_testing.h"
 
 namespace shardps {
@@ -73,14 +74,7 @@ class RequestHandlerTest : public ::testing::Test {
   }
 
   absl::Status Pull(const PullRequest& req, PullResponse* resp) {
-    absl::Notification done;
-    absl::Status status;
-    handler_->Pull(req, resp, [&](absl::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
-    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-    return status;
+    return testing::PullAndWait(handler_.get(), req, resp);
   }
 
   std::vector<float> PullAll(int64_t min_version = 0) {
