@@ -92,6 +92,12 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::FindOrAdd(
     if (it != jobs_.end()) return it->second;
   }
   absl::MutexLock l(&jobs_mu_);
+  // Being freed: wait for its final checkpoint, then make it again from it.
+  const std::string id(job_id);
+  auto freed = [this, &id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(jobs_mu_) {
+    return !closing_.contains(id);
+  };
+  jobs_mu_.Await(absl::Condition(&freed));
   auto it = jobs_.find(job_id);  // made by another call meanwhile?
   if (it != jobs_.end()) return it->second;
   if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
@@ -232,10 +238,17 @@ void Pserver::Sweep() {
         continue;
       }
       jobs_.erase(job->id);
+      // Until its final checkpoint is on disk, a request for it waits
+      // (FindOrAdd): made again any earlier, the job would miss it.
+      closing_.insert(job->id);
     }
     job->store->CancelAllWaiters(
         absl::UnavailableError(absl::StrCat("job ", job->id, " was freed")));
     FinalCheckpoint(*job);
+    {
+      absl::MutexLock l(&jobs_mu_);
+      closing_.erase(job->id);
+    }
     LogCounters(*job);
     LOG(INFO) << "job " << job->id << " freed: no request named it for "
               << absl::FormatDuration(options_.job_retention)

@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -115,6 +116,8 @@ class Pserver : public JobDirectory {
   mutable absl::Mutex jobs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<JobSlot>> jobs_
       ABSL_GUARDED_BY(jobs_mu_);
+  // Jobs freed whose final checkpoint is being written.
+  absl::flat_hash_set<std::string> closing_ ABSL_GUARDED_BY(jobs_mu_);
   absl::Notification stop_sweeping_;  // notified under stop_mu_
   std::thread sweeper_;
   absl::Mutex stop_mu_;
