@@ -51,11 +51,24 @@ void Checkpointer::Save(StoreSnapshot snapshot) {
     absl::MutexLock w(&write_mu_);
     absl::Status s = writer_.WriteViews(snap.info.step(),
                                         snap.info.SerializeAsString(), views);
+    const absl::Time end = absl::Now();
+    {
+      absl::MutexLock st(&stats_mu_);
+      if (s.ok()) {
+        ++stats_.written;
+        stats_.last_step = snap.info.step();
+        stats_.last_bytes = static_cast<int64_t>(bytes);
+        stats_.last_duration = end - start;
+        stats_.last_time = end;
+      } else {
+        ++stats_.failed;
+      }
+    }
     if (s.ok()) {
       LOG(INFO) << absl::StrFormat(
           "checkpoint of step %d written to %s (%.2f MB in %.0f ms)",
           snap.info.step(), dir_, bytes / 1e6,
-          absl::ToDoubleMilliseconds(absl::Now() - start));
+          absl::ToDoubleMilliseconds(end - start));
     } else {
       LOG(ERROR) << "checkpoint of step " << snap.info.step()
                  << " failed: " << s << " (the previous one is kept)";
@@ -69,6 +82,11 @@ absl::Status Checkpointer::Flush() {
   JoinWriter();
   absl::MutexLock w(&write_mu_);
   return last_status_;
+}
+
+Checkpointer::Stats Checkpointer::stats() const {
+  absl::MutexLock l(&stats_mu_);
+  return stats_;
 }
 
 absl::StatusOr<std::vector<int64_t>> Checkpointer::Steps() const {

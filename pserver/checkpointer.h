@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/checkpoint.h"
 #include "common/env.h"
 #include "pserver/table_snapshot.h"
@@ -65,6 +66,20 @@ class Checkpointer {
 
   const std::string& dir() const { return dir_; }
 
+  // What the background writes did, for monitoring.
+  struct Stats {
+    int64_t written = 0;  // complete checkpoints written
+    int64_t failed = 0;   // writes that failed (the previous one is kept)
+    // The last complete one: its step, payload bytes, how long its write
+    // took, and when it ended (absl::InfinitePast() before the first).
+    int64_t last_step = -1;
+    int64_t last_bytes = 0;
+    absl::Duration last_duration;
+    absl::Time last_time = absl::InfinitePast();
+  };
+  // Never waits for a write in progress.
+  Stats stats() const;
+
  private:
   static absl::StatusOr<StoreSnapshot> FromLoaded(LoadedCheckpoint loaded);
   // Joins the background writer.
@@ -80,6 +95,8 @@ class Checkpointer {
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
   CheckpointWriter writer_ ABSL_GUARDED_BY(write_mu_);
   absl::Status last_status_ ABSL_GUARDED_BY(write_mu_);
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  Stats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace shardps

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_credentials.h"
+#include "common/port_file.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -13,24 +14,6 @@ namespace shardps {
 namespace {
 
 constexpr size_t kTransportMemoryBytes = size_t{256} << 20;
-
-absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << port << "\n";
-    f.flush();
-    if (!f) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("--port_file: cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("--port_file: cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -46,16 +29,66 @@ absl::StatusOr<std::unique_ptr<GrpcPsServer>> GrpcPsServer::Create(
       new GrpcPsServer(std::move(options), std::move(*pserver)));
 }
 
+namespace {
+
+std::unique_ptr<RpcMetrics> MakeRpcMetrics(
+    const GrpcServerOptions& options,
+    const std::shared_ptr<prometheus::Registry>& registry) {
+  if (options.monitoring.port < 0) return nullptr;
+  return std::make_unique<RpcMetrics>(registry.get(),
+                                      GrpcPsService::MethodNames());
+}
+
+}  // namespace
+
 GrpcPsServer::GrpcPsServer(GrpcServerOptions options,
                            std::unique_ptr<Pserver> pserver)
     : options_(std::move(options)),
       pserver_(std::move(pserver)),
-      service_(pserver_.get()) {}
+      registry_(std::make_shared<prometheus::Registry>()),
+      rpc_metrics_(MakeRpcMetrics(options_, registry_)),
+      service_(pserver_.get(), rpc_metrics_.get()) {}
 
 GrpcPsServer::~GrpcPsServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::Status GrpcPsServer::Start() {
-  if (absl::Status s = pserver_->Start(); !s.ok()) return s;
+  if (options_.monitoring.port >= 0) {
+    auto monitoring = MonitoringServer::Start(
+        options_.monitoring,
+        {registry_, std::make_shared<PserverCollector>(pserver_.get())});
+    if (!monitoring.ok()) return monitoring.status();
+    monitoring_ = *std::move(monitoring);
+  }
+  if (absl::Status s = BuildServer(); !s.ok()) return s;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (absl::Status s = pserver_->Start(); !s.ok()) {
+    server_->Shutdown();
+    server_->Wait();
+    server_.reset();
+    return s;
+  }
+  service_.SetServing(true);
+  health->SetServingStatus(true);
+  LOG(INFO) << "pserver serving on " << options_.host << ":" << port_ << " ("
+            << DescribeTransportSecurity(options_.security)
+            << "; jobs may hold "
+            << (options_.pserver.store.max_memory_bytes >> 20) << " MiB)";
+  if (options_.security.auth_token.empty()) {
+    LOG(WARNING) << "no --auth_token_file: any client that can reach "
+                 << options_.host << ":" << port_
+                 << " can change this pserver's jobs (docs/security.md)";
+  }
+  if (!options_.port_file.empty()) {
+    absl::Status s = WritePortFile(options_.port_file, port_, "--port_file");
+    if (!s.ok()) {
+      server_->Shutdown();
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcPsServer::BuildServer() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const std::string addr = absl::StrCat(options_.host, ":", options_.port);
@@ -72,29 +105,20 @@ absl::Status GrpcPsServer::Start() {
   quota.Resize(kTransportMemoryBytes);
   builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  service_.SetServing(false);
   builder.RegisterService(&service_);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
+    server_.reset();
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", addr,
                      " (is the port in use, or the address not local?)"));
   }
-  LOG(INFO) << "pserver listening on " << options_.host << ":" << port_ << " ("
-            << DescribeTransportSecurity(options_.security)
-            << "; jobs may hold "
-            << (options_.pserver.store.max_memory_bytes >> 20) << " MiB)";
-  if (options_.security.auth_token.empty()) {
-    LOG(WARNING) << "no --auth_token_file: any client that can reach "
-                 << options_.host << ":" << port_
-                 << " can change this pserver's jobs (docs/security.md)";
-  }
-  if (!options_.port_file.empty()) {
-    absl::Status s = WritePortFile(options_.port_file, port_);
-    if (!s.ok()) {
-      server_->Shutdown();
-      return s;
-    }
-  }
+  // Until the checkpoints are loaded: NOT_SERVING, for the whole server
+  // ("") and for the service by name.
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  LOG(INFO) << "pserver bound to " << options_.host << ":" << port_
+            << "; loading checkpoints";
   return absl::OkStatus();
 }
 
@@ -108,6 +132,9 @@ void GrpcPsServer::Shutdown(absl::Duration grace) {
   }
   pserver_->BeginShutdown();
   if (server_ != nullptr) {
+    // NOT_SERVING from now on, so that probes and load balancers stop
+    // sending here while calls drain.
+    server_->GetHealthCheckService()->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(grace));
     server_->Wait();

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/address.h"
+#include "common/monitoring.h"
 #include "common/transport_security.h"
 #include "grpcpp/grpcpp.h"
 #include "pserver/grpc_service.h"
@@ -28,11 +29,14 @@ struct GrpcServerOptions {
   TransportSecurity security;
   // The pserver behind the port.
   PserverOptions pserver;
+  // Prometheus metrics (docs/monitoring.md). Default: none.
+  MonitoringOptions monitoring;
 };
 
 // A Pserver served over gRPC (the ParameterServer service, with gRPC's
-// health service). Create, Start, then Wait until Shutdown is called (from
-// a signal handler thread, say). Thread-safe.
+// health service), and its metrics over HTTP when asked. Create, Start,
+// then Wait until Shutdown is called (from a signal handler thread, say).
+// Thread-safe.
 class GrpcPsServer {
  public:
   // INVALID_ARGUMENT for a port outside [0, 65535] and the Pserver's
@@ -41,8 +45,10 @@ class GrpcPsServer {
       GrpcServerOptions options);
   ~GrpcPsServer();
 
-  // Starts the Pserver (loading its newest checkpoint), binds the port,
-  // serves, and writes the port file.
+  // Serves /metrics (with options.monitoring), binds the port with the
+  // health service answering NOT_SERVING and every call UNAVAILABLE, starts
+  // the Pserver (loading each job's newest checkpoint), then serves
+  // (health SERVING) and writes the port file.
   absl::Status Start();
   // Blocks until Shutdown() has completed.
   void Wait();
@@ -51,6 +57,10 @@ class GrpcPsServer {
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
   int port() const { return port_; }
+  // The bound /metrics port; 0 without monitoring.
+  int monitoring_port() const {
+    return monitoring_ != nullptr ? monitoring_->port() : 0;
+  }
   Pserver* pserver() { return pserver_.get(); }
   ParameterStore* store() { return pserver_->store(); }
   // A channel to this server within the process (tests).
@@ -59,9 +69,16 @@ class GrpcPsServer {
  private:
   GrpcPsServer(GrpcServerOptions options, std::unique_ptr<Pserver> pserver);
 
+  // Builds the gRPC server, not yet serving calls; binds port_.
+  absl::Status BuildServer();
+
   const GrpcServerOptions options_;
   std::unique_ptr<Pserver> pserver_;
+  // Made when monitoring is on; before service_, which reports to it.
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<RpcMetrics> rpc_metrics_;
   GrpcPsService service_;
+  std::unique_ptr<MonitoringServer> monitoring_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex shutdown_mu_;

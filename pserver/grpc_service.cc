@@ -4,34 +4,55 @@
 #include "common/job_id.h"
 
 namespace shardps {
-namespace {
+std::vector<std::string> GrpcPsService::MethodNames() {
+  return {"InitJob",    "SetInitialValues", "CommitInit",
+          "Register",   "GetStatus",        "Pull",
+          "Push",       "Heartbeat",        "Leave",
+          "Checkpoint", "Rollback"};
+}
 
 // The handler of the job the call names in its metadata (the default job
 // when it names none).
-absl::StatusOr<std::shared_ptr<RequestHandler>> JobOf(
-    JobDirectory* jobs, grpc::CallbackServerContext* ctx) {
+absl::StatusOr<std::shared_ptr<RequestHandler>> GrpcPsService::JobOf(
+    grpc::CallbackServerContext* ctx) const {
+  if (!serving_.load()) {
+    return absl::UnavailableError(
+        "the pserver is starting (loading its checkpoints)");
+  }
   const auto& md = ctx->client_metadata();
   auto it = md.find(kJobMetadataKey);
-  if (it == md.end()) return jobs->Job(kDefaultJobId);
-  return jobs->Job(absl::string_view(it->second.data(), it->second.size()));
+  if (it == md.end()) return jobs_->Job(kDefaultJobId);
+  return jobs_->Job(absl::string_view(it->second.data(), it->second.size()));
 }
 
-}  // namespace
+void GrpcPsService::Record(const char* method, const absl::Status& s,
+                           absl::Time start, size_t request_bytes,
+                           size_t response_bytes) {
+  if (metrics_ == nullptr) return;
+  metrics_->Record(method, s.code(), absl::Now() - start, request_bytes,
+                   s.ok() ? response_bytes : 0);
+}
 
-template <typename Handle>
+template <typename Request, typename Response, typename Handle>
 grpc::ServerUnaryReactor* GrpcPsService::Reply(grpc::CallbackServerContext* ctx,
+                                               const char* method,
+                                               const Request& req,
+                                               const Response* resp,
                                                Handle handle) {
+  const absl::Time start = absl::Now();
   // An allocation that fails in a handler is RESOURCE_EXHAUSTED (the
   // handler leaves nothing half-done), not an exception for gRPC, which
   // would answer UNIMPLEMENTED.
   absl::Status s;
   try {
-    auto job = JobOf(jobs_, ctx);
+    auto job = JobOf(ctx);
     s = job.ok() ? handle(**job) : job.status();
   } catch (const std::bad_alloc&) {
     s = absl::ResourceExhaustedError(
         "the pserver is out of memory (see --max_memory_mb)");
   }
+  Record(method, s, start, metrics_ ? req.ByteSizeLong() : 0,
+         metrics_ ? resp->ByteSizeLong() : 0);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -40,27 +61,29 @@ grpc::ServerUnaryReactor* GrpcPsService::Reply(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* GrpcPsService::InitJob(
     grpc::CallbackServerContext* ctx, const InitJobRequest* req,
     InitJobResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) { return h.InitJob(*req, resp); });
+  return Reply(ctx, "InitJob", *req, resp,
+               [&](RequestHandler& h) { return h.InitJob(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::SetInitialValues(
     grpc::CallbackServerContext* ctx, const SetInitialValuesRequest* req,
     SetInitialValuesResponse* resp) {
-  return Reply(
-      ctx, [&](RequestHandler& h) { return h.SetInitialValues(*req, resp); });
+  return Reply(ctx, "SetInitialValues", *req, resp, [&](RequestHandler& h) {
+    return h.SetInitialValues(*req, resp);
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::CommitInit(
     grpc::CallbackServerContext* ctx, const CommitInitRequest* req,
     CommitInitResponse* resp) {
-  return Reply(ctx,
+  return Reply(ctx, "CommitInit", *req, resp,
                [&](RequestHandler& h) { return h.CommitInit(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Register(
     grpc::CallbackServerContext* ctx, const RegisterRequest* req,
     RegisterResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) {
+  return Reply(ctx, "Register", *req, resp, [&](RequestHandler& h) {
     return h.Register(*req, resp, ctx->peer());
   });
 }
@@ -68,55 +91,70 @@ grpc::ServerUnaryReactor* GrpcPsService::Register(
 grpc::ServerUnaryReactor* GrpcPsService::GetStatus(
     grpc::CallbackServerContext* ctx, const GetStatusRequest* req,
     GetStatusResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) { return h.GetStatus(*req, resp); });
+  return Reply(ctx, "GetStatus", *req, resp,
+               [&](RequestHandler& h) { return h.GetStatus(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                                               const PullRequest* req,
                                               PullResponse* resp) {
+  const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto job = JobOf(jobs_, ctx);
+  auto job = JobOf(ctx);
   if (!job.ok()) {
+    Record("Pull", job.status(), start, req->ByteSizeLong(), 0);
     reactor->Finish(ToGrpcStatus(job.status()));
     return reactor;
   }
   // The answer may come later: the job stays until it does.
   RequestHandler* h = job->get();
-  h->Pull(*req, resp, [reactor, job = *std::move(job)](absl::Status s) {
-    reactor->Finish(ToGrpcStatus(s));
-  });
+  h->Pull(
+      *req, resp,
+      [this, reactor, start, req, resp, job = *std::move(job)](absl::Status s) {
+        if (metrics_ != nullptr) {
+          if (s.ok()) {
+            metrics_->RecordPullWait(absl::Microseconds(resp->wait_micros()));
+          }
+          Record("Pull", s, start, req->ByteSizeLong(), resp->ByteSizeLong());
+        }
+        reactor->Finish(ToGrpcStatus(s));
+      });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* ctx,
                                               const PushRequest* req,
                                               PushResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) { return h.Push(*req, resp); });
+  return Reply(ctx, "Push", *req, resp,
+               [&](RequestHandler& h) { return h.Push(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Heartbeat(
     grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
     HeartbeatResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) { return h.Heartbeat(*req, resp); });
+  return Reply(ctx, "Heartbeat", *req, resp,
+               [&](RequestHandler& h) { return h.Heartbeat(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Leave(grpc::CallbackServerContext* ctx,
                                                const LeaveRequest* req,
                                                LeaveResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) { return h.Leave(*req, resp); });
+  return Reply(ctx, "Leave", *req, resp,
+               [&](RequestHandler& h) { return h.Leave(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Checkpoint(
     grpc::CallbackServerContext* ctx, const CheckpointRequest* req,
     CheckpointResponse* resp) {
-  return Reply(ctx,
+  return Reply(ctx, "Checkpoint", *req, resp,
                [&](RequestHandler& h) { return h.Checkpoint(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Rollback(
     grpc::CallbackServerContext* ctx, const RollbackRequest* req,
     RollbackResponse* resp) {
-  return Reply(ctx, [&](RequestHandler& h) { return h.Rollback(*req, resp); });
+  return Reply(ctx, "Rollback", *req, resp,
+               [&](RequestHandler& h) { return h.Rollback(*req, resp); });
 }
 
 }  // namespace shardps

@@ -1,9 +1,13 @@
 #ifndef SHARDPS_PSERVER_GRPC_SERVICE_H_
 #define SHARDPS_PSERVER_GRPC_SERVICE_H_
 
+#include <atomic>
+
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "pserver/pserver.h"
+#include "pserver/pserver_metrics.h"
 #include "pserver/request_handler.h"
 
 namespace shardps {
@@ -11,11 +15,20 @@ namespace shardps {
 // The gRPC binding of RequestHandler: each RPC is forwarded as it is to the
 // handler of the job its `shardps-job` metadata names (common/job_id.h),
 // and the answer's absl::Status becomes the grpc::Status
-// (common/grpc_status.h). Nothing else. Thread-safe.
+// (common/grpc_status.h). Each finished call is reported to RpcMetrics
+// when there is one. Until SetServing(true) every call is answered
+// UNAVAILABLE (the pserver is loading its checkpoints). Thread-safe.
 class GrpcPsService final : public ParameterServer::CallbackService {
  public:
   // `jobs` must outlive this object.
-  explicit GrpcPsService(JobDirectory* jobs) : jobs_(jobs) {}
+  // `jobs` and `metrics` (null: none) must outlive this object.
+  explicit GrpcPsService(JobDirectory* jobs, RpcMetrics* metrics = nullptr)
+      : jobs_(jobs), metrics_(metrics) {}
+
+  // The RPC names, as RpcMetrics labels them.
+  static std::vector<std::string> MethodNames();
+  // Whether calls are served (true once the pserver has started).
+  void SetServing(bool serving) { serving_.store(serving); }
 
   grpc::ServerUnaryReactor* InitJob(grpc::CallbackServerContext* ctx,
                                     const InitJobRequest* req,
@@ -52,12 +65,21 @@ class GrpcPsService final : public ParameterServer::CallbackService {
                                      RollbackResponse* resp) override;
 
  private:
-  // Answers with what `handle` returns for the call's job.
-  template <typename Handle>
+  // Answers with what `handle` returns for the call's job, and reports the
+  // call of `method`.
+  template <typename Request, typename Response, typename Handle>
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
-                                  Handle handle);
+                                  const char* method, const Request& req,
+                                  const Response* resp, Handle handle);
+  // The handler of the job the call names, UNAVAILABLE before serving.
+  absl::StatusOr<std::shared_ptr<RequestHandler>> JobOf(
+      grpc::CallbackServerContext* ctx) const;
+  void Record(const char* method, const absl::Status& s, absl::Time start,
+              size_t request_bytes, size_t response_bytes);
 
   JobDirectory* const jobs_;
+  RpcMetrics* const metrics_;
+  std::atomic<bool> serving_{true};
 };
 
 }  // namespace shardps

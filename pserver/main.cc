@@ -12,6 +12,7 @@
 #include "common/fault_injection_env.h"
 #include "common/flags.h"
 #include "common/malloc_tuning.h"
+#include "common/monitoring.h"
 #include "common/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -87,6 +88,10 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
                                      shardps::TransportRole::kServer);
   if (!security.ok()) fail(std::string(security.status().message()).c_str());
   options.security = *std::move(security);
+  auto monitoring = shardps::MonitoringOptionsFromFlags();
+  if (!monitoring.ok())
+    fail(std::string(monitoring.status().message()).c_str());
+  options.monitoring = *monitoring;
   shardps::PserverOptions& p = options.pserver;
   p.store.num_trainers = FLAGS_num_gradient_servers;
   p.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -530,6 +531,28 @@ std::vector<ParameterStore::SparseTableStats> ParameterStore::SparseStats()
                                    s->rows().MemoryBytes()});
   }
   return out;
+}
+
+std::vector<ParameterStore::TableProgress> ParameterStore::Progress() const {
+  std::vector<TableProgress> out;
+  if (!ready()) return out;
+  absl::flat_hash_map<uint32_t, size_t> index;  // table id -> out[i]
+  for (BarrierUnit* u : tables_->units()) {
+    auto [it, added] = index.try_emplace(u->table_id(), out.size());
+    if (added) {
+      const TableSpec& spec = tables_->spec(u->table_id());
+      out.push_back(
+          TableProgress{spec.name(), spec.kind() == TableSpec::SPARSE, 0});
+    }
+    absl::MutexLock l(&u->mu);
+    out[it->second].steps =
+        std::max(out[it->second].steps, u->barrier.version());
+  }
+  return out;
+}
+
+int64_t ParameterStore::dense_bytes() const {
+  return ready() ? tables_->bytes() : 0;
 }
 
 size_t ParameterStore::num_blocks() const {

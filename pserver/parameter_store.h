@@ -217,6 +217,17 @@ class ParameterStore {
     size_t memory_bytes = 0;
   };
   std::vector<SparseTableStats> SparseStats() const;
+  // Each table with units here, in table order, and the steps applied to
+  // it: the most of its units' versions (a sync step, or an async push).
+  struct TableProgress {
+    std::string name;
+    bool sparse = false;
+    int64_t steps = 0;
+  };
+  std::vector<TableProgress> Progress() const;
+  // What the dense blocks held here take: values, gradient sums and
+  // optimizer state (0 before InitJob).
+  int64_t dense_bytes() const;
   size_t num_blocks() const;
 
   // Test hooks.

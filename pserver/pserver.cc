@@ -148,6 +148,28 @@ std::vector<std::string> Pserver::JobIds() const {
   return ids;
 }
 
+std::vector<JobStats> Pserver::Stats() const {
+  std::vector<JobStats> out;
+  for (const std::shared_ptr<JobSlot>& job : Slots()) {
+    const ParameterStore& store = *job->store;
+    JobStats j;
+    j.id = job->id;
+    j.ready = store.ready();
+    j.counters = store.counters();
+    j.live_trainers = static_cast<int>(store.LiveTrainers().size());
+    j.waiting_pulls = store.waiting_pulls();
+    j.tables = store.Progress();
+    j.sparse = store.SparseStats();
+    j.dense_bytes = store.dense_bytes();
+    j.checkpoints = job->checkpointer != nullptr;
+    if (j.checkpoints) j.checkpoint = job->checkpointer->stats();
+    out.push_back(std::move(j));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const JobStats& a, const JobStats& b) { return a.id < b.id; });
+  return out;
+}
+
 std::vector<std::shared_ptr<Pserver::JobSlot>> Pserver::Slots() const {
   std::vector<std::shared_ptr<JobSlot>> slots;
   absl::MutexLock l(&jobs_mu_);

@@ -45,6 +45,21 @@ struct PserverOptions {
   absl::Duration job_retention = absl::Minutes(10);
 };
 
+// What one job holds and has done on a pserver (Pserver::Stats), for
+// monitoring.
+struct JobStats {
+  std::string id;
+  bool ready = false;  // its chief has initialised it
+  StoreCounters counters;
+  int live_trainers = 0;
+  size_t waiting_pulls = 0;
+  std::vector<ParameterStore::TableProgress> tables;
+  std::vector<ParameterStore::SparseTableStats> sparse;
+  int64_t dense_bytes = 0;
+  bool checkpoints = false;  // with --checkpoint_dir
+  Checkpointer::Stats checkpoint;
+};
+
 // Where the transport finds a job's request handler.
 class JobDirectory {
  public:
@@ -96,6 +111,12 @@ class Pserver : public JobDirectory {
   ParameterStore* store();
   // The ids of the jobs held now, sorted.
   std::vector<std::string> JobIds() const;
+  // Every job held now, sorted by id. Takes no lock that a request holds
+  // while it waits.
+  std::vector<JobStats> Stats() const;
+  // What all jobs' tables hold, and the --max_memory_mb limit (0: none).
+  int64_t memory_used_bytes() const { return budget_.used(); }
+  int64_t memory_limit_bytes() const { return budget_.limit(); }
 
  private:
   struct JobSlot;

@@ -56,3 +56,20 @@ t = summary["trainers"][0]
 print("demo: test accuracy %.4f after %s steps (trainer 0; logs in %s)" %
       (t["test_accuracy"], t["step"], summary["log_dir"]))
 EOF
+
+# The curves: test loss and accuracy per pass, training loss, samples/s and
+# where the step time goes (scripts/plot_metrics.py, with Debian's
+# matplotlib, which setup.sh installs). The training result is printed
+# above whatever happens here; a plot that fails says so on one line and the
+# demo exits 1, since with setup.sh done a missing picture is a defect.
+if ! compgen -G "$LOG_DIR/trainer-*.jsonl" >/dev/null; then
+  say "no curves: no trainer-*.jsonl in $LOG_DIR (--metrics_file given?)"
+elif /usr/bin/python3 "$REPO/scripts/plot_metrics.py" \
+    --out "$LOG_DIR/curves.png" "$LOG_DIR" >/dev/null; then
+  echo "demo: curves in $LOG_DIR/curves.png"
+else
+  plot_status=$?
+  say "training succeeded (above), but no curves: scripts/plot_metrics.py" \
+      "exited $plot_status (its message is above)"
+  exit 1
+fi

@@ -12,6 +12,11 @@ PACKAGES=(
   dataset-fashion-mnist
   liblinear-tools  # examples/heart_scale for libsvm_reader_test
   clang-14 libclang-rt-14-dev  # libFuzzer for tests/fuzz_codec.sh
+  prometheus-cpp-dev  # /metrics of pserver and trainer
+  prometheus  # tests/monitoring_test.py scrapes a local cluster, promtool
+  slurm-wlm munge  # tests/slurm_test.py: a one-node Slurm cluster
+  openmpi-bin  # tests/mpi_test.py: the mpirun recipe
+  python3-matplotlib  # scripts/plot_metrics.py
 )
 
 missing=()

@@ -6,6 +6,11 @@
 //   ps_status --pservers=host1:7164,host2:7164 [--timeout_s=5]
 //             [--auth_token_file=PATH] [--tls_ca_file=PATH ...]
 //
+// With --health it asks gRPC's health service instead (of pservers, or of
+// trainers started with --health_port): one line per address, SERVING or
+// NOT_SERVING, and exit status 0 only if every one is SERVING. That is the
+// probe for schedulers whose own gRPC probe cannot speak TLS.
+//
 // Takes the token and TLS flags of the trainer (docs/security.md), and
 // SHARDPS_<FLAG> environment variables as the trainer does.
 // Prints one line per pserver; exit status 1 if one cannot be reached.
@@ -20,9 +25,12 @@
 #include "absl/time/time.h"
 #include "common/address.h"
 #include "common/flags.h"
+#include "common/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/retry_timer.h"
@@ -30,6 +38,46 @@
 DEFINE_string(pservers, "", "comma-separated host or host:port");
 DEFINE_int32(timeout_s, 5, "how long to wait for each pserver");
 DEFINE_string(job_id, "default", "the job to ask about");
+DEFINE_bool(health, false,
+            "ask gRPC's health service (grpc.health.v1) instead: exit 0 only "
+            "if every address answers SERVING");
+
+namespace {
+
+// --health: one line per address; the count of those not SERVING.
+int CheckHealth(const std::vector<std::string>& addrs,
+                const shardps::TransportSecurity& security) {
+  int bad = 0;
+  for (const std::string& addr : addrs) {
+    grpc::ChannelArguments args;
+    shardps::AddChannelSecurityArgs(security, &args);
+    auto channel = grpc::CreateCustomChannel(
+        addr, shardps::ChannelCredentialsFor(security), args);
+    auto stub = grpc::health::v1::Health::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(FLAGS_timeout_s));
+    ctx.set_wait_for_ready(true);
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = stub->Check(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cout << addr << ": unreachable (" << s.error_message() << ")\n";
+      ++bad;
+      continue;
+    }
+    std::cout << addr << ": "
+              << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                     resp.status())
+              << "\n";
+    if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("ps_status --pservers=host1:7164,host2:7164");
@@ -53,12 +101,7 @@ int main(int argc, char** argv) {
     std::cerr << "ps_status: " << security.status().message() << "\n";
     return 2;
   }
-  shardps::RetryTimer timer;
-  shardps::RpcOptions rpc;
-  rpc.attempt_deadline = absl::Seconds(FLAGS_timeout_s);
-  rpc.retry_budget = absl::Seconds(FLAGS_timeout_s);
-  rpc.job_id = FLAGS_job_id;
-  int unreachable = 0;
+  std::vector<std::string> addrs;
   for (absl::string_view a :
        absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
     auto addr = shardps::NormalizeAddress(std::string(a));
@@ -66,19 +109,29 @@ int main(int argc, char** argv) {
       std::cerr << "ps_status: " << addr.status().message() << "\n";
       return 2;
     }
-    auto client = shardps::GrpcPsClient::Create(*addr, rpc, &timer, *security);
+    addrs.push_back(*addr);
+  }
+  if (FLAGS_health) return CheckHealth(addrs, *security) > 0 ? 1 : 0;
+  shardps::RetryTimer timer;
+  shardps::RpcOptions rpc;
+  rpc.attempt_deadline = absl::Seconds(FLAGS_timeout_s);
+  rpc.retry_budget = absl::Seconds(FLAGS_timeout_s);
+  rpc.job_id = FLAGS_job_id;
+  int unreachable = 0;
+  for (const std::string& addr : addrs) {
+    auto client = shardps::GrpcPsClient::Create(addr, rpc, &timer, *security);
     shardps::GetStatusRequest req;
     shardps::GetStatusResponse resp;
     absl::Status s = client->GetStatus(req, &resp);
     if (!s.ok()) {
-      std::cout << *addr << ": unreachable (" << s.message() << ")\n";
+      std::cout << addr << ": unreachable (" << s.message() << ")\n";
       ++unreachable;
       continue;
     }
     const std::string where =
         FLAGS_job_id == "default"
-            ? *addr
-            : absl::StrCat(*addr, " (job ", FLAGS_job_id, ")");
+            ? addr
+            : absl::StrCat(addr, " (job ", FLAGS_job_id, ")");
     if (!resp.job_ready()) {
       std::cout << where << ": no job yet (waiting for the chief)\n";
       continue;

@@ -12,13 +12,26 @@
 #include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/malloc_tuning.h"
+#include "common/monitoring.h"
+#include "common/port_file.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "kernels/blas.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/retry_timer.h"
 #include "trainer/flags.h"
 #include "trainer/trainer.h"
+#include "trainer/trainer_monitoring.h"
+
+DEFINE_int32(health_port, -1,
+             "serve gRPC's health service (grpc.health.v1) on this port, at "
+             "--monitoring_host: NOT_SERVING until the trainer has joined a "
+             "ready job, SERVING while it trains; 0 picks a free port; -1: "
+             "none");
+DEFINE_string(health_port_file, "",
+              "if set, write the bound health port to this file");
 
 namespace {
 
@@ -60,6 +73,82 @@ std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
   }
   return conn;
 }
+
+// The trainer's readiness on gRPC's health service, and its Prometheus
+// metrics: what main serves about the Trainer.
+class Monitoring : public shardps::TrainingObserver {
+ public:
+  // Serves what the flags ask for; exits 2 naming the flag on failure.
+  Monitoring(const std::string& job_id, int trainer_id) {
+    auto m = shardps::MonitoringOptionsFromFlags();
+    if (!m.ok()) Fail(m.status().message());
+    if (FLAGS_health_port < -1 || FLAGS_health_port > 65535) {
+      Fail("--health_port must be in [-1, 65535]");
+    }
+    if (FLAGS_health_port < 0 && !FLAGS_health_port_file.empty()) {
+      Fail("--health_port_file needs --health_port (0 for a free port)");
+    }
+    if (m->port >= 0) {
+      metrics_ = std::make_unique<shardps::TrainerMetrics>(job_id, trainer_id);
+      auto server =
+          shardps::MonitoringServer::Start(*m, {metrics_->registry()});
+      if (!server.ok()) Fail(server.status().message());
+      server_ = *std::move(server);
+    }
+    if (FLAGS_health_port >= 0) StartHealth(m->host);
+  }
+  ~Monitoring() override {
+    if (health_ != nullptr) health_->Shutdown();
+  }
+
+  void Ready(int64_t step) override {
+    if (metrics_ != nullptr) metrics_->Ready(step);
+    SetServing(true);
+  }
+  void StepDone(const shardps::StepReport& s) override {
+    if (metrics_ != nullptr) metrics_->StepDone(s);
+  }
+  void Evaluated(const shardps::EvalReport& e) override {
+    if (metrics_ != nullptr) metrics_->Evaluated(e);
+  }
+  void Recovered(int64_t from, int64_t to) override {
+    if (metrics_ != nullptr) metrics_->Recovered(from, to);
+  }
+  void Stopped() override {
+    if (metrics_ != nullptr) metrics_->Stopped();
+    SetServing(false);
+  }
+
+ private:
+  void StartHealth(const std::string& host) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    const std::string addr = absl::StrCat(host, ":", FLAGS_health_port);
+    builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port);
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_ = builder.BuildAndStart();
+    if (health_ == nullptr || port == 0) {
+      Fail(absl::StrCat("--health_port: cannot listen on ", addr));
+    }
+    SetServing(false);
+    if (!FLAGS_health_port_file.empty()) {
+      absl::Status s = shardps::WritePortFile(FLAGS_health_port_file, port,
+                                              "--health_port_file");
+      if (!s.ok()) Fail(s.message());
+    }
+    LOG(INFO) << "health service on " << host << ":" << port;
+  }
+  void SetServing(bool serving) {
+    if (health_ != nullptr) {
+      health_->GetHealthCheckService()->SetServingStatus(serving);
+    }
+  }
+
+  std::unique_ptr<shardps::TrainerMetrics> metrics_;
+  std::unique_ptr<shardps::MonitoringServer> server_;
+  std::unique_ptr<grpc::Server> health_;
+};
 
 std::atomic<int> stop_signal{0};
 std::atomic<bool> stop_requested{false};
@@ -120,6 +209,9 @@ int main(int argc, char** argv) {
                    static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   shardps::SetBlasThreads(o->cpu_threads);
 
+  Monitoring monitoring(c->job_id, o->trainer_id);
+  o->observer = &monitoring;
+
   std::unique_ptr<Connections> conn = Connect(*c);
   o->heartbeat_servers = conn->heartbeat_servers;
   o->heartbeat_interval = c->heartbeat_interval;
@@ -127,6 +219,7 @@ int main(int argc, char** argv) {
   HandleStopSignals();
   shardps::Trainer trainer(*o, conn->servers);
   s = trainer.Run();
+  monitoring.Stopped();
   if (absl::IsCancelled(s)) {
     std::cerr << "trainer: " << s.message() << "\n";
     DieOfSignal();

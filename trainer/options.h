@@ -11,6 +11,7 @@
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/ps_client_interface.h"
+#include "trainer/training_observer.h"
 
 namespace shardps {
 
@@ -82,6 +83,9 @@ struct TrainerOptions {
   // Polled between steps: when it becomes true the trainer leaves the job
   // and Run returns CANCELLED (SIGTERM). May be null.
   const std::atomic<bool>* stop_requested = nullptr;
+  // Told of readiness, steps, evaluations and recoveries (monitoring); must
+  // outlive the trainer. Null: none.
+  TrainingObserver* observer = nullptr;
 };
 
 }  // namespace shardps

@@ -262,6 +262,10 @@ absl::Status Trainer::Step(int pass, int64_t index) {
   train_time_ += t4 - t0;
   progress_->StepDone(step_, pass, times, bs.loss_sum, bs.count, push_bytes_,
                       pull_bytes_, params_->threshold_encoder());
+  if (o.observer != nullptr) {
+    o.observer->StepDone(StepReport{step_, pass, times, bs.loss_sum, bs.count,
+                                    push.bytes, pull.bytes});
+  }
   return absl::OkStatus();
 }
 
@@ -274,10 +278,15 @@ absl::Status Trainer::Evaluate(int pass, bool final) {
   TransferStats ps;
   RETURN_IF_ERROR(params_->Pull(sync() ? step_ : 0, step_, values_, &ps,
                                 !sync() && final ? total_steps_ + 1 : 0));
+  const int64_t pulled_before = pull_bytes_;
   pull_bytes_ += ps.bytes;
   ASSIGN_OR_RETURN(const EvalResult e,
                    shardps::Evaluate(model_.get(), input_.get(), sparse_.get(),
                                      sync() ? step_ : 0, step_, &pull_bytes_));
+  if (o.observer != nullptr) {
+    o.observer->Evaluated(EvalReport{pass, step_, final, e.loss, e.accuracy,
+                                     e.auc, pull_bytes_ - pulled_before});
+  }
   result_.test_loss = e.loss;
   result_.test_accuracy = e.accuracy;
   result_.test_auc = e.auc;
@@ -320,6 +329,7 @@ absl::Status Trainer::Recover(const absl::Status& why) {
   }
   checkpoints_->ResumedAt(step_);
   ++result_.recoveries;
+  if (options_.observer != nullptr) options_.observer->Recovered(from, step_);
   const int64_t lost = std::max<int64_t>(0, from - step_);
   result_.steps_redone += lost;
   const double secs = Seconds(absl::Now() - t0);
@@ -359,6 +369,7 @@ absl::Status Trainer::Run() {
                                                  total_steps_, metrics_.get());
   const absl::Time train_start = absl::Now();
   last_ok_ = train_start;
+  if (o.observer != nullptr) o.observer->Ready(step_);
   int started_pass = -1;
   while (step_ < total_steps_) {
     if (o.stop_requested != nullptr && o.stop_requested->load()) {
