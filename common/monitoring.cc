@@ -1,5 +1,9 @@
 #include "common/monitoring.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -7,6 +11,26 @@
 #include "common/port_file.h"
 #include "glog/logging.h"
 #include "prometheus/exposer.h"
+
+// civetweb, as Debian builds it, asks for 100 KiB thread stacks
+// (USE_STACK_SIZE), and glibc refuses to create a thread whose stack cannot
+// hold the static TLS of every loaded library: in the trainer, cuBLASLt,
+// cuBLAS, OpenBLAS and glog take about 200 KiB of it, so the /metrics
+// server could not start ("Cannot create threads"). Every stack size asked
+// for in this process is therefore raised to at least kMinThreadStack. The
+// binaries export this symbol (ps_monitoring's link options), so that it
+// takes the place of glibc's for the libraries too.
+namespace {
+constexpr size_t kMinThreadStack = size_t{2} << 20;
+}  // namespace
+
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr,
+                                         size_t stacksize) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn real =
+      reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  return real(attr, std::max(stacksize, kMinThreadStack));
+}
 
 namespace shardps {
 

@@ -9,6 +9,10 @@
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 
+// Static TLS as large as the trainer's (cuBLASLt, cuBLAS, OpenBLAS, glog):
+// more than the 100 KiB stacks civetweb asks for.
+thread_local char big_tls[256 << 10];
+
 namespace shardps {
 namespace {
 
@@ -72,6 +76,15 @@ TEST(MonitoringServerTest, ServesRegistriesAndCollectorsOnAFreePort) {
   // A family without samples is left out rather than written empty.
   EXPECT_THAT(page, ::testing::Not(HasSubstr("shardps_test_empty")));
   EXPECT_THAT(HttpGet(port, "/other"), HasSubstr(" 404 Not Found"));
+}
+
+TEST(MonitoringServerTest, StartsBesideLargeStaticTls) {
+  big_tls[0] = 1;  // keep it
+  auto server = MonitoringServer::Start(
+      Loopback(0), {std::make_shared<prometheus::Registry>()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT(HttpGet((*server)->port(), "/metrics"),
+              StartsWith("HTTP/1.1 200 "));
 }
 
 TEST(MonitoringServerTest, APortInUseIsUnavailableNamingTheAddress) {

@@ -11,6 +11,7 @@
 #include "common/env.h"
 #include "common/fault_injection_env.h"
 #include "common/flags.h"
+#include "common/launch_env.h"
 #include "common/malloc_tuning.h"
 #include "common/monitoring.h"
 #include "common/transport_security.h"
@@ -122,6 +123,15 @@ int main(int argc, char** argv) {
   }
   if (argc > 1) {
     std::cerr << "pserver: unexpected argument '" << argv[1] << "'\n";
+    return 2;
+  }
+  // TF_CONFIG and PADDLE_INIT_*: the lowest-precedence defaults.
+  auto aliases = shardps::LaunchAliases(shardps::ProcessEnv(),
+                                        shardps::LaunchRole::kPserver);
+  if (aliases.ok()) s = shardps::ApplyFlagAliases(*aliases);
+  if (!aliases.ok() || !s.ok()) {
+    std::cerr << "pserver: " << (aliases.ok() ? s : aliases.status()).message()
+              << "\n";
     return 2;
   }
   // Fault injection for the multi-process tests (kill during a checkpoint

@@ -25,12 +25,10 @@
 #include "absl/time/time.h"
 #include "common/address.h"
 #include "common/flags.h"
-#include "common/grpc_credentials.h"
+#include "common/grpc_health.h"
 #include "common/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/health.grpc.pb.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/retry_timer.h"
@@ -49,30 +47,16 @@ int CheckHealth(const std::vector<std::string>& addrs,
                 const shardps::TransportSecurity& security) {
   int bad = 0;
   for (const std::string& addr : addrs) {
-    grpc::ChannelArguments args;
-    shardps::AddChannelSecurityArgs(security, &args);
-    auto channel = grpc::CreateCustomChannel(
-        addr, shardps::ChannelCredentialsFor(security), args);
-    auto stub = grpc::health::v1::Health::NewStub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(FLAGS_timeout_s));
-    ctx.set_wait_for_ready(true);
-    grpc::health::v1::HealthCheckRequest req;
-    grpc::health::v1::HealthCheckResponse resp;
-    grpc::Status s = stub->Check(&ctx, req, &resp);
-    if (!s.ok()) {
-      std::cout << addr << ": unreachable (" << s.error_message() << ")\n";
+    auto status =
+        shardps::CheckHealth(addr, security, absl::Seconds(FLAGS_timeout_s));
+    if (!status.ok()) {
+      std::cout << addr << ": unreachable (" << status.status().message()
+                << ")\n";
       ++bad;
       continue;
     }
-    std::cout << addr << ": "
-              << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
-                     resp.status())
-              << "\n";
-    if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
-      ++bad;
-    }
+    std::cout << addr << ": " << *status << "\n";
+    if (*status != "SERVING") ++bad;
   }
   return bad;
 }

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "common/address.h"
 #include "common/job_id.h"
+#include "common/launch_env.h"
 #include "gflags/gflags.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -131,6 +132,8 @@ class OneLineErrors : public google::protobuf::io::ErrorCollector {
 absl::Status IdentityFromFlags(const GetEnvFn& env, TrainerOptions* o) {
   SchedulerRank sched;
   RETURN_IF_ERROR(DetectSchedulerRank(env, &sched));
+  // Kubeflow's TF_CONFIG and PaddlePaddle's PADDLE_INIT_* come last.
+  if (!sched.rank.has_value()) RETURN_IF_ERROR(LaunchRank(env, &sched));
   o->num_trainers = FLAGS_num_gradient_servers;
   if (!FlagWasSet("num_gradient_servers")) {
     o->num_trainers = sched.size.value_or(1);
@@ -149,7 +152,8 @@ absl::Status IdentityFromFlags(const GetEnvFn& env, TrainerOptions* o) {
       return Bad(
           "--trainer_id is not set and no scheduler variable "
           "(OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
-          "JOB_COMPLETION_INDEX) gives it");
+          "JOB_COMPLETION_INDEX, TF_CONFIG, PADDLE_INIT_TRAINER_ID) gives "
+          "it");
     }
   }
   if (o->trainer_id < 0 || o->trainer_id >= o->num_trainers) {

@@ -11,13 +11,13 @@
 
 #include "absl/time/clock.h"
 #include "common/flags.h"
+#include "common/grpc_health.h"
+#include "common/launch_env.h"
 #include "common/malloc_tuning.h"
 #include "common/monitoring.h"
 #include "common/port_file.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "kernels/blas.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/retry_timer.h"
@@ -97,10 +97,6 @@ class Monitoring : public shardps::TrainingObserver {
     }
     if (FLAGS_health_port >= 0) StartHealth(m->host);
   }
-  ~Monitoring() override {
-    if (health_ != nullptr) health_->Shutdown();
-  }
-
   void Ready(int64_t step) override {
     if (metrics_ != nullptr) metrics_->Ready(step);
     SetServing(true);
@@ -121,33 +117,21 @@ class Monitoring : public shardps::TrainingObserver {
 
  private:
   void StartHealth(const std::string& host) {
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    const std::string addr = absl::StrCat(host, ":", FLAGS_health_port);
-    builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port);
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    health_ = builder.BuildAndStart();
-    if (health_ == nullptr || port == 0) {
-      Fail(absl::StrCat("--health_port: cannot listen on ", addr));
+    auto health = shardps::GrpcHealthServer::Start(host, FLAGS_health_port,
+                                                   FLAGS_health_port_file);
+    if (!health.ok()) {
+      Fail(absl::StrCat("--health_port: ", health.status().message()));
     }
-    SetServing(false);
-    if (!FLAGS_health_port_file.empty()) {
-      absl::Status s = shardps::WritePortFile(FLAGS_health_port_file, port,
-                                              "--health_port_file");
-      if (!s.ok()) Fail(s.message());
-    }
-    LOG(INFO) << "health service on " << host << ":" << port;
+    health_ = *std::move(health);
+    LOG(INFO) << "health service on " << host << ":" << health_->port();
   }
   void SetServing(bool serving) {
-    if (health_ != nullptr) {
-      health_->GetHealthCheckService()->SetServingStatus(serving);
-    }
+    if (health_ != nullptr) health_->SetServing(serving);
   }
 
   std::unique_ptr<shardps::TrainerMetrics> metrics_;
   std::unique_ptr<shardps::MonitoringServer> server_;
-  std::unique_ptr<grpc::Server> health_;
+  std::unique_ptr<shardps::GrpcHealthServer> health_;
 };
 
 std::atomic<int> stop_signal{0};
@@ -194,6 +178,12 @@ int main(int argc, char** argv) {
       shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
   if (!s.ok()) Fail(s.message());
   if (argc > 1) Fail(absl::StrCat("unexpected argument '", argv[1], "'"));
+  // TF_CONFIG and PADDLE_INIT_*: the lowest-precedence defaults.
+  auto aliases = shardps::LaunchAliases(shardps::ProcessEnv(),
+                                        shardps::LaunchRole::kTrainer);
+  if (!aliases.ok()) Fail(aliases.status().message());
+  s = shardps::ApplyFlagAliases(*aliases);
+  if (!s.ok()) Fail(s.message());
   google::InitGoogleLogging(argv[0]);
 
   absl::StatusOr<shardps::TrainerOptions> o =
