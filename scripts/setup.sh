@@ -28,13 +28,32 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  # prometheus, munge and slurm-wlm come with services: none is started by
+  # the install (the tests start their own, on loopback).
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    made_policy=1
+  fi
+  status=0
+  $SUDO apt-get update -qq &&
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >/dev/null || status=$?
+  if [ "$made_policy" = 1 ]; then $SUDO rm -f "$policy"; fi
+  if [ "$status" -ne 0 ]; then
+    echo "setup: apt-get failed (status $status)" >&2
+    exit "$status"
+  fi
+  echo "setup: done"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+# The virtualenv of tests/k8s_test.py (PyPI's kubernetes-validate).
+bash "$(dirname "${BASH_SOURCE[0]}")/setup_python.sh" ||
+  echo "setup: no Python virtualenv; tests/k8s_test.py will skip" >&2
