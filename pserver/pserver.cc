@@ -221,11 +221,24 @@ absl::Status Pserver::Start() {
     absl::Status s = env_->GetChildren(options_.checkpoint_dir, &children);
     if (!s.ok() && !absl::IsNotFound(s)) return s;
     std::sort(children.begin(), children.end());
+    // At most max_jobs are restored now; the others when a request names
+    // them (once idle jobs are freed), so that a folder of many past jobs
+    // never keeps a pserver from starting.
+    int later = 0;
     for (const std::string& name : children) {
       if (name == kDefaultJobId || !ValidateJobId(name).ok()) continue;
-      if (IsJobFolder(JoinPath(options_.checkpoint_dir, name))) {
+      if (!IsJobFolder(JoinPath(options_.checkpoint_dir, name))) continue;
+      if (static_cast<int>(ids.size()) < options_.max_jobs) {
         ids.push_back(name);
+      } else {
+        ++later;
       }
+    }
+    if (later > 0) {
+      LOG(WARNING) << later << " more jobs have checkpoints in "
+                   << options_.checkpoint_dir << " than --max_jobs="
+                   << options_.max_jobs << " holds: each is restored when a "
+                   << "request names it and a place is free";
     }
   }
   for (const std::string& id : ids) {

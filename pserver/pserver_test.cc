@@ -106,6 +106,36 @@ TEST(PserverTest, JobsAreSeparateAndEachKeepsItsCheckpoints) {
             (std::vector<float>{2, 3}));
 }
 
+TEST(PserverTest, MoreJobFoldersThanMaxJobsStillStart) {
+  testing::ScopedTempDir tmp("pserver_many_jobs");
+  PserverOptions o;
+  o.checkpoint_dir = tmp.Path("ckpt");
+  {
+    auto ps = Pserver::Create(o);
+    ASSERT_TRUE((*ps)->Start().ok());
+    for (const char* job : {"a", "b", "c"}) {
+      RunOneStep(StoreOf(ps->get(), job), 1.0f);
+    }
+    (*ps)->Stop();
+  }
+  o.max_jobs = 2;
+  o.job_retention = absl::Milliseconds(50);
+  o.sweep_interval = absl::Milliseconds(10);
+  auto again = Pserver::Create(o);
+  ASSERT_TRUE((*again)->Start().ok());
+  EXPECT_EQ((*again)->JobIds(), (std::vector<std::string>{"a", "default"}));
+  // "c" comes back once "a" is freed.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  absl::StatusOr<std::shared_ptr<RequestHandler>> c;
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    c = (*again)->Job("c");
+  } while (!c.ok() && absl::Now() < deadline);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->store_for_testing()->TEST_BlockValues(0, 0),
+            (std::vector<float>{0, 1}));
+}
+
 TEST(PserverTest, JobIdsAndCountAreChecked) {
   PserverOptions o;
   o.max_jobs = 2;
