@@ -255,8 +255,15 @@ class ProcessTestCase(unittest.TestCase):
         return r, summary
 
 
+# The exit status of a test program all of whose tests were skipped; ctest
+# lists it as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) rather
+# than passed.
+SKIPPED_ALL = 77
+
+
 def main():
-    """unittest.main(), after taking --bin_dir DIR off the command line."""
+    """unittest.main(), after taking --bin_dir DIR off the command line.
+    Exits SKIPPED_ALL when every test was skipped."""
     global BIN_DIR
     argv = list(sys.argv)
     for i, a in enumerate(argv):
@@ -274,4 +281,10 @@ def main():
             sys.stderr.write("missing %s: build with cmake --build %s "
                              "--target pserver trainer\n" % (b, BIN_DIR))
             sys.exit(2)
-    unittest.main(argv=argv, verbosity=2)
+    program = unittest.main(argv=argv, verbosity=2, exit=False)
+    result = program.result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.testsRun > 0 and len(result.skipped) == result.testsRun:
+        sys.exit(SKIPPED_ALL)
+    sys.exit(0)
