@@ -390,6 +390,34 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(
             final_eval(self.metrics(0), 0)["test_accuracy"], 0.78)
 
+    def test_a_finished_job_started_again_reports_its_parameters(self):
+        """Trainers started again on the checkpoints of a job that ran all its
+        steps train nothing and report the final parameters, with a line
+        saying why, instead of an accuracy of 0."""
+        ps = [self.start_ps(i) for i in range(2)]
+        ports = [port for _, port in ps]
+        trainers = [self.start_trainer(k, ports, ["--max_steps=60"])
+                    for k in range(2)]
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 120, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+        first = testlib.final_eval(self.metrics(0), 0)
+        for p, _ in ps:  # final checkpoints at step 60
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(self.wait_exit(p, 30, "pserver"), 0)
+        ps = [self.start_ps(i, port=ports[i]) for i in range(2)]
+        again = [self.start_trainer(k, ports, ["--max_steps=60"], ".again")
+                 for k in range(2)]
+        for k, t in enumerate(again):
+            self.assertEqual(self.wait_exit(t, 120, "trainer %d" % k), 0,
+                             self.trainer_log(k, ".again"))
+            self.assertIn("the job has run all its 60 steps already",
+                          self.trainer_log(k, ".again"))
+            last = testlib.final_eval(self.metrics(k), k)
+            self.assertEqual((last["step"], last["final"]), (60, 1))
+            self.assertEqual(last["test_loss"], first["test_loss"])
+            self.assertEqual(last["test_accuracy"], first["test_accuracy"])
+
     def test_checkpoints_need_a_checkpoint_dir(self):
         """--checkpoint_every_steps against pservers without
         --checkpoint_dir stops the chief at start with one clear line."""

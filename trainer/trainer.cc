@@ -274,10 +274,13 @@ absl::Status Trainer::Evaluate(int pass, bool final) {
   // Async: the final evaluation waits until every trainer has finished
   // (and said so once all its pushes were acknowledged), so that all
   // report the accuracy of the final parameters.
-  if (!sync() && final) RETURN_IF_ERROR(params_->MarkDone(total_steps_));
+  // Async: a trainer that joined a finished job has no steps to mark done,
+  // nor others to wait for.
+  const bool wait_for_all = !sync() && final && !joined_finished_job_;
+  if (wait_for_all) RETURN_IF_ERROR(params_->MarkDone(total_steps_));
   TransferStats ps;
   RETURN_IF_ERROR(params_->Pull(sync() ? step_ : 0, step_, values_, &ps,
-                                !sync() && final ? total_steps_ + 1 : 0));
+                                wait_for_all ? total_steps_ + 1 : 0));
   const int64_t pulled_before = pull_bytes_;
   pull_bytes_ += ps.bytes;
   ASSIGN_OR_RETURN(const EvalResult e,
@@ -370,6 +373,23 @@ absl::Status Trainer::Run() {
   const absl::Time train_start = absl::Now();
   last_ok_ = train_start;
   if (o.observer != nullptr) o.observer->Ready(step_);
+  if (step_ >= total_steps_) {
+    // The pservers hold a run that has finished (the same --job_id and
+    // checkpoints as a finished one): report its parameters, train nothing.
+    joined_finished_job_ = true;
+    LOG(WARNING) << "trainer " << o.trainer_id << ": the job has run all its "
+                 << total_steps_ << " steps already (the pservers hold step "
+                 << step_ << "): evaluating its parameters, training nothing "
+                 << "(another --job_id, or empty --checkpoint_dir folders, "
+                 << "starts a new run)";
+    if (sync()) LeaveQuietly();  // async: Finish leaves
+    // The parameters after the last step (a sync pull waits for that
+    // version; the join step may be the one after it).
+    step_ = total_steps_;
+    RETURN_IF_ERROR(
+        Evaluate(static_cast<int>((total_steps_ - 1) / steps_per_pass_), true));
+    return Finish(train_start);
+  }
   int started_pass = -1;
   while (step_ < total_steps_) {
     if (o.stop_requested != nullptr && o.stop_requested->load()) {

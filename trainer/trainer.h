@@ -103,6 +103,8 @@ class Trainer {
 
   // The loop.
   int64_t step_ = 0;
+  // Joined a job whose steps were all done (Run evaluates, trains nothing).
+  bool joined_finished_job_ = false;
   int64_t push_bytes_ = 0;
   int64_t pull_bytes_ = 0;
   absl::Duration train_time_;  // excludes evaluation
