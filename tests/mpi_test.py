@@ -64,26 +64,6 @@ def mpirun_env():
     return env
 
 
-def processes_naming(marker):
-    """[(pid, command line)] of live processes, this one excepted, whose
-    command line or environment contains `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        texts = []
-        for name in ("cmdline", "environ"):
-            try:
-                with open("/proc/%s/%s" % (entry, name), "rb") as f:
-                    texts.append(f.read().replace(b"\0", b" ").decode(
-                        "utf-8", "replace"))
-            except OSError:
-                texts.append("")
-        if any(marker in t for t in texts) and pid_alive(int(entry)):
-            found.append((int(entry), texts[0]))
-    return found
-
-
 class MpiTest(testlib.ProcessTestCase):
 
     @classmethod
@@ -110,8 +90,8 @@ class MpiTest(testlib.ProcessTestCase):
                 except subprocess.TimeoutExpired:
                     pass
         left = []
-        if not wait_for(lambda: not processes_naming(self.tmp), 5):
-            left = processes_naming(self.tmp)
+        if not wait_for(lambda: not testlib.processes_naming(self.tmp), 5):
+            left = testlib.processes_naming(self.tmp)
         for pid, _ in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -313,8 +293,9 @@ class MpiTest(testlib.ProcessTestCase):
         p.kill()
         p.wait()
         killed_at = time.monotonic()
-        self.assertTrue(wait_for(lambda: not processes_naming(self.tmp), 10),
-                        processes_naming(self.tmp))
+        self.assertTrue(
+            wait_for(lambda: not testlib.processes_naming(self.tmp), 10),
+            testlib.processes_naming(self.tmp))
         sys.stderr.write("[all gone %.1f s after mpirun] " %
                          (time.monotonic() - killed_at))
         # (A trainer may fail on its stopped pserver before it notices.)

@@ -65,26 +65,6 @@ def free_port():
         s.close()
 
 
-def processes_naming(marker):
-    """[(pid, command line)] of live processes, this one excepted, whose
-    command line or environment contains `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        texts = []
-        for name in ("cmdline", "environ"):
-            try:
-                with open("/proc/%s/%s" % (entry, name), "rb") as f:
-                    texts.append(f.read().replace(b"\0", b" ").decode(
-                        "utf-8", "replace"))
-            except OSError:
-                texts.append("")
-        if any(marker in t for t in texts) and testlib.pid_alive(int(entry)):
-            found.append((int(entry), texts[0]))
-    return found
-
-
 def tail(path, lines=15):
     try:
         with open(path, errors="replace") as f:
@@ -327,8 +307,9 @@ class SlurmCluster(object):
                 pass
             p.wait()
         left = []
-        if not wait_for(lambda: not processes_naming(self.root), 5, 0.1):
-            left = processes_naming(self.root)
+        if not wait_for(lambda: not testlib.processes_naming(self.root), 5,
+                        0.1):
+            left = testlib.processes_naming(self.root)
         for pid, _ in left:
             try:
                 os.kill(pid, signal.SIGKILL)

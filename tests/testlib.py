@@ -88,6 +88,26 @@ def processes_matching(binary, marker):
     return found
 
 
+def processes_naming(marker):
+    """[(pid, command line)] of live processes, this one excepted, whose
+    command line or environment contains `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        texts = []
+        for name in ("cmdline", "environ"):
+            try:
+                with open("/proc/%s/%s" % (entry, name), "rb") as f:
+                    texts.append(f.read().replace(b"\0", b" ").decode(
+                        "utf-8", "replace"))
+            except OSError:
+                texts.append("")
+        if any(marker in t for t in texts) and pid_alive(int(entry)):
+            found.append((int(entry), texts[0]))
+    return found
+
+
 def pid_alive(pid):
     """True if `pid` runs and is not a zombie."""
     try:
