@@ -1,6 +1,7 @@
 #include "pserver/grpc_service.h"
 
 #include "common/grpc_status.h"
+#include "common/grpc_wire.h"
 #include "common/job_id.h"
 
 namespace shardps {
@@ -96,26 +97,36 @@ grpc::ServerUnaryReactor* GrpcPsService::GetStatus(
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
-                                              const PullRequest* req,
-                                              PullResponse* resp) {
+                                              const grpc::ByteBuffer* raw_req,
+                                              grpc::ByteBuffer* raw_resp) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto job = JobOf(ctx);
+  // The request and reply live until gRPC has sent the reply's slices.
+  struct Exchange {
+    PullRequest req;
+    PullResponse resp;
+  };
+  auto x = std::make_shared<Exchange>();
+  absl::Status parsed = ParseByteBuffer(*raw_req, &x->req);
+  auto job = parsed.ok() ? JobOf(ctx) : parsed;
   if (!job.ok()) {
-    Record("Pull", job.status(), start, req->ByteSizeLong(), 0);
+    Record("Pull", job.status(), start, raw_req->Length(), 0);
     reactor->Finish(ToGrpcStatus(job.status()));
     return reactor;
   }
   // The answer may come later: the job stays until it does.
   RequestHandler* h = job->get();
   h->Pull(
-      *req, resp,
-      [this, reactor, start, req, resp, job = *std::move(job)](absl::Status s) {
+      x->req, &x->resp,
+      [this, reactor, start, x, raw_resp,
+       job = *std::move(job)](absl::Status s) {
+        if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
         if (metrics_ != nullptr) {
           if (s.ok()) {
-            metrics_->RecordPullWait(absl::Microseconds(resp->wait_micros()));
+            metrics_->RecordPullWait(absl::Microseconds(x->resp.wait_micros()));
           }
-          Record("Pull", s, start, req->ByteSizeLong(), resp->ByteSizeLong());
+          Record("Pull", s, start, x->req.ByteSizeLong(),
+                 s.ok() ? raw_resp->Length() : 0);
         }
         reactor->Finish(ToGrpcStatus(s));
       });

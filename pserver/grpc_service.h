@@ -18,7 +18,10 @@ namespace shardps {
 // (common/grpc_status.h). Each finished call is reported to RpcMetrics
 // when there is one. Until SetServing(true) every call is answered
 // UNAVAILABLE (the pserver is loading its checkpoints). Thread-safe.
-class GrpcPsService final : public ParameterServer::CallbackService {
+// Pulls are served raw: the reply's values go to gRPC as slices over the
+// reply itself (common/grpc_wire.h), not copied again into a buffer.
+class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
+                                ParameterServer::CallbackService> {
  public:
   // `jobs` must outlive this object.
   // `jobs` and `metrics` (null: none) must outlive this object.
@@ -46,8 +49,8 @@ class GrpcPsService final : public ParameterServer::CallbackService {
                                       const GetStatusRequest* req,
                                       GetStatusResponse* resp) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const PullRequest* req,
-                                 PullResponse* resp) override;
+                                 const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const PushRequest* req,
                                  PushResponse* resp) override;

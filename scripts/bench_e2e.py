@@ -63,10 +63,14 @@ def run_shardps(args, pservers, mode, tmp):
     return samples / seconds, accs
 
 
-def run_torch(args):
-    out = subprocess.run(["/usr/bin/python3", PEER, "--mode", "ddp",
-                          "--epochs", str(args.passes), "--port", "29517"],
-                         check=True, capture_output=True, text=True)
+def run_torch(args, mode):
+    """PyTorch from the peer script: `ddp` (2 processes, gloo) or `single`
+    (one process with one thread, the figure ShardPS aims at in the end)."""
+    cmd = ["/usr/bin/python3", PEER, "--mode", mode,
+           "--epochs", str(args.passes), "--port", "29517"]
+    if mode == "single":
+        cmd += ["--threads", "1"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             r = json.loads(line[len("RESULT "):])
@@ -94,7 +98,10 @@ def main():
                   subprocess.run(["/usr/bin/python3", "-c", "import torch"],
                                  capture_output=True).returncode == 0)
     if have_torch:
-        runs.append(("PyTorch DDP (gloo), 2 processes", lambda t: run_torch(args)))
+        runs.append(("PyTorch, 1 process, 1 thread",
+                     lambda t: run_torch(args, "single")))
+        runs.append(("PyTorch DDP (gloo), 2 processes",
+                     lambda t: run_torch(args, "ddp")))
     results = {name: [] for name, _ in runs}
     with tempfile.TemporaryDirectory(prefix="shardps-bench-") as tmp:
         for r in range(args.repeats):

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_credentials.h"
 #include "common/grpc_status.h"
+#include "common/grpc_wire.h"
 #include "common/job_id.h"
 #include "common/wire_limits.h"
 #include "glog/logging.h"
@@ -15,7 +16,8 @@ namespace shardps {
 
 struct GrpcPsClient::Call {
   PsRpc rpc;
-  const google::protobuf::Message* req;
+  const google::protobuf::Message* req;  // or, already serialized:
+  std::shared_ptr<const grpc::ByteBuffer> raw_req;
   google::protobuf::Message* resp;
   StatusCallback done;
   std::unique_ptr<grpc::ClientContext> ctx;
@@ -65,10 +67,25 @@ void GrpcPsClient::CallAsync(PsRpc rpc, const google::protobuf::Message& req,
                              google::protobuf::Message* resp,
                              StatusCallback done) {
   DCHECK(req.GetDescriptor() == PsRpcMethod(rpc).input_type());
+  Start(rpc, &req, nullptr, resp, std::move(done));
+}
+
+void GrpcPsClient::PushDenseAsync(const DensePush& push, PushResponse* resp,
+                                  StatusCallback done) {
+  // Serialized once; a retry sends the same slices again.
+  Start(PsRpc::kPush, nullptr,
+        std::make_shared<const grpc::ByteBuffer>(SerializeDensePush(push)),
+        resp, std::move(done));
+}
+
+void GrpcPsClient::Start(PsRpc rpc, const google::protobuf::Message* req,
+                         std::shared_ptr<const grpc::ByteBuffer> raw_req,
+                         google::protobuf::Message* resp, StatusCallback done) {
   DCHECK(resp->GetDescriptor() == PsRpcMethod(rpc).output_type());
   auto call = std::make_shared<Call>();
   call->rpc = rpc;
-  call->req = &req;
+  call->req = req;
+  call->raw_req = std::move(raw_req);
   call->resp = resp;
   call->done = std::move(done);
   call->start = absl::Now();
@@ -127,6 +144,14 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
     StatusCallback done = std::move(call->done);
     done(std::move(s));
   };
+  if (call->raw_req != nullptr) {
+    grpc::internal::CallbackUnaryCall<
+        grpc::ByteBuffer, google::protobuf::Message, grpc::ByteBuffer,
+        google::protobuf::MessageLite>(
+        channel_.get(), methods_[static_cast<int>(call->rpc)], call->ctx.get(),
+        call->raw_req.get(), call->resp, std::move(on_done));
+    return;
+  }
   grpc::internal::CallbackUnaryCall<
       google::protobuf::Message, google::protobuf::Message,
       google::protobuf::MessageLite, google::protobuf::MessageLite>(

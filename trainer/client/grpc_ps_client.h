@@ -53,9 +53,15 @@ class GrpcPsClient final : public PsClientInterface {
 
   void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
                  google::protobuf::Message* resp, StatusCallback done) override;
+  // Sends the values from where `push` points (common/grpc_wire.h).
+  void PushDenseAsync(const DensePush& push, PushResponse* resp,
+                      StatusCallback done) override;
 
  private:
   struct Call;
+  void Start(PsRpc rpc, const google::protobuf::Message* req,
+             std::shared_ptr<const grpc::ByteBuffer> raw_req,
+             google::protobuf::Message* resp, StatusCallback done);
   void Attempt(std::shared_ptr<Call> call);
 
   const std::string address_;

@@ -122,32 +122,56 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
 absl::Status ParamClient::Push(int64_t step,
                                const std::vector<const float*>& grads,
                                TransferStats* stats) {
-  std::vector<std::unique_ptr<PendingPush>> calls;
+  // Float32 values go from `grads` as they are (the transport may send them
+  // without copying); other encodings into buffers of their own.
+  struct Pending {
+    PsClientInterface* server;
+    DensePush push;
+    std::vector<std::string> encoded;
+    PushResponse resp;
+  };
+  std::vector<std::unique_ptr<Pending>> calls;
   for (size_t s = 0; s < servers_.size(); ++s) {
     for (const auto& chunk : chunks_[s]) {
-      auto p = std::make_unique<PendingPush>();
+      auto p = std::make_unique<Pending>();
       p->server = servers_[s];
-      stamp_->Stamp(&p->req);
-      p->req.set_step(step);
-      p->req.set_request_id(stamp_->NextRequestId());
-      for (const BlockPlacement& b : chunk) {
-        DenseBlock* d = p->req.add_blocks();
-        d->set_table_id(b.table_id);
-        d->set_block(b.block);
+      stamp_->Stamp(&p->push.header);
+      p->push.header.set_step(step);
+      p->push.header.set_request_id(stamp_->NextRequestId());
+      const bool copy = threshold_ != nullptr || push_encoding_ != FLOAT32;
+      if (copy) p->encoded.resize(chunk.size());
+      for (size_t j = 0; j < chunk.size(); ++j) {
+        const BlockPlacement& b = chunk[j];
         const absl::Span<const float> g(grads[b.table_id] + b.offset, b.size);
+        DenseValuesRef ref{b.table_id, b.block, push_encoding_, {}};
         if (threshold_ != nullptr) {
-          d->set_encoding(THRESHOLD);
+          ref.encoding = THRESHOLD;
           RETURN_IF_ERROR(threshold_->Encode(b.table_id, b.block, b.offset, g,
-                                             d->mutable_values()));
-        } else {
-          d->set_encoding(push_encoding_);
-          EncodeValues(g, push_encoding_, d->mutable_values());
+                                             &p->encoded[j]));
+        } else if (copy) {
+          EncodeValues(g, push_encoding_, &p->encoded[j]);
         }
+        ref.bytes =
+            copy ? absl::string_view(p->encoded[j])
+                 : absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                     g.size() * sizeof(float));
+        p->push.blocks.push_back(ref);
       }
       calls.push_back(std::move(p));
     }
   }
-  return SendPushes(calls, stats);
+  absl::Status st = OnEveryServer(calls.size(), [&](size_t i, auto done) {
+    calls[i]->server->PushDenseAsync(calls[i]->push, &calls[i]->resp,
+                                     std::move(done));
+  });
+  if (stats != nullptr) {
+    *stats = TransferStats{};
+    for (const auto& p : calls) {
+      stats->bytes += static_cast<int64_t>(DensePushByteSize(p->push));
+    }
+    stats->rpcs = static_cast<int64_t>(calls.size());
+  }
+  return st;
 }
 
 }  // namespace shardps

@@ -57,4 +57,13 @@ const google::protobuf::MethodDescriptor& PsRpcMethod(PsRpc rpc) {
   return *(*kMethods)[i];
 }
 
+void PsClientInterface::PushDenseAsync(const DensePush& push,
+                                       PushResponse* resp,
+                                       StatusCallback done) {
+  auto req = std::make_shared<const PushRequest>(ToPushRequest(push));
+  PushAsync(*req, resp, [req, done = std::move(done)](absl::Status s) {
+    done(std::move(s));
+  });
+}
+
 }  // namespace shardps

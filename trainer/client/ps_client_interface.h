@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "common/dense_push.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "proto/ps_service.pb.h"
@@ -88,6 +89,11 @@ class PsClientInterface {
                          StatusCallback done) {
     CallAsync(PsRpc::kPush, req, resp, std::move(done));
   }
+  // A dense push whose values stay where `push` points until `done` runs. A
+  // transport that can send them from there does (GrpcPsClient); this
+  // default copies them into a PushRequest for PushAsync.
+  virtual void PushDenseAsync(const DensePush& push, PushResponse* resp,
+                              StatusCallback done);
   virtual void HeartbeatAsync(const HeartbeatRequest& req,
                               HeartbeatResponse* resp, StatusCallback done) {
     CallAsync(PsRpc::kHeartbeat, req, resp, std::move(done));
