@@ -26,9 +26,11 @@ PEER = os.path.join(os.path.dirname(REPO), "shared", "peers",
                     "torch_fmnist.py")
 
 
-def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900):
+def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900,
+                steps=None):
     """Runs configs/fmnist_mlp.pbtxt on `pservers` pservers and 2 trainers
-    with scripts/local_cluster.py; returns {trainer id: [eval lines]}.
+    with scripts/local_cluster.py; returns {trainer id: [eval lines]}, and
+    appends the trainers' step lines to `steps` if given.
     scripts/compression_e2.py uses it too."""
     log_dir = tempfile.mkdtemp(dir=tmp)
     metrics = os.path.join(log_dir, "metrics")
@@ -48,19 +50,31 @@ def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900):
                 ev = json.loads(line)
                 if ev.get("event") == "eval":
                     evals.setdefault(ev["trainer_id"], []).append(ev)
+                elif ev.get("event") == "step" and steps is not None:
+                    steps.append(ev)
     return evals
 
 
-def run_shardps(args, pservers, mode, tmp):
+def exposed_comm(steps):
+    """The share of the trainers' step time spent blocked on pulls, pushes
+    and other trainers: the communication that overlap did not hide."""
+    comm = sum(s["pull_s"] + s["push_s"] + s["wait_s"] for s in steps)
+    total = sum(s["data_s"] + s["compute_s"] + s["pull_s"] + s["push_s"] +
+                s["wait_s"] for s in steps)
+    return comm / total if total > 0 else None
+
+
+def run_shardps(args, pservers, mode, tmp, extra=()):
+    steps = []
     evals = run_cluster(args.bin_dir, pservers,
-                        ["--mode=" + mode, "--num_passes=%d" % args.passes],
-                        tmp)
+                        ["--mode=" + mode, "--num_passes=%d" % args.passes] +
+                        list(extra), tmp, steps=steps)
     # Samples/s of the job: both trainers' samples over the longer loop.
     last = [e[-1] for e in evals.values()]
     samples = sum(e["step"] * 64 for e in last)
     seconds = max(e["train_seconds"] for e in last)
     accs = [e["test_accuracy"] for e in evals[0]]
-    return samples / seconds, accs
+    return samples / seconds, accs, exposed_comm(steps)
 
 
 def run_torch(args, mode):
@@ -77,7 +91,7 @@ def run_torch(args, mode):
             epochs = r["epochs"]
             samples = sum(e["samples"] for e in epochs)
             seconds = sum(e["wall_s"] for e in epochs)
-            return samples / seconds, [e["test_acc"] for e in epochs]
+            return samples / seconds, [e["test_acc"] for e in epochs], None
     raise RuntimeError("no RESULT line from " + PEER)
 
 
@@ -92,6 +106,8 @@ def main():
 
     runs = [("ShardPS sync, 1 pserver", lambda t: run_shardps(args, 1, "sync", t)),
             ("ShardPS async, 1 pserver", lambda t: run_shardps(args, 1, "async", t)),
+            ("ShardPS async, 1 pserver, --async_prefetch",
+             lambda t: run_shardps(args, 1, "async", t, ["--async_prefetch"])),
             ("ShardPS sync, 2 pservers", lambda t: run_shardps(args, 2, "sync", t)),
             ("ShardPS async, 2 pservers", lambda t: run_shardps(args, 2, "async", t))]
     have_torch = (not args.no_torch and os.path.exists(PEER) and
@@ -106,23 +122,28 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shardps-bench-") as tmp:
         for r in range(args.repeats):
             for name, fn in runs:
-                sps, accs = fn(tmp)
-                results[name].append((sps, accs))
+                sps, accs, comm = fn(tmp)
+                results[name].append((sps, accs, comm))
                 print("round %d %-34s %8.0f samples/s  accuracy %s" %
                       (r + 1, name, sps, " ".join("%.4f" % a for a in accs)),
                       file=sys.stderr, flush=True)
-    base = None
+    base = single = None
     if have_torch:
-        base = statistics.median(s for s, _ in results[runs[-1][0]])
-    print("| run | samples/s (median of %d) | vs DDP | test accuracy per pass "
-          "(median run) |" % args.repeats)
-    print("|---|---|---|---|")
+        base = statistics.median(r[0] for r in results[runs[-1][0]])
+        single = statistics.median(r[0] for r in results[runs[-2][0]])
+    print("| run | samples/s (median of %d) | vs DDP | vs 1 thread | "
+          "exposed communication | test accuracy per pass (median run) |" %
+          args.repeats)
+    print("|---|---|---|---|---|---|")
     for name, _ in runs:
         rs = sorted(results[name], key=lambda x: x[0])
-        sps, accs = rs[len(rs) // 2]
+        sps, accs, comm = rs[len(rs) // 2]
         ratio = "%.2f" % (sps / base) if base else "-"
-        print("| %s | %.0f | %s | %s |" % (
-            name, sps, ratio, " / ".join("%.3f" % a for a in accs if a is not None)))
+        ratio1 = "%.2f" % (sps / single) if single else "-"
+        print("| %s | %.0f | %s | %s | %s | %s |" % (
+            name, sps, ratio, ratio1,
+            "%.0f%%" % (100 * comm) if comm is not None else "-",
+            " / ".join("%.3f" % a for a in accs if a is not None)))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,13 @@ DEFINE_string(mode, "sync", "sync (a barrier per step) or async");
 DEFINE_int32(max_staleness, -1,
              "async: a trainer may run at most this many "
              "steps ahead of the slowest; -1 = unbounded");
+DEFINE_bool(overlap, true,
+            "sync: send the next step's pull with this step's push instead "
+            "of after its answer (the same parameters, bit for bit)");
+DEFINE_bool(async_prefetch, false,
+            "async: pull the next step's parameters during this step's "
+            "compute and start it without waiting for this step's push; "
+            "faster, but each step misses this trainer's last update");
 DEFINE_int32(num_passes, 0, "passes over the data; 0 = the config's (1)");
 DEFINE_int64(max_steps, 0, "stop after this many steps; 0 = no limit");
 DEFINE_int32(batch_size, 0, "examples per step per trainer; 0 = the config's");
@@ -188,6 +195,11 @@ absl::Status RunFromFlags(TrainerOptions* o) {
     return Bad("--max_staleness applies to --mode=async only");
   }
   o->max_staleness = FLAGS_max_staleness;
+  o->overlap = FLAGS_overlap;
+  if (FLAGS_async_prefetch && o->mode != ASYNC) {
+    return Bad("--async_prefetch applies to --mode=async only");
+  }
+  o->async_prefetch = FLAGS_async_prefetch;
   o->num_passes = FLAGS_num_passes > 0         ? FLAGS_num_passes
                   : o->config.num_passes() > 0 ? o->config.num_passes()
                                                : 1;

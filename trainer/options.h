@@ -35,6 +35,13 @@ struct TrainerOptions {
   // ASYNC: bound on how far this trainer may run ahead of the slowest one;
   // -1 = unbounded. Default: -1.
   int max_staleness = -1;
+  // SYNC: the next step's pull goes out with this step's push rather than
+  // after its answer; the arithmetic is unchanged. Default: true.
+  bool overlap = true;
+  // ASYNC: the next step's pull runs during this step's compute and a push
+  // is waited for only before the next push, so each step's parameters lack
+  // this trainer's previous update. Default: false (docs/performance.md).
+  bool async_prefetch = false;
   int num_passes = 1;
   // Stop after this many steps in all; 0 = no limit. Default: 0.
   int64_t max_steps = 0;

@@ -53,6 +53,12 @@ void ProgressReporter::StepDone(int64_t step, int pass, const StepTimes& t,
   }
 }
 
+double ExposedComm(const StepTimes& t, absl::Duration elapsed) {
+  const double secs = absl::ToDoubleSeconds(elapsed);
+  if (secs <= 0) return 0.0;
+  return std::min(1.0, absl::ToDoubleSeconds(t.pull + t.push + t.wait) / secs);
+}
+
 void ProgressReporter::WriteLine(int64_t step, int pass, absl::Duration elapsed,
                                  int64_t push_bytes, int64_t pull_bytes,
                                  ThresholdPushEncoder* threshold) {
@@ -80,6 +86,7 @@ void ProgressReporter::WriteLine(int64_t step, int pass, absl::Duration elapsed,
                       .Add("pull_s", Seconds(t.pull))
                       .Add("push_s", Seconds(t.push))
                       .Add("wait_s", Seconds(t.wait))
+                      .Add("exposed_comm", ExposedComm(t, elapsed))
                       .Add("push_bytes", push_bytes)
                       .Add("pull_bytes", pull_bytes));
 }
@@ -90,12 +97,13 @@ void ProgressReporter::LogLine(int64_t step, int pass,
   const double secs = Seconds(elapsed);
   LOG(INFO) << absl::StrFormat(
       "trainer %d pass %d step %d/%d: loss %.4f, %.0f samples/s (data %.0f%%, "
-      "compute %.0f%%, pull %.0f%%, push %.0f%%, wait %.0f%%)",
+      "compute %.0f%%, pull %.0f%%, push %.0f%%, wait %.0f%%; communication "
+      "not hidden %.0f%%)",
       options_.trainer_id, pass, step, total_steps_,
       window_.loss_sum / window_.samples, window_.samples / secs,
       100 * Seconds(t.data) / secs, 100 * Seconds(t.compute) / secs,
       100 * Seconds(t.pull) / secs, 100 * Seconds(t.push) / secs,
-      100 * Seconds(t.wait) / secs);
+      100 * Seconds(t.wait) / secs, 100 * ExposedComm(t, elapsed));
 }
 
 void ProgressReporter::DrawBar(int64_t step, int pass,

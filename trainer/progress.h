@@ -16,6 +16,10 @@ struct StepTimes {
   absl::Duration data, pull, wait, compute, push;
 };
 
+// The share of `elapsed` the steps spent blocked on communication (pull,
+// push and waiting for other trainers): what overlap did not hide.
+double ExposedComm(const StepTimes& t, absl::Duration elapsed);
+
 // What the trainer tells about its progress (docs/flags.md, "Metrics"):
 // every `log_every_steps` steps a "step" metrics line with the loss, the
 // samples per second and the share of each phase, and either a log line or,

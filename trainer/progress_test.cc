@@ -52,6 +52,18 @@ TEST(ProgressReporterTest, AStepLineEveryNStepsAndAtTheEnd) {
   EXPECT_EQ(lines[0].find("sparsity"), std::string::npos);
 }
 
+TEST(ProgressReporterTest, ExposedCommIsTheBlockedShareOfTheStep) {
+  StepTimes t;
+  t.compute = absl::Milliseconds(50);
+  t.pull = absl::Milliseconds(10);
+  t.push = absl::Milliseconds(20);
+  t.wait = absl::Milliseconds(10);
+  EXPECT_DOUBLE_EQ(ExposedComm(t, absl::Milliseconds(100)), 0.4);
+  EXPECT_DOUBLE_EQ(ExposedComm(t, absl::Milliseconds(20)), 1.0);  // capped
+  EXPECT_DOUBLE_EQ(ExposedComm(t, absl::ZeroDuration()), 0.0);
+  EXPECT_DOUBLE_EQ(ExposedComm(StepTimes{}, absl::Milliseconds(5)), 0.0);
+}
+
 TEST(ProgressReporterTest, ThresholdFiguresComeFromTheEncoder) {
   testing::ScopedTempDir tmp("progress_test");
   const std::string path = tmp.Path("metrics.jsonl");

@@ -137,6 +137,13 @@ absl::Status Trainer::DescribeJob() {
     grads_.push_back(t.grad.data());
     sizes.push_back(t.value.size());
   }
+  if (options_.async_prefetch && !sync()) {
+    for (size_t size : sizes) {
+      prefetched_.emplace_back(size);
+      spare_grads_.emplace_back(size);
+    }
+    for (auto& p : prefetched_) prefetched_ptrs_.push_back(p.data());
+  }
   if (options_.compression == Compression::kThreshold) {
     ASSIGN_OR_RETURN(sharing_,
                      UpdateSharing::Create(names, &optimizers, sizes,
@@ -211,6 +218,36 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
   return job_client_->Join();
 }
 
+void Trainer::SwapInPrefetched() {
+  std::vector<ParamTable>& tables = model_->tables();
+  for (size_t t = 0; t < tables.size(); ++t) {
+    std::swap(tables[t].value, prefetched_[t]);
+    values_[t] = tables[t].value.data();
+    prefetched_ptrs_[t] = prefetched_[t].data();
+  }
+}
+
+void Trainer::SwapGradients() {
+  std::vector<ParamTable>& tables = model_->tables();
+  for (size_t t = 0; t < tables.size(); ++t) {
+    std::swap(tables[t].grad, spare_grads_[t]);
+    grads_[t] = tables[t].grad.data();
+  }
+}
+
+absl::Status Trainer::DrainTransfers() {
+  if (next_pull_ != nullptr) {
+    next_pull_->Wait().IgnoreError();  // its step is pulled again
+    next_pull_.reset();
+  }
+  if (push_in_flight_ == nullptr) return absl::OkStatus();
+  TransferStats push;
+  absl::Status s = push_in_flight_->Wait(&push);
+  push_in_flight_.reset();
+  push_bytes_ += push.bytes;
+  return s;
+}
+
 absl::Status Trainer::Step(int pass, int64_t index) {
   const TrainerOptions& o = options_;
   const int64_t min_version = sync() ? step_ : 0;
@@ -218,7 +255,15 @@ absl::Status Trainer::Step(int pass, int64_t index) {
   input_->LoadTrainBatch(index, o.batch_size);
   const absl::Time t1 = absl::Now();
   TransferStats pull, sparse_pull;
-  RETURN_IF_ERROR(params_->Pull(min_version, step_, values_, &pull));
+  if (next_pull_ != nullptr && next_pull_step_ == step_) {
+    absl::Status s = next_pull_->Wait(&pull);
+    next_pull_.reset();
+    RETURN_IF_ERROR(s);
+    if (!sync()) SwapInPrefetched();
+  } else {
+    if (next_pull_ != nullptr) RETURN_IF_ERROR(DrainTransfers());
+    RETURN_IF_ERROR(params_->Pull(min_version, step_, values_, &pull));
+  }
   RETURN_IF_ERROR(
       input_->PullRows(sparse_.get(), min_version, step_, &sparse_pull));
   pull.bytes += sparse_pull.bytes;
@@ -232,6 +277,16 @@ absl::Status Trainer::Step(int pass, int64_t index) {
   const int64_t tag = sync() && o.replicas_to_aggregate > 0
                           ? std::max(step_, pull.min_version)
                           : step_;
+  // The next step's parameters are fetched ahead unless it starts a pass
+  // (which begins with an evaluation) or there is none.
+  const bool prefetch = (sync() ? o.overlap : o.async_prefetch) &&
+                        step_ + 1 < total_steps_ &&
+                        (step_ + 1) % steps_per_pass_ != 0;
+  if (prefetch && !sync()) {
+    // Async: during this step's compute, into buffers of their own.
+    next_pull_ = params_->StartPull(0, step_ + 1, prefetched_ptrs_);
+    next_pull_step_ = step_ + 1;
+  }
   const absl::Time t2 = absl::Now();
   model_->SetDropoutStream(static_cast<uint64_t>(o.trainer_id) + 1, step_);
   ASSIGN_OR_RETURN(BatchStats bs,
@@ -244,9 +299,35 @@ absl::Status Trainer::Step(int pass, int64_t index) {
   TransferStats push, sparse_push;
   RETURN_IF_ERROR(input_->PushRows(sparse_.get(), tag, sync(), &sparse_push));
   if (sharing_ != nullptr) sharing_->ComputeUpdates(grads_);
-  RETURN_IF_ERROR(params_->Push(
-      tag, sharing_ != nullptr ? sharing_->updates() : grads_, &push));
+  if (push_in_flight_ != nullptr) {
+    // Async: at most one push in flight; the previous one ends here.
+    RETURN_IF_ERROR(push_in_flight_->Wait(&push));
+    push_in_flight_.reset();
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<DenseTransfer> pushing,
+      params_->StartPush(tag,
+                         sharing_ != nullptr ? sharing_->updates() : grads_));
   if (sharing_ != nullptr) sharing_->MaskSent(*params_->threshold_encoder());
+  if (prefetch && sync()) {
+    // Sync: the pserver answers it once every push of this step is in.
+    next_pull_ = params_->StartPull(step_ + 1, step_ + 1, values_);
+    next_pull_step_ = step_ + 1;
+  }
+  if (o.async_prefetch && !sync()) {
+    // Async: the next step does not wait for this push; its gradient
+    // buffer stays untouched until the push has ended.
+    push_in_flight_ = std::move(pushing);
+    SwapGradients();
+  } else {
+    TransferStats this_push;
+    absl::Status s = pushing->Wait(&this_push);
+    push.bytes += this_push.bytes;
+    if (!s.ok()) {
+      DrainTransfers().IgnoreError();
+      return s;
+    }
+  }
   push.bytes += sparse_push.bytes;
   const absl::Time t4 = absl::Now();
   ++step_;
@@ -277,6 +358,7 @@ absl::Status Trainer::Evaluate(int pass, bool final) {
   // Async: a trainer that joined a finished job has no steps to mark done,
   // nor others to wait for.
   const bool wait_for_all = !sync() && final && !joined_finished_job_;
+  RETURN_IF_ERROR(DrainTransfers());
   if (wait_for_all) RETURN_IF_ERROR(params_->MarkDone(total_steps_));
   TransferStats ps;
   RETURN_IF_ERROR(params_->Pull(sync() ? step_ : 0, step_, values_, &ps,
@@ -325,6 +407,7 @@ absl::Status Trainer::Recover(const absl::Status& why) {
   const int64_t from = step_;
   LOG(WARNING) << "trainer " << k << " at step " << step_ << ": "
                << why.message() << "; recovering";
+  DrainTransfers().IgnoreError();
   ASSIGN_OR_RETURN(step_, SyncWithPservers());
   if (sharing_ != nullptr) {
     params_->threshold_encoder()->Reset();

@@ -77,6 +77,13 @@ class Trainer {
   absl::Status Finish(absl::Time train_start);
   bool sync() const { return options_.mode == SYNC; }
   void LeaveQuietly();
+  // Async overlap: the prefetched parameters become the model's, and the
+  // gradient buffer just sent is set aside while its push is in flight.
+  void SwapInPrefetched();
+  void SwapGradients();
+  // Waits for the transfers still in flight: the prefetched pull is
+  // dropped, the push in flight counted; returns the push's status.
+  absl::Status DrainTransfers();
 
   const TrainerOptions options_;
   const std::vector<PsClientInterface*> servers_;
@@ -109,6 +116,18 @@ class Trainer {
   int64_t pull_bytes_ = 0;
   absl::Duration train_time_;  // excludes evaluation
   absl::Time last_ok_;         // the end of the last good step
+
+  // Overlap (TrainerOptions::overlap). Declared after the clients and the
+  // model: destroyed first, they wait for their calls before those go.
+  // The pull of step next_pull_step_, started during the previous step.
+  std::unique_ptr<DenseTransfer> next_pull_;
+  int64_t next_pull_step_ = -1;
+  // Async: the last push, waited for before the next one; and the buffers
+  // the prefetched parameters land in and the pushed gradient waits in.
+  std::unique_ptr<DenseTransfer> push_in_flight_;
+  std::vector<std::vector<float>> prefetched_;
+  std::vector<float*> prefetched_ptrs_;
+  std::vector<std::vector<float>> spare_grads_;
 };
 
 }  // namespace shardps

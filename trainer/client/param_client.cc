@@ -64,16 +64,53 @@ absl::Status ParamClient::TakePulled(const std::vector<BlockPlacement>& chunk,
   return absl::OkStatus();
 }
 
+DenseTransfer::DenseTransfer(int calls) : state_(std::make_shared<State>()) {
+  absl::MutexLock l(&state_->mu);
+  state_->pending = calls;
+}
+
+absl::Status DenseTransfer::Wait(TransferStats* stats) {
+  {
+    State& st = *state_;
+    absl::MutexLock l(&st.mu);
+    st.mu.Await(absl::Condition(
+        +[](State* s)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; },
+        &st));
+  }
+  if (stats != nullptr) *stats = stats_ ? stats_() : TransferStats{};
+  return state_->error.Get();
+}
+
+bool DenseTransfer::Done() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->pending == 0;
+}
+
+StatusCallback DenseTransfer::OneDone() {
+  return [state = state_](absl::Status s) {
+    state->error.Add(s);
+    absl::MutexLock l(&state->mu);
+    --state->pending;
+  };
+}
+
 absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
                                const std::vector<float*>& values,
                                TransferStats* stats, int64_t min_clock) {
+  return StartPull(min_version, step, values, min_clock)->Wait(stats);
+}
+
+std::unique_ptr<DenseTransfer> ParamClient::StartPull(
+    int64_t min_version, int64_t step, const std::vector<float*>& values,
+    int64_t min_clock) {
   struct Pending {
     const std::vector<BlockPlacement>* chunk;
     PsClientInterface* server;
     PullRequest req;
     PullResponse resp;
   };
-  std::vector<std::unique_ptr<Pending>> calls;
+  auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
     for (const auto& chunk : chunks_[s]) {
       auto p = std::make_unique<Pending>();
@@ -89,39 +126,50 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
         r->set_table_id(b.table_id);
         r->set_block(b.block);
       }
-      calls.push_back(std::move(p));
+      calls->push_back(std::move(p));
     }
   }
-  absl::Status st = OnEveryServer(calls.size(), [&](size_t i, auto done) {
-    Pending* p = calls[i].get();
+  std::unique_ptr<DenseTransfer> t(
+      new DenseTransfer(static_cast<int>(calls->size())));
+  t->calls_ = calls;
+  t->stats_ = [calls] {
+    TransferStats stats;
+    for (const auto& p : *calls) {
+      stats.bytes += static_cast<int64_t>(p->resp.ByteSizeLong());
+      stats.server_wait_us =
+          std::max(stats.server_wait_us, p->resp.wait_micros());
+      for (const DenseBlock& b : p->resp.blocks()) {
+        stats.min_version = stats.min_version < 0
+                                ? b.version()
+                                : std::min(stats.min_version, b.version());
+      }
+    }
+    stats.rpcs = static_cast<int64_t>(calls->size());
+    return stats;
+  };
+  for (const auto& call : *calls) {
+    Pending* p = call.get();
+    StatusCallback done = t->OneDone();
     p->server->PullAsync(
-        p->req, &p->resp, [this, p, &values, done](absl::Status s) {
+        p->req, &p->resp, [this, p, values, done](absl::Status s) {
           if (s.ok()) {
             s = TakePulled(*p->chunk, *p->server, p->resp, values);
           }
           done(s);
         });
-  });
-  if (stats != nullptr) {
-    *stats = TransferStats{};
-    for (const auto& p : calls) {
-      stats->bytes += static_cast<int64_t>(p->resp.ByteSizeLong());
-      stats->server_wait_us =
-          std::max(stats->server_wait_us, p->resp.wait_micros());
-      for (const DenseBlock& b : p->resp.blocks()) {
-        stats->min_version = stats->min_version < 0
-                                 ? b.version()
-                                 : std::min(stats->min_version, b.version());
-      }
-    }
-    stats->rpcs = static_cast<int64_t>(calls.size());
   }
-  return st;
+  return t;
 }
 
 absl::Status ParamClient::Push(int64_t step,
                                const std::vector<const float*>& grads,
                                TransferStats* stats) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> t, StartPush(step, grads));
+  return t->Wait(stats);
+}
+
+absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
+    int64_t step, const std::vector<const float*>& grads) {
   // Float32 values go from `grads` as they are (the transport may send them
   // without copying); other encodings into buffers of their own.
   struct Pending {
@@ -130,7 +178,7 @@ absl::Status ParamClient::Push(int64_t step,
     std::vector<std::string> encoded;
     PushResponse resp;
   };
-  std::vector<std::unique_ptr<Pending>> calls;
+  auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
     for (const auto& chunk : chunks_[s]) {
       auto p = std::make_unique<Pending>();
@@ -157,21 +205,24 @@ absl::Status ParamClient::Push(int64_t step,
                                      g.size() * sizeof(float));
         p->push.blocks.push_back(ref);
       }
-      calls.push_back(std::move(p));
+      calls->push_back(std::move(p));
     }
   }
-  absl::Status st = OnEveryServer(calls.size(), [&](size_t i, auto done) {
-    calls[i]->server->PushDenseAsync(calls[i]->push, &calls[i]->resp,
-                                     std::move(done));
-  });
-  if (stats != nullptr) {
-    *stats = TransferStats{};
-    for (const auto& p : calls) {
-      stats->bytes += static_cast<int64_t>(DensePushByteSize(p->push));
+  std::unique_ptr<DenseTransfer> t(
+      new DenseTransfer(static_cast<int>(calls->size())));
+  t->calls_ = calls;
+  t->stats_ = [calls] {
+    TransferStats stats;
+    for (const auto& p : *calls) {
+      stats.bytes += static_cast<int64_t>(DensePushByteSize(p->push));
     }
-    stats->rpcs = static_cast<int64_t>(calls.size());
+    stats.rpcs = static_cast<int64_t>(calls->size());
+    return stats;
+  };
+  for (const auto& p : *calls) {
+    p->server->PushDenseAsync(p->push, &p->resp, t->OneDone());
   }
-  return st;
+  return t;
 }
 
 }  // namespace shardps

@@ -2,10 +2,14 @@
 #define SHARDPS_TRAINER_CLIENT_PARAM_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/fanout.h"
@@ -15,10 +19,44 @@
 
 namespace shardps {
 
+// A pull or push in flight on every pserver (ParamClient::StartPull,
+// StartPush). Wait() returns once every call of it has ended; the
+// destructor waits too, so that no reply lands after it. Thread-compatible.
+class DenseTransfer {
+ public:
+  ~DenseTransfer() { Wait().IgnoreError(); }
+  // The first error of its calls, or OK; fills `stats` (when not null).
+  // May be called again: it returns the same.
+  absl::Status Wait(TransferStats* stats = nullptr);
+  // Whether every call has ended (Wait would not block).
+  bool Done() const;
+
+ private:
+  friend class ParamClient;
+  // What the calls' callbacks share with the transfer; they hold it, so a
+  // callback never touches a destroyed transfer.
+  struct State {
+    mutable absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+    FirstError error;
+  };
+  explicit DenseTransfer(int calls);
+  // The callback of one call.
+  StatusCallback OneDone();
+
+  const std::shared_ptr<State> state_;
+  // The calls (kept alive until they end), and the statistics of the ended
+  // transfer read from them.
+  std::shared_ptr<void> calls_;
+  std::function<TransferStats()> stats_;
+};
+
 // The trainer's view of the dense parameters on all pservers: pulls and
 // pushes split by the shard map into chunks of at most 4 MiB (PlanChunks),
-// all in flight at once, one or more calls per pserver. Thread-compatible:
-// one thread calls it at a time. `servers` and `stamp` must outlive it.
+// all in flight at once, one or more calls per pserver. A pull or push may
+// be started and waited for later (StartPull, StartPush), so that it
+// overlaps with the trainer's computation. Thread-compatible: one thread
+// calls it at a time. `servers` and `stamp` must outlive it.
 class ParamClient {
  public:
   ParamClient(std::vector<PsClientInterface*> servers, RequestStamp* stamp,
@@ -45,10 +83,19 @@ class ParamClient {
   absl::Status Pull(int64_t min_version, int64_t step,
                     const std::vector<float*>& values, TransferStats* stats,
                     int64_t min_clock = 0);
+  // Pull, started: `values` is written until the transfer has ended.
+  std::unique_ptr<DenseTransfer> StartPull(int64_t min_version, int64_t step,
+                                           const std::vector<float*>& values,
+                                           int64_t min_clock = 0);
   // Sends grads[t] for `step`. A retried call keeps its request id, so the
   // pserver applies it once.
   absl::Status Push(int64_t step, const std::vector<const float*>& grads,
                     TransferStats* stats);
+  // Push, started: float32 values are sent from `grads` itself, which must
+  // stay unchanged until the transfer has ended (the threshold encoder's
+  // state is updated at once).
+  absl::StatusOr<std::unique_ptr<DenseTransfer>> StartPush(
+      int64_t step, const std::vector<const float*>& grads);
   // ASYNC: tells every pserver that this trainer has finished `steps`
   // steps, with an empty push tagged steps (after all its pushes were
   // acknowledged), so that a pull with min_clock = steps + 1 sees every
