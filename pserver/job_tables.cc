@@ -268,6 +268,7 @@ absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
                        trainer_id, ", step ", step, "); nothing was applied"));
     }
     seen.clear();
+    seen.reserve(r.keys.size());
     for (size_t j = 0; st.ok() && j < r.keys.size(); ++j) {
       if (!seen.insert(r.keys[j]).second) {
         st = absl::InvalidArgumentError(absl::StrCat(

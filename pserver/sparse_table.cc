@@ -20,6 +20,10 @@ uint64_t SplitMix64(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
+// Keys are looked up this many at a time: their rows, prefetched, stay in
+// the cache until they are used.
+constexpr size_t kLookupBatch = 256;
+
 }  // namespace
 
 SparseTable::SparseTable(const SparseTableOptions& options,
@@ -42,9 +46,49 @@ SparseTable::~SparseTable() {
   }
 }
 
-SparseTable::Stripe& SparseTable::StripeOf(uint64_t key) const {
+size_t SparseTable::StripeIndex(uint64_t key) const {
   // The high bits: the low bits of Mix64 chose the pserver.
-  return stripes_[(Mix64(key) >> 40) % stripes_.size()];
+  return (Mix64(key) >> 40) % stripes_.size();
+}
+
+SparseTable::Stripe& SparseTable::StripeOf(uint64_t key) const {
+  return stripes_[StripeIndex(key)];
+}
+
+void SparseTable::GroupByStripe(absl::Span<const uint64_t> keys,
+                                std::vector<uint32_t>* order,
+                                std::vector<uint32_t>* begin) const {
+  // A counting sort, stable: a stripe's keys keep their order.
+  std::vector<uint32_t> stripe(keys.size());
+  begin->assign(stripes_.size() + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    stripe[i] = static_cast<uint32_t>(StripeIndex(keys[i]));
+    ++(*begin)[stripe[i] + 1];
+  }
+  for (size_t i = 1; i < begin->size(); ++i) (*begin)[i] += (*begin)[i - 1];
+  std::vector<uint32_t> next(begin->begin(), begin->end() - 1);
+  order->resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    (*order)[next[stripe[i]]++] = static_cast<uint32_t>(i);
+  }
+}
+
+void SparseTable::FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
+                           size_t row_bytes, uint32_t* slots) const {
+  constexpr size_t kAhead = 16;
+  const size_t n = keys.size();
+  for (size_t j = 0; j < std::min(n, kAhead); ++j) s.index.prefetch(keys[j]);
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) s.index.prefetch(keys[j + kAhead]);
+    auto it = s.index.find(keys[j]);
+    if (it == s.index.end()) {
+      slots[j] = kNoRow;
+      continue;
+    }
+    slots[j] = it->second;
+    const char* row = reinterpret_cast<const char*>(RowPtr(s, it->second));
+    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+  }
 }
 
 float* SparseTable::RowPtr(const Stripe& s, uint32_t slot) const {
@@ -104,15 +148,27 @@ uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
 }
 
 void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const Stripe& s = StripeOf(keys[i]);
-    float* dst = out + i * dim_;
+  std::vector<uint32_t> order, begin;
+  GroupByStripe(keys, &order, &begin);
+  uint64_t batch_keys[kLookupBatch];
+  uint32_t slots[kLookupBatch];
+  for (size_t i = 0; i < stripes_.size(); ++i) {
+    const Stripe& s = stripes_[i];
+    if (begin[i] == begin[i + 1]) continue;
     absl::MutexLock l(&s.mu);
-    auto it = s.index.find(keys[i]);
-    if (it == s.index.end()) {
-      InitialRow(keys[i], dst);
-    } else {
-      std::memcpy(dst, RowPtr(s, it->second), sizeof(float) * dim_);
+    for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
+      const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
+      for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
+      FindRows(s, absl::MakeConstSpan(batch_keys, n), sizeof(float) * dim_,
+               slots);
+      for (size_t j = 0; j < n; ++j) {
+        float* dst = out + static_cast<size_t>(order[b + j]) * dim_;
+        if (slots[j] == kNoRow) {
+          InitialRow(batch_keys[j], dst);
+        } else {
+          std::memcpy(dst, RowPtr(s, slots[j]), sizeof(float) * dim_);
+        }
+      }
     }
   }
 }
@@ -146,6 +202,12 @@ void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
       return;
     }
   }
+  UpdateRow(s, slot, step, grad, scale, slots);
+}
+
+void SparseTable::UpdateRow(Stripe& s, uint32_t slot, int64_t step,
+                            const float* grad, float scale,
+                            std::vector<absl::Span<float>>* slots) {
   float* row = RowPtr(s, slot);
   for (size_t k = 0; k < slots->size(); ++k) {
     (*slots)[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
@@ -161,49 +223,87 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
                         absl::Span<const float> grads,
                         absl::Span<const float> scales) {
   std::vector<absl::Span<float>> slots(optimizer_->num_slots());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Stripe& s = StripeOf(keys[i]);
+  std::vector<uint32_t> order, begin;
+  GroupByStripe(keys, &order, &begin);
+  uint64_t batch_keys[kLookupBatch];
+  uint32_t rows[kLookupBatch];
+  for (size_t i = 0; i < stripes_.size(); ++i) {
+    Stripe& s = stripes_[i];
+    if (begin[i] == begin[i + 1]) continue;
     absl::MutexLock l(&s.mu);
-    ApplyOne(s, step, keys[i], grads.data() + i * dim_,
-             scales.size() == 1 ? scales[0] : scales[i], &slots);
+    for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
+      const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
+      for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
+      FindRows(s, absl::MakeConstSpan(batch_keys, n),
+               sizeof(float) * row_floats_, rows);
+      for (size_t j = 0; j < n; ++j) {
+        const size_t k = order[b + j];
+        const float* g = grads.data() + k * dim_;
+        const float scale = scales.size() == 1 ? scales[0] : scales[k];
+        if (rows[j] != kNoRow) {
+          UpdateRow(s, rows[j], step, g, scale, &slots);
+        } else {
+          ApplyOne(s, step, batch_keys[j], g, scale, &slots);
+        }
+      }
+    }
   }
 }
 
 void SparseTable::Accumulate(absl::Span<const uint64_t> keys,
                              absl::Span<const float> grads) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Stripe& s = StripeOf(keys[i]);
-    const float* g = grads.data() + i * dim_;
+  std::vector<uint32_t> order, begin;
+  GroupByStripe(keys, &order, &begin);
+  const int64_t new_key_bytes = int64_t{dim_} * sizeof(float) + 32;
+  for (size_t i = 0; i < stripes_.size(); ++i) {
+    Stripe& s = stripes_[i];
+    if (begin[i] == begin[i + 1]) continue;
     absl::MutexLock l(&s.mu);
-    auto [it, inserted] = s.accum_index.try_emplace(
-        keys[i], static_cast<uint32_t>(s.accum_keys.size()));
-    if (inserted) {
-      // Counted whatever the limit: a push is checked against the budget
-      // before it is accumulated.
-      const int64_t bytes = int64_t{dim_} * sizeof(float) + 32;
-      if (budget_ != nullptr) budget_->Add(bytes);
-      s.reserved += bytes;
-      s.accum_keys.push_back(keys[i]);
-      s.accum_sums.insert(s.accum_sums.end(), g, g + dim_);
-      s.accum_counts.push_back(1);
-    } else {
-      float* sum = s.accum_sums.data() + static_cast<size_t>(it->second) * dim_;
-      for (int j = 0; j < dim_; ++j) sum[j] += g[j];
-      ++s.accum_counts[it->second];
+    for (uint32_t p = begin[i]; p < begin[i + 1]; ++p) {
+      const size_t k = order[p];
+      const float* g = grads.data() + k * dim_;
+      auto [it, inserted] = s.accum_index.try_emplace(
+          keys[k], static_cast<uint32_t>(s.accum_keys.size()));
+      if (inserted) {
+        // Counted whatever the limit: a push is checked against the budget
+        // before it is accumulated.
+        if (budget_ != nullptr) budget_->Add(new_key_bytes);
+        s.reserved += new_key_bytes;
+        s.accum_keys.push_back(keys[k]);
+        s.accum_sums.insert(s.accum_sums.end(), g, g + dim_);
+        s.accum_counts.push_back(1);
+      } else {
+        float* sum =
+            s.accum_sums.data() + static_cast<size_t>(it->second) * dim_;
+        for (int j = 0; j < dim_; ++j) sum[j] += g[j];
+        ++s.accum_counts[it->second];
+      }
     }
   }
 }
 
 int64_t SparseTable::ApplyAccumulated(int64_t step) {
   std::vector<absl::Span<float>> slots(optimizer_->num_slots());
+  uint32_t rows[kLookupBatch];
   int64_t n = 0;
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
-    for (size_t i = 0; i < s.accum_keys.size(); ++i) {
-      ApplyOne(s, step, s.accum_keys[i], s.accum_sums.data() + i * dim_,
-               1.0f / s.accum_counts[i], &slots);
+    const size_t keys = s.accum_keys.size();
+    for (size_t b = 0; b < keys; b += kLookupBatch) {
+      const size_t m = std::min(kLookupBatch, keys - b);
+      FindRows(s, absl::MakeConstSpan(s.accum_keys.data() + b, m),
+               sizeof(float) * row_floats_, rows);
+      for (size_t j = 0; j < m; ++j) {
+        const float* sum = s.accum_sums.data() + (b + j) * dim_;
+        const float scale = 1.0f / s.accum_counts[b + j];
+        if (rows[j] != kNoRow) {
+          UpdateRow(s, rows[j], step, sum, scale, &slots);
+        } else {
+          ApplyOne(s, step, s.accum_keys[b + j], sum, scale, &slots);
+        }
+      }
     }
-    n += static_cast<int64_t>(s.accum_keys.size());
+    n += static_cast<int64_t>(keys);
     ClearAccumulators(s);
   }
   return n;

@@ -141,6 +141,7 @@ class SparseTable {
   static constexpr uint32_t kNoRow = UINT32_MAX;
 
   Stripe& StripeOf(uint64_t key) const;
+  size_t StripeIndex(uint64_t key) const;
   // Empties `s`, giving its memory back to the budget.
   void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The sync accumulators of `s`, emptied.
@@ -155,6 +156,21 @@ class SparseTable {
   void ApplyOne(Stripe& s, int64_t step, uint64_t key, const float* grad,
                 float scale, std::vector<absl::Span<float>>* slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Applies one update to the row in `slot`.
+  void UpdateRow(Stripe& s, uint32_t slot, int64_t step, const float* grad,
+                 float scale, std::vector<absl::Span<float>>* slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // slots[j] = the slot of keys[j] in `s`, or kNoRow. Lookups run ahead of
+  // use by prefetching the index and the rows' first `row_bytes`: a table
+  // larger than the cache is bound by memory latency, not by work.
+  void FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
+                size_t row_bytes, uint32_t* slots) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // The positions of `keys` grouped by stripe, in the keys' order within a
+  // stripe: stripe i's are order[begin[i]] to order[begin[i + 1] - 1].
+  void GroupByStripe(absl::Span<const uint64_t> keys,
+                     std::vector<uint32_t>* order,
+                     std::vector<uint32_t>* begin) const;
 
   const int dim_;
   const int row_floats_;  // dim * (1 + optimizer slots)
