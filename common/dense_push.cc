@@ -12,6 +12,7 @@ PushRequest ToPushRequest(const DensePush& push) {
     d->set_block(b.block);
     d->set_encoding(b.encoding);
     d->set_values(b.bytes.data(), b.bytes.size());
+    d->set_shared_offset(b.shared_offset);
   }
   return req;
 }
@@ -24,6 +25,7 @@ size_t DensePushByteSize(const DensePush& push) {
     d.set_table_id(b.table_id);
     d.set_block(b.block);
     d.set_encoding(b.encoding);
+    d.set_shared_offset(b.shared_offset);
     size_t inner = d.ByteSizeLong();
     if (!b.bytes.empty()) {
       inner += 1 + WireFormatLite::UInt64Size(b.bytes.size()) + b.bytes.size();

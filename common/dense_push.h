@@ -16,6 +16,9 @@ struct DenseValuesRef {
   uint32_t block = 0;
   ValueEncoding encoding = FLOAT32;
   absl::string_view bytes;
+  // With PushRequest.shared_region: where the values are in the region
+  // (`bytes` is then empty).
+  uint64_t shared_offset = 0;
 };
 
 // A dense push whose values are referenced, not held: `header` carries

@@ -112,15 +112,17 @@ grpc::ByteBuffer SerializeAliasing(const google::protobuf::MessageLite& msg,
 grpc::ByteBuffer SerializeDensePush(const DensePush& push) {
   // Protobuf writes fields in number order: those of the header before
   // `blocks` (4), the blocks, then those after; within a block table_id,
-  // block, values (3), then encoding.
+  // block, values (3), then encoding and shared_offset.
   PushRequest head = push.header;
   head.clear_blocks();
   head.clear_sparse();
   head.clear_generation();
   head.clear_incarnation();
+  head.clear_shared_region();
   PushRequest tail;
   tail.set_generation(push.header.generation());
   tail.set_incarnation(push.header.incarnation());
+  tail.set_shared_region(push.header.shared_region());
   SliceOutputStream out(nullptr, head.ByteSizeLong() + tail.ByteSizeLong() +
                                      push.blocks.size() * 24);
   {
@@ -134,6 +136,7 @@ grpc::ByteBuffer SerializeDensePush(const DensePush& push) {
       before.set_block(b.block);
       DenseBlock after;
       after.set_encoding(b.encoding);
+      after.set_shared_offset(b.shared_offset);
       const size_t n = b.bytes.size();
       size_t inner = before.ByteSizeLong() + after.ByteSizeLong();
       if (n > 0) {

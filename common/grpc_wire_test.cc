@@ -47,14 +47,14 @@ TEST(SerializeDensePushTest, BytesAreProtobufsAndValuesAreNotCopied) {
   for (float& x : small) x = u(rng);
   const std::string half(300, '\x3c');
   DensePush p = Header();
-  p.blocks.push_back({0, 0, FLOAT32,
-                      absl::string_view(reinterpret_cast<const char*>(
-                                            big.data()),
-                                        big.size() * 4)});
-  p.blocks.push_back({2, 17, FLOAT32,
-                      absl::string_view(reinterpret_cast<const char*>(
-                                            small.data()),
-                                        small.size() * 4)});
+  p.blocks.push_back(
+      {0, 0, FLOAT32,
+       absl::string_view(reinterpret_cast<const char*>(big.data()),
+                         big.size() * 4)});
+  p.blocks.push_back(
+      {2, 17, FLOAT32,
+       absl::string_view(reinterpret_cast<const char*>(small.data()),
+                         small.size() * 4)});
   p.blocks.push_back({1, 0, FLOAT16, half});
   p.blocks.push_back({5, 300, THRESHOLD, absl::string_view()});  // empty
   const grpc::ByteBuffer buf = SerializeDensePush(p);
@@ -79,6 +79,21 @@ TEST(SerializeDensePushTest, DefaultFieldsAreLeftOutAsProtobufDoes) {
   p.blocks.push_back({0, 0, FLOAT32, absl::string_view()});
   EXPECT_EQ(ByteBufferToString(SerializeDensePush(p)),
             ToPushRequest(p).SerializeAsString());
+}
+
+TEST(SerializeDensePushTest, SharedRegionFieldsAreProtobufs) {
+  DensePush p = Header();
+  p.header.set_shared_region(0x1234567890abcdefULL);
+  p.blocks.push_back({0, 3, FLOAT32, absl::string_view(), 64});
+  p.blocks.push_back({1, 0, FLOAT32, absl::string_view(), 262208});
+  const grpc::ByteBuffer buf = SerializeDensePush(p);
+  EXPECT_EQ(ByteBufferToString(buf), ToPushRequest(p).SerializeAsString());
+  EXPECT_EQ(DensePushByteSize(p), ToPushRequest(p).ByteSizeLong());
+  PushRequest parsed;
+  ASSERT_TRUE(ParseByteBuffer(buf, &parsed).ok());
+  EXPECT_EQ(parsed.shared_region(), 0x1234567890abcdefULL);
+  ASSERT_EQ(parsed.blocks_size(), 2);
+  EXPECT_EQ(parsed.blocks(1).shared_offset(), 262208u);
 }
 
 TEST(SerializeAliasingTest, LargeValuesAreSharedUntilTheBufferIsGone) {

@@ -9,7 +9,7 @@ std::vector<std::string> GrpcPsService::MethodNames() {
   return {"InitJob",    "SetInitialValues", "CommitInit",
           "Register",   "GetStatus",        "Pull",
           "Push",       "Heartbeat",        "Leave",
-          "Checkpoint", "Rollback"};
+          "Checkpoint", "Rollback",         "OpenSharedMemory"};
 }
 
 // The handler of the job the call names in its metadata (the default job
@@ -166,6 +166,14 @@ grpc::ServerUnaryReactor* GrpcPsService::Rollback(
     RollbackResponse* resp) {
   return Reply(ctx, "Rollback", *req, resp,
                [&](RequestHandler& h) { return h.Rollback(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
+    grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
+    SharedMemoryResponse* resp) {
+  return Reply(ctx, "OpenSharedMemory", *req, resp, [&](RequestHandler& h) {
+    return h.OpenSharedMemory(*req, resp);
+  });
 }
 
 }  // namespace shardps

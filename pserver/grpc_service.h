@@ -66,6 +66,9 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* Rollback(grpc::CallbackServerContext* ctx,
                                      const RollbackRequest* req,
                                      RollbackResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenSharedMemory(
+      grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
+      SharedMemoryResponse* resp) override;
 
  private:
   // Answers with what `handle` returns for the call's job, and reports the

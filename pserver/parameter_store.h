@@ -228,6 +228,9 @@ class ParameterStore {
   // What the dense blocks held here take: values, gradient sums and
   // optimizer state (0 before InitJob).
   int64_t dense_bytes() const;
+  // The memory budget it draws on (--max_memory_mb), for what else a job
+  // holds (shared regions).
+  MemoryBudget* budget() const { return budget_; }
   size_t num_blocks() const;
 
   // Test hooks.

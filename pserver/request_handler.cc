@@ -1,12 +1,17 @@
 #include "pserver/request_handler.h"
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "common/wire_limits.h"
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
@@ -77,12 +82,31 @@ absl::Status CheckDenseRefs(const Refs& refs, const ParameterStore& store) {
 // `scratch` where they are not float32 (one vector per block).
 absl::Status ToBlockData(
     const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    const ParameterStore& store, std::vector<BlockData>* out,
-    std::vector<std::vector<float>>* scratch) {
+    const ParameterStore& store, const SharedRegion* region,
+    std::vector<BlockData>* out, std::vector<std::vector<float>>* scratch) {
   out->reserve(blocks.size());
   scratch->resize(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     const DenseBlock& b = blocks[i];
+    if (region != nullptr) {
+      // Copied out before it is checked and applied: the trainer can write
+      // the region at any time.
+      absl::StatusOr<int64_t> size = store.BlockSize(b.table_id(), b.block());
+      if (!size.ok()) return size.status();
+      if (b.encoding() != FLOAT32 || !b.values().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table id ", b.table_id(), " block ", b.block(),
+            ": values in a shared region are FLOAT32 and not in the message"));
+      }
+      const uint64_t bytes = static_cast<uint64_t>(*size) * sizeof(float);
+      RETURN_IF_ERROR(
+          region->Check(b.shared_offset(), bytes, "a shared push block"));
+      std::vector<float>& copy = (*scratch)[i];
+      copy.resize(static_cast<size_t>(*size));
+      std::memcpy(copy.data(), region->data() + b.shared_offset(), bytes);
+      out->push_back(BlockData{b.table_id(), b.block(), copy});
+      continue;
+    }
     // A threshold message does not say how long its block is.
     absl::StatusOr<int64_t> size = 0;
     if (b.encoding() == THRESHOLD)
@@ -137,7 +161,8 @@ absl::Status RequestHandler::SetInitialValues(
   }
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
-  absl::Status s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+  absl::Status s =
+      ToBlockData(req.blocks(), *store_, nullptr, &blocks, &scratch);
   if (s.ok()) s = store_->SetInitialValues(blocks);
   return s;
 }
@@ -336,6 +361,32 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
         " (or one row)")));
     return;
   }
+  // With a shared region: where each block's values go in it.
+  std::shared_ptr<const SharedRegion> region;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> offsets;
+  if (req.shared_region() != 0) {
+    absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
+        RegionOf(req.trainer_id(), req.shared_region());
+    absl::Status s = r.status();
+    if (s.ok() && encoding != FLOAT32) {
+      s = absl::InvalidArgumentError(
+          "a pull into a shared region asks for FLOAT32 values");
+    }
+    for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
+      const BlockRef& b = req.blocks(i);
+      absl::StatusOr<int64_t> size = store_->BlockSize(b.table_id(), b.block());
+      s = size.ok() ? (*r)->Check(b.shared_offset(),
+                                  static_cast<uint64_t>(*size) * sizeof(float),
+                                  "a shared pull block")
+                    : size.status();
+      offsets[{b.table_id(), b.block()}] = b.shared_offset();
+    }
+    if (!s.ok()) {
+      done(s);
+      return;
+    }
+    region = *std::move(r);
+  }
   resp->mutable_blocks()->Reserve(req.blocks_size());
   std::vector<SparsePull> sparse;
   for (int i = 0; i < req.sparse_size(); ++i) {
@@ -357,14 +408,22 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
   store_->Pull(
       req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
       ToBlockIds(req.blocks()), sparse,
-      [resp, encoding](uint32_t table_id, uint32_t block, int64_t version,
-                       absl::Span<const float> values) {
+      [resp, encoding, region, offsets = std::move(offsets)](
+          uint32_t table_id, uint32_t block, int64_t version,
+          absl::Span<const float> values) {
         DenseBlock* b = resp->add_blocks();
         b->set_table_id(table_id);
         b->set_block(block);
         b->set_version(version);
         b->set_encoding(encoding);
-        EncodeValues(values, encoding, b->mutable_values());
+        if (region != nullptr) {
+          const uint64_t at = offsets.at({table_id, block});
+          b->set_shared_offset(at);
+          std::memcpy(region->data() + at, values.data(),
+                      values.size() * sizeof(float));
+        } else {
+          EncodeValues(values, encoding, b->mutable_values());
+        }
       },
       [resp, done](absl::Status s, absl::Duration waited) {
         if (!s.ok()) resp->Clear();
@@ -417,8 +476,20 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
                                        PushResponse* resp) {
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
+  std::shared_ptr<const SharedRegion> region;
   absl::Status s = CheckDenseRefs(req.blocks(), *store_);
-  if (s.ok()) s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+  if (s.ok() && req.shared_region() != 0) {
+    absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
+        RegionOf(req.trainer_id(), req.shared_region());
+    if (r.ok()) {
+      region = *std::move(r);
+    } else {
+      s = r.status();
+    }
+  }
+  if (s.ok()) {
+    s = ToBlockData(req.blocks(), *store_, region.get(), &blocks, &scratch);
+  }
   int late = 0;
   if (s.ok()) {
     s = store_->Push(req.trainer_id(), req.step(), blocks, req.generation(),
@@ -444,6 +515,81 @@ absl::Status RequestHandler::PushSparse(const PushRequest& req) {
   }
   return store_->PushSparse(req.trainer_id(), req.step(), rows,
                             req.generation());
+}
+
+absl::Status RequestHandler::OpenSharedMemory(const SharedMemoryRequest& req,
+                                              SharedMemoryResponse* resp) {
+  const int k = req.trainer_id();
+  if (!store_->ready()) {
+    return absl::FailedPreconditionError(
+        "shared memory: the job is not initialized on this pserver yet");
+  }
+  if (k < 0 || k >= store_->job().num_trainers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory: trainer id ", k, " is not in [0, ",
+                     store_->job().num_trainers(), ")"));
+  }
+  RETURN_IF_ERROR(store_->CheckIncarnation(k, req.incarnation()));
+  const uint64_t limit = SharedRegion::kHeaderBytes +
+                         2 * static_cast<uint64_t>(store_->dense_bytes());
+  if (req.bytes() <= SharedRegion::kHeaderBytes || req.bytes() > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: ", req.bytes(), " bytes asked; a region holds ",
+        SharedRegion::kHeaderBytes + 1, " to ", limit,
+        " (a header and twice the dense bytes of this pserver)"));
+  }
+  {
+    // The trainer's previous region goes first (its bytes are given back
+    // once no request uses it), so that a new one fits where it did.
+    absl::MutexLock l(&regions_mu_);
+    regions_.erase(k);
+  }
+  // Counted in --max_memory_mb: the pserver writes pulls into it.
+  MemoryBudget* budget = store_->budget();
+  const int64_t bytes = static_cast<int64_t>(req.bytes());
+  if (!budget->TryReserve(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared memory: a region of ", bytes,
+        " bytes would pass "
+        "--max_memory_mb (",
+        budget->limit() >> 20, " MiB, ", budget->used() >> 20, " MiB held)"));
+  }
+  absl::StatusOr<std::unique_ptr<SharedRegion>> created =
+      SharedRegion::Create(req.bytes());
+  if (!created.ok()) {
+    budget->Release(bytes);
+    return created.status();
+  }
+  std::shared_ptr<const SharedRegion> region(
+      created->release(), [budget, bytes](const SharedRegion* r) {
+        delete r;
+        budget->Release(bytes);
+      });
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) | rd();
+  resp->set_pid(getpid());
+  resp->set_fd(region->fd());
+  resp->set_bytes(region->size());
+  resp->set_token(region->token());
+  resp->set_region_id(id);
+  absl::MutexLock l(&regions_mu_);
+  // The old region stays mapped (and counted) while a request uses it.
+  regions_[k] = TrainerRegion{id, std::move(region)};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const SharedRegion>> RequestHandler::RegionOf(
+    int trainer_id, uint64_t id) const {
+  absl::MutexLock l(&regions_mu_);
+  auto it = regions_.find(trainer_id);
+  if (it == regions_.end() || it->second.id != id) {
+    return absl::NotFoundError(absl::StrCat(
+        "trainer ", trainer_id, " names shared region ", id,
+        ", which this pserver does not hold (replaced, or the pserver "
+        "restarted); send the values in the message"));
+  }
+  return it->second.region;
 }
 
 }  // namespace shardps

@@ -2,12 +2,15 @@
 #define SHARDPS_PSERVER_REQUEST_HANDLER_H_
 
 #include <functional>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/shared_region.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpointer.h"
 #include "pserver/parameter_store.h"
@@ -53,6 +56,12 @@ class RequestHandler {
   absl::Status Checkpoint(const CheckpointRequest& req,
                           CheckpointResponse* resp);
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
+  // Creates a shared region for a trainer on this host (common/
+  // shared_region.h), replacing its previous one: requests that name the
+  // old id are refused from then on. At most one per trainer id, of at
+  // most 64 bytes plus twice the dense bytes held here.
+  absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
+                                SharedMemoryResponse* resp);
 
   // The store it serves (tests).
   ParameterStore* store_for_testing() { return store_; }
@@ -65,6 +74,17 @@ class RequestHandler {
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);
 
+  // The shared region `id` of `trainer_id`; NOT_FOUND, naming "shared
+  // region", when it has none of that id (replaced, or the pserver
+  // restarted): the trainer then sends the values over TCP.
+  absl::StatusOr<std::shared_ptr<const SharedRegion>> RegionOf(
+      int trainer_id, uint64_t id) const;
+
+  struct TrainerRegion {
+    uint64_t id = 0;
+    std::shared_ptr<const SharedRegion> region;
+  };
+
   ParameterStore* const store_;
   Checkpointer* const checkpointer_;
   const Clock* const clock_;
@@ -73,6 +93,8 @@ class RequestHandler {
   // its checkpoints. Taken before the store's locks.
   absl::Mutex rollback_mu_;
   RequestDedup dedup_;
+  mutable absl::Mutex regions_mu_;
+  absl::flat_hash_map<int, TrainerRegion> regions_ ABSL_GUARDED_BY(regions_mu_);
 };
 
 }  // namespace shardps

@@ -3,7 +3,10 @@
 // encodings, sparse rows, and the checkpoint and rollback protocol.
 #include "pserver/request_handler.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -96,7 +99,7 @@ class RequestHandlerTest : public ::testing::Test {
 
   static void ExpectCode(const absl::Status& s, absl::StatusCode code,
                          const std::string& needle) {
-    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_EQ(s.code(), code) << s << " (expected: " << needle << ")";
     EXPECT_NE(s.message().find(needle), std::string::npos) << s;
   }
 
@@ -136,6 +139,162 @@ TEST_F(RequestHandlerTest, BadRequests) {
   ExpectCode(Push(0, 0, 10, {{0, g4}}, 0, static_cast<ValueEncoding>(17)),
              absl::StatusCode::kInvalidArgument, "unknown encoding");
   EXPECT_EQ(PullAll(), init_);
+}
+
+// Shared memory: values move through a region the trainer maps; the
+// pserver bounds and checks everything the trainer names.
+TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
+  SharedMemoryRequest oreq;
+  oreq.set_trainer_id(0);
+  oreq.set_bytes(64 + 48);
+  SharedMemoryResponse oresp;
+  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+             absl::StatusCode::kFailedPrecondition, "not initialized");
+  InitJob();
+  // At most a header and twice what the dense blocks take here.
+  const uint64_t limit = 64 + 2 * store_.dense_bytes();
+  oreq.set_bytes(limit + 1);
+  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+             absl::StatusCode::kInvalidArgument,
+             "65 to " + std::to_string(limit));
+  oreq.set_bytes(64);
+  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+             absl::StatusCode::kInvalidArgument, "bytes asked");
+  oreq.set_bytes(112);
+  oreq.set_trainer_id(2);
+  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+             absl::StatusCode::kInvalidArgument, "trainer id 2 is not in");
+  oreq.set_trainer_id(0);
+  ASSERT_TRUE(handler_->OpenSharedMemory(oreq, &oresp).ok());
+  auto region = SharedRegion::Attach(static_cast<pid_t>(oresp.pid()),
+                                     oresp.fd(), oresp.bytes(), oresp.token());
+  ASSERT_TRUE(region.ok()) << region.status();
+  char* base = (*region)->data();
+  const float g[6] = {2, 2, 2, 2, 4, 4};
+  std::memcpy(base + 64, g, sizeof(g));
+
+  auto push = [&](uint64_t id, uint64_t region_id, uint64_t at0, uint64_t at1,
+                  int trainer = 0) {
+    PushRequest req;
+    req.set_trainer_id(trainer);
+    req.set_step(0);
+    req.set_request_id(id);
+    req.set_shared_region(region_id);
+    DenseBlock* b0 = req.add_blocks();
+    b0->set_block(0);
+    b0->set_shared_offset(at0);
+    DenseBlock* b1 = req.add_blocks();
+    b1->set_block(1);
+    b1->set_shared_offset(at1);
+    PushResponse resp;
+    return handler_->Push(req, &resp);
+  };
+  const uint64_t id = oresp.region_id();
+  ExpectCode(push(1, id + 1, 64, 80), absl::StatusCode::kNotFound,
+             "shared region");
+  ExpectCode(push(2, id, 64, 80, /*trainer=*/1), absl::StatusCode::kNotFound,
+             "shared region");  // trainer 0's region
+  ExpectCode(push(3, id, 66, 80), absl::StatusCode::kInvalidArgument,
+             "not float32 values of the shared region");
+  ExpectCode(push(4, id, 64, 108), absl::StatusCode::kInvalidArgument,
+             "not float32 values of the shared region");  // 108 + 8 > 112
+  ExpectCode(push(5, id, 0, 80), absl::StatusCode::kInvalidArgument,
+             "not float32 values of the shared region");  // the header
+  EXPECT_EQ(PullAll(), init_);                            // nothing applied
+  std::memcpy(base + 80, g + 4, 8);
+  float nan = std::nanf("");
+  std::memcpy(base + 84, &nan, 4);
+  ExpectCode(push(6, id, 64, 80), absl::StatusCode::kInvalidArgument, "NaN");
+  std::memcpy(base + 80, g + 4, 8);
+  ASSERT_TRUE(push(7, id, 64, 80).ok());
+  PushRequest tcp;
+  tcp.set_trainer_id(1);
+  tcp.set_step(0);
+  tcp.set_request_id(8);
+  for (uint32_t b = 0; b < 2; ++b) {
+    DenseBlock* d = tcp.add_blocks();
+    d->set_block(b);
+    d->set_values(b == 0 ? FloatBytes({2, 2, 2, 2}) : FloatBytes({4, 4}));
+  }
+  PushResponse tresp;
+  ASSERT_TRUE(handler_->Push(tcp, &tresp).ok());
+
+  // Pull into the region: values where asked, none in the reply.
+  PullRequest preq;
+  preq.set_trainer_id(0);
+  preq.set_min_version(1);
+  preq.set_generation(store_.generation());
+  preq.set_shared_region(id);
+  BlockRef* r0 = preq.add_blocks();
+  r0->set_block(0);
+  r0->set_shared_offset(88);
+  BlockRef* r1 = preq.add_blocks();
+  r1->set_block(1);
+  r1->set_shared_offset(64);
+  PullResponse presp;
+  ASSERT_TRUE(Pull(preq, &presp).ok());
+  ASSERT_EQ(presp.blocks_size(), 2);
+  for (const DenseBlock& b : presp.blocks()) EXPECT_TRUE(b.values().empty());
+  float got[6];
+  std::memcpy(got, base + 88, 16);
+  std::memcpy(got + 4, base + 64, 8);
+  // SGD lr 0.5 on the mean gradient (2, 2, 2, 2, 4, 4).
+  EXPECT_EQ(std::vector<float>(got, got + 6),
+            (std::vector<float>{0, 1, 2, 3, 3, 4}));
+  r0->set_shared_offset(100);  // 100 + 16 > 112
+  ExpectCode(Pull(preq, &presp), absl::StatusCode::kInvalidArgument,
+             "a shared pull block");
+  r0->set_shared_offset(88);
+  preq.set_encoding(FLOAT16);
+  ExpectCode(Pull(preq, &presp), absl::StatusCode::kInvalidArgument, "FLOAT32");
+  preq.set_encoding(FLOAT32);
+
+  // A new region replaces the old: its id is refused from then on.
+  SharedMemoryResponse again;
+  ASSERT_TRUE(handler_->OpenSharedMemory(oreq, &again).ok());
+  EXPECT_NE(again.region_id(), id);
+  ExpectCode(Pull(preq, &presp), absl::StatusCode::kNotFound, "shared region");
+}
+
+// A region counts in --max_memory_mb while it is held, and no longer once
+// replaced.
+TEST(RequestHandlerBudgetTest, SharedRegionsCountInTheMemoryLimit) {
+  StoreOptions so;
+  so.max_memory_bytes = 6000;
+  ParameterStore store(so);
+  RequestHandler handler(&store, nullptr);
+  InitJobRequest req;
+  req.set_trainer_id(0);
+  *req.mutable_job() = testing::MakeJobSpec(
+      SYNC, 2, {testing::DenseTableSpec("w", 256, 256, testing::Sgd(0.5f))});
+  req.add_blocks()->set_block(0);
+  InitJobResponse resp;
+  ASSERT_TRUE(handler.InitJob(req, &resp).ok());
+  SetInitialValuesRequest vreq;
+  vreq.set_trainer_id(0);
+  DenseBlock* b = vreq.add_blocks();
+  b->set_values(FloatBytes(std::vector<float>(256, 1.0f)));
+  SetInitialValuesResponse vresp;
+  ASSERT_TRUE(handler.SetInitialValues(vreq, &vresp).ok());
+  CommitInitResponse cresp;
+  ASSERT_TRUE(handler.CommitInit(CommitInitRequest(), &cresp).ok());
+  const int64_t held = store.budget()->used();
+  SharedMemoryRequest oreq;
+  oreq.set_bytes(6000 - held + 4);  // 4 bytes too many
+  SharedMemoryResponse oresp;
+  ASSERT_LE(oreq.bytes(), 64 + 2 * static_cast<uint64_t>(store.dense_bytes()));
+  EXPECT_EQ(handler.OpenSharedMemory(oreq, &oresp).code(),
+            absl::StatusCode::kResourceExhausted);
+  oreq.set_bytes(6000 - held);
+  ASSERT_TRUE(handler.OpenSharedMemory(oreq, &oresp).ok());
+  EXPECT_EQ(store.budget()->used(), 6000);
+  oreq.set_trainer_id(1);
+  oreq.set_bytes(128);
+  EXPECT_EQ(handler.OpenSharedMemory(oreq, &oresp).code(),
+            absl::StatusCode::kResourceExhausted);
+  oreq.set_trainer_id(0);  // replaces trainer 0's: its bytes are given back
+  ASSERT_TRUE(handler.OpenSharedMemory(oreq, &oresp).ok());
+  EXPECT_EQ(store.budget()->used(), held + 128);
 }
 
 TEST_F(RequestHandlerTest, PushForAppliedStepIsRefused) {

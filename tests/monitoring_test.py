@@ -154,8 +154,13 @@ class MonitoringTest(testlib.ProcessTestCase):
             lambda: len([v for _, v in self.query(base, "up") if v == 1]) == 2,
             30), "prometheus never scraped both pservers")
 
-        # Two passes: long enough for a few scrapes of the trainers.
-        trainers = self.start_trainers(pservers, extra=["--num_passes=2"])
+        # Six passes over TCP: long enough for a few scrapes of the trainers,
+        # and every pushed byte goes through the pservers' byte counters
+        # (with shared memory, values bypass them).
+        passes = 6
+        trainers = self.start_trainers(
+            pservers, extra=["--num_passes=%d" % passes,
+                             "--shared_memory=false"])
         mports = [wait_for(lambda t=t: read_port(t[1]), 30) for t in trainers]
         hports = [wait_for(lambda t=t: read_port(t[2]), 30) for t in trainers]
         self.assertTrue(all(mports) and all(hports))
@@ -200,7 +205,7 @@ class MonitoringTest(testlib.ProcessTestCase):
                                      '{method="Push"}')
             self.assertEqual(sample(page, 'shardps_pserver_table_steps{'
                                           'job_id="default",table="fc1.weight"}'),
-                             936, page)
+                             468 * passes, page)  # 468 steps a pass
         self.assertEqual(received, pushed)
 
     def test_health_of_a_pserver_and_of_a_finished_trainer(self):

@@ -43,6 +43,9 @@ DEFINE_bool(async_prefetch, false,
             "async: pull the next step's parameters during this step's "
             "compute and start it without waiting for this step's push; "
             "faster, but each step misses this trainer's last update");
+DEFINE_bool(shared_memory, true,
+            "move dense float32 values through shared memory with pservers "
+            "on this host (same user and PID namespace); others stay on TCP");
 DEFINE_int32(num_passes, 0, "passes over the data; 0 = the config's (1)");
 DEFINE_int64(max_steps, 0, "stop after this many steps; 0 = no limit");
 DEFINE_int32(batch_size, 0, "examples per step per trainer; 0 = the config's");
@@ -196,6 +199,7 @@ absl::Status RunFromFlags(TrainerOptions* o) {
   }
   o->max_staleness = FLAGS_max_staleness;
   o->overlap = FLAGS_overlap;
+  o->shared_memory = FLAGS_shared_memory;
   if (FLAGS_async_prefetch && o->mode != ASYNC) {
     return Bad("--async_prefetch applies to --mode=async only");
   }

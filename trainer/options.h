@@ -42,6 +42,9 @@ struct TrainerOptions {
   // is waited for only before the next push, so each step's parameters lack
   // this trainer's previous update. Default: false (docs/performance.md).
   bool async_prefetch = false;
+  // Dense float32 values go through shared memory with pservers on this
+  // host (ParamClient::UseSharedMemory). Default: true.
+  bool shared_memory = true;
   int num_passes = 1;
   // Stop after this many steps in all; 0 = no limit. Default: 0.
   int64_t max_steps = 0;

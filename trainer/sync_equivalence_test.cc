@@ -82,7 +82,8 @@ std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
                                        int num_passes, int64_t max_steps,
                                        const std::string& save_dir,
                                        bool overlap = true,
-                                       bool async_prefetch = false) {
+                                       bool async_prefetch = false,
+                                       bool shared_memory = true) {
   std::vector<std::unique_ptr<Pserver>> servers;
   for (int s = 0; s < num_servers; ++s) {
     PserverOptions o;
@@ -114,10 +115,14 @@ std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
       o.max_steps = max_steps;
       o.save_dir = k == 0 ? save_dir : "";
       o.overlap = overlap;
+      o.shared_memory = shared_memory;
       std::vector<PsClientInterface*> ptrs;
       for (auto& c : clients[k]) ptrs.push_back(c.get());
       Trainer t(o, ptrs);
       status[k] = t.Run();
+      // In one process, /proc/self/fd always opens.
+      EXPECT_EQ(t.result().shared_memory_servers,
+                shared_memory ? num_servers : 0);
     });
   }
   for (auto& t : threads) t.join();
@@ -194,6 +199,21 @@ TEST_P(SyncEquivalenceTest, OverlapChangesNoBit) {
   }
 }
 
+// Shared memory moves the same float32 values as TCP: the same parameters
+// to the last bit (2 trainers: the pserver's sums do not depend on arrival
+// order).
+class SharedMemoryTest : public SyncEquivalenceTest {};
+
+TEST_P(SharedMemoryTest, SharedMemoryChangesNoBit) {
+  const int n = GetParam();
+  const auto tcp = RunJob(dir_, 2, n, 4, 2, 0, dir_ + "/tcp", true, false,
+                          /*shared_memory=*/false);
+  const auto shared = RunJob(dir_, 2, n, 4, 2, 0, dir_ + "/shared", true, false,
+                             /*shared_memory=*/true);
+  ASSERT_EQ(tcp.size(), shared.size());
+  for (size_t t = 0; t < tcp.size(); ++t) ASSERT_EQ(tcp[t], shared[t]);
+}
+
 // Async with the next pull during compute and pushes left in flight: the
 // trainers end cleanly (every push drained before the last evaluation) and
 // the parameters moved and stayed finite.
@@ -217,6 +237,7 @@ TEST_P(SyncEquivalenceTest, AsyncPrefetchTrains) {
 
 INSTANTIATE_TEST_SUITE_P(Trainers, SyncEquivalenceTest,
                          ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(TwoTrainers, SharedMemoryTest, ::testing::Values(2));
 
 }  // namespace
 }  // namespace shardps

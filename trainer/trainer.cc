@@ -177,6 +177,7 @@ absl::Status Trainer::Connect() {
   }
   RETURN_IF_ERROR(job_client_->WaitUntilReady(job_, o.ready_timeout));
   ASSIGN_OR_RETURN(step_, SyncWithPservers());
+  OpenSharedMemory();
   if (step_ > 0) {
     LOG(INFO) << "trainer " << k << " joins the job at step " << step_
               << " (pass " << step_ / steps_per_pass_ << ", batch "
@@ -216,6 +217,14 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
     LOG(WARNING) << "rollback failed, trying again: " << r;
   }
   return job_client_->Join();
+}
+
+void Trainer::OpenSharedMemory() {
+  if (!options_.shared_memory) return;
+  const int n = params_->UseSharedMemory(options_.incarnation);
+  LOG(INFO) << "trainer " << options_.trainer_id << ": dense values through "
+            << "shared memory with " << n << " of " << servers_.size()
+            << " pservers, over TCP with the others";
 }
 
 void Trainer::SwapInPrefetched() {
@@ -409,6 +418,7 @@ absl::Status Trainer::Recover(const absl::Status& why) {
                << why.message() << "; recovering";
   DrainTransfers().IgnoreError();
   ASSIGN_OR_RETURN(step_, SyncWithPservers());
+  OpenSharedMemory();  // a restarted pserver holds none of the regions
   if (sharing_ != nullptr) {
     params_->threshold_encoder()->Reset();
     sharing_->Reset();
@@ -513,6 +523,7 @@ absl::Status Trainer::Finish(absl::Time train_start) {
   if (!sync()) LeaveQuietly();
   if (heartbeats_ != nullptr) heartbeats_->Stop();
   result_.steps = step_;
+  result_.shared_memory_servers = params_->shared_servers();
   result_.push_bytes = push_bytes_;
   result_.pull_bytes = pull_bytes_;
   result_.train_seconds = Seconds(absl::Now() - train_start);

@@ -36,6 +36,8 @@ struct TrainerResult {
   double train_seconds = 0;
   int64_t recoveries = 0;    // rollbacks to a checkpoint
   int64_t steps_redone = 0;  // steps lost to them
+  // Pservers whose dense values went through shared memory at the end.
+  int shared_memory_servers = 0;
 };
 
 // Trains a model on this trainer's shard of the data against the pservers:
@@ -80,6 +82,9 @@ class Trainer {
   // Async overlap: the prefetched parameters become the model's, and the
   // gradient buffer just sent is set aside while its push is in flight.
   void SwapInPrefetched();
+  // With options_.shared_memory: shared regions with the pservers on this
+  // host (ParamClient::UseSharedMemory).
+  void OpenSharedMemory();
   void SwapGradients();
   // Waits for the transfers still in flight: the prefetched pull is
   // dropped, the push in flight counted; returns the push's status.

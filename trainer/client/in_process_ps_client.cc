@@ -108,6 +108,10 @@ void InProcessPsClient::CallAsync(PsRpc rpc,
     case PsRpc::kRollback:
       s = h.Rollback(Cast<RollbackRequest>(req), Cast<RollbackResponse>(resp));
       break;
+    case PsRpc::kOpenSharedMemory:
+      s = h.OpenSharedMemory(Cast<SharedMemoryRequest>(req),
+                             Cast<SharedMemoryResponse>(resp));
+      break;
   }
   Answer(std::move(done), std::move(s));
 }

@@ -1,13 +1,25 @@
 #include "trainer/client/param_client.h"
 
+#include <cstring>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "common/wire_limits.h"
 #include "compression/value_encoding.h"
+#include "glog/logging.h"
 
 namespace shardps {
+namespace {
+
+// A pserver's answer to a call that names a shared region it does not hold
+// (RequestHandler::RegionOf).
+bool IsLostRegion(const absl::Status& s) {
+  return absl::IsNotFound(s) && absl::StrContains(s.message(), "shared region");
+}
+
+}  // namespace
 
 ParamClient::ParamClient(std::vector<PsClientInterface*> servers,
                          RequestStamp* stamp,
@@ -38,10 +50,10 @@ absl::Status ParamClient::MarkDone(int64_t steps) {
   return SendPushes(calls, nullptr);
 }
 
-absl::Status ParamClient::TakePulled(const std::vector<BlockPlacement>& chunk,
-                                     const PsClientInterface& server,
-                                     const PullResponse& resp,
-                                     const std::vector<float*>& values) const {
+absl::Status ParamClient::TakePulled(
+    const std::vector<BlockPlacement>& chunk, const PsClientInterface& server,
+    const PullResponse& resp, const std::vector<float*>& values,
+    const SharedLane* lane, const std::vector<uint64_t>* shared_at) const {
   if (resp.blocks_size() != static_cast<int>(chunk.size())) {
     return absl::DataLossError(
         absl::StrCat("pull from ", server.address(), ": asked for ",
@@ -50,6 +62,19 @@ absl::Status ParamClient::TakePulled(const std::vector<BlockPlacement>& chunk,
   for (int j = 0; j < resp.blocks_size(); ++j) {
     const DenseBlock& got = resp.blocks(j);
     const BlockPlacement& want = chunk[j];
+    if (shared_at != nullptr) {
+      if (got.table_id() != want.table_id || got.block() != want.block ||
+          got.encoding() != FLOAT32 || !got.values().empty() ||
+          got.shared_offset() != (*shared_at)[j]) {
+        return absl::DataLossError(
+            absl::StrCat("pull from ", server.address(), ": block ", j,
+                         " of the reply does not match the request"));
+      }
+      std::memcpy(values[want.table_id] + want.offset,
+                  lane->region->data() + got.shared_offset(),
+                  static_cast<size_t>(want.size) * sizeof(float));
+      continue;
+    }
     if (got.table_id() != want.table_id || got.block() != want.block ||
         got.encoding() != pull_encoding_ ||
         !DecodeValues(
@@ -95,6 +120,76 @@ StatusCallback DenseTransfer::OneDone() {
   };
 }
 
+ParamClient::SharedLane* ParamClient::PushLane(size_t s) const {
+  if (s >= lanes_.size() || lanes_[s] == nullptr || lanes_[s]->lost.load() ||
+      threshold_ != nullptr || push_encoding_ != FLOAT32) {
+    return nullptr;
+  }
+  return lanes_[s].get();
+}
+
+ParamClient::SharedLane* ParamClient::PullLane(size_t s) const {
+  if (s >= lanes_.size() || lanes_[s] == nullptr || lanes_[s]->lost.load() ||
+      pull_encoding_ != FLOAT32) {
+    return nullptr;
+  }
+  return lanes_[s].get();
+}
+
+int ParamClient::shared_servers() const {
+  int n = 0;
+  for (size_t s = 0; s < lanes_.size(); ++s) n += PullLane(s) != nullptr;
+  return n;
+}
+
+int ParamClient::UseSharedMemory(uint64_t incarnation) {
+  lanes_.clear();
+  lanes_.resize(servers_.size());
+  if (pull_encoding_ != FLOAT32 &&
+      (push_encoding_ != FLOAT32 || threshold_ != nullptr)) {
+    return 0;  // nothing would go through a region
+  }
+  int n = 0;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    auto lane = std::make_unique<SharedLane>();
+    // Pushes first, then pulls, each block at the next float32 offset.
+    uint64_t at = SharedRegion::kHeaderBytes;
+    for (auto* where : {&lane->push_at, &lane->pull_at}) {
+      for (const auto& chunk : chunks_[s]) {
+        where->emplace_back();
+        for (const BlockPlacement& b : chunk) {
+          where->back().push_back(at);
+          at += static_cast<uint64_t>(b.size) * sizeof(float);
+        }
+      }
+    }
+    if (at == SharedRegion::kHeaderBytes) continue;  // no dense block there
+    SharedMemoryRequest req;
+    req.set_trainer_id(stamp_->trainer_id());
+    req.set_incarnation(incarnation);
+    req.set_bytes(at);
+    SharedMemoryResponse resp;
+    absl::Status st = servers_[s]->OpenSharedMemory(req, &resp);
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+        st.ok() ? SharedRegion::Attach(static_cast<pid_t>(resp.pid()),
+                                       resp.fd(), resp.bytes(), resp.token())
+                : st;
+    if (!region.ok() || (*region)->size() < at) {
+      LOG(INFO) << "pserver " << servers_[s]->address()
+                << ": dense values go over TCP, not shared memory ("
+                << (region.ok() ? "region too small"
+                                : std::string(region.status().message()))
+                << ")";
+      continue;
+    }
+    lane->region = *std::move(region);
+    lane->id = resp.region_id();
+    lanes_[s] = std::move(lane);
+    ++n;
+  }
+  return n;
+}
+
 absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
                                const std::vector<float*>& values,
                                TransferStats* stats, int64_t min_clock) {
@@ -107,24 +202,32 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
   struct Pending {
     const std::vector<BlockPlacement>* chunk;
     PsClientInterface* server;
+    SharedLane* lane;  // null: TCP
+    const std::vector<uint64_t>* shared_at;
     PullRequest req;
     PullResponse resp;
   };
   auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
-    for (const auto& chunk : chunks_[s]) {
+    SharedLane* lane = PullLane(s);
+    for (size_t c = 0; c < chunks_[s].size(); ++c) {
+      const std::vector<BlockPlacement>& chunk = chunks_[s][c];
       auto p = std::make_unique<Pending>();
       p->chunk = &chunk;
       p->server = servers_[s];
+      p->lane = lane;
+      p->shared_at = lane != nullptr ? &lane->pull_at[c] : nullptr;
+      if (lane != nullptr) p->req.set_shared_region(lane->id);
       stamp_->Stamp(&p->req);
       p->req.set_min_version(min_version);
       p->req.set_step(step);
       p->req.set_min_clock(min_clock);
       p->req.set_encoding(pull_encoding_);
-      for (const BlockPlacement& b : chunk) {
+      for (size_t j = 0; j < chunk.size(); ++j) {
         BlockRef* r = p->req.add_blocks();
-        r->set_table_id(b.table_id);
-        r->set_block(b.block);
+        r->set_table_id(chunk[j].table_id);
+        r->set_block(chunk[j].block);
+        if (lane != nullptr) r->set_shared_offset(lane->pull_at[c][j]);
       }
       calls->push_back(std::move(p));
     }
@@ -136,6 +239,11 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
     TransferStats stats;
     for (const auto& p : *calls) {
       stats.bytes += static_cast<int64_t>(p->resp.ByteSizeLong());
+      if (p->shared_at != nullptr) {  // and the values, through the region
+        for (const BlockPlacement& b : *p->chunk) {
+          stats.bytes += b.size * static_cast<int64_t>(sizeof(float));
+        }
+      }
       stats.server_wait_us =
           std::max(stats.server_wait_us, p->resp.wait_micros());
       for (const DenseBlock& b : p->resp.blocks()) {
@@ -152,8 +260,29 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
     StatusCallback done = t->OneDone();
     p->server->PullAsync(
         p->req, &p->resp, [this, p, values, done](absl::Status s) {
+          if (p->lane != nullptr && IsLostRegion(s)) {
+            // Again over TCP (a pull changes nothing on the pserver).
+            p->lane->lost.store(true);
+            LOG(WARNING) << s.message();
+            p->req.clear_shared_region();
+            for (BlockRef& r : *p->req.mutable_blocks())
+              r.clear_shared_offset();
+            p->lane = nullptr;
+            p->shared_at = nullptr;
+            p->resp.Clear();
+            p->server->PullAsync(
+                p->req, &p->resp, [this, p, values, done](absl::Status s) {
+                  if (s.ok()) {
+                    s = TakePulled(*p->chunk, *p->server, p->resp, values,
+                                   nullptr, nullptr);
+                  }
+                  done(s);
+                });
+            return;
+          }
           if (s.ok()) {
-            s = TakePulled(*p->chunk, *p->server, p->resp, values);
+            s = TakePulled(*p->chunk, *p->server, p->resp, values, p->lane,
+                           p->shared_at);
           }
           done(s);
         });
@@ -177,15 +306,27 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
     DensePush push;
     std::vector<std::string> encoded;
     PushResponse resp;
+    // Through a shared region: the values where they are, and the id, for
+    // sending again over TCP.
+    SharedLane* lane = nullptr;
+    std::vector<absl::string_view> tcp_bytes;
+    uint64_t tcp_request_id = 0;
   };
   auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
-    for (const auto& chunk : chunks_[s]) {
+    SharedLane* lane = PushLane(s);
+    for (size_t c = 0; c < chunks_[s].size(); ++c) {
+      const std::vector<BlockPlacement>& chunk = chunks_[s][c];
       auto p = std::make_unique<Pending>();
       p->server = servers_[s];
       stamp_->Stamp(&p->push.header);
       p->push.header.set_step(step);
       p->push.header.set_request_id(stamp_->NextRequestId());
+      if (lane != nullptr) {
+        p->lane = lane;
+        p->push.header.set_shared_region(lane->id);
+        p->tcp_request_id = stamp_->NextRequestId();
+      }
       const bool copy = threshold_ != nullptr || push_encoding_ != FLOAT32;
       if (copy) p->encoded.resize(chunk.size());
       for (size_t j = 0; j < chunk.size(); ++j) {
@@ -203,6 +344,13 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
             copy ? absl::string_view(p->encoded[j])
                  : absl::string_view(reinterpret_cast<const char*>(g.data()),
                                      g.size() * sizeof(float));
+        if (lane != nullptr) {
+          ref.shared_offset = lane->push_at[c][j];
+          std::memcpy(lane->region->data() + ref.shared_offset,
+                      ref.bytes.data(), ref.bytes.size());
+          p->tcp_bytes.push_back(ref.bytes);
+          ref.bytes = absl::string_view();
+        }
         p->push.blocks.push_back(ref);
       }
       calls->push_back(std::move(p));
@@ -215,12 +363,40 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
     TransferStats stats;
     for (const auto& p : *calls) {
       stats.bytes += static_cast<int64_t>(DensePushByteSize(p->push));
+      if (p->push.header.shared_region() != 0) {  // values in the region
+        for (absl::string_view v : p->tcp_bytes) {
+          stats.bytes += static_cast<int64_t>(v.size());
+        }
+      }
     }
     stats.rpcs = static_cast<int64_t>(calls->size());
     return stats;
   };
-  for (const auto& p : *calls) {
-    p->server->PushDenseAsync(p->push, &p->resp, t->OneDone());
+  for (const auto& call : *calls) {
+    Pending* p = call.get();
+    StatusCallback done = t->OneDone();
+    if (p->lane == nullptr) {
+      p->server->PushDenseAsync(p->push, &p->resp, std::move(done));
+      continue;
+    }
+    p->server->PushDenseAsync(p->push, &p->resp, [p, done](absl::Status st) {
+      if (!IsLostRegion(st)) {
+        done(st);
+        return;
+      }
+      // Refused before anything was applied: again over TCP, under a
+      // new id (the pserver remembers the refusal under the old one).
+      LOG(WARNING) << st.message();
+      p->lane->lost.store(true);
+      p->push.header.clear_shared_region();
+      p->push.header.set_request_id(p->tcp_request_id);
+      for (size_t j = 0; j < p->push.blocks.size(); ++j) {
+        p->push.blocks[j].bytes = p->tcp_bytes[j];
+        p->push.blocks[j].shared_offset = 0;
+      }
+      p->resp.Clear();
+      p->server->PushDenseAsync(p->push, &p->resp, done);
+    });
   }
   return t;
 }

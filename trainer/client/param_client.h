@@ -1,6 +1,7 @@
 #ifndef SHARDPS_TRAINER_CLIENT_PARAM_CLIENT_H_
 #define SHARDPS_TRAINER_CLIENT_PARAM_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shared_region.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/fanout.h"
@@ -104,12 +106,39 @@ class ParamClient {
 
   const ChunkPlan& chunks() const { return chunks_; }
 
+  // Moves dense values through shared memory (common/shared_region.h) with
+  // every pserver on this host that offers it: float32 pushes and pulls
+  // then carry only offsets over gRPC, and the values are copied through a
+  // region both processes map. Pservers on other hosts (or in other PID
+  // namespaces, or of other users) stay on TCP, as do compressed values.
+  // Replaces the regions in use. Returns how many pservers use one. Call
+  // with no transfer in flight. A pserver that loses a trainer's region (it
+  // restarted) answers NOT_FOUND; the call is then sent again over TCP,
+  // which that pserver keeps until the next UseSharedMemory.
+  int UseSharedMemory(uint64_t incarnation);
+  // How many pservers use shared memory now.
+  int shared_servers() const;
+
  private:
-  // Checks a pull reply against its chunk and copies it into `values`.
+  // A region shared with one pserver: where each block of each of its
+  // chunks goes (byte offsets), for pushes and for pulls.
+  struct SharedLane {
+    std::unique_ptr<SharedRegion> region;
+    uint64_t id = 0;
+    std::vector<std::vector<uint64_t>> push_at, pull_at;
+    std::atomic<bool> lost{false};
+  };
+  // The lane of server s, when pushes (or pulls) go through it now.
+  SharedLane* PushLane(size_t s) const;
+  SharedLane* PullLane(size_t s) const;
+  // Checks a pull reply against its chunk and copies it into `values`,
+  // from `lane`'s region at `shared_at` when not null.
   absl::Status TakePulled(const std::vector<BlockPlacement>& chunk,
                           const PsClientInterface& server,
                           const PullResponse& resp,
-                          const std::vector<float*>& values) const;
+                          const std::vector<float*>& values,
+                          const SharedLane* lane,
+                          const std::vector<uint64_t>* shared_at) const;
 
   const std::vector<PsClientInterface*> servers_;
   RequestStamp* const stamp_;
@@ -118,6 +147,7 @@ class ParamClient {
   ValueEncoding push_encoding_ = FLOAT32;
   ValueEncoding pull_encoding_ = FLOAT32;
   std::unique_ptr<ThresholdPushEncoder> threshold_;
+  std::vector<std::unique_ptr<SharedLane>> lanes_;  // per server; null: TCP
 };
 
 }  // namespace shardps

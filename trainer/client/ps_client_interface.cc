@@ -31,6 +31,8 @@ const char* RpcName(PsRpc rpc) {
       return "Checkpoint";
     case PsRpc::kRollback:
       return "Rollback";
+    case PsRpc::kOpenSharedMemory:
+      return "OpenSharedMemory";
   }
   LOG(FATAL) << "unknown PsRpc " << static_cast<int>(rpc);
 }

@@ -29,8 +29,9 @@ enum class PsRpc {
   kLeave,
   kCheckpoint,
   kRollback,
+  kOpenSharedMemory,
 };
-inline constexpr int kNumPsRpcs = 11;
+inline constexpr int kNumPsRpcs = 12;
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.
@@ -110,6 +111,11 @@ class PsClientInterface {
                              StatusCallback done) {
     CallAsync(PsRpc::kRollback, req, resp, std::move(done));
   }
+  virtual void OpenSharedMemoryAsync(const SharedMemoryRequest& req,
+                                     SharedMemoryResponse* resp,
+                                     StatusCallback done) {
+    CallAsync(PsRpc::kOpenSharedMemory, req, resp, std::move(done));
+  }
 
   absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
     return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);
@@ -146,6 +152,10 @@ class PsClientInterface {
   }
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp) {
     return CallAndWait(&PsClientInterface::RollbackAsync, req, resp);
+  }
+  absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
+                                SharedMemoryResponse* resp) {
+    return CallAndWait(&PsClientInterface::OpenSharedMemoryAsync, req, resp);
   }
 
  private:
