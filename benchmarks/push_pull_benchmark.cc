@@ -8,9 +8,11 @@
 // no staleness bound: a push applies at once and a pull never waits.
 //
 // Arguments: payload bytes, number of pservers (the payload is split between
-// them by the shard map). Throughput counts payload bytes once per push, once
-// per pull, and once per push+pull round (model bytes synchronised per
-// second). Client and pservers share the machine's cores.
+// them by the shard map), and shm: 1 moves the values through shared memory
+// (ParamClient::UseSharedMemory; gRPC then carries offsets), 0 over TCP.
+// Throughput counts payload bytes once per push, once per pull, and once per
+// push+pull round (model bytes synchronised per second). Client and pservers
+// share the machine's cores.
 //
 // Results depend on what ran before in the same process: glibc's malloc
 // raises its mmap and trim thresholds after large buffers are freed, and
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -97,7 +100,8 @@ absl::StatusOr<std::unique_ptr<GrpcPsServer>> StartLocalServer() {
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
-                                                      int num_servers) {
+                                                      int num_servers,
+                                                      bool shared_memory) {
   auto c = std::make_unique<Cluster>();
   c->num_values = payload_bytes / static_cast<int64_t>(sizeof(float));
   std::vector<PsClientInterface*> ifaces;
@@ -124,6 +128,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   if (st.ok()) st = c->job->InitJob(job, c->params->chunks(), {init.data()});
   if (st.ok()) st = c->job->WaitUntilReady(job, absl::Seconds(30));
   if (!st.ok()) return st;
+  if (shared_memory && c->params->UseSharedMemory() != num_servers) {
+    return absl::UnavailableError("shared memory: see the log");
+  }
   return c;
 }
 
@@ -134,18 +141,19 @@ std::unique_ptr<Cluster>& CurrentCluster() {
   static auto* c = new std::unique_ptr<Cluster>();
   return *c;
 }
-std::pair<int64_t, int>& CurrentKey() {
-  static auto* k = new std::pair<int64_t, int>(0, 0);
+std::tuple<int64_t, int, bool>& CurrentKey() {
+  static auto* k = new std::tuple<int64_t, int, bool>(0, 0, false);
   return *k;
 }
 
 Cluster* GetCluster(benchmark::State& state) {
-  const std::pair<int64_t, int> key(state.range(0),
-                                    static_cast<int>(state.range(1)));
+  const std::tuple<int64_t, int, bool> key(
+      state.range(0), static_cast<int>(state.range(1)), state.range(2) != 0);
   std::unique_ptr<Cluster>& c = CurrentCluster();
   if (c == nullptr || CurrentKey() != key) {
     c.reset();  // free the previous payload's memory first
-    auto started = StartCluster(key.first, key.second);
+    auto started =
+        StartCluster(std::get<0>(key), std::get<1>(key), std::get<2>(key));
     if (!started.ok()) {
       state.SkipWithError(started.status().ToString().c_str());
       return nullptr;
@@ -212,6 +220,7 @@ void RunTransfer(benchmark::State& state, Op op) {
         static_cast<double>(after.block_updates - before.block_updates) / iters;
   }
   state.SetLabel(absl::StrCat(payload / kKiB, "KiB x", state.range(1),
+                              state.range(2) != 0 ? " shm" : "",
                               op == Op::kPush   ? " push"
                               : op == Op::kPull ? " pull"
                                                 : " push+pull"));
@@ -269,11 +278,13 @@ void BM_PushPull(benchmark::State& state) { RunTransfer(state, Op::kRound); }
 // Payloads from 64 KiB to 64 MiB; 1 and 2 pservers. MinTime bounds each run:
 // a 64 MiB transfer takes 20 to 100 ms here, so at least 3 iterations.
 void Args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"bytes", "pservers"});
-  for (int servers : {1, 2}) {
-    for (int64_t bytes :
-         {64 * kKiB, 256 * kKiB, 1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}) {
-      b->Args({bytes, servers});
+  b->ArgNames({"bytes", "pservers", "shm"});
+  for (int shm : {0, 1}) {
+    for (int servers : {1, 2}) {
+      for (int64_t bytes :
+           {64 * kKiB, 256 * kKiB, 1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}) {
+        b->Args({bytes, servers, shm});
+      }
     }
   }
   b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);

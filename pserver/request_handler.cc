@@ -78,35 +78,54 @@ absl::Status CheckDenseRefs(const Refs& refs, const ParameterStore& store) {
   return absl::OkStatus();
 }
 
+// The float32 values of `blocks` in `region` as the store takes them,
+// copied into `copy` before anything checks or applies them: the trainer can
+// write the region at any time.
+absl::Status CopyFromRegion(
+    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
+    const ParameterStore& store, const SharedRegion& region,
+    std::vector<BlockData>* out, std::unique_ptr<float[]>* copy) {
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const DenseBlock& b : blocks) {
+    absl::StatusOr<int64_t> size = store.BlockSize(b.table_id(), b.block());
+    if (!size.ok()) return size.status();
+    if (b.encoding() != FLOAT32 || !b.values().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table id ", b.table_id(), " block ", b.block(),
+          ": values in a shared region are FLOAT32 and not in the message"));
+    }
+    RETURN_IF_ERROR(region.Check(b.shared_offset(),
+                                 static_cast<uint64_t>(*size) * sizeof(float),
+                                 "a shared push block"));
+    sizes.push_back(*size);
+    total += *size;
+  }
+  // Not zero-filled: every float is written below.
+  copy->reset(new float[static_cast<size_t>(total)]);
+  float* at = copy->get();
+  for (int i = 0; i < blocks.size(); ++i) {
+    const DenseBlock& b = blocks[i];
+    std::memcpy(at, region.data() + b.shared_offset(),
+                static_cast<size_t>(sizes[i]) * sizeof(float));
+    out->push_back(
+        BlockData{b.table_id(), b.block(),
+                  absl::MakeConstSpan(at, static_cast<size_t>(sizes[i]))});
+    at += sizes[i];
+  }
+  return absl::OkStatus();
+}
+
 // The dense blocks of a request as the store takes them, decoded into
 // `scratch` where they are not float32 (one vector per block).
 absl::Status ToBlockData(
     const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    const ParameterStore& store, const SharedRegion* region,
-    std::vector<BlockData>* out, std::vector<std::vector<float>>* scratch) {
+    const ParameterStore& store, std::vector<BlockData>* out,
+    std::vector<std::vector<float>>* scratch) {
   out->reserve(blocks.size());
   scratch->resize(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     const DenseBlock& b = blocks[i];
-    if (region != nullptr) {
-      // Copied out before it is checked and applied: the trainer can write
-      // the region at any time.
-      absl::StatusOr<int64_t> size = store.BlockSize(b.table_id(), b.block());
-      if (!size.ok()) return size.status();
-      if (b.encoding() != FLOAT32 || !b.values().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table id ", b.table_id(), " block ", b.block(),
-            ": values in a shared region are FLOAT32 and not in the message"));
-      }
-      const uint64_t bytes = static_cast<uint64_t>(*size) * sizeof(float);
-      RETURN_IF_ERROR(
-          region->Check(b.shared_offset(), bytes, "a shared push block"));
-      std::vector<float>& copy = (*scratch)[i];
-      copy.resize(static_cast<size_t>(*size));
-      std::memcpy(copy.data(), region->data() + b.shared_offset(), bytes);
-      out->push_back(BlockData{b.table_id(), b.block(), copy});
-      continue;
-    }
     // A threshold message does not say how long its block is.
     absl::StatusOr<int64_t> size = 0;
     if (b.encoding() == THRESHOLD)
@@ -161,8 +180,7 @@ absl::Status RequestHandler::SetInitialValues(
   }
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
-  absl::Status s =
-      ToBlockData(req.blocks(), *store_, nullptr, &blocks, &scratch);
+  absl::Status s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
   if (s.ok()) s = store_->SetInitialValues(blocks);
   return s;
 }
@@ -476,6 +494,7 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
                                        PushResponse* resp) {
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
+  std::unique_ptr<float[]> shared_copy;
   std::shared_ptr<const SharedRegion> region;
   absl::Status s = CheckDenseRefs(req.blocks(), *store_);
   if (s.ok() && req.shared_region() != 0) {
@@ -488,7 +507,10 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
     }
   }
   if (s.ok()) {
-    s = ToBlockData(req.blocks(), *store_, region.get(), &blocks, &scratch);
+    s = region != nullptr
+            ? CopyFromRegion(req.blocks(), *store_, *region, &blocks,
+                             &shared_copy)
+            : ToBlockData(req.blocks(), *store_, &blocks, &scratch);
   }
   int late = 0;
   if (s.ok()) {

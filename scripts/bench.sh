@@ -154,12 +154,14 @@ calib_note = (
     "not side by side with this run.")
 
 transfer, ctx = load(*sys.argv[2:])
-mibs = {}  # (op, bytes, pservers) -> MiB/s
+mibs = {}  # (op, bytes, (pservers, shared memory)) -> MiB/s
 grpc_mibs = {}  # (op, bytes) -> MiB/s, plain gRPC in this run
 for name, b in transfer.items():
-    m = re.match(r"BM_(Push|Pull|PushPull)/bytes:(\d+)/pservers:(\d+)", name)
+    m = re.match(r"BM_(Push|Pull|PushPull)/bytes:(\d+)/pservers:(\d+)"
+                 r"(?:/shm:(\d+))?", name)
     if m:
-        mibs[(m.group(1), int(m.group(2)), int(m.group(3)))] = b["MiB/s"]
+        lane = (int(m.group(3)), int(m.group(4) or 0))
+        mibs[(m.group(1), int(m.group(2)), lane)] = b["MiB/s"]
     m = re.match(r"BM_PlainGrpc(Push|Pull)/bytes:(\d+)/", name)
     if m:
         grpc_mibs[(m.group(1), int(m.group(2)))] = b["MiB/s"]
@@ -177,7 +179,9 @@ print("ShardPS: in-process pservers and one ASYNC trainer over 127.0.0.1, "
       "÷ gRPC: ShardPS / plain gRPC of this run. Reference columns: "
       "BENCHMARKS.md's figures (plain gRPC unary `bytes`; ps-lite 1 worker, "
       "empty handler), push / pull, from another day and machine; do not "
-      "divide by them.")
+      "divide by them. \"shared memory\": the values go through a region "
+      "the trainer and the pserver map (--shared_memory, trainers on the "
+      "pserver's host), gRPC carries offsets.")
 print()
 print("Calibration: " + calib_note)
 print()
@@ -204,7 +208,9 @@ for size in sorted({k[1] for k in mibs} | {k[1] for k in grpc_mibs}):
         push = mibs.get(("Push", size, servers))
         pull = mibs.get(("Pull", size, servers))
         rnd = mibs.get(("PushPull", size, servers))
-        print(f"| {size_name(size)} | {servers or '—'} | {fmt(push)} "
+        where = ("—" if servers is None else
+                 f"{servers[0]}" + (", shared memory" if servers[1] else ""))
+        print(f"| {size_name(size)} | {where} | {fmt(push)} "
               f"| {fmt(pull)} | {fmt(rnd)} | {fmt(g_push)} | {fmt(g_pull)} "
               f"| {fmt(ratio(push, g_push), 2)} "
               f"| {fmt(ratio(pull, g_pull), 2)} | {ref_grpc} | {ref_lite} |")

@@ -221,7 +221,7 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
 
 void Trainer::OpenSharedMemory() {
   if (!options_.shared_memory) return;
-  const int n = params_->UseSharedMemory(options_.incarnation);
+  const int n = params_->UseSharedMemory();
   LOG(INFO) << "trainer " << options_.trainer_id << ": dense values through "
             << "shared memory with " << n << " of " << servers_.size()
             << " pservers, over TCP with the others";

@@ -142,7 +142,7 @@ int ParamClient::shared_servers() const {
   return n;
 }
 
-int ParamClient::UseSharedMemory(uint64_t incarnation) {
+int ParamClient::UseSharedMemory() {
   lanes_.clear();
   lanes_.resize(servers_.size());
   if (pull_encoding_ != FLOAT32 &&
@@ -166,7 +166,7 @@ int ParamClient::UseSharedMemory(uint64_t incarnation) {
     if (at == SharedRegion::kHeaderBytes) continue;  // no dense block there
     SharedMemoryRequest req;
     req.set_trainer_id(stamp_->trainer_id());
-    req.set_incarnation(incarnation);
+    req.set_incarnation(stamp_->incarnation());
     req.set_bytes(at);
     SharedMemoryResponse resp;
     absl::Status st = servers_[s]->OpenSharedMemory(req, &resp);

@@ -115,7 +115,7 @@ class ParamClient {
   // with no transfer in flight. A pserver that loses a trainer's region (it
   // restarted) answers NOT_FOUND; the call is then sent again over TCP,
   // which that pserver keeps until the next UseSharedMemory.
-  int UseSharedMemory(uint64_t incarnation);
+  int UseSharedMemory();
   // How many pservers use shared memory now.
   int shared_servers() const;
 

@@ -56,7 +56,7 @@ class SharedMemoryTest : public ::testing::Test {
 };
 
 TEST_F(SharedMemoryTest, ValuesGoThroughTheRegions) {
-  ASSERT_EQ(params_->UseSharedMemory(3), 2);
+  ASSERT_EQ(params_->UseSharedMemory(), 2);
   EXPECT_EQ(PullAll(0), w_);
   const std::vector<float> g = {1, 1, 1, 1, 1, 1};
   ASSERT_TRUE(params_->Push(0, {g.data()}, nullptr).ok());
@@ -65,7 +65,7 @@ TEST_F(SharedMemoryTest, ValuesGoThroughTheRegions) {
 }
 
 TEST_F(SharedMemoryTest, ALostRegionSendsTheCallAgainOverTcpOnce) {
-  ASSERT_EQ(params_->UseSharedMemory(3), 2);
+  ASSERT_EQ(params_->UseSharedMemory(), 2);
   // Pserver 1 replaces the trainer's region (as a restarted one holds
   // none): the lane's id is unknown there from now on.
   SharedMemoryRequest req;
@@ -82,13 +82,13 @@ TEST_F(SharedMemoryTest, ALostRegionSendsTheCallAgainOverTcpOnce) {
   ASSERT_TRUE(params_->Push(1, {g.data()}, nullptr).ok());
   EXPECT_EQ(PullAll(2), (std::vector<float>{-1, 0, -1, 0, -1, 0}));
   // A new UseSharedMemory opens both again.
-  EXPECT_EQ(params_->UseSharedMemory(3), 2);
+  EXPECT_EQ(params_->UseSharedMemory(), 2);
   EXPECT_EQ(PullAll(2), (std::vector<float>{-1, 0, -1, 0, -1, 0}));
 }
 
 TEST_F(SharedMemoryTest, CompressedValuesStayOnTcp) {
   params_->set_encodings(FLOAT16, FLOAT16);
-  EXPECT_EQ(params_->UseSharedMemory(3), 0);
+  EXPECT_EQ(params_->UseSharedMemory(), 0);
   EXPECT_EQ(PullAll(0), w_);
 }
 
