@@ -308,11 +308,13 @@ absl::StatusOr<int> ParameterStore::SparseDim(uint32_t table_id) const {
 void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
                           int64_t min_clock, absl::Span<const BlockId> blocks,
                           absl::Span<const SparsePull> sparse, PullSink sink,
-                          PullDone done, uint64_t generation) {
+                          PullDone done, uint64_t generation,
+                          int64_t own_clock) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
-  if (st.ok() && (min_version < 0 || step < 0 || min_clock < 0)) {
+  if (st.ok() &&
+      (min_version < 0 || step < 0 || min_clock < 0 || own_clock < 0)) {
     st = absl::InvalidArgumentError(
-        "negative min_version, step or min_clock in pull");
+        "negative min_version, step, min_clock or own_clock in pull");
   }
   if (st.ok()) st = membership_->CheckGeneration("pull", generation);
   auto w = std::make_shared<PullWaiter>();
@@ -343,6 +345,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   w->min_version = min_version;
   w->step = step;
   w->min_clock = min_clock;
+  w->own_clock = own_clock;
   w->sink = std::move(sink);
   w->done = std::move(done);
   w->start = clock_->Now();

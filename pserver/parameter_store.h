@@ -161,7 +161,8 @@ class ParameterStore {
   // pulls do not wait on versions) and, in ASYNC mode, (with max_staleness
   // >= 0) step minus the slowest trainer's step is at most max_staleness,
   // and every trainer has pushed `min_clock` steps (the end-of-training
-  // evaluation waits for all with it). Dense blocks go to `sink`; sparse
+  // evaluation waits for all with it), and this trainer `own_clock` steps
+  // (its pull sent with its push). Dense blocks go to `sink`; sparse
   // rows are written to each SparsePull's `out` before `done`. `sink` and
   // `done` may run on this thread or on a pushing thread. SYNC: a
   // `generation` other than the store's is answered ABORTED, and so is a
@@ -169,7 +170,7 @@ class ParameterStore {
   void Pull(int trainer_id, int64_t min_version, int64_t step,
             int64_t min_clock, absl::Span<const BlockId> blocks,
             absl::Span<const SparsePull> sparse, PullSink sink, PullDone done,
-            uint64_t generation = kAnyGeneration);
+            uint64_t generation = kAnyGeneration, int64_t own_clock = 0);
 
   // Times out pulls past max_pull_wait, logs stalled steps, and drops
   // trainers silent past trainer_timeout. Called about once a second by the

@@ -31,6 +31,7 @@ struct PullWaiter {
   int64_t min_version = 0;
   int64_t step = 0;
   int64_t min_clock = 0;
+  int64_t own_clock = 0;  // this trainer's pushes wanted applied (ASYNC)
   std::vector<PullTarget> targets;
   PullSink sink;
   PullDone done;

@@ -1,13 +1,11 @@
 #include "pserver/request_handler.h"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -74,44 +72,6 @@ absl::Status CheckDenseRefs(const Refs& refs, const ParameterStore& store) {
         absl::StrCat("a request names ", refs.size(), " dense blocks of ",
                      bytes, " bytes; one request carries at most ",
                      kMaxChunkBytes, " (or a single block)"));
-  }
-  return absl::OkStatus();
-}
-
-// The float32 values of `blocks` in `region` as the store takes them,
-// copied into `copy` before anything checks or applies them: the trainer can
-// write the region at any time.
-absl::Status CopyFromRegion(
-    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    const ParameterStore& store, const SharedRegion& region,
-    std::vector<BlockData>* out, std::unique_ptr<float[]>* copy) {
-  std::vector<int64_t> sizes;
-  int64_t total = 0;
-  for (const DenseBlock& b : blocks) {
-    absl::StatusOr<int64_t> size = store.BlockSize(b.table_id(), b.block());
-    if (!size.ok()) return size.status();
-    if (b.encoding() != FLOAT32 || !b.values().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table id ", b.table_id(), " block ", b.block(),
-          ": values in a shared region are FLOAT32 and not in the message"));
-    }
-    RETURN_IF_ERROR(region.Check(b.shared_offset(),
-                                 static_cast<uint64_t>(*size) * sizeof(float),
-                                 "a shared push block"));
-    sizes.push_back(*size);
-    total += *size;
-  }
-  // Not zero-filled: every float is written below.
-  copy->reset(new float[static_cast<size_t>(total)]);
-  float* at = copy->get();
-  for (int i = 0; i < blocks.size(); ++i) {
-    const DenseBlock& b = blocks[i];
-    std::memcpy(at, region.data() + b.shared_offset(),
-                static_cast<size_t>(sizes[i]) * sizeof(float));
-    out->push_back(
-        BlockData{b.table_id(), b.block(),
-                  absl::MakeConstSpan(at, static_cast<size_t>(sizes[i]))});
-    at += sizes[i];
   }
   return absl::OkStatus();
 }
@@ -384,7 +344,7 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> offsets;
   if (req.shared_region() != 0) {
     absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
-        RegionOf(req.trainer_id(), req.shared_region());
+        regions_.Find(req.trainer_id(), req.shared_region());
     absl::Status s = r.status();
     if (s.ok() && encoding != FLOAT32) {
       s = absl::InvalidArgumentError(
@@ -448,7 +408,7 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
         resp->set_wait_micros(absl::ToInt64Microseconds(waited));
         done(std::move(s));
       },
-      req.generation());
+      req.generation(), req.own_clock());
 }
 
 absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
@@ -499,7 +459,7 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
   absl::Status s = CheckDenseRefs(req.blocks(), *store_);
   if (s.ok() && req.shared_region() != 0) {
     absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
-        RegionOf(req.trainer_id(), req.shared_region());
+        regions_.Find(req.trainer_id(), req.shared_region());
     if (r.ok()) {
       region = *std::move(r);
     } else {
@@ -541,77 +501,7 @@ absl::Status RequestHandler::PushSparse(const PushRequest& req) {
 
 absl::Status RequestHandler::OpenSharedMemory(const SharedMemoryRequest& req,
                                               SharedMemoryResponse* resp) {
-  const int k = req.trainer_id();
-  if (!store_->ready()) {
-    return absl::FailedPreconditionError(
-        "shared memory: the job is not initialized on this pserver yet");
-  }
-  if (k < 0 || k >= store_->job().num_trainers()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared memory: trainer id ", k, " is not in [0, ",
-                     store_->job().num_trainers(), ")"));
-  }
-  RETURN_IF_ERROR(store_->CheckIncarnation(k, req.incarnation()));
-  const uint64_t limit = SharedRegion::kHeaderBytes +
-                         2 * static_cast<uint64_t>(store_->dense_bytes());
-  if (req.bytes() <= SharedRegion::kHeaderBytes || req.bytes() > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared memory: ", req.bytes(), " bytes asked; a region holds ",
-        SharedRegion::kHeaderBytes + 1, " to ", limit,
-        " (a header and twice the dense bytes of this pserver)"));
-  }
-  {
-    // The trainer's previous region goes first (its bytes are given back
-    // once no request uses it), so that a new one fits where it did.
-    absl::MutexLock l(&regions_mu_);
-    regions_.erase(k);
-  }
-  // Counted in --max_memory_mb: the pserver writes pulls into it.
-  MemoryBudget* budget = store_->budget();
-  const int64_t bytes = static_cast<int64_t>(req.bytes());
-  if (!budget->TryReserve(bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "shared memory: a region of ", bytes,
-        " bytes would pass "
-        "--max_memory_mb (",
-        budget->limit() >> 20, " MiB, ", budget->used() >> 20, " MiB held)"));
-  }
-  absl::StatusOr<std::unique_ptr<SharedRegion>> created =
-      SharedRegion::Create(req.bytes());
-  if (!created.ok()) {
-    budget->Release(bytes);
-    return created.status();
-  }
-  std::shared_ptr<const SharedRegion> region(
-      created->release(), [budget, bytes](const SharedRegion* r) {
-        delete r;
-        budget->Release(bytes);
-      });
-  std::random_device rd;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{rd()} << 32) | rd();
-  resp->set_pid(getpid());
-  resp->set_fd(region->fd());
-  resp->set_bytes(region->size());
-  resp->set_token(region->token());
-  resp->set_region_id(id);
-  absl::MutexLock l(&regions_mu_);
-  // The old region stays mapped (and counted) while a request uses it.
-  regions_[k] = TrainerRegion{id, std::move(region)};
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<const SharedRegion>> RequestHandler::RegionOf(
-    int trainer_id, uint64_t id) const {
-  absl::MutexLock l(&regions_mu_);
-  auto it = regions_.find(trainer_id);
-  if (it == regions_.end() || it->second.id != id) {
-    return absl::NotFoundError(absl::StrCat(
-        "trainer ", trainer_id, " names shared region ", id,
-        ", which this pserver does not hold (replaced, or the pserver "
-        "restarted); send the values in the message"));
-  }
-  return it->second.region;
+  return regions_.Open(req, store_, resp);
 }
 
 }  // namespace shardps

@@ -5,16 +5,15 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "common/shared_region.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpointer.h"
 #include "pserver/parameter_store.h"
 #include "pserver/request_dedup.h"
+#include "pserver/shared_regions.h"
 
 namespace shardps {
 
@@ -74,17 +73,6 @@ class RequestHandler {
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);
 
-  // The shared region `id` of `trainer_id`; NOT_FOUND, naming "shared
-  // region", when it has none of that id (replaced, or the pserver
-  // restarted): the trainer then sends the values over TCP.
-  absl::StatusOr<std::shared_ptr<const SharedRegion>> RegionOf(
-      int trainer_id, uint64_t id) const;
-
-  struct TrainerRegion {
-    uint64_t id = 0;
-    std::shared_ptr<const SharedRegion> region;
-  };
-
   ParameterStore* const store_;
   Checkpointer* const checkpointer_;
   const Clock* const clock_;
@@ -93,8 +81,7 @@ class RequestHandler {
   // its checkpoints. Taken before the store's locks.
   absl::Mutex rollback_mu_;
   RequestDedup dedup_;
-  mutable absl::Mutex regions_mu_;
-  absl::flat_hash_map<int, TrainerRegion> regions_ ABSL_GUARDED_BY(regions_mu_);
+  SharedRegions regions_;
 };
 
 }  // namespace shardps

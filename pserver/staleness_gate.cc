@@ -12,7 +12,18 @@ StalenessGate::StalenessGate(bool async, int max_staleness,
     : async_(async),
       max_staleness_(max_staleness),
       membership_(membership),
-      clocks_(membership->num_trainers(), 0) {}
+      clocks_(membership->num_trainers(), 0),
+      restored_(membership->num_trainers(), false) {}
+
+bool StalenessGate::HasOwnPushes(const PullWaiter& w) const {
+  const int64_t clock = clocks_[w.trainer_id];
+  // A pull waits for the trainer's push sent just before it. A pserver
+  // that lacks earlier pushes too (which the trainer saw acknowledged), or
+  // was restored from a checkpoint since, lost them: waiting would never
+  // end, and async mode takes the parameters as they are.
+  return clock >= w.own_clock || clock + 1 < w.own_clock ||
+         restored_[w.trainer_id];
+}
 
 bool StalenessGate::Passes(const PullWaiter& w) const {
   if (!async_) return true;
@@ -22,7 +33,7 @@ bool StalenessGate::Passes(const PullWaiter& w) const {
     if (membership_->Live(k)) slowest = std::min(slowest, clocks_[k]);
   }
   return (max_staleness_ < 0 || w.step - slowest <= max_staleness_) &&
-         slowest >= w.min_clock;
+         slowest >= w.min_clock && HasOwnPushes(w);
 }
 
 void StalenessGate::TakePassing(std::vector<WaiterPtr>* ready) {
@@ -38,7 +49,10 @@ void StalenessGate::TakePassing(std::vector<WaiterPtr>* ready) {
 bool StalenessGate::PassOrHold(const WaiterPtr& w) {
   // SYNC, and ASYNC without a staleness bound or a clock to wait for, hold
   // nothing: the common pull takes no lock here.
-  if (!async_ || (max_staleness_ < 0 && w->min_clock <= 0)) return true;
+  if (!async_ ||
+      (max_staleness_ < 0 && w->min_clock <= 0 && w->own_clock <= 0)) {
+    return true;
+  }
   absl::MutexLock l(&mu_);
   if (Passes(*w)) return true;
   // Pulls answered meanwhile (timed out) are let go, as StepBarrier does.
@@ -54,6 +68,7 @@ void StalenessGate::Advance(int k, int64_t step,
                             std::vector<WaiterPtr>* ready) {
   absl::MutexLock l(&mu_);
   clocks_[k] = std::max(clocks_[k], step + 1);
+  restored_[k] = false;
   TakePassing(ready);
 }
 
@@ -65,6 +80,10 @@ void StalenessGate::Recheck(std::vector<WaiterPtr>* ready) {
 std::string StalenessGate::DescribeWait(const PullWaiter& w) const {
   absl::MutexLock l(&mu_);
   if (Passes(w)) return "";
+  if (!HasOwnPushes(w)) {
+    return absl::StrCat("trainer ", w.trainer_id, "'s own push of step ",
+                        w.own_clock - 1);
+  }
   std::vector<int> slow;
   const int s = max_staleness_;
   for (int k = 0; k < membership_->num_trainers(); ++k) {
@@ -124,6 +143,7 @@ void StalenessGate::Restore(const CheckpointInfo& info,
   if (info.clocks_size() == static_cast<int>(clocks_.size())) {
     clocks_.assign(info.clocks().begin(), info.clocks().end());
   }
+  restored_.assign(restored_.size(), true);
   dropped->insert(dropped->end(), held_.begin(), held_.end());
   held_.clear();
 }

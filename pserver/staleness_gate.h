@@ -53,6 +53,8 @@ class StalenessGate {
 
  private:
   bool Passes(const PullWaiter& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether w's own_clock condition holds, or can no longer come to hold.
+  bool HasOwnPushes(const PullWaiter& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TakePassing(std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -61,6 +63,8 @@ class StalenessGate {
   const Membership* const membership_;
   mutable absl::Mutex mu_;
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
+  // Per trainer: restored from a checkpoint, no push of it applied since.
+  std::vector<bool> restored_ ABSL_GUARDED_BY(mu_);
   std::vector<WaiterPtr> held_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -48,6 +48,49 @@ TEST(StalenessGateTest, MinClockWaitsForEveryTrainersEnd) {
   EXPECT_EQ(ready.size(), 1u);
 }
 
+TEST(StalenessGateTest, OwnClockWaitsForThisTrainersPushOnly) {
+  Membership m(2, false);
+  StalenessGate gate(true, /*max_staleness=*/-1, &m);
+  std::vector<WaiterPtr> ready;
+  gate.Advance(1, 2, &ready);  // trainer 1 pushed step 2: clock 3
+  WaiterPtr next = PullAt(4);
+  next->trainer_id = 1;
+  next->own_clock = 4;  // sent with trainer 1's push of step 3
+  EXPECT_FALSE(gate.PassOrHold(next));
+  EXPECT_EQ(gate.DescribeWait(*next), "trainer 1's own push of step 3");
+  gate.Advance(0, 1, &ready);  // another trainer's push releases nothing
+  EXPECT_TRUE(ready.empty());
+  gate.Advance(1, 3, &ready);  // trainer 0 is behind: no matter here
+  EXPECT_EQ(ready, std::vector<WaiterPtr>{next});
+  WaiterPtr again = PullAt(5);
+  again->trainer_id = 1;
+  again->own_clock = 4;
+  EXPECT_TRUE(gate.PassOrHold(again));
+}
+
+// A pserver that lost pushes the trainer saw acknowledged (restarted from a
+// checkpoint, or empty) does not make the trainer's next pull wait for
+// them.
+TEST(StalenessGateTest, OwnClockIsNotWaitedForAfterLostPushes) {
+  Membership m(1, false);
+  StalenessGate gate(true, -1, &m);
+  WaiterPtr far = PullAt(9);
+  far->own_clock = 9;  // clock 0: pushes 0 to 7 are not here either
+  EXPECT_TRUE(gate.PassOrHold(far));
+  std::vector<WaiterPtr> ready;
+  gate.Advance(0, 6, &ready);  // clock 7
+  CheckpointInfo info;
+  gate.AddTo(&info);
+  gate.Restore(info, &ready);  // at clock 7 again, after a restart
+  WaiterPtr next = PullAt(8);
+  next->own_clock = 8;  // push 7 may have been lost with the old process
+  EXPECT_TRUE(gate.PassOrHold(next));
+  gate.Advance(0, 7, &ready);  // a push applied since: waited for again
+  WaiterPtr later = PullAt(9);
+  later->own_clock = 9;
+  EXPECT_FALSE(gate.PassOrHold(later));
+}
+
 TEST(StalenessGateTest, ATrainerThatLeftIsNotWaitedFor) {
   Membership m(2, false);
   StalenessGate gate(true, 0, &m);

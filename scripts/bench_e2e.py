@@ -105,6 +105,9 @@ def main():
     args = p.parse_args()
 
     runs = [("ShardPS sync, 1 pserver", lambda t: run_shardps(args, 1, "sync", t)),
+            ("ShardPS sync, 1 pserver, TCP (--shared_memory=false)",
+             lambda t: run_shardps(args, 1, "sync", t,
+                                   ["--shared_memory=false"])),
             ("ShardPS async, 1 pserver", lambda t: run_shardps(args, 1, "async", t)),
             ("ShardPS async, 1 pserver, --async_prefetch",
              lambda t: run_shardps(args, 1, "async", t, ["--async_prefetch"])),

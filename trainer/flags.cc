@@ -37,8 +37,9 @@ DEFINE_int32(max_staleness, -1,
              "async: a trainer may run at most this many "
              "steps ahead of the slowest; -1 = unbounded");
 DEFINE_bool(overlap, true,
-            "sync: send the next step's pull with this step's push instead "
-            "of after its answer (the same parameters, bit for bit)");
+            "send the next step's pull with this step's push instead of "
+            "after its answer; the pserver answers it once the step is "
+            "applied (sync: the same parameters, bit for bit)");
 DEFINE_bool(async_prefetch, false,
             "async: pull the next step's parameters during this step's "
             "compute and start it without waiting for this step's push; "

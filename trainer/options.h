@@ -35,8 +35,10 @@ struct TrainerOptions {
   // ASYNC: bound on how far this trainer may run ahead of the slowest one;
   // -1 = unbounded. Default: -1.
   int max_staleness = -1;
-  // SYNC: the next step's pull goes out with this step's push rather than
-  // after its answer; the arithmetic is unchanged. Default: true.
+  // The next step's pull goes out with this step's push rather than after
+  // its answer, and is answered once the step is applied (sync: every
+  // trainer's push; async: this trainer's, for models without a sparse
+  // table); the arithmetic is unchanged. Default: true.
   bool overlap = true;
   // ASYNC: the next step's pull runs during this step's compute and a push
   // is waited for only before the next push, so each step's parameters lack

@@ -77,13 +77,11 @@ ModelConfig SmallModel(const std::string& dir) {
 
 // Runs a job of `num_trainers` trainers with local batch `batch` on
 // `num_servers` in-process pservers; returns the final parameters.
-std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
-                                       int num_trainers, int batch,
-                                       int num_passes, int64_t max_steps,
-                                       const std::string& save_dir,
-                                       bool overlap = true,
-                                       bool async_prefetch = false,
-                                       bool shared_memory = true) {
+std::vector<std::vector<float>> RunJob(
+    const std::string& dir, int num_servers, int num_trainers, int batch,
+    int num_passes, int64_t max_steps, const std::string& save_dir,
+    bool overlap = true, bool async_prefetch = false, bool shared_memory = true,
+    bool async = false) {
   std::vector<std::unique_ptr<Pserver>> servers;
   for (int s = 0; s < num_servers; ++s) {
     PserverOptions o;
@@ -108,7 +106,7 @@ std::vector<std::vector<float>> RunJob(const std::string& dir, int num_servers,
       o.trainer_id = k;
       o.num_trainers = num_trainers;
       o.config = SmallModel(dir);
-      o.mode = async_prefetch ? ASYNC : SYNC;
+      o.mode = async || async_prefetch ? ASYNC : SYNC;
       o.async_prefetch = async_prefetch;
       o.batch_size = batch;
       o.num_passes = num_passes;
@@ -212,6 +210,22 @@ TEST_P(SharedMemoryTest, SharedMemoryChangesNoBit) {
                              /*shared_memory=*/true);
   ASSERT_EQ(tcp.size(), shared.size());
   for (size_t t = 0; t < tcp.size(); ++t) ASSERT_EQ(tcp[t], shared[t]);
+}
+
+// Async --overlap sends step k+1's pull with step k's push and the pserver
+// answers it once that push is applied: one trainer then computes on
+// exactly the parameters it would pull after the push's answer. (In one
+// process the push is applied before the pull arrives; the wait itself is
+// StalenessGateTest.OwnClockWaitsForThisTrainersPushOnly.)
+TEST_P(SharedMemoryTest, AsyncOverlapSeesItsOwnPush) {
+  const auto plain = RunJob(dir_, 2, 1, 4, 2, 0, dir_ + "/plain",
+                            /*overlap=*/false, false, true, /*async=*/true);
+  const auto overlapped = RunJob(dir_, 2, 1, 4, 2, 0, dir_ + "/overlapped",
+                                 /*overlap=*/true, false, true, true);
+  ASSERT_EQ(plain.size(), overlapped.size());
+  for (size_t t = 0; t < plain.size(); ++t) {
+    ASSERT_EQ(plain[t], overlapped[t]) << "table " << t;
+  }
 }
 
 // Async with the next pull during compute and pushes left in flight: the

@@ -268,7 +268,7 @@ absl::Status Trainer::Step(int pass, int64_t index) {
     absl::Status s = next_pull_->Wait(&pull);
     next_pull_.reset();
     RETURN_IF_ERROR(s);
-    if (!sync()) SwapInPrefetched();
+    if (o.async_prefetch) SwapInPrefetched();
   } else {
     if (next_pull_ != nullptr) RETURN_IF_ERROR(DrainTransfers());
     RETURN_IF_ERROR(params_->Pull(min_version, step_, values_, &pull));
@@ -287,11 +287,16 @@ absl::Status Trainer::Step(int pass, int64_t index) {
                           ? std::max(step_, pull.min_version)
                           : step_;
   // The next step's parameters are fetched ahead unless it starts a pass
-  // (which begins with an evaluation) or there is none.
-  const bool prefetch = (sync() ? o.overlap : o.async_prefetch) &&
+  // (which begins with an evaluation) or there is none. Async without
+  // prefetch overlaps as sync does, but only without a sparse table: its
+  // rows are pushed first, and the pserver's clock of this trainer would
+  // count the step before the dense push was applied.
+  const bool overlap =
+      o.overlap && !o.async_prefetch && (sync() || !input_->has_sparse_table());
+  const bool prefetch = (overlap || o.async_prefetch) &&
                         step_ + 1 < total_steps_ &&
                         (step_ + 1) % steps_per_pass_ != 0;
-  if (prefetch && !sync()) {
+  if (prefetch && o.async_prefetch) {
     // Async: during this step's compute, into buffers of their own.
     next_pull_ = params_->StartPull(0, step_ + 1, prefetched_ptrs_);
     next_pull_step_ = step_ + 1;
@@ -318,9 +323,12 @@ absl::Status Trainer::Step(int pass, int64_t index) {
       params_->StartPush(tag,
                          sharing_ != nullptr ? sharing_->updates() : grads_));
   if (sharing_ != nullptr) sharing_->MaskSent(*params_->threshold_encoder());
-  if (prefetch && sync()) {
-    // Sync: the pserver answers it once every push of this step is in.
-    next_pull_ = params_->StartPull(step_ + 1, step_ + 1, values_);
+  if (prefetch && overlap) {
+    // The pserver answers it once this step is applied: sync, every
+    // trainer's push (min_version); async, this trainer's (own_clock).
+    next_pull_ = sync() ? params_->StartPull(step_ + 1, step_ + 1, values_)
+                        : params_->StartPull(0, step_ + 1, values_, 0,
+                                             /*own_clock=*/step_ + 1);
     next_pull_step_ = step_ + 1;
   }
   if (o.async_prefetch && !sync()) {

@@ -198,7 +198,7 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
 
 std::unique_ptr<DenseTransfer> ParamClient::StartPull(
     int64_t min_version, int64_t step, const std::vector<float*>& values,
-    int64_t min_clock) {
+    int64_t min_clock, int64_t own_clock) {
   struct Pending {
     const std::vector<BlockPlacement>* chunk;
     PsClientInterface* server;
@@ -222,6 +222,7 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
       p->req.set_min_version(min_version);
       p->req.set_step(step);
       p->req.set_min_clock(min_clock);
+      p->req.set_own_clock(own_clock);
       p->req.set_encoding(pull_encoding_);
       for (size_t j = 0; j < chunk.size(); ++j) {
         BlockRef* r = p->req.add_blocks();
@@ -232,29 +233,22 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
       calls->push_back(std::move(p));
     }
   }
-  std::unique_ptr<DenseTransfer> t(
-      new DenseTransfer(static_cast<int>(calls->size())));
-  t->calls_ = calls;
-  t->stats_ = [calls] {
-    TransferStats stats;
-    for (const auto& p : *calls) {
-      stats.bytes += static_cast<int64_t>(p->resp.ByteSizeLong());
-      if (p->shared_at != nullptr) {  // and the values, through the region
-        for (const BlockPlacement& b : *p->chunk) {
-          stats.bytes += b.size * static_cast<int64_t>(sizeof(float));
+  std::unique_ptr<DenseTransfer> t =
+      DenseTransfer::Of(calls, [](const Pending& p, TransferStats* stats) {
+        stats->bytes += static_cast<int64_t>(p.resp.ByteSizeLong());
+        if (p.shared_at != nullptr) {  // and the values, through the region
+          for (const BlockPlacement& b : *p.chunk) {
+            stats->bytes += b.size * static_cast<int64_t>(sizeof(float));
+          }
         }
-      }
-      stats.server_wait_us =
-          std::max(stats.server_wait_us, p->resp.wait_micros());
-      for (const DenseBlock& b : p->resp.blocks()) {
-        stats.min_version = stats.min_version < 0
-                                ? b.version()
-                                : std::min(stats.min_version, b.version());
-      }
-    }
-    stats.rpcs = static_cast<int64_t>(calls->size());
-    return stats;
-  };
+        stats->server_wait_us =
+            std::max(stats->server_wait_us, p.resp.wait_micros());
+        for (const DenseBlock& b : p.resp.blocks()) {
+          stats->min_version = stats->min_version < 0
+                                   ? b.version()
+                                   : std::min(stats->min_version, b.version());
+        }
+      });
   for (const auto& call : *calls) {
     Pending* p = call.get();
     StatusCallback done = t->OneDone();
@@ -356,22 +350,15 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
       calls->push_back(std::move(p));
     }
   }
-  std::unique_ptr<DenseTransfer> t(
-      new DenseTransfer(static_cast<int>(calls->size())));
-  t->calls_ = calls;
-  t->stats_ = [calls] {
-    TransferStats stats;
-    for (const auto& p : *calls) {
-      stats.bytes += static_cast<int64_t>(DensePushByteSize(p->push));
-      if (p->push.header.shared_region() != 0) {  // values in the region
-        for (absl::string_view v : p->tcp_bytes) {
-          stats.bytes += static_cast<int64_t>(v.size());
+  std::unique_ptr<DenseTransfer> t =
+      DenseTransfer::Of(calls, [](const Pending& p, TransferStats* stats) {
+        stats->bytes += static_cast<int64_t>(DensePushByteSize(p.push));
+        if (p.push.header.shared_region() != 0) {  // values in the region
+          for (absl::string_view v : p.tcp_bytes) {
+            stats->bytes += static_cast<int64_t>(v.size());
+          }
         }
-      }
-    }
-    stats.rpcs = static_cast<int64_t>(calls->size());
-    return stats;
-  };
+      });
   for (const auto& call : *calls) {
     Pending* p = call.get();
     StatusCallback done = t->OneDone();

@@ -43,6 +43,22 @@ class DenseTransfer {
     FirstError error;
   };
   explicit DenseTransfer(int calls);
+  // The transfer of `calls`, kept alive until they end; its statistics add
+  // add(call, &stats) over the calls.
+  template <typename Call, typename AddStats>
+  static std::unique_ptr<DenseTransfer> Of(
+      std::shared_ptr<std::vector<std::unique_ptr<Call>>> calls, AddStats add) {
+    std::unique_ptr<DenseTransfer> t(
+        new DenseTransfer(static_cast<int>(calls->size())));
+    t->calls_ = calls;
+    t->stats_ = [calls, add] {
+      TransferStats stats;
+      for (const auto& call : *calls) add(*call, &stats);
+      stats.rpcs = static_cast<int64_t>(calls->size());
+      return stats;
+    };
+    return t;
+  }
   // The callback of one call.
   StatusCallback OneDone();
 
@@ -85,10 +101,13 @@ class ParamClient {
   absl::Status Pull(int64_t min_version, int64_t step,
                     const std::vector<float*>& values, TransferStats* stats,
                     int64_t min_clock = 0);
-  // Pull, started: `values` is written until the transfer has ended.
+  // Pull, started: `values` is written until the transfer has ended. ASYNC:
+  // with `own_clock` > 0, answered once this trainer's pushes of the steps
+  // below it have been applied (a pull sent with the push before it).
   std::unique_ptr<DenseTransfer> StartPull(int64_t min_version, int64_t step,
                                            const std::vector<float*>& values,
-                                           int64_t min_clock = 0);
+                                           int64_t min_clock = 0,
+                                           int64_t own_clock = 0);
   // Sends grads[t] for `step`. A retried call keeps its request id, so the
   // pserver applies it once.
   absl::Status Push(int64_t step, const std::vector<const float*>& grads,
