@@ -265,6 +265,15 @@ class CliTest(testlib.ProcessTestCase):
         self.assertRefused(trainer("--max_staleness=2"), "--max_staleness",
                            prefix="trainer")
 
+    def test_async_pipeline_flags(self):
+        self.assertRefused(trainer("--async_prefetch"), "--async_prefetch",
+                           "--mode=async", prefix="trainer")
+        self.assertRefused(trainer("--async_overlap"), "--async_overlap",
+                           "--mode=async", prefix="trainer")
+        self.assertRefused(trainer("--mode=async", "--async_overlap",
+                                   "--async_prefetch"),
+                           "exclude each other", prefix="trainer")
+
     def test_fault_tolerance_flags(self):
         self.assertRefused(trainer("--checkpoint_every_steps=-1"),
                            "--checkpoint_every_steps", prefix="trainer")

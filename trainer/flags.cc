@@ -37,9 +37,12 @@ DEFINE_int32(max_staleness, -1,
              "async: a trainer may run at most this many "
              "steps ahead of the slowest; -1 = unbounded");
 DEFINE_bool(overlap, true,
-            "send the next step's pull with this step's push instead of "
-            "after its answer; the pserver answers it once the step is "
-            "applied (sync: the same parameters, bit for bit)");
+            "sync: send the next step's pull with this step's push instead "
+            "of after its answer (the same parameters, bit for bit)");
+DEFINE_bool(async_overlap, false,
+            "async: send the next step's pull with this step's push; the "
+            "pserver answers it once the push is applied. Faster, but it "
+            "sees the other trainers' updates later (lower accuracy)");
 DEFINE_bool(async_prefetch, false,
             "async: pull the next step's parameters during this step's "
             "compute and start it without waiting for this step's push; "
@@ -205,6 +208,15 @@ absl::Status RunFromFlags(TrainerOptions* o) {
     return Bad("--async_prefetch applies to --mode=async only");
   }
   o->async_prefetch = FLAGS_async_prefetch;
+  if (FLAGS_async_overlap && o->mode != ASYNC) {
+    return Bad("--async_overlap applies to --mode=async only");
+  }
+  if (FLAGS_async_overlap && FLAGS_async_prefetch) {
+    return Bad(
+        "--async_overlap and --async_prefetch exclude each other "
+        "(--async_prefetch already pulls ahead)");
+  }
+  o->async_overlap = FLAGS_async_overlap;
   o->num_passes = FLAGS_num_passes > 0         ? FLAGS_num_passes
                   : o->config.num_passes() > 0 ? o->config.num_passes()
                                                : 1;

@@ -35,11 +35,13 @@ struct TrainerOptions {
   // ASYNC: bound on how far this trainer may run ahead of the slowest one;
   // -1 = unbounded. Default: -1.
   int max_staleness = -1;
-  // The next step's pull goes out with this step's push rather than after
-  // its answer, and is answered once the step is applied (sync: every
-  // trainer's push; async: this trainer's, for models without a sparse
-  // table); the arithmetic is unchanged. Default: true.
+  // SYNC: the next step's pull goes out with this step's push rather than
+  // after its answer; the arithmetic is unchanged. Default: true.
   bool overlap = true;
+  // ASYNC: the same, answered once this trainer's push is applied (models
+  // without a sparse table). Default: false: it costs accuracy
+  // (docs/performance.md).
+  bool async_overlap = false;
   // ASYNC: the next step's pull runs during this step's compute and a push
   // is waited for only before the next push, so each step's parameters lack
   // this trainer's previous update. Default: false (docs/performance.md).

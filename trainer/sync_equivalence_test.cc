@@ -113,6 +113,7 @@ std::vector<std::vector<float>> RunJob(
       o.max_steps = max_steps;
       o.save_dir = k == 0 ? save_dir : "";
       o.overlap = overlap;
+      o.async_overlap = overlap && async;
       o.shared_memory = shared_memory;
       std::vector<PsClientInterface*> ptrs;
       for (auto& c : clients[k]) ptrs.push_back(c.get());

@@ -287,12 +287,12 @@ absl::Status Trainer::Step(int pass, int64_t index) {
                           ? std::max(step_, pull.min_version)
                           : step_;
   // The next step's parameters are fetched ahead unless it starts a pass
-  // (which begins with an evaluation) or there is none. Async without
-  // prefetch overlaps as sync does, but only without a sparse table: its
-  // rows are pushed first, and the pserver's clock of this trainer would
-  // count the step before the dense push was applied.
+  // (which begins with an evaluation) or there is none. Async overlap
+  // needs a model without a sparse table: its rows are pushed first, and
+  // the pserver's clock of this trainer would count the step before the
+  // dense push was applied.
   const bool overlap =
-      o.overlap && !o.async_prefetch && (sync() || !input_->has_sparse_table());
+      sync() ? o.overlap : o.async_overlap && !input_->has_sparse_table();
   const bool prefetch = (overlap || o.async_prefetch) &&
                         step_ + 1 < total_steps_ &&
                         (step_ + 1) % steps_per_pass_ != 0;
