@@ -128,8 +128,18 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   if (st.ok()) st = c->job->InitJob(job, c->params->chunks(), {init.data()});
   if (st.ok()) st = c->job->WaitUntilReady(job, absl::Seconds(30));
   if (!st.ok()) return st;
-  if (shared_memory && c->params->UseSharedMemory() != num_servers) {
-    return absl::UnavailableError("shared memory: see the log");
+  if (shared_memory) {
+    // Every pserver that holds a block (a small payload may leave one
+    // empty) must take the lane.
+    int holding = 0;
+    for (const auto& chunks : c->params->chunks()) {
+      size_t blocks = 0;
+      for (const auto& chunk : chunks) blocks += chunk.size();
+      holding += blocks > 0;
+    }
+    if (c->params->UseSharedMemory() != holding) {
+      return absl::UnavailableError("shared memory: see the log");
+    }
   }
   return c;
 }

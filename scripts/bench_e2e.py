@@ -109,6 +109,8 @@ def main():
              lambda t: run_shardps(args, 1, "sync", t,
                                    ["--shared_memory=false"])),
             ("ShardPS async, 1 pserver", lambda t: run_shardps(args, 1, "async", t)),
+            ("ShardPS async, 1 pserver, --async_overlap",
+             lambda t: run_shardps(args, 1, "async", t, ["--async_overlap"])),
             ("ShardPS async, 1 pserver, --async_prefetch",
              lambda t: run_shardps(args, 1, "async", t, ["--async_prefetch"])),
             ("ShardPS sync, 2 pservers", lambda t: run_shardps(args, 2, "sync", t)),
