@@ -222,9 +222,13 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
 void Trainer::OpenSharedMemory() {
   if (!options_.shared_memory) return;
   const int n = params_->UseSharedMemory();
+  const int tcp = static_cast<int>(servers_.size()) - n;
   LOG(INFO) << "trainer " << options_.trainer_id << ": dense values through "
             << "shared memory with " << n << " of " << servers_.size()
-            << " pservers, over TCP with the others";
+            << " pservers"
+            << (tcp > 0 ? absl::StrCat(", over TCP with ", tcp,
+                                       " (the log above says why)")
+                        : "");
 }
 
 void Trainer::SwapInPrefetched() {

@@ -163,7 +163,11 @@ int ParamClient::UseSharedMemory() {
         }
       }
     }
-    if (at == SharedRegion::kHeaderBytes) continue;  // no dense block there
+    if (at == SharedRegion::kHeaderBytes) {
+      LOG(INFO) << "pserver " << servers_[s]->address()
+                << ": holds no dense block of this job, no shared memory";
+      continue;
+    }
     SharedMemoryRequest req;
     req.set_trainer_id(stamp_->trainer_id());
     req.set_incarnation(stamp_->incarnation());
