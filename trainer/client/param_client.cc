@@ -122,7 +122,8 @@ StatusCallback DenseTransfer::OneDone() {
 
 ParamClient::SharedLane* ParamClient::PushLane(size_t s) const {
   if (s >= lanes_.size() || lanes_[s] == nullptr || lanes_[s]->lost.load() ||
-      threshold_ != nullptr || push_encoding_ != FLOAT32) {
+      lanes_[s]->push_at.empty() || threshold_ != nullptr ||
+      push_encoding_ != FLOAT32) {
     return nullptr;
   }
   return lanes_[s].get();
@@ -130,7 +131,7 @@ ParamClient::SharedLane* ParamClient::PushLane(size_t s) const {
 
 ParamClient::SharedLane* ParamClient::PullLane(size_t s) const {
   if (s >= lanes_.size() || lanes_[s] == nullptr || lanes_[s]->lost.load() ||
-      pull_encoding_ != FLOAT32) {
+      lanes_[s]->pull_at.empty() || pull_encoding_ != FLOAT32) {
     return nullptr;
   }
   return lanes_[s].get();
@@ -138,23 +139,29 @@ ParamClient::SharedLane* ParamClient::PullLane(size_t s) const {
 
 int ParamClient::shared_servers() const {
   int n = 0;
-  for (size_t s = 0; s < lanes_.size(); ++s) n += PullLane(s) != nullptr;
+  for (size_t s = 0; s < lanes_.size(); ++s) {
+    n += PushLane(s) != nullptr || PullLane(s) != nullptr;
+  }
   return n;
 }
 
 int ParamClient::UseSharedMemory() {
   lanes_.clear();
   lanes_.resize(servers_.size());
-  if (pull_encoding_ != FLOAT32 &&
-      (push_encoding_ != FLOAT32 || threshold_ != nullptr)) {
-    return 0;  // nothing would go through a region
-  }
+  // A push area only when pushes are float32 (threshold and half-precision
+  // pushes stay on TCP), a pull area only when pulls are.
+  const bool pushes = push_encoding_ == FLOAT32 && threshold_ == nullptr;
+  const bool pulls = pull_encoding_ == FLOAT32;
+  if (!pushes && !pulls) return 0;  // nothing would go through a region
   int n = 0;
   for (size_t s = 0; s < servers_.size(); ++s) {
     auto lane = std::make_unique<SharedLane>();
     // Pushes first, then pulls, each block at the next float32 offset.
     uint64_t at = SharedRegion::kHeaderBytes;
-    for (auto* where : {&lane->push_at, &lane->pull_at}) {
+    std::vector<std::vector<std::vector<uint64_t>>*> areas;
+    if (pushes) areas.push_back(&lane->push_at);
+    if (pulls) areas.push_back(&lane->pull_at);
+    for (auto* where : areas) {
       for (const auto& chunk : chunks_[s]) {
         where->emplace_back();
         for (const BlockPlacement& b : chunk) {

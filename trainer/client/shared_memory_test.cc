@@ -86,6 +86,19 @@ TEST_F(SharedMemoryTest, ALostRegionSendsTheCallAgainOverTcpOnce) {
   EXPECT_EQ(PullAll(2), (std::vector<float>{-1, 0, -1, 0, -1, 0}));
 }
 
+TEST_F(SharedMemoryTest, ThresholdPushesGoOverTcpAndPullsThroughTheRegion) {
+  ThresholdPushEncoder::Options o;
+  o.adaptive = false;
+  o.threshold = 0.5;
+  params_->set_threshold_compression(o);
+  ASSERT_EQ(params_->UseSharedMemory(), 2);  // for pulls only
+  const std::vector<float> g(6, 1.0f);
+  ASSERT_TRUE(params_->Push(0, {g.data()}, nullptr).ok());
+  // Each value sent as +0.5 (the rest kept as residual), SGD lr 1.
+  EXPECT_EQ(PullAll(1), (std::vector<float>{0.5, 1.5, 2.5, 3.5, 4.5, 5.5}));
+  EXPECT_EQ(params_->shared_servers(), 2);
+}
+
 TEST_F(SharedMemoryTest, CompressedValuesStayOnTcp) {
   params_->set_encodings(FLOAT16, FLOAT16);
   EXPECT_EQ(params_->UseSharedMemory(), 0);
