@@ -9,7 +9,9 @@
 //
 // Arguments: payload bytes, number of pservers (the payload is split between
 // them by the shard map), and shm: 1 moves the values through shared memory
-// (ParamClient::UseSharedMemory; gRPC then carries offsets), 0 over TCP.
+// and the calls through the region's slots (ParamClient::UseSharedMemory, as
+// trainers on the pserver's host do), 2 the values through shared memory
+// and the calls (offsets) over gRPC (--shared_calls=false), 0 all over TCP.
 // Throughput counts payload bytes once per push, once per pull, and once per
 // push+pull round (model bytes synchronised per second). Client and pservers
 // share the machine's cores.
@@ -101,7 +103,7 @@ absl::StatusOr<std::unique_ptr<GrpcPsServer>> StartLocalServer() {
 
 absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
                                                       int num_servers,
-                                                      bool shared_memory) {
+                                                      int shared_memory) {
   auto c = std::make_unique<Cluster>();
   c->num_values = payload_bytes / static_cast<int64_t>(sizeof(float));
   std::vector<PsClientInterface*> ifaces;
@@ -128,7 +130,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   if (st.ok()) st = c->job->InitJob(job, c->params->chunks(), {init.data()});
   if (st.ok()) st = c->job->WaitUntilReady(job, absl::Seconds(30));
   if (!st.ok()) return st;
-  if (shared_memory) {
+  if (shared_memory != 0) {
     // Every pserver that holds a block (a small payload may leave one
     // empty) must take the lane.
     int holding = 0;
@@ -137,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
       for (const auto& chunk : chunks) blocks += chunk.size();
       holding += blocks > 0;
     }
-    if (c->params->UseSharedMemory() != holding) {
+    if (c->params->UseSharedMemory(shared_memory == 1) != holding) {
       return absl::UnavailableError("shared memory: see the log");
     }
   }
@@ -151,14 +153,15 @@ std::unique_ptr<Cluster>& CurrentCluster() {
   static auto* c = new std::unique_ptr<Cluster>();
   return *c;
 }
-std::tuple<int64_t, int, bool>& CurrentKey() {
-  static auto* k = new std::tuple<int64_t, int, bool>(0, 0, false);
+std::tuple<int64_t, int, int>& CurrentKey() {
+  static auto* k = new std::tuple<int64_t, int, int>(0, 0, 0);
   return *k;
 }
 
 Cluster* GetCluster(benchmark::State& state) {
-  const std::tuple<int64_t, int, bool> key(
-      state.range(0), static_cast<int>(state.range(1)), state.range(2) != 0);
+  const std::tuple<int64_t, int, int> key(state.range(0),
+                                          static_cast<int>(state.range(1)),
+                                          static_cast<int>(state.range(2)));
   std::unique_ptr<Cluster>& c = CurrentCluster();
   if (c == nullptr || CurrentKey() != key) {
     c.reset();  // free the previous payload's memory first
@@ -230,7 +233,9 @@ void RunTransfer(benchmark::State& state, Op op) {
         static_cast<double>(after.block_updates - before.block_updates) / iters;
   }
   state.SetLabel(absl::StrCat(payload / kKiB, "KiB x", state.range(1),
-                              state.range(2) != 0 ? " shm" : "",
+                              state.range(2) == 1   ? " shm"
+                              : state.range(2) == 2 ? " shm, gRPC calls"
+                                                    : "",
                               op == Op::kPush   ? " push"
                               : op == Op::kPull ? " pull"
                                                 : " push+pull"));
@@ -289,7 +294,7 @@ void BM_PushPull(benchmark::State& state) { RunTransfer(state, Op::kRound); }
 // a 64 MiB transfer takes 20 to 100 ms here, so at least 3 iterations.
 void Args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"bytes", "pservers", "shm"});
-  for (int shm : {0, 1}) {
+  for (int shm : {0, 1, 2}) {
     for (int servers : {1, 2}) {
       for (int64_t bytes :
            {64 * kKiB, 256 * kKiB, 1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}) {

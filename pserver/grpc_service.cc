@@ -20,10 +20,14 @@ absl::StatusOr<std::shared_ptr<RequestHandler>> GrpcPsService::JobOf(
     return absl::UnavailableError(
         "the pserver is starting (loading its checkpoints)");
   }
+  return jobs_->Job(JobIdOf(ctx));
+}
+
+std::string GrpcPsService::JobIdOf(grpc::CallbackServerContext* ctx) {
   const auto& md = ctx->client_metadata();
   auto it = md.find(kJobMetadataKey);
-  if (it == md.end()) return jobs_->Job(kDefaultJobId);
-  return jobs_->Job(absl::string_view(it->second.data(), it->second.size()));
+  if (it == md.end()) return std::string(kDefaultJobId);
+  return std::string(it->second.data(), it->second.size());
 }
 
 void GrpcPsService::Record(const char* method, const absl::Status& s,
@@ -172,7 +176,21 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
     grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
     SharedMemoryResponse* resp) {
   return Reply(ctx, "OpenSharedMemory", *req, resp, [&](RequestHandler& h) {
-    return h.OpenSharedMemory(*req, resp);
+    absl::Status s = h.OpenSharedMemory(*req, resp);
+    if (!s.ok()) return s;
+    if (!req->calls()) {
+      shared_calls_.Forget(JobIdOf(ctx), req->trainer_id());
+      return s;
+    }
+    // Pushes and pulls may then come through the region (the handler is
+    // the job's: JobOf found it).
+    auto job = JobOf(ctx);
+    if (job.ok()) {
+      s = shared_calls_.Serve(JobIdOf(ctx), *job, req->trainer_id(),
+                              resp->region_id());
+    }
+    resp->set_calls(job.ok() && s.ok());
+    return absl::OkStatus();
   });
 }
 

@@ -9,6 +9,7 @@
 #include "pserver/pserver.h"
 #include "pserver/pserver_metrics.h"
 #include "pserver/request_handler.h"
+#include "pserver/shared_call_binding.h"
 
 namespace shardps {
 
@@ -26,7 +27,7 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // `jobs` must outlive this object.
   // `jobs` and `metrics` (null: none) must outlive this object.
   explicit GrpcPsService(JobDirectory* jobs, RpcMetrics* metrics = nullptr)
-      : jobs_(jobs), metrics_(metrics) {}
+      : jobs_(jobs), metrics_(metrics), shared_calls_(metrics) {}
 
   // The RPC names, as RpcMetrics labels them.
   static std::vector<std::string> MethodNames();
@@ -80,12 +81,16 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // The handler of the job the call names, UNAVAILABLE before serving.
   absl::StatusOr<std::shared_ptr<RequestHandler>> JobOf(
       grpc::CallbackServerContext* ctx) const;
+  // The job id the call names (the default job when none).
+  static std::string JobIdOf(grpc::CallbackServerContext* ctx);
   void Record(const char* method, const absl::Status& s, absl::Time start,
               size_t request_bytes, size_t response_bytes);
 
   JobDirectory* const jobs_;
   RpcMetrics* const metrics_;
   std::atomic<bool> serving_{true};
+  // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
+  SharedCallBinding shared_calls_;
 };
 
 }  // namespace shardps

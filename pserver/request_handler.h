@@ -58,9 +58,17 @@ class RequestHandler {
   // Creates a shared region for a trainer on this host (common/
   // shared_region.h), replacing its previous one: requests that name the
   // old id are refused from then on. At most one per trainer id, of at
-  // most 64 bytes plus twice the dense bytes held here.
+  // most 64 bytes plus twice the dense bytes held here (plus the call area,
+  // common/shared_calls.h, when the request asks for one).
   absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
                                 SharedMemoryResponse* resp);
+
+  // The region `id` of `trainer_id` (SharedRegions::Find), for a binding
+  // that serves its calls.
+  absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegionOf(
+      int trainer_id, uint64_t id) const {
+    return regions_.Find(trainer_id, id);
+  }
 
   // The store it serves (tests).
   ParameterStore* store_for_testing() { return store_; }

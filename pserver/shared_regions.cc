@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/shared_calls.h"
 
 namespace shardps {
 
@@ -25,12 +26,14 @@ absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
   }
   RETURN_IF_ERROR(store->CheckIncarnation(k, req.incarnation()));
   const uint64_t limit = SharedRegion::kHeaderBytes +
+                         (req.calls() ? shared_calls::kAreaBytes : 0) +
                          2 * static_cast<uint64_t>(store->dense_bytes());
   if (req.bytes() <= SharedRegion::kHeaderBytes || req.bytes() > limit) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shared memory: ", req.bytes(), " bytes asked; a region holds ",
         SharedRegion::kHeaderBytes + 1, " to ", limit,
-        " (a header and twice the dense bytes of this pserver)"));
+        " (a header, a call area when asked for, and twice the dense bytes "
+        "of this pserver)"));
   }
   {
     // The trainer's previous region goes first (its bytes are given back

@@ -19,7 +19,40 @@ bool IsLostRegion(const absl::Status& s) {
   return absl::IsNotFound(s) && absl::StrContains(s.message(), "shared region");
 }
 
+// A shared call whose reply did not fit its slot (SharedCallServer).
+bool IsTooLargeForSlot(const absl::Status& s) {
+  return absl::IsResourceExhausted(s) &&
+         absl::StartsWith(s.message(), "shared call:");
+}
+
+// How long a shared call waits for its answer before going over TCP, as
+// long as one attempt of a gRPC call (RpcOptions).
+constexpr absl::Duration kSharedCallDeadline = absl::Seconds(60);
+
 }  // namespace
+
+template <typename Request, typename Response>
+void ParamClient::SendThrough(SharedLane* lane, shared_calls::Method method,
+                              const Request& req, Response* resp,
+                              std::function<void(StatusCallback)> over_grpc,
+                              StatusCallback done) {
+  if (lane != nullptr && lane->caller != nullptr &&
+      lane->caller->TryCall(method, req, resp,
+                            [resp, over_grpc, done](absl::Status s) {
+                              if (!IsTooLargeForSlot(s)) {
+                                done(std::move(s));
+                                return;
+                              }
+                              // A pull's reply with many blocks: again over
+                              // gRPC (a push keeps its request id, so it is
+                              // applied once).
+                              resp->Clear();
+                              over_grpc(done);
+                            })) {
+    return;
+  }
+  over_grpc(std::move(done));
+}
 
 ParamClient::ParamClient(std::vector<PsClientInterface*> servers,
                          RequestStamp* stamp,
@@ -145,7 +178,7 @@ int ParamClient::shared_servers() const {
   return n;
 }
 
-int ParamClient::UseSharedMemory() {
+int ParamClient::UseSharedMemory(bool calls) {
   lanes_.clear();
   lanes_.resize(servers_.size());
   // A push area only when pushes are float32 (threshold and half-precision
@@ -157,7 +190,9 @@ int ParamClient::UseSharedMemory() {
   for (size_t s = 0; s < servers_.size(); ++s) {
     auto lane = std::make_unique<SharedLane>();
     // Pushes first, then pulls, each block at the next float32 offset.
-    uint64_t at = SharedRegion::kHeaderBytes;
+    const uint64_t start =
+        SharedRegion::kHeaderBytes + (calls ? shared_calls::kAreaBytes : 0);
+    uint64_t at = start;
     std::vector<std::vector<std::vector<uint64_t>>*> areas;
     if (pushes) areas.push_back(&lane->push_at);
     if (pulls) areas.push_back(&lane->pull_at);
@@ -170,7 +205,7 @@ int ParamClient::UseSharedMemory() {
         }
       }
     }
-    if (at == SharedRegion::kHeaderBytes) {
+    if (at == start) {
       LOG(INFO) << "pserver " << servers_[s]->address()
                 << ": holds no dense block of this job, no shared memory";
       continue;
@@ -179,6 +214,7 @@ int ParamClient::UseSharedMemory() {
     req.set_trainer_id(stamp_->trainer_id());
     req.set_incarnation(stamp_->incarnation());
     req.set_bytes(at);
+    req.set_calls(calls);
     SharedMemoryResponse resp;
     absl::Status st = servers_[s]->OpenSharedMemory(req, &resp);
     absl::StatusOr<std::unique_ptr<SharedRegion>> region =
@@ -195,6 +231,19 @@ int ParamClient::UseSharedMemory() {
     }
     lane->region = *std::move(region);
     lane->id = resp.region_id();
+    if (resp.calls()) {
+      absl::StatusOr<std::unique_ptr<SharedCaller>> caller =
+          SharedCaller::Create(lane->region.get(),
+                               static_cast<pid_t>(resp.pid()),
+                               kSharedCallDeadline);
+      if (caller.ok()) {
+        lane->caller = *std::move(caller);
+      } else {
+        LOG(INFO) << "pserver " << servers_[s]->address()
+                  << ": pushes and pulls go over gRPC ("
+                  << caller.status().message() << ")";
+      }
+    }
     lanes_[s] = std::move(lane);
     ++n;
   }
@@ -263,8 +312,12 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
   for (const auto& call : *calls) {
     Pending* p = call.get();
     StatusCallback done = t->OneDone();
-    p->server->PullAsync(
-        p->req, &p->resp, [this, p, values, done](absl::Status s) {
+    SendThrough(
+        p->lane, shared_calls::kPull, p->req, &p->resp,
+        [p](StatusCallback cb) {
+          p->server->PullAsync(p->req, &p->resp, std::move(cb));
+        },
+        [this, p, values, done](absl::Status s) {
           if (p->lane != nullptr && IsLostRegion(s)) {
             // Again over TCP (a pull changes nothing on the pserver).
             p->lane->lost.store(true);
@@ -316,6 +369,7 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
     SharedLane* lane = nullptr;
     std::vector<absl::string_view> tcp_bytes;
     uint64_t tcp_request_id = 0;
+    PushRequest shared_req;  // the push as a shared call sends it
   };
   auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -377,24 +431,30 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
       p->server->PushDenseAsync(p->push, &p->resp, std::move(done));
       continue;
     }
-    p->server->PushDenseAsync(p->push, &p->resp, [p, done](absl::Status st) {
-      if (!IsLostRegion(st)) {
-        done(st);
-        return;
-      }
-      // Refused before anything was applied: again over TCP, under a
-      // new id (the pserver remembers the refusal under the old one).
-      LOG(WARNING) << st.message();
-      p->lane->lost.store(true);
-      p->push.header.clear_shared_region();
-      p->push.header.set_request_id(p->tcp_request_id);
-      for (size_t j = 0; j < p->push.blocks.size(); ++j) {
-        p->push.blocks[j].bytes = p->tcp_bytes[j];
-        p->push.blocks[j].shared_offset = 0;
-      }
-      p->resp.Clear();
-      p->server->PushDenseAsync(p->push, &p->resp, done);
-    });
+    p->shared_req = ToPushRequest(p->push);
+    SendThrough(
+        p->lane, shared_calls::kPush, p->shared_req, &p->resp,
+        [p](StatusCallback cb) {
+          p->server->PushDenseAsync(p->push, &p->resp, std::move(cb));
+        },
+        [p, done](absl::Status st) {
+          if (!IsLostRegion(st)) {
+            done(st);
+            return;
+          }
+          // Refused before anything was applied: again over TCP, under a
+          // new id (the pserver remembers the refusal under the old one).
+          LOG(WARNING) << st.message();
+          p->lane->lost.store(true);
+          p->push.header.clear_shared_region();
+          p->push.header.set_request_id(p->tcp_request_id);
+          for (size_t j = 0; j < p->push.blocks.size(); ++j) {
+            p->push.blocks[j].bytes = p->tcp_bytes[j];
+            p->push.blocks[j].shared_offset = 0;
+          }
+          p->resp.Clear();
+          p->server->PushDenseAsync(p->push, &p->resp, done);
+        });
   }
   return t;
 }

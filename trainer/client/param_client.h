@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shared_calls.h"
 #include "common/shared_region.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
@@ -134,7 +135,10 @@ class ParamClient {
   // with no transfer in flight. A pserver that loses a trainer's region (it
   // restarted) answers NOT_FOUND; the call is then sent again over TCP,
   // which that pserver keeps until the next UseSharedMemory.
-  int UseSharedMemory();
+  // With `calls`, pushes and pulls that go through a region are also sent
+  // through it (common/shared_calls.h) rather than over gRPC, when the
+  // pserver serves them.
+  int UseSharedMemory(bool calls = true);
   // How many pservers use shared memory now.
   int shared_servers() const;
 
@@ -146,7 +150,18 @@ class ParamClient {
     uint64_t id = 0;
     std::vector<std::vector<uint64_t>> push_at, pull_at;
     std::atomic<bool> lost{false};
+    // Null: calls go over gRPC. Declared after the region, so that it
+    // stops before the region is unmapped.
+    std::unique_ptr<SharedCaller> caller;
   };
+  // Sends `req` through `lane`'s calls when it has them and takes it, over
+  // gRPC (`over_grpc`) otherwise, or when the reply does not fit the
+  // region's slot.
+  template <typename Request, typename Response>
+  static void SendThrough(SharedLane* lane, shared_calls::Method method,
+                          const Request& req, Response* resp,
+                          std::function<void(StatusCallback)> over_grpc,
+                          StatusCallback done);
   // The lane of server s, when pushes (or pulls) go through it now.
   SharedLane* PushLane(size_t s) const;
   SharedLane* PullLane(size_t s) const;
