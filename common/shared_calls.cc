@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -70,16 +72,35 @@ void Ring(uint32_t* bell) {
   syscall(SYS_futex, bell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Returns once `bell` differs from `seen`, or after `timeout`. Spins a few
-// microseconds first: the answer to a call often comes that soon, and a
-// futex wake-up costs tens of microseconds on a virtual machine.
-void Wait(uint32_t* bell, uint32_t seen, absl::Duration timeout) {
-  for (int i = 0; i < 2000; ++i) {
-    if (Load(bell) != seen) return;
-    __builtin_ia32_pause();
+// Returns once `bell` differs from `seen`, or after `timeout`. Spins for
+// `spin` first: the answer to a call often comes that soon, and a futex
+// wake-up costs tens of microseconds on a virtual machine. Timed, since a
+// pause instruction takes from 10 to 140 cycles depending on the processor.
+void Wait(uint32_t* bell, uint32_t seen, absl::Duration timeout,
+          absl::Duration spin) {
+  if (spin > absl::ZeroDuration()) {
+    const auto until =
+        std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
+    do {
+      for (int i = 0; i < 16; ++i) {
+        if (Load(bell) != seen) return;
+        __builtin_ia32_pause();
+      }
+    } while (std::chrono::steady_clock::now() < until);
   }
   timespec ts = absl::ToTimespec(timeout);
   syscall(SYS_futex, bell, FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+// How long a side spins before it sleeps: SHARDPS_SHARED_CALL_SPIN_US
+// (microseconds; for measurements), else kSpinMicros.
+absl::Duration SpinTime() {
+  static const absl::Duration spin = [] {
+    const char* env = std::getenv("SHARDPS_SHARED_CALL_SPIN_US");
+    return absl::Microseconds(env != nullptr ? std::atoi(env)
+                                             : shared_calls::kSpinMicros);
+  }();
+  return spin;
 }
 
 }  // namespace
@@ -191,7 +212,7 @@ void SharedCallServer::Loop() {
                 std::move(reply));
     }
     if (state_->stop.load()) break;
-    Wait(ServerBell(area), seen, absl::Seconds(1));
+    Wait(ServerBell(area), seen, absl::Seconds(1), SpinTime());
   }
 }
 
@@ -292,7 +313,7 @@ void SharedCaller::Loop() {
           "shared region: no answer from the pserver in ",
           absl::FormatDuration(deadline_), "; the call goes over TCP")));
     }
-    Wait(ClientBell(area), seen, absl::Milliseconds(100));
+    Wait(ClientBell(area), seen, absl::Milliseconds(100), SpinTime());
     pollfd p{pidfd_, POLLIN, 0};
     if (poll(&p, 1, 0) > 0) {
       FailAll(absl::NotFoundError(

@@ -50,6 +50,10 @@ inline constexpr size_t kSlotBytes =
 inline constexpr size_t kBellBytes = 128;
 inline constexpr size_t kAreaBytes = kBellBytes + kSlots * kSlotBytes;
 
+// How long each side spins before it sleeps on the futex (see
+// docs/performance.md, "Shared calls", for how it was chosen).
+inline constexpr int kSpinMicros = 50;
+
 // What a slot asks for.
 enum Method : uint32_t { kPush = 1, kPull = 2 };
 

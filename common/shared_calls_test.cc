@@ -262,6 +262,42 @@ TEST_F(SharedCallsTest, ThePserverProcessExitingEndsTheCalls) {
   EXPECT_TRUE(absl::StrContains(s.message(), "exited")) << s;
 }
 
+TEST_F(SharedCallsTest, AfterTheServerStopsNoCallIsTakenAndHeldOnesEnd) {
+  absl::Mutex mu;
+  std::vector<SharedCallServer::Reply> held;
+  Serve([&](shared_calls::Method, absl::string_view,
+            SharedCallServer::Reply reply) {
+    absl::MutexLock l(&mu);
+    held.push_back(std::move(reply));
+  });
+  auto caller = Caller();
+  PullRequest req;
+  PullResponse resp;
+  Waiter w;
+  ASSERT_TRUE(caller->TryCall(kPull, req, &resp, w.Done()));
+  {
+    absl::MutexLock l(&mu);
+    auto one = [&] { return held.size() == 1; };
+    mu.Await(absl::Condition(&one));
+  }
+  server_.reset();  // the region was replaced, say
+  // A pull that was waiting may still be answered into the region (the
+  // mapping stays), or the trainer has already ended it to go over TCP.
+  PullResponse r;
+  r.set_wait_micros(7);
+  held[0](absl::OkStatus(), &r);
+  const absl::Status s = w.Wait();
+  if (s.ok()) {
+    EXPECT_EQ(resp.wait_micros(), 7);
+  } else {
+    EXPECT_TRUE(absl::IsNotFound(s)) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "shared region")) << s;
+  }
+  // New calls are not taken: they go over gRPC.
+  PullResponse unused;
+  EXPECT_FALSE(caller->TryCall(kPull, req, &unused, [](absl::Status) {}));
+}
+
 TEST_F(SharedCallsTest, ACallerClosingEndsItsCallsCancelled) {
   Serve([](shared_calls::Method, absl::string_view, SharedCallServer::Reply) {
   });  // never answered

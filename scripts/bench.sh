@@ -181,7 +181,9 @@ print("ShardPS: in-process pservers and one ASYNC trainer over 127.0.0.1, "
       "empty handler), push / pull, from another day and machine; do not "
       "divide by them. \"shared memory\": the values go through a region "
       "the trainer and the pserver map (--shared_memory, trainers on the "
-      "pserver's host), gRPC carries offsets.")
+      "pserver's host) and so do the calls (slots and a futex doorbell), "
+      "as trainers do; \"shared memory, gRPC calls\": the values through "
+      "the region, the calls (offsets) over gRPC.")
 print()
 print("Calibration: " + calib_note)
 print()
@@ -208,8 +210,10 @@ for size in sorted({k[1] for k in mibs} | {k[1] for k in grpc_mibs}):
         push = mibs.get(("Push", size, servers))
         pull = mibs.get(("Pull", size, servers))
         rnd = mibs.get(("PushPull", size, servers))
+        lanes = {0: "", 1: ", shared memory",
+                 2: ", shared memory, gRPC calls"}
         where = ("—" if servers is None else
-                 f"{servers[0]}" + (", shared memory" if servers[1] else ""))
+                 f"{servers[0]}" + lanes.get(servers[1], f", shm {servers[1]}"))
         print(f"| {size_name(size)} | {where} | {fmt(push)} "
               f"| {fmt(pull)} | {fmt(rnd)} | {fmt(g_push)} | {fmt(g_pull)} "
               f"| {fmt(ratio(push, g_push), 2)} "
