@@ -25,6 +25,10 @@ class CheckpointRequester {
   // can move then). ABORTED (the job went to another timeline) is returned;
   // any other failure is logged and training goes on.
   absl::Status AtStep(int64_t step);
+  // Whether AtStep(step) asks for a checkpoint.
+  bool DueAt(int64_t step) const {
+    return every_ > 0 && step % every_ == 0 && step != last_;
+  }
   // The job (re)started at `step`.
   void ResumedAt(int64_t step) { last_ = step; }
 

@@ -39,6 +39,13 @@ DEFINE_int32(max_staleness, -1,
 DEFINE_bool(overlap, true,
             "sync: send the next step's pull with this step's push instead "
             "of after its answer (the same parameters, bit for bit)");
+DEFINE_bool(layer_pipeline, false,
+            "sync, with --overlap: push each layer's gradient as soon as "
+            "backward has it, and wait for each layer's parameters only "
+            "before its forward (the same parameters, bit for bit; models "
+            "without a sparse table, compression or replicas_to_aggregate). "
+            "Off by default: a call per layer cost more than it hid on the "
+            "canonical workloads");
 DEFINE_bool(async_overlap, false,
             "async: send the next step's pull with this step's push; the "
             "pserver answers it once the push is applied. Faster, but it "
@@ -203,6 +210,7 @@ absl::Status RunFromFlags(TrainerOptions* o) {
   }
   o->max_staleness = FLAGS_max_staleness;
   o->overlap = FLAGS_overlap;
+  o->layer_pipeline = FLAGS_layer_pipeline;
   o->shared_memory = FLAGS_shared_memory;
   if (FLAGS_async_prefetch && o->mode != ASYNC) {
     return Bad("--async_prefetch applies to --mode=async only");

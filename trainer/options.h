@@ -38,6 +38,13 @@ struct TrainerOptions {
   // SYNC: the next step's pull goes out with this step's push rather than
   // after its answer; the arithmetic is unchanged. Default: true.
   bool overlap = true;
+  // SYNC with overlap: each layer's gradient is pushed as soon as backward
+  // has it, its next parameters pulled with it, and forward waits for each
+  // layer's parameters only before that layer (models without a sparse
+  // table, compression or replicas_to_aggregate). Default: false: each
+  // layer is a call of its own, and on the canonical workloads the calls
+  // cost more than the overlap gains (docs/performance.md).
+  bool layer_pipeline = false;
   // ASYNC: the same, answered once this trainer's push is applied (models
   // without a sparse table). Default: false: it costs accuracy
   // (docs/performance.md).

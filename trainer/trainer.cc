@@ -253,122 +253,16 @@ absl::Status Trainer::DrainTransfers() {
     next_pull_->Wait().IgnoreError();  // its step is pulled again
     next_pull_.reset();
   }
+  for (auto& p : layer_pulls_) {
+    if (p != nullptr) p->Wait().IgnoreError();
+  }
+  layer_pulls_.clear();
   if (push_in_flight_ == nullptr) return absl::OkStatus();
   TransferStats push;
   absl::Status s = push_in_flight_->Wait(&push);
   push_in_flight_.reset();
   push_bytes_ += push.bytes;
   return s;
-}
-
-absl::Status Trainer::Step(int pass, int64_t index) {
-  const TrainerOptions& o = options_;
-  const int64_t min_version = sync() ? step_ : 0;
-  const absl::Time t0 = absl::Now();
-  input_->LoadTrainBatch(index, o.batch_size);
-  const absl::Time t1 = absl::Now();
-  TransferStats pull, sparse_pull;
-  if (next_pull_ != nullptr && next_pull_step_ == step_) {
-    absl::Status s = next_pull_->Wait(&pull);
-    next_pull_.reset();
-    RETURN_IF_ERROR(s);
-    if (o.async_prefetch) SwapInPrefetched();
-  } else {
-    if (next_pull_ != nullptr) RETURN_IF_ERROR(DrainTransfers());
-    RETURN_IF_ERROR(params_->Pull(min_version, step_, values_, &pull));
-  }
-  RETURN_IF_ERROR(
-      input_->PullRows(sparse_.get(), min_version, step_, &sparse_pull));
-  pull.bytes += sparse_pull.bytes;
-  pull.server_wait_us =
-      std::max(pull.server_wait_us, sparse_pull.server_wait_us);
-  // The chief asks for checkpoints between its pull and its push of a
-  // step: in sync mode no block can move then.
-  RETURN_IF_ERROR(checkpoints_->AtStep(step_));
-  // With replicas_to_aggregate the step may have gone ahead without this
-  // trainer: tag the push with the version it computed on.
-  const int64_t tag = sync() && o.replicas_to_aggregate > 0
-                          ? std::max(step_, pull.min_version)
-                          : step_;
-  // The next step's parameters are fetched ahead unless it starts a pass
-  // (which begins with an evaluation) or there is none. Async overlap
-  // needs a model without a sparse table: its rows are pushed first, and
-  // the pserver's clock of this trainer would count the step before the
-  // dense push was applied.
-  const bool overlap =
-      sync() ? o.overlap : o.async_overlap && !input_->has_sparse_table();
-  const bool prefetch = (overlap || o.async_prefetch) &&
-                        step_ + 1 < total_steps_ &&
-                        (step_ + 1) % steps_per_pass_ != 0;
-  if (prefetch && o.async_prefetch) {
-    // Async: during this step's compute, into buffers of their own.
-    next_pull_ = params_->StartPull(0, step_ + 1, prefetched_ptrs_);
-    next_pull_step_ = step_ + 1;
-  }
-  const absl::Time t2 = absl::Now();
-  model_->SetDropoutStream(static_cast<uint64_t>(o.trainer_id) + 1, step_);
-  ASSIGN_OR_RETURN(BatchStats bs,
-                   model_->TrainBatch(input_->x(), input_->labels(),
-                                      o.batch_size, input_->input_grad()));
-  const absl::Time t3 = absl::Now();
-  // Sparse rows first: a pserver that has a trainer's dense push for a
-  // step then also has its sparse push (the async final evaluation relies
-  // on it).
-  TransferStats push, sparse_push;
-  RETURN_IF_ERROR(input_->PushRows(sparse_.get(), tag, sync(), &sparse_push));
-  if (sharing_ != nullptr) sharing_->ComputeUpdates(grads_);
-  if (push_in_flight_ != nullptr) {
-    // Async: at most one push in flight; the previous one ends here.
-    RETURN_IF_ERROR(push_in_flight_->Wait(&push));
-    push_in_flight_.reset();
-  }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<DenseTransfer> pushing,
-      params_->StartPush(tag,
-                         sharing_ != nullptr ? sharing_->updates() : grads_));
-  if (sharing_ != nullptr) sharing_->MaskSent(*params_->threshold_encoder());
-  if (prefetch && overlap) {
-    // The pserver answers it once this step is applied: sync, every
-    // trainer's push (min_version); async, this trainer's (own_clock).
-    next_pull_ = sync() ? params_->StartPull(step_ + 1, step_ + 1, values_)
-                        : params_->StartPull(0, step_ + 1, values_, 0,
-                                             /*own_clock=*/step_ + 1);
-    next_pull_step_ = step_ + 1;
-  }
-  if (o.async_prefetch && !sync()) {
-    // Async: the next step does not wait for this push; its gradient
-    // buffer stays untouched until the push has ended.
-    push_in_flight_ = std::move(pushing);
-    SwapGradients();
-  } else {
-    TransferStats this_push;
-    absl::Status s = pushing->Wait(&this_push);
-    push.bytes += this_push.bytes;
-    if (!s.ok()) {
-      DrainTransfers().IgnoreError();
-      return s;
-    }
-  }
-  push.bytes += sparse_push.bytes;
-  const absl::Time t4 = absl::Now();
-  ++step_;
-  pull_bytes_ += pull.bytes;
-  push_bytes_ += push.bytes;
-  const absl::Duration wait = absl::Microseconds(pull.server_wait_us);
-  StepTimes times;
-  times.data = t1 - t0;
-  times.pull = std::max(absl::ZeroDuration(), (t2 - t1) - wait);
-  times.wait = std::min(wait, t2 - t1);
-  times.compute = t3 - t2;
-  times.push = t4 - t3;
-  train_time_ += t4 - t0;
-  progress_->StepDone(step_, pass, times, bs.loss_sum, bs.count, push_bytes_,
-                      pull_bytes_, params_->threshold_encoder());
-  if (o.observer != nullptr) {
-    o.observer->StepDone(StepReport{step_, pass, times, bs.loss_sum, bs.count,
-                                    push.bytes, pull.bytes});
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Trainer::Evaluate(int pass, bool final) {

@@ -89,6 +89,26 @@ class Trainer {
   // Waits for the transfers still in flight: the prefetched pull is
   // dropped, the push in flight counted; returns the push's status.
   absl::Status DrainTransfers();
+  // Whether this job's steps go layer by layer (options_.layer_pipeline).
+  bool LayerPipeline() const;
+  // Layer pipeline: forward and backward of the loaded batch, waiting for
+  // each layer's pull (layer_pulls_) before its forward and starting each
+  // layer's push for `tag` after its backward (into `pushes`, in flight),
+  // with its pull of the next step when `prefetch`. Adds the pulls' stats
+  // and the time forward waited for them to `pull` and `pull_wait`. On an
+  // error every transfer has ended.
+  absl::StatusOr<BatchStats> TrainLayered(
+      int64_t tag, bool prefetch, TransferStats* pull,
+      absl::Duration* pull_wait,
+      std::vector<std::unique_ptr<DenseTransfer>>* pushes);
+  // The dense push of a step (with the pull of the next when
+  // `prefetch_next`), waited for unless async prefetch leaves it in flight.
+  absl::Status PushDense(int64_t tag, bool prefetch_next, TransferStats* push);
+  // Waits for every one of `transfers` (and clears them), adding their
+  // stats; returns the first error.
+  static absl::Status WaitAll(
+      std::vector<std::unique_ptr<DenseTransfer>>& transfers,
+      TransferStats* stats);
 
   const TrainerOptions options_;
   const std::vector<PsClientInterface*> servers_;
@@ -127,6 +147,12 @@ class Trainer {
   // The pull of step next_pull_step_, started during the previous step.
   std::unique_ptr<DenseTransfer> next_pull_;
   int64_t next_pull_step_ = -1;
+  // Sync, layer pipeline (TrainerOptions::layer_pipeline): the pulls of
+  // step next_pull_step_ by layer (null: none, or waited for), each started
+  // as that layer's gradient was pushed; and each layer's dense tables, as
+  // ParamClient's `only` masks.
+  std::vector<std::unique_ptr<DenseTransfer>> layer_pulls_;
+  std::vector<std::vector<bool>> layer_masks_;
   // Async: the last push, waited for before the next one; and the buffers
   // the prefetched parameters land in and the pushed gradient waits in.
   std::unique_ptr<DenseTransfer> push_in_flight_;

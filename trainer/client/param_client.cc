@@ -1,5 +1,6 @@
 #include "trainer/client/param_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -258,12 +259,13 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
 
 std::unique_ptr<DenseTransfer> ParamClient::StartPull(
     int64_t min_version, int64_t step, const std::vector<float*>& values,
-    int64_t min_clock, int64_t own_clock) {
+    int64_t min_clock, int64_t own_clock, const std::vector<bool>* only) {
   struct Pending {
-    const std::vector<BlockPlacement>* chunk;
+    std::vector<BlockPlacement> chunk;  // of the tables asked for
     PsClientInterface* server;
-    SharedLane* lane;  // null: TCP
-    const std::vector<uint64_t>* shared_at;
+    SharedLane* lane;          // null: TCP
+    std::vector<uint64_t> at;  // where each block is in the lane's region
+    const std::vector<uint64_t>* shared_at;  // &at, or null over TCP
     PullRequest req;
     PullResponse resp;
   };
@@ -271,12 +273,18 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
   for (size_t s = 0; s < servers_.size(); ++s) {
     SharedLane* lane = PullLane(s);
     for (size_t c = 0; c < chunks_[s].size(); ++c) {
-      const std::vector<BlockPlacement>& chunk = chunks_[s][c];
       auto p = std::make_unique<Pending>();
-      p->chunk = &chunk;
+      for (size_t j = 0; j < chunks_[s][c].size(); ++j) {
+        const BlockPlacement& b = chunks_[s][c][j];
+        if (only != nullptr && !(*only)[b.table_id]) continue;
+        p->chunk.push_back(b);
+        if (lane != nullptr) p->at.push_back(lane->pull_at[c][j]);
+      }
+      if (p->chunk.empty()) continue;
+      const std::vector<BlockPlacement>& chunk = p->chunk;
       p->server = servers_[s];
       p->lane = lane;
-      p->shared_at = lane != nullptr ? &lane->pull_at[c] : nullptr;
+      p->shared_at = lane != nullptr ? &p->at : nullptr;
       if (lane != nullptr) p->req.set_shared_region(lane->id);
       stamp_->Stamp(&p->req);
       p->req.set_min_version(min_version);
@@ -288,7 +296,7 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
         BlockRef* r = p->req.add_blocks();
         r->set_table_id(chunk[j].table_id);
         r->set_block(chunk[j].block);
-        if (lane != nullptr) r->set_shared_offset(lane->pull_at[c][j]);
+        if (lane != nullptr) r->set_shared_offset(p->at[j]);
       }
       calls->push_back(std::move(p));
     }
@@ -297,7 +305,7 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
       DenseTransfer::Of(calls, [](const Pending& p, TransferStats* stats) {
         stats->bytes += static_cast<int64_t>(p.resp.ByteSizeLong());
         if (p.shared_at != nullptr) {  // and the values, through the region
-          for (const BlockPlacement& b : *p.chunk) {
+          for (const BlockPlacement& b : p.chunk) {
             stats->bytes += b.size * static_cast<int64_t>(sizeof(float));
           }
         }
@@ -331,7 +339,7 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
             p->server->PullAsync(
                 p->req, &p->resp, [this, p, values, done](absl::Status s) {
                   if (s.ok()) {
-                    s = TakePulled(*p->chunk, *p->server, p->resp, values,
+                    s = TakePulled(p->chunk, *p->server, p->resp, values,
                                    nullptr, nullptr);
                   }
                   done(s);
@@ -339,7 +347,7 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
             return;
           }
           if (s.ok()) {
-            s = TakePulled(*p->chunk, *p->server, p->resp, values, p->lane,
+            s = TakePulled(p->chunk, *p->server, p->resp, values, p->lane,
                            p->shared_at);
           }
           done(s);
@@ -356,7 +364,8 @@ absl::Status ParamClient::Push(int64_t step,
 }
 
 absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
-    int64_t step, const std::vector<const float*>& grads) {
+    int64_t step, const std::vector<const float*>& grads,
+    const std::vector<bool>* only) {
   // Float32 values go from `grads` as they are (the transport may send them
   // without copying); other encodings into buffers of their own.
   struct Pending {
@@ -376,6 +385,11 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
     SharedLane* lane = PushLane(s);
     for (size_t c = 0; c < chunks_[s].size(); ++c) {
       const std::vector<BlockPlacement>& chunk = chunks_[s][c];
+      if (only != nullptr &&
+          std::none_of(chunk.begin(), chunk.end(),
+                       [only](const auto& b) { return (*only)[b.table_id]; })) {
+        continue;
+      }
       auto p = std::make_unique<Pending>();
       p->server = servers_[s];
       stamp_->Stamp(&p->push.header);
@@ -390,6 +404,7 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
       if (copy) p->encoded.resize(chunk.size());
       for (size_t j = 0; j < chunk.size(); ++j) {
         const BlockPlacement& b = chunk[j];
+        if (only != nullptr && !(*only)[b.table_id]) continue;
         const absl::Span<const float> g(grads[b.table_id] + b.offset, b.size);
         DenseValuesRef ref{b.table_id, b.block, push_encoding_, {}};
         if (threshold_ != nullptr) {

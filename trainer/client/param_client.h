@@ -105,10 +105,12 @@ class ParamClient {
   // Pull, started: `values` is written until the transfer has ended. ASYNC:
   // with `own_clock` > 0, answered once this trainer's pushes of the steps
   // below it have been applied (a pull sent with the push before it).
-  std::unique_ptr<DenseTransfer> StartPull(int64_t min_version, int64_t step,
-                                           const std::vector<float*>& values,
-                                           int64_t min_clock = 0,
-                                           int64_t own_clock = 0);
+  // With `only` (indexed by table id), only the blocks of the tables it
+  // marks (a layer's, --overlap in sync mode).
+  std::unique_ptr<DenseTransfer> StartPull(
+      int64_t min_version, int64_t step, const std::vector<float*>& values,
+      int64_t min_clock = 0, int64_t own_clock = 0,
+      const std::vector<bool>* only = nullptr);
   // Sends grads[t] for `step`. A retried call keeps its request id, so the
   // pserver applies it once.
   absl::Status Push(int64_t step, const std::vector<const float*>& grads,
@@ -116,8 +118,10 @@ class ParamClient {
   // Push, started: float32 values are sent from `grads` itself, which must
   // stay unchanged until the transfer has ended (the threshold encoder's
   // state is updated at once).
+  // With `only`, the blocks of the tables it marks, as StartPull.
   absl::StatusOr<std::unique_ptr<DenseTransfer>> StartPush(
-      int64_t step, const std::vector<const float*>& grads);
+      int64_t step, const std::vector<const float*>& grads,
+      const std::vector<bool>* only = nullptr);
   // ASYNC: tells every pserver that this trainer has finished `steps`
   // steps, with an empty push tagged steps (after all its pushes were
   // acknowledged), so that a pull with min_clock = steps + 1 sees every

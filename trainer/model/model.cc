@@ -205,6 +205,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
                      "FULLY_CONNECTED or BIAS layer has ", last.output_dim(),
                      "; only elementwise layers may follow it"));
   }
+  first_table.push_back(model->tables_.size());
+  for (int i = 0; i < cfg.layers_size(); ++i) {
+    model->layer_tables_.emplace_back();
+    for (size_t t = first_table[i]; t < first_table[i + 1]; ++t) {
+      model->layer_tables_.back().push_back(static_cast<int>(t));
+    }
+  }
   RETURN_IF_ERROR(model->BindBuffers());
   Backend* be = model->backend_.get();
   // Pass 2: the layers, pointing at the now stable parameter buffers.
@@ -309,8 +316,8 @@ absl::Status Model::Reserve(int batch) {
   return absl::OkStatus();
 }
 
-absl::Status Model::BindParameters() {
-  for (size_t t = 0; t < tables_.size(); ++t) {
+absl::Status Model::BindParameters(const std::vector<int>& tables) {
+  for (int t : tables) {
     ParamTable& table = tables_[t];
     if (backend_->host_memory()) {
       params_[t] = ParamBuffers{table.value.data(), table.grad.data()};
@@ -322,9 +329,9 @@ absl::Status Model::BindParameters() {
   return absl::OkStatus();
 }
 
-absl::Status Model::Forward(const float* x, int batch, bool training) {
+absl::Status Model::Forward(const float* x, int batch, bool training,
+                            const LayerHooks* hooks) {
   RETURN_IF_ERROR(Reserve(batch));
-  RETURN_IF_ERROR(BindParameters());
   const float* in = x;
   if (!backend_->host_memory()) {
     RETURN_IF_ERROR(backend_->Upload(x, static_cast<size_t>(batch) * input_dim_,
@@ -332,6 +339,12 @@ absl::Status Model::Forward(const float* x, int batch, bool training) {
     in = input_.data();
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::vector<int>& tables = layer_tables_[i];
+    if (!tables.empty() && hooks != nullptr && hooks->before_forward) {
+      RETURN_IF_ERROR(hooks->before_forward(tables));
+    }
+    // Each layer's values are taken (uploaded) just before it runs.
+    RETURN_IF_ERROR(BindParameters(tables));
     RETURN_IF_ERROR(layers_[i]->Forward(in, batch, training, acts_[i].data()));
     in = acts_[i].data();
   }
@@ -373,13 +386,14 @@ absl::StatusOr<BatchStats> Model::Loss(const int32_t* labels, int batch,
 
 absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
                                              const int32_t* labels, int batch,
-                                             float* input_grad) {
+                                             float* input_grad,
+                                             const LayerHooks* hooks) {
   if (batch <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch must be positive, got ", batch));
   }
   RETURN_IF_ERROR(CheckLabels(labels, batch));
-  RETURN_IF_ERROR(Forward(x, batch, /*training=*/true));
+  RETURN_IF_ERROR(Forward(x, batch, /*training=*/true, hooks));
   ASSIGN_OR_RETURN(BatchStats stats,
                    Loss(labels, batch, grads_.back().data(), nullptr));
   const bool host = backend_->host_memory();
@@ -392,12 +406,18 @@ absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
     float* din = i == 0 ? x_grad : grads_[i - 1].data();
     RETURN_IF_ERROR(layers_[i]->Backward(in, acts_[i].data(), grads_[i].data(),
                                          batch, din));
+    const std::vector<int>& tables = layer_tables_[i];
+    if (!host) {
+      for (int t : tables) {
+        RETURN_IF_ERROR(backend_->Download(
+            params_[t].grad, tables_[t].grad.size(), tables_[t].grad.data()));
+      }
+    }
+    if (!tables.empty() && hooks != nullptr && hooks->after_backward) {
+      RETURN_IF_ERROR(hooks->after_backward(tables));
+    }
   }
   if (!host) {
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      RETURN_IF_ERROR(backend_->Download(
-          params_[t].grad, tables_[t].grad.size(), tables_[t].grad.data()));
-    }
     if (input_grad != nullptr) {
       RETURN_IF_ERROR(backend_->Download(
           x_grad, static_cast<size_t>(batch) * input_dim_, input_grad));

@@ -2,6 +2,7 @@
 #define SHARDPS_TRAINER_MODEL_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,17 @@ struct BatchStats {
 // activation buffers.
 class Model {
  public:
+  // What TrainBatch calls for a layer with parameter tables, given their
+  // indices in tables(): `before_forward` before the layer reads its
+  // values (a trainer waits there for that layer's pull), `after_backward`
+  // once their gradients are final in tables() (a trainer pushes them
+  // while the layers below still compute). Either may be empty; an error
+  // ends TrainBatch with it.
+  struct LayerHooks {
+    std::function<absl::Status(const std::vector<int>& tables)> before_forward;
+    std::function<absl::Status(const std::vector<int>& tables)> after_backward;
+  };
+
   // Validates `config` and builds the layers and parameter tables (values and
   // gradients zero; see InitializeParameters) on `backend` (null: a
   // CpuBackend with one thread). Returns InvalidArgument, naming the layer,
@@ -72,8 +84,10 @@ class Model {
   // case the gradients are unspecified, and the backend's errors.
   // If `input_grad` is not null it receives the gradient of the mean loss
   // with respect to x (batch x input_dim), for a sparse input below.
+  // `hooks` (may be null) are called around each layer that has tables.
   absl::StatusOr<BatchStats> TrainBatch(const float* x, const int32_t* labels,
-                                        int batch, float* input_grad = nullptr);
+                                        int batch, float* input_grad = nullptr,
+                                        const LayerHooks* hooks = nullptr);
 
   // Forward only. For LOGISTIC, an example is correct when (p >= 0.5) equals
   // its label. If `probabilities` is not null it receives batch * output_dim()
@@ -98,6 +112,11 @@ class Model {
   int output_dim() const { return layers_.back()->output_dim(); }
   // Total number of parameters over all tables.
   int64_t num_parameters() const;
+  // The tables of each layer, by index in tables(), in layer order (empty
+  // for a layer without parameters).
+  const std::vector<std::vector<int>>& layer_tables() const {
+    return layer_tables_;
+  }
   // The config, with every layer named.
   const ModelConfig& config() const { return config_; }
   // Where the layers compute.
@@ -111,10 +130,11 @@ class Model {
   absl::Status BindBuffers();
   // Makes room for `batch` examples in the activation buffers (grows only).
   absl::Status Reserve(int batch);
-  // Points params_ at the tables' values (a device backend uploads them).
-  absl::Status BindParameters();
+  // Points params_ at `tables`' values (a device backend uploads them).
+  absl::Status BindParameters(const std::vector<int>& tables);
   // Runs the layers on x (host memory); the output is acts_.back().
-  absl::Status Forward(const float* x, int batch, bool training);
+  absl::Status Forward(const float* x, int batch, bool training,
+                       const LayerHooks* hooks = nullptr);
   // Loss and accuracy of the output in acts_.back(); if `dlogits` is not null
   // writes the gradient of the mean loss there. Skips invalid labels.
   absl::StatusOr<BatchStats> Loss(const int32_t* labels, int batch,
@@ -126,6 +146,7 @@ class Model {
   const int num_classes_;
   std::unique_ptr<Backend> backend_;
   std::vector<ParamTable> tables_;
+  std::vector<std::vector<int>> layer_tables_;
   // params_[t]: where tables_[t] lives on the backend (stable addresses:
   // the layers point at them). A device backend keeps its copies in
   // device_values_ and device_grads_.

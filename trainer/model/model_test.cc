@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -177,6 +178,53 @@ TEST(ModelTest, TablesAndDefaultNames) {
   EXPECT_EQ(model->config().layers(1).name(), "relu1");
   EXPECT_EQ(model->num_parameters(), 784 * 8 + 8 + 8 * 10 + 10);
   EXPECT_EQ(model->output_dim(), 10);
+}
+
+TEST(ModelTest, LayerHooksSeeEachLayersTablesInOrder) {
+  const ModelConfig config = ParseConfig(
+      "layers { type: FULLY_CONNECTED output_dim: 8 } "
+      "layers { type: RELU } "
+      "layers { name: 'out' type: FULLY_CONNECTED output_dim: 3 }");
+  auto hooked = MustCreate(config, 5, 3);
+  auto plain = MustCreate(config, 5, 3);
+  ASSERT_NE(hooked, nullptr);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(hooked->layer_tables(),
+            (std::vector<std::vector<int>>{{0, 1}, {}, {2, 3}}));
+  hooked->InitializeParameters(3);
+  plain->InitializeParameters(3);
+  std::vector<float> x(4 * 5);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7);
+  const std::vector<int32_t> labels = {0, 1, 2, 1};
+  std::vector<std::string> calls;
+  // A layer's gradient is final when after_backward sees it.
+  std::vector<std::vector<float>> seen(4);
+  Model::LayerHooks hooks;
+  hooks.before_forward = [&](const std::vector<int>& tables) {
+    calls.push_back(absl::StrCat("forward ", tables[0]));
+    return absl::OkStatus();
+  };
+  hooks.after_backward = [&](const std::vector<int>& tables) {
+    calls.push_back(absl::StrCat("backward ", tables[0]));
+    for (int t : tables) seen[t] = hooked->tables()[t].grad;
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(
+      hooked->TrainBatch(x.data(), labels.data(), 4, nullptr, &hooks).ok());
+  ASSERT_TRUE(plain->TrainBatch(x.data(), labels.data(), 4).ok());
+  EXPECT_EQ(calls, (std::vector<std::string>{"forward 0", "forward 2",
+                                             "backward 2", "backward 0"}));
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(seen[t], plain->tables()[t].grad) << "table " << t;
+    EXPECT_EQ(hooked->tables()[t].grad, plain->tables()[t].grad);
+  }
+  // An error of a hook ends the batch with it.
+  hooks.before_forward = [](const std::vector<int>&) {
+    return absl::UnavailableError("pull failed");
+  };
+  EXPECT_EQ(
+      hooked->TrainBatch(x.data(), labels.data(), 4, nullptr, &hooks).status(),
+      absl::UnavailableError("pull failed"));
 }
 
 TEST(ModelTest, CreateErrors) {
