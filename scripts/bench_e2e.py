@@ -108,6 +108,8 @@ def main():
             ("ShardPS sync, 1 pserver, TCP (--shared_memory=false)",
              lambda t: run_shardps(args, 1, "sync", t,
                                    ["--shared_memory=false"])),
+            ("ShardPS sync, 1 pserver, --layer_pipeline",
+             lambda t: run_shardps(args, 1, "sync", t, ["--layer_pipeline"])),
             ("ShardPS async, 1 pserver", lambda t: run_shardps(args, 1, "async", t)),
             ("ShardPS async, 1 pserver, --async_overlap",
              lambda t: run_shardps(args, 1, "async", t, ["--async_overlap"])),
