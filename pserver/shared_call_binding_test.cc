@@ -3,8 +3,14 @@
 // region's slots (common/shared_calls.h) rather than gRPC.
 #include "pserver/shared_call_binding.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -156,6 +162,71 @@ TEST_F(SharedCallBindingTest, CallsNamingAnotherTrainerOrRegionAreRefused) {
                 ->counters()
                 .block_updates,
             0);
+}
+
+TEST_F(SharedCallBindingTest, RandomBytesInTheCallAreaNeverHurtThePserver) {
+  // What a buggy or hostile process of the trainer's user could write: the
+  // whole call area random, slots posted at random, the doorbell rung, 3000
+  // times. The pserver answers or ignores each, applies nothing, and still
+  // serves the trainer afterwards.
+  SharedMemoryRequest req;
+  req.set_trainer_id(0);
+  req.set_incarnation(3);
+  req.set_bytes(SharedRegion::kHeaderBytes + shared_calls::kAreaBytes + 48);
+  req.set_calls(true);
+  SharedMemoryResponse resp;
+  ASSERT_TRUE(grpc_->OpenSharedMemory(req, &resp).ok());
+  ASSERT_TRUE(resp.calls());
+  auto region = SharedRegion::Attach(static_cast<pid_t>(resp.pid()), resp.fd(),
+                                     resp.bytes(), resp.token());
+  ASSERT_TRUE(region.ok()) << region.status();
+  char* area = (*region)->data() + SharedRegion::kHeaderBytes;
+  std::mt19937 rng(11);
+  auto* bell = reinterpret_cast<uint32_t*>(area);
+  for (int round = 0; round < 3000; ++round) {
+    const size_t at = rng() % shared_calls::kAreaBytes;
+    const size_t n =
+        std::min<size_t>(1 + rng() % 512, shared_calls::kAreaBytes - at);
+    for (size_t i = 0; i < n; ++i) area[at + i] = static_cast<char>(rng());
+    // A slot's control line: state posted, a random method and size.
+    const int slot = static_cast<int>(rng() % shared_calls::kSlots);
+    auto* control = reinterpret_cast<uint32_t*>(
+        area + shared_calls::kBellBytes + slot * shared_calls::kSlotBytes);
+    control[shared_calls::kMethod] = 1 + rng() % 3;
+    control[shared_calls::kRequestSize] =
+        rng() % 2 ? rng() % shared_calls::kRequestBytes : rng();
+    __atomic_store_n(&control[shared_calls::kState], 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(bell, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, bell, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  }
+  EXPECT_EQ(server_->pserver()
+                ->handler()
+                ->store_for_testing()
+                ->counters()
+                .block_updates,
+            0);
+  // The pserver still answers the area: an empty push in slot 0 names
+  // trainer 0 but not the region.
+  auto* control = reinterpret_cast<uint32_t*>(area + shared_calls::kBellBytes);
+  absl::SleepFor(absl::Milliseconds(50));  // the storm's calls are answered
+  control[shared_calls::kMethod] = shared_calls::kPush;
+  control[shared_calls::kRequestSize] = 0;
+  __atomic_store_n(&control[shared_calls::kState], 1, __ATOMIC_RELEASE);
+  __atomic_fetch_add(bell, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, bell, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  for (int i = 0; i < 1000 && __atomic_load_n(&control[shared_calls::kState],
+                                              __ATOMIC_ACQUIRE) != 2;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(control[shared_calls::kState], 2u);
+  EXPECT_EQ(control[shared_calls::kCode],
+            static_cast<uint32_t>(absl::StatusCode::kPermissionDenied));
+  // The trainer's own lane (a new region) works as before.
+  ASSERT_EQ(params_->UseSharedMemory(), 1);
+  EXPECT_EQ(Step(0, std::vector<float>(6, 1.0f)),
+            (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(client_->over_grpc.load(), 0);
 }
 
 TEST_F(SharedCallBindingTest, AReplacedRegionSendsItsCallsOverTcp) {
