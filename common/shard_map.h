@@ -44,6 +44,17 @@ inline int SparseKeyServer(uint64_t key, int num_servers) {
   return static_cast<int>(Mix64(key) % static_cast<uint64_t>(num_servers));
 }
 
+// With replication R (docs/replication.md, "Placement"): what pserver s
+// holds without replication (its shard) lives on pservers s, s+1, ...,
+// s+R-1 (mod P). REQUIRES: 1 <= replication <= num_servers, 0 <= shard <
+// num_servers.
+std::vector<int> ReplicaServers(int shard, int replication, int num_servers);
+
+// The primary of `shard` among the pservers `alive` (ascending): the first
+// of its replica list that is alive; -1 when none is (the shard is lost).
+int PrimaryServer(int shard, int replication, int num_servers,
+                  const std::vector<int>& alive);
+
 }  // namespace shardps
 
 #endif  // SHARDPS_COMMON_SHARD_MAP_H_
