@@ -35,7 +35,12 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
 }
 
 void DenseTableBlock::Apply(int64_t step, float scale,
-                            absl::Span<const float> grad) {
+                            absl::Span<const float> grad, bool sync) {
+  if (update_sink_) {
+    update_sink_(AppliedUpdate{table_id(), index(), step, barrier.version(),
+                               scale, sync,
+                               std::vector<float>(grad.begin(), grad.end())});
+  }
   std::vector<absl::Span<float>> spans;
   spans.reserve(slots.size());
   for (auto& s : slots) spans.push_back(absl::MakeSpan(s));
@@ -57,16 +62,39 @@ void DenseTableBlock::ApplyStep(const PushPayload* last,
   const int64_t step = barrier.version();
   if (single_trainer_) {
     CHECK(last != nullptr) << "a one-trainer step completes with its push";
-    Apply(step, 1.0f, last->values);
+    Apply(step, 1.0f, last->values, /*sync=*/true);
   } else {
-    Apply(step, 1.0f / barrier.num_done(), accum_);
+    Apply(step, 1.0f / barrier.num_done(), accum_, /*sync=*/true);
   }
   barrier.Advance(ready);
 }
 
 void DenseTableBlock::ApplyNow(int64_t step, const PushPayload& p) {
-  Apply(step, 1.0f, p.values);
+  Apply(step, 1.0f, p.values, /*sync=*/false);
   barrier.Bump();
+}
+
+absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
+                                              std::vector<WaiterPtr>* ready) {
+  if (update.table_id != table_id() || update.block != index() ||
+      static_cast<int64_t>(update.grad.size()) != size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": a replicated update of table id ", update.table_id,
+        " block ", update.block, " with ", update.grad.size(), " values"));
+  }
+  if (update.version != barrier.version()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), " is at version ", barrier.version(),
+                     "; a replicated update of version ", update.version,
+                     " does not follow it"));
+  }
+  Apply(update.step, update.scale, update.grad, update.sync);
+  if (update.sync) {
+    barrier.Advance(ready);
+  } else {
+    barrier.Bump();
+  }
+  return absl::OkStatus();
 }
 
 void DenseTableBlock::Read(const PullTarget& target,

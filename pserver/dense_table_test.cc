@@ -2,7 +2,9 @@
 // sync step, async updates, and a restore that forgets the step.
 #include "pserver/dense_table.h"
 
+#include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -66,6 +68,89 @@ TEST(DenseTableBlockTest, AsyncUpdatesAndStateSurviveARestore) {
   EXPECT_EQ(b.barrier.version(), 9);
   b.ApplyNow(9, PushPayload{g, {}, 1});
   EXPECT_EQ(b.value, (std::vector<float>{1.75f}));  // v = 1.25
+}
+
+// Two trainers' sync steps on a primary block; each applied update goes to
+// a backup block, which must end with the same values and Adam state, to
+// the last bit.
+TEST(DenseTableBlockTest, ABackupApplyingTheUpdatesHoldsTheSameBits) {
+  Membership m(2, true);
+  auto adam = Make(testing::Adam(0.01f));
+  DenseTableBlock primary(0, 1, 5, "w", adam.get(), &m, 0);
+  DenseTableBlock backup(0, 1, 5, "w", adam.get(), &m, 0);
+  std::vector<AppliedUpdate> sent;
+  std::vector<WaiterPtr> ready;
+  absl::MutexLock lp(&primary.mu);
+  absl::MutexLock lb(&backup.mu);
+  const std::vector<float> init = {0.1f, -0.2f, 0.3f, 0.7f, -1.0f};
+  primary.SetInitialValue(init);
+  backup.SetInitialValue(init);
+  primary.set_update_sink(
+      [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise;
+  for (int step = 0; step < 30; ++step) {
+    std::vector<float> g0(5), g1(5);
+    for (int i = 0; i < 5; ++i) {
+      g0[i] = noise(rng);
+      g1[i] = noise(rng);
+    }
+    primary.Accumulate(PushPayload{g0, {}, 1}, true);
+    primary.Accumulate(PushPayload{g1, {}, 1}, false);
+    primary.barrier.Receive(0, 1);
+    primary.barrier.Receive(1, 1);
+    PushPayload last{g1, {}, 1};
+    primary.ApplyStep(&last, &ready);
+  }
+  // Then async-style pushes, applied as they are.
+  for (int k = 0; k < 5; ++k) {
+    const std::vector<float> g(5, 0.25f * k);
+    primary.ApplyNow(30 + k, PushPayload{g, {}, 1});
+  }
+  ASSERT_EQ(sent.size(), 35u);
+  EXPECT_EQ(sent[3].version, 3);
+  EXPECT_EQ(sent[3].scale, 0.5f);
+  EXPECT_TRUE(sent[3].sync);
+  EXPECT_FALSE(sent[34].sync);
+  for (const AppliedUpdate& u : sent) {
+    ASSERT_TRUE(backup.ApplyReplicated(u, &ready).ok());
+  }
+  EXPECT_EQ(backup.barrier.version(), primary.barrier.version());
+  ASSERT_EQ(backup.value.size(), primary.value.size());
+  EXPECT_EQ(std::memcmp(backup.value.data(), primary.value.data(),
+                        primary.value.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(backup.slots.size(), primary.slots.size());
+  for (size_t s = 0; s < primary.slots.size(); ++s) {
+    EXPECT_EQ(std::memcmp(backup.slots[s].data(), primary.slots[s].data(),
+                          primary.slots[s].size() * sizeof(float)),
+              0)
+        << "slot " << s;
+  }
+  EXPECT_NE(primary.value, init) << "nothing was applied: the test is void";
+}
+
+TEST(DenseTableBlockTest, AReplicatedUpdateMustFollowTheVersion) {
+  Membership m(1, true);
+  auto sgd = Make(testing::Sgd(1.0f));
+  DenseTableBlock b(2, 0, 2, "w", sgd.get(), &m, 0);
+  std::vector<WaiterPtr> ready;
+  absl::MutexLock l(&b.mu);
+  b.SetInitialValue(std::vector<float>{1, 1});
+  AppliedUpdate u{2, 0, 0, 0, 1.0f, true, {1, 1}};
+  ASSERT_TRUE(b.ApplyReplicated(u, &ready).ok());
+  // The same update again, and one that skips a version: refused.
+  EXPECT_TRUE(absl::IsFailedPrecondition(b.ApplyReplicated(u, &ready)));
+  u.version = 2;
+  EXPECT_TRUE(absl::IsFailedPrecondition(b.ApplyReplicated(u, &ready)));
+  u.version = 1;
+  u.grad = {1, 1, 1};
+  EXPECT_TRUE(absl::IsInvalidArgument(b.ApplyReplicated(u, &ready)));
+  u.grad = {1, 1};
+  u.block = 3;
+  EXPECT_TRUE(absl::IsInvalidArgument(b.ApplyReplicated(u, &ready)));
+  EXPECT_EQ(b.value, (std::vector<float>{0, 0}));
+  EXPECT_EQ(b.barrier.version(), 1);
 }
 
 }  // namespace
