@@ -1,6 +1,7 @@
 #include "pserver/dense_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/vector_ops.h"
 
@@ -37,9 +38,15 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
 void DenseTableBlock::Apply(int64_t step, float scale,
                             absl::Span<const float> grad, bool sync) {
   if (update_sink_) {
-    update_sink_(AppliedUpdate{table_id(), index(), step, barrier.version(),
-                               scale, sync,
-                               std::vector<float>(grad.begin(), grad.end())});
+    AppliedUpdate u;
+    u.table_id = table_id();
+    u.block = index();
+    u.step = step;
+    u.version = barrier.version();
+    u.sync = sync;
+    u.scales = {scale};
+    u.grad.assign(grad.begin(), grad.end());
+    update_sink_(std::move(u));
   }
   std::vector<absl::Span<float>> spans;
   spans.reserve(slots.size());
@@ -76,19 +83,15 @@ void DenseTableBlock::ApplyNow(int64_t step, const PushPayload& p) {
 
 absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
                                               std::vector<WaiterPtr>* ready) {
-  if (update.table_id != table_id() || update.block != index() ||
-      static_cast<int64_t>(update.grad.size()) != size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": a replicated update of table id ", update.table_id,
-        " block ", update.block, " with ", update.grad.size(), " values"));
+  RETURN_IF_ERROR(CheckReplicated(update));
+  if (static_cast<int64_t>(update.grad.size()) != size_ ||
+      update.scales.size() != 1 || !update.keys.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": a replicated update with ", update.grad.size(),
+                     " values and ", update.scales.size(), " scales, for ",
+                     size_, " values and 1 scale"));
   }
-  if (update.version != barrier.version()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(), " is at version ", barrier.version(),
-                     "; a replicated update of version ", update.version,
-                     " does not follow it"));
-  }
-  Apply(update.step, update.scale, update.grad, update.sync);
+  Apply(update.step, update.scales[0], update.grad, update.sync);
   if (update.sync) {
     barrier.Advance(ready);
   } else {

@@ -18,19 +18,6 @@ namespace shardps {
 // placement"): its values and optimizer state, the gradients accumulated
 // for the sync step being assembled, and that step's barrier. Every field
 // is guarded by `mu`. Thread-safe.
-// An update as a block's optimizer applied it (docs/replication.md,
-// "Replication after aggregation"): a backup that applies it to the same
-// values and state gets the same bits.
-struct AppliedUpdate {
-  uint32_t table_id = 0;
-  uint32_t block = 0;
-  int64_t step = 0;     // the optimizer's step argument
-  int64_t version = 0;  // the block's version before the update
-  float scale = 1.0f;   // the gradient's factor (1 / trainers in sync)
-  bool sync = true;     // a sync step (the barrier advances) or an async push
-  std::vector<float> grad;
-};
-
 class DenseTableBlock final : public BarrierUnit {
  public:
   // `optimizer` and `membership` must outlive the block. `num_trainers` ==
@@ -66,19 +53,10 @@ class DenseTableBlock final : public BarrierUnit {
   // Hands the whole block and its version to `sink`; takes `mu`.
   void Read(const PullTarget& target, const PullSink& sink) const override;
 
-  // A primary's block: every update it applies from now on goes to `sink`,
-  // under `mu`, before any pull can see it (null: none).
-  using UpdateSink = std::function<void(AppliedUpdate update)>;
-  void set_update_sink(UpdateSink sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    update_sink_ = std::move(sink);
-  }
-  // A backup's block: applies its primary's `update` as the primary did,
-  // handing the pulls it releases to *ready. FAILED_PRECONDITION when the
-  // update is not the one that follows this block's version (a gap or a
-  // repeat), INVALID_ARGUMENT when it names another block or size; nothing
-  // is applied then.
+  // A backup's block (BarrierUnit::ApplyReplicated): one gradient of the
+  // block's size, one scale.
   absl::Status ApplyReplicated(const AppliedUpdate& update,
-                               std::vector<WaiterPtr>* ready)
+                               std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   bool has_value ABSL_GUARDED_BY(mu) = false;
@@ -95,7 +73,6 @@ class DenseTableBlock final : public BarrierUnit {
   const Optimizer* const optimizer_;
   const bool single_trainer_;
   std::vector<float> accum_ ABSL_GUARDED_BY(mu);
-  UpdateSink update_sink_ ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace shardps

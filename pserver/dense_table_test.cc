@@ -109,7 +109,7 @@ TEST(DenseTableBlockTest, ABackupApplyingTheUpdatesHoldsTheSameBits) {
   }
   ASSERT_EQ(sent.size(), 35u);
   EXPECT_EQ(sent[3].version, 3);
-  EXPECT_EQ(sent[3].scale, 0.5f);
+  EXPECT_EQ(sent[3].scales, (std::vector<float>{0.5f}));
   EXPECT_TRUE(sent[3].sync);
   EXPECT_FALSE(sent[34].sync);
   for (const AppliedUpdate& u : sent) {
@@ -137,7 +137,10 @@ TEST(DenseTableBlockTest, AReplicatedUpdateMustFollowTheVersion) {
   std::vector<WaiterPtr> ready;
   absl::MutexLock l(&b.mu);
   b.SetInitialValue(std::vector<float>{1, 1});
-  AppliedUpdate u{2, 0, 0, 0, 1.0f, true, {1, 1}};
+  AppliedUpdate u;
+  u.table_id = 2;
+  u.scales = {1.0f};
+  u.grad = {1, 1};
   ASSERT_TRUE(b.ApplyReplicated(u, &ready).ok());
   // The same update again, and one that skips a version: refused.
   EXPECT_TRUE(absl::IsFailedPrecondition(b.ApplyReplicated(u, &ready)));
@@ -147,6 +150,9 @@ TEST(DenseTableBlockTest, AReplicatedUpdateMustFollowTheVersion) {
   u.grad = {1, 1, 1};
   EXPECT_TRUE(absl::IsInvalidArgument(b.ApplyReplicated(u, &ready)));
   u.grad = {1, 1};
+  u.scales = {1.0f, 1.0f};
+  EXPECT_TRUE(absl::IsInvalidArgument(b.ApplyReplicated(u, &ready)));
+  u.scales = {1.0f};
   u.block = 3;
   EXPECT_TRUE(absl::IsInvalidArgument(b.ApplyReplicated(u, &ready)));
   EXPECT_EQ(b.value, (std::vector<float>{0, 0}));

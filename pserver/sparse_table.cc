@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "common/blob_io.h"
 #include "common/shard_map.h"
 #include "glog/logging.h"
@@ -282,7 +283,7 @@ void SparseTable::Accumulate(absl::Span<const uint64_t> keys,
   }
 }
 
-int64_t SparseTable::ApplyAccumulated(int64_t step) {
+int64_t SparseTable::ApplyAccumulated(int64_t step, AppliedUpdate* applied) {
   std::vector<absl::Span<float>> slots(optimizer_->num_slots());
   uint32_t rows[kLookupBatch];
   int64_t n = 0;
@@ -304,6 +305,15 @@ int64_t SparseTable::ApplyAccumulated(int64_t step) {
       }
     }
     n += static_cast<int64_t>(keys);
+    if (applied != nullptr) {
+      applied->keys.insert(applied->keys.end(), s.accum_keys.begin(),
+                           s.accum_keys.end());
+      applied->grad.insert(applied->grad.end(), s.accum_sums.begin(),
+                           s.accum_sums.begin() + keys * dim_);
+      for (size_t j = 0; j < keys; ++j) {
+        applied->scales.push_back(1.0f / s.accum_counts[j]);
+      }
+    }
     ClearAccumulators(s);
   }
   return n;
@@ -514,23 +524,72 @@ void SparseShard::Accumulate(const PushPayload& p, bool first) {
 
 void SparseShard::ApplyStep(const PushPayload* last,
                             std::vector<WaiterPtr>* ready) {
-  rows_.ApplyAccumulated(barrier.version());
+  const int64_t version = barrier.version();
+  if (update_sink_) {
+    AppliedUpdate u;
+    u.table_id = table_id();
+    u.block = index();
+    u.step = version;
+    u.version = version;
+    rows_.ApplyAccumulated(version, &u);
+    update_sink_(std::move(u));
+  } else {
+    rows_.ApplyAccumulated(version);
+  }
   barrier.Advance(ready);
   Evict(barrier.version());
 }
 
 void SparseShard::ApplyNow(int64_t step, const PushPayload& p) {
+  if (update_sink_) {
+    AppliedUpdate u;
+    u.table_id = table_id();
+    u.block = index();
+    u.step = step;
+    u.version = barrier.version();
+    u.sync = false;
+    u.job_step = p.job_step;
+    u.keys.assign(p.keys.begin(), p.keys.end());
+    u.scales = {1.0f};
+    u.grad.assign(p.values.begin(), p.values.end());
+    update_sink_(std::move(u));
+  }
   const float one[] = {1.0f};
   rows_.Apply(step, p.keys, p.values, one);
   barrier.Bump();
+  PaceEviction(p.job_step);
+}
+
+void SparseShard::PaceEviction(int64_t job_step) {
   // Paced by the slowest live trainer, not by this push's step: one
   // client's step cannot evict the others' rows.
-  const int64_t now = p.job_step;
   if (evict_after_ > 0 &&
-      now >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
-    last_evict_step_ = now;
-    Evict(now);
+      job_step >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
+    last_evict_step_ = job_step;
+    Evict(job_step);
   }
+}
+
+absl::Status SparseShard::ApplyReplicated(const AppliedUpdate& update,
+                                          std::vector<WaiterPtr>* ready) {
+  RETURN_IF_ERROR(CheckReplicated(update));
+  const size_t n = update.keys.size();
+  if (update.grad.size() != n * static_cast<size_t>(rows_.dim()) ||
+      (update.scales.size() != 1 && update.scales.size() != n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": a replicated update of ", n, " keys with ",
+                     update.grad.size(), " gradient values and ",
+                     update.scales.size(), " scales (dim ", rows_.dim(), ")"));
+  }
+  rows_.Apply(update.step, update.keys, update.grad, update.scales);
+  if (update.sync) {
+    barrier.Advance(ready);
+    Evict(barrier.version());
+  } else {
+    barrier.Bump();
+    PaceEviction(update.job_step);
+  }
+  return absl::OkStatus();
 }
 
 void SparseShard::Evict(int64_t step) {

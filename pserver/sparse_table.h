@@ -81,8 +81,10 @@ class SparseTable {
   void Accumulate(absl::Span<const uint64_t> keys,
                   absl::Span<const float> grads);
   // SYNC: applies, per key, the mean over the trainers that pushed it, and
-  // clears the accumulators. Returns the keys updated.
-  int64_t ApplyAccumulated(int64_t step);
+  // clears the accumulators. Returns the keys updated. With `applied`, also
+  // appends each key, its summed gradient and its scale there, so that
+  // Apply(step, keys, grad, scales) elsewhere does the same.
+  int64_t ApplyAccumulated(int64_t step, AppliedUpdate* applied = nullptr);
 
   // Removes the rows not updated for evict_after_steps steps before
   // `current_step`, and forgets pending sightings as old. Returns the rows
@@ -218,8 +220,16 @@ class SparseShard final : public BarrierUnit {
   // Copies the rows of the target's keys to target.out, as SparseTable::Read
   // (under the stripes' locks, not `mu`).
   void Read(const PullTarget& target, const PullSink& sink) const override;
+  // A backup's table (BarrierUnit::ApplyReplicated): keys.size() rows of
+  // gradient, one scale or one per key; the keys must be distinct. Evicts
+  // as the primary did.
+  absl::Status ApplyReplicated(const AppliedUpdate& update,
+                               std::vector<WaiterPtr>* ready) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
  private:
+  // ASYNC: evicts every evict_after_steps / 2 steps of `job_step`.
+  void PaceEviction(int64_t job_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Evicts the rows not updated since `step` - evict_after_steps.
   void Evict(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

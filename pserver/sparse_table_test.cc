@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -383,6 +384,90 @@ TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
   EXPECT_EQ(whole.counters().rows, 3);
   EXPECT_EQ(whole.counters().pending_keys, 2);
   EXPECT_EQ(ReadAll(whole, {1, 2, 3, 4, 5}), ReadAll(a, {1, 2, 3, 4, 5}));
+}
+
+// Two trainers' sync steps, then async pushes, on a primary sparse table
+// with admission and eviction; every applied update goes to a backup table,
+// which must then hold the same rows to the last bit, and have admitted,
+// dropped and evicted the same keys.
+TEST(SparseShardTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
+  Membership m(2, true);
+  auto adagrad = MakeOptimizer(OptimizerConfig::ADAGRAD, 0.1f);
+  TableSpec spec;
+  spec.set_name("e");
+  spec.set_kind(TableSpec::SPARSE);
+  *spec.mutable_sparse() = Options(4);
+  spec.mutable_sparse()->set_admit_after(2);
+  spec.mutable_sparse()->set_evict_after_steps(6);
+  SparseShard primary(3, spec, adagrad.get(), &m, 0);
+  SparseShard backup(3, spec, adagrad.get(), &m, 0);
+  std::vector<AppliedUpdate> sent;
+  std::vector<WaiterPtr> ready;
+  absl::MutexLock lp(&primary.mu);
+  absl::MutexLock lb(&backup.mu);
+  primary.set_update_sink(
+      [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise;
+  // Distinct keys of a skewed vocabulary of 60, with gradients.
+  auto draw = [&](std::vector<uint64_t>* keys, std::vector<float>* grads) {
+    keys->clear();
+    for (int i = 0; i < 12; ++i) {
+      const uint64_t k = std::min<uint64_t>(rng() % 60, rng() % 60);
+      if (std::find(keys->begin(), keys->end(), k) == keys->end()) {
+        keys->push_back(k);
+      }
+    }
+    grads->resize(keys->size() * 4);
+    for (float& g : *grads) g = noise(rng);
+  };
+  std::vector<uint64_t> k0, k1;
+  std::vector<float> g0, g1;
+  for (int step = 0; step < 25; ++step) {
+    draw(&k0, &g0);
+    draw(&k1, &g1);
+    primary.Accumulate(PushPayload{g0, k0, 1}, true);
+    primary.Accumulate(PushPayload{g1, k1, 1}, false);
+    primary.barrier.Receive(0, 1);
+    primary.barrier.Receive(1, 1);
+    PushPayload last{g1, k1, 1};
+    primary.ApplyStep(&last, &ready);
+  }
+  for (int push = 0; push < 20; ++push) {
+    draw(&k0, &g0);
+    PushPayload p{g0, k0, 1};
+    p.job_step = 25 + push / 2;
+    primary.ApplyNow(25 + push, p);
+  }
+  ASSERT_EQ(sent.size(), 45u);
+  for (const AppliedUpdate& u : sent) {
+    absl::Status s = backup.ApplyReplicated(u, &ready);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(backup.barrier.version(), primary.barrier.version());
+  const SparseCounters a = primary.rows().counters();
+  const SparseCounters b = backup.rows().counters();
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.created, b.created);
+  EXPECT_EQ(a.evicted, b.evicted);
+  EXPECT_EQ(a.dropped_updates, b.dropped_updates);
+  EXPECT_EQ(a.pending_keys, b.pending_keys);
+  EXPECT_GT(a.evicted, 0) << "nothing evicted: the test covers less";
+  EXPECT_GT(a.dropped_updates, 0) << "nothing dropped: the test covers less";
+  for (uint64_t k = 0; k < 60; ++k) {
+    const std::vector<float> x = Row(primary.rows(), k);
+    const std::vector<float> y = Row(backup.rows(), k);
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0)
+        << "key " << k;
+  }
+  // Out of order, or shaped wrong: refused, nothing applied.
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(backup.ApplyReplicated(sent[0], &ready)));
+  AppliedUpdate bad = sent[0];
+  bad.version = backup.barrier.version();
+  bad.grad.pop_back();
+  EXPECT_TRUE(absl::IsInvalidArgument(backup.ApplyReplicated(bad, &ready)));
+  EXPECT_EQ(backup.barrier.version(), primary.barrier.version());
 }
 
 }  // namespace

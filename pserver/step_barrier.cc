@@ -118,4 +118,19 @@ UnitLocks::~UnitLocks() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   }
 }
 
+absl::Status BarrierUnit::CheckReplicated(const AppliedUpdate& update) const {
+  if (update.table_id != table_id_ || update.block != index_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": a replicated update of table id ",
+                     update.table_id, " unit ", update.block));
+  }
+  if (update.version != barrier.version()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, " is at version ", barrier.version(),
+                     "; a replicated update of version ", update.version,
+                     " does not follow it"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace shardps

@@ -115,6 +115,23 @@ struct PushPayload {
   int64_t job_step = 0;
 };
 
+// An update as a unit's optimizer applied it (docs/replication.md,
+// "Replication after aggregation"): a backup unit that applies it to the
+// same values and state gets the same bits. A dense block's: its gradient
+// (`grad`, the block's size) times `scales[0]`; a sparse table's: one row
+// of `grad` per key, times that key's scale.
+struct AppliedUpdate {
+  uint32_t table_id = 0;
+  uint32_t block = 0;    // the unit's index (0 for a sparse table)
+  int64_t step = 0;      // the optimizer's step argument
+  int64_t version = 0;   // the unit's version before the update
+  bool sync = true;      // a sync step (the barrier advances) or an async push
+  int64_t job_step = 0;  // ASYNC sparse: what paces eviction
+  std::vector<uint64_t> keys;  // sparse only
+  std::vector<float> scales;   // 1 (dense) or one per key
+  std::vector<float> grad;
+};
+
 // Receives a pulled dense block, under that block's lock.
 using PullSink =
     std::function<void(uint32_t table_id, uint32_t block, int64_t version,
@@ -165,8 +182,29 @@ class BarrierUnit {
   // Answers a pull: takes what it needs of `mu` itself.
   virtual void Read(const PullTarget& target, const PullSink& sink) const = 0;
 
+  // A primary's unit: every update it applies from now on goes to `sink`,
+  // under `mu`, before any pull can see it (null: none).
+  using UpdateSink = std::function<void(AppliedUpdate update)>;
+  void set_update_sink(UpdateSink sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    update_sink_ = std::move(sink);
+  }
+  // A backup's unit: applies its primary's `update` as the primary did,
+  // handing the pulls it releases to *ready. FAILED_PRECONDITION when the
+  // update does not follow this unit's version (a gap or a repeat),
+  // INVALID_ARGUMENT when it names another unit or has the wrong sizes;
+  // nothing is applied then.
+  virtual absl::Status ApplyReplicated(const AppliedUpdate& update,
+                                       std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+
   mutable absl::Mutex mu;
   StepBarrier barrier ABSL_GUARDED_BY(mu);
+
+ protected:
+  // The checks every ApplyReplicated makes: this unit, this version.
+  absl::Status CheckReplicated(const AppliedUpdate& update) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  UpdateSink update_sink_ ABSL_GUARDED_BY(mu);
 
  private:
   const std::string name_;
