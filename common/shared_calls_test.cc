@@ -58,9 +58,34 @@ class SharedCallsTest : public ::testing::Test {
            w;
   }
 
+  // Serves by holding every call's reply, unanswered, in held_.
+  void ServeHolding() {
+    Serve([this](shared_calls::Method, absl::string_view,
+                 SharedCallServer::Reply reply) {
+      absl::MutexLock l(&held_mu_);
+      held_.push_back(std::move(reply));
+    });
+  }
+  // Waits until `n` calls are held.
+  void AwaitHeld(size_t n) {
+    absl::MutexLock l(&held_mu_);
+    auto enough = [&] { return held_.size() >= n; };
+    held_mu_.Await(absl::Condition(&enough));
+  }
+  size_t NumHeld() {
+    absl::MutexLock l(&held_mu_);
+    return held_.size();
+  }
+  SharedCallServer::Reply Held(size_t i) {
+    absl::MutexLock l(&held_mu_);
+    return held_[i];
+  }
+
   std::shared_ptr<SharedRegion> owner_;
   std::unique_ptr<SharedRegion> peer_;
-  std::unique_ptr<SharedCallServer> server_;
+  absl::Mutex held_mu_;
+  std::vector<SharedCallServer::Reply> held_ ABSL_GUARDED_BY(held_mu_);
+  std::unique_ptr<SharedCallServer> server_;  // stops before held_ goes
 };
 
 // Waits for `done` of a call and returns its status.
@@ -115,13 +140,7 @@ TEST_F(SharedCallsTest, ErrorsKeepTheirCodeAndMessage) {
 }
 
 TEST_F(SharedCallsTest, RepliesMayComeLaterFromAnotherThreadAndSlotsRunOut) {
-  absl::Mutex mu;
-  std::vector<SharedCallServer::Reply> held;
-  Serve([&](shared_calls::Method, absl::string_view,
-            SharedCallServer::Reply reply) {
-    absl::MutexLock l(&mu);
-    held.push_back(std::move(reply));
-  });
+  ServeHolding();
   auto caller = Caller();
   PullRequest req;
   std::vector<PullResponse> resps(shared_calls::kSlots + 1);
@@ -131,17 +150,12 @@ TEST_F(SharedCallsTest, RepliesMayComeLaterFromAnotherThreadAndSlotsRunOut) {
   }
   // Every slot is in use: the next call goes over gRPC.
   EXPECT_FALSE(caller->TryCall(kPull, req, &resps.back(), [](absl::Status) {}));
-  {
-    absl::MutexLock l(&mu);
-    auto all = [&] { return held.size() == shared_calls::kSlots; };
-    mu.Await(absl::Condition(&all));
-  }
+  AwaitHeld(shared_calls::kSlots);
   std::thread answer([&] {
-    absl::MutexLock l(&mu);
-    for (size_t i = 0; i < held.size(); ++i) {
+    for (size_t i = 0; i < shared_calls::kSlots; ++i) {
       PullResponse r;
       r.set_wait_micros(static_cast<int64_t>(i));
-      held[i](absl::OkStatus(), &r);
+      Held(i)(absl::OkStatus(), &r);
     }
   });
   answer.join();
@@ -170,15 +184,7 @@ TEST_F(SharedCallsTest, TooLargeRequestsAndRepliesGoOverGrpc) {
 }
 
 TEST_F(SharedCallsTest, AHostileTrainerOnlyBreaksItsOwnCalls) {
-  std::atomic<int> dispatched{0};
-  absl::Mutex mu;
-  std::vector<SharedCallServer::Reply> held;
-  Serve([&](shared_calls::Method, absl::string_view,
-            SharedCallServer::Reply reply) {
-    ++dispatched;
-    absl::MutexLock l(&mu);
-    held.push_back(std::move(reply));
-  });
+  ServeHolding();
   // Slot 0: a size past the request area; slot 1: an unknown method. Both
   // are answered INVALID_ARGUMENT without reaching the dispatch.
   *Word(0, shared_calls::kMethod) = kPush;
@@ -202,7 +208,7 @@ TEST_F(SharedCallsTest, AHostileTrainerOnlyBreaksItsOwnCalls) {
   for (int tries = 0; tries < 1000; ++tries) {
     if (__atomic_load_n(Word(0, shared_calls::kState), __ATOMIC_ACQUIRE) == 2 &&
         __atomic_load_n(Word(1, shared_calls::kState), __ATOMIC_ACQUIRE) == 2 &&
-        dispatched.load() == 1) {
+        NumHeld() == 1) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(5));
@@ -217,19 +223,12 @@ TEST_F(SharedCallsTest, AHostileTrainerOnlyBreaksItsOwnCalls) {
     ring();
     absl::SleepFor(absl::Milliseconds(2));
   }
-  EXPECT_EQ(dispatched.load(), 1);
-  absl::MutexLock l(&mu);
-  held[0](absl::OkStatus(), nullptr);
+  EXPECT_EQ(NumHeld(), 1u);  // dispatched once
+  Held(0)(absl::OkStatus(), nullptr);
 }
 
 TEST_F(SharedCallsTest, NoAnswerInTheDeadlineEndsTheCallsAsLostRegion) {
-  std::vector<SharedCallServer::Reply> held;
-  absl::Mutex mu;
-  Serve([&](shared_calls::Method, absl::string_view,
-            SharedCallServer::Reply reply) {
-    absl::MutexLock l(&mu);
-    held.push_back(std::move(reply));
-  });
+  ServeHolding();
   auto caller = Caller(absl::Milliseconds(200));
   PullRequest req;
   PullResponse resp;
@@ -263,29 +262,19 @@ TEST_F(SharedCallsTest, ThePserverProcessExitingEndsTheCalls) {
 }
 
 TEST_F(SharedCallsTest, AfterTheServerStopsNoCallIsTakenAndHeldOnesEnd) {
-  absl::Mutex mu;
-  std::vector<SharedCallServer::Reply> held;
-  Serve([&](shared_calls::Method, absl::string_view,
-            SharedCallServer::Reply reply) {
-    absl::MutexLock l(&mu);
-    held.push_back(std::move(reply));
-  });
+  ServeHolding();
   auto caller = Caller();
   PullRequest req;
   PullResponse resp;
   Waiter w;
   ASSERT_TRUE(caller->TryCall(kPull, req, &resp, w.Done()));
-  {
-    absl::MutexLock l(&mu);
-    auto one = [&] { return held.size() == 1; };
-    mu.Await(absl::Condition(&one));
-  }
+  AwaitHeld(1);
   server_.reset();  // the region was replaced, say
   // A pull that was waiting may still be answered into the region (the
   // mapping stays), or the trainer has already ended it to go over TCP.
   PullResponse r;
   r.set_wait_micros(7);
-  held[0](absl::OkStatus(), &r);
+  Held(0)(absl::OkStatus(), &r);
   const absl::Status s = w.Wait();
   if (s.ok()) {
     EXPECT_EQ(resp.wait_micros(), 7);

@@ -38,12 +38,7 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
 void DenseTableBlock::Apply(int64_t step, float scale,
                             absl::Span<const float> grad, bool sync) {
   if (update_sink_) {
-    AppliedUpdate u;
-    u.table_id = table_id();
-    u.block = index();
-    u.step = step;
-    u.version = barrier.version();
-    u.sync = sync;
+    AppliedUpdate u = UpdateRecord(step, sync);
     u.scales = {scale};
     u.grad.assign(grad.begin(), grad.end());
     update_sink_(std::move(u));

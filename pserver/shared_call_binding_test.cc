@@ -76,6 +76,24 @@ class SharedCallBindingTest : public ::testing::Test {
     ASSERT_TRUE(jobs_->Join().ok());
   }
 
+  // Opens a region with calls for trainer 0 over gRPC, as a trainer (or
+  // another process of its user) would, and maps it.
+  void OpenCallRegion(SharedMemoryResponse* resp,
+                      std::unique_ptr<SharedRegion>* region) {
+    SharedMemoryRequest req;
+    req.set_trainer_id(0);
+    req.set_incarnation(3);
+    req.set_bytes(SharedRegion::kHeaderBytes + shared_calls::kAreaBytes + 48);
+    req.set_calls(true);
+    ASSERT_TRUE(grpc_->OpenSharedMemory(req, resp).ok());
+    ASSERT_TRUE(resp->calls());
+    auto attached =
+        SharedRegion::Attach(static_cast<pid_t>(resp->pid()), resp->fd(),
+                             resp->bytes(), resp->token());
+    ASSERT_TRUE(attached.ok()) << attached.status();
+    *region = *std::move(attached);
+  }
+
   // Pushes g for `step` and pulls the version after it.
   std::vector<float> Step(int64_t step, const std::vector<float>& g) {
     absl::Status s = params_->Push(step, {g.data()}, nullptr);
@@ -118,19 +136,11 @@ TEST_F(SharedCallBindingTest, WithoutCallsOnlyTheValuesGoThroughTheRegion) {
 TEST_F(SharedCallBindingTest, CallsNamingAnotherTrainerOrRegionAreRefused) {
   // A second process of the same user could write any request into the
   // slots: it is taken as the region's trainer's, and nothing else.
-  SharedMemoryRequest req;
-  req.set_trainer_id(0);
-  req.set_incarnation(3);
-  req.set_bytes(SharedRegion::kHeaderBytes + shared_calls::kAreaBytes + 48);
-  req.set_calls(true);
   SharedMemoryResponse resp;
-  ASSERT_TRUE(grpc_->OpenSharedMemory(req, &resp).ok());
-  ASSERT_TRUE(resp.calls());
-  auto region = SharedRegion::Attach(static_cast<pid_t>(resp.pid()), resp.fd(),
-                                     resp.bytes(), resp.token());
-  ASSERT_TRUE(region.ok()) << region.status();
+  std::unique_ptr<SharedRegion> region;
+  ASSERT_NO_FATAL_FAILURE(OpenCallRegion(&resp, &region));
   auto caller =
-      SharedCaller::Create(region->get(), resp.pid(), absl::Seconds(10));
+      SharedCaller::Create(region.get(), resp.pid(), absl::Seconds(10));
   ASSERT_TRUE(caller.ok()) << caller.status();
   auto call = [&](const PushRequest& push) {
     PushResponse out;
@@ -169,18 +179,10 @@ TEST_F(SharedCallBindingTest, RandomBytesInTheCallAreaNeverHurtThePserver) {
   // whole call area random, slots posted at random, the doorbell rung, 3000
   // times. The pserver answers or ignores each, applies nothing, and still
   // serves the trainer afterwards.
-  SharedMemoryRequest req;
-  req.set_trainer_id(0);
-  req.set_incarnation(3);
-  req.set_bytes(SharedRegion::kHeaderBytes + shared_calls::kAreaBytes + 48);
-  req.set_calls(true);
   SharedMemoryResponse resp;
-  ASSERT_TRUE(grpc_->OpenSharedMemory(req, &resp).ok());
-  ASSERT_TRUE(resp.calls());
-  auto region = SharedRegion::Attach(static_cast<pid_t>(resp.pid()), resp.fd(),
-                                     resp.bytes(), resp.token());
-  ASSERT_TRUE(region.ok()) << region.status();
-  char* area = (*region)->data() + SharedRegion::kHeaderBytes;
+  std::unique_ptr<SharedRegion> region;
+  ASSERT_NO_FATAL_FAILURE(OpenCallRegion(&resp, &region));
+  char* area = region->data() + SharedRegion::kHeaderBytes;
   std::mt19937 rng(11);
   auto* bell = reinterpret_cast<uint32_t*>(area);
   for (int round = 0; round < 3000; ++round) {

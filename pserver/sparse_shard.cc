@@ -35,11 +35,7 @@ void SparseShard::ApplyStep(const PushPayload* last,
                             std::vector<WaiterPtr>* ready) {
   const int64_t version = barrier.version();
   if (update_sink_) {
-    AppliedUpdate u;
-    u.table_id = table_id();
-    u.block = index();
-    u.step = version;
-    u.version = version;
+    AppliedUpdate u = UpdateRecord(version, /*sync=*/true);
     rows_.ApplyAccumulated(version, &u);
     update_sink_(std::move(u));
   } else {
@@ -51,12 +47,7 @@ void SparseShard::ApplyStep(const PushPayload* last,
 
 void SparseShard::ApplyNow(int64_t step, const PushPayload& p) {
   if (update_sink_) {
-    AppliedUpdate u;
-    u.table_id = table_id();
-    u.block = index();
-    u.step = step;
-    u.version = barrier.version();
-    u.sync = false;
+    AppliedUpdate u = UpdateRecord(step, /*sync=*/false);
     u.job_step = p.job_step;
     u.keys.assign(p.keys.begin(), p.keys.end());
     u.scales = {1.0f};

@@ -201,6 +201,18 @@ class BarrierUnit {
   StepBarrier barrier ABSL_GUARDED_BY(mu);
 
  protected:
+  // The record of an update this unit applies now at `step`: its ids,
+  // version and kind; the caller adds keys, scales and the gradient.
+  AppliedUpdate UpdateRecord(int64_t step, bool sync) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    AppliedUpdate u;
+    u.table_id = table_id_;
+    u.block = index_;
+    u.step = step;
+    u.version = barrier.version();
+    u.sync = sync;
+    return u;
+  }
   // The checks every ApplyReplicated makes: this unit, this version.
   absl::Status CheckReplicated(const AppliedUpdate& update) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
