@@ -69,7 +69,9 @@ class SharedCallsTest : public ::testing::Test {
   // Waits until `n` calls are held.
   void AwaitHeld(size_t n) {
     absl::MutexLock l(&held_mu_);
-    auto enough = [&] { return held_.size() >= n; };
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(held_mu_) {
+      return held_.size() >= n;
+    };
     held_mu_.Await(absl::Condition(&enough));
   }
   size_t NumHeld() {
