@@ -9,6 +9,7 @@
 #include "common/wire_limits.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "pserver/grpc_replica_peer.h"
 
 namespace shardps {
 namespace {
@@ -22,6 +23,15 @@ absl::StatusOr<std::unique_ptr<GrpcPsServer>> GrpcPsServer::Create(
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--port must be in [0, 65535], got ", options.port));
+  }
+  if (!options.pserver.replica_peers) {
+    options.pserver.replica_peers =
+        [security = options.security](
+            const std::string& job_id,
+            const std::string& address) -> std::unique_ptr<ReplicaPeer> {
+      return GrpcReplicaPeer::Create(address, job_id, security,
+                                     GrpcReplicaPeer::Deadlines());
+    };
   }
   auto pserver = Pserver::Create(options.pserver);
   if (!pserver.ok()) return pserver.status();

@@ -9,7 +9,9 @@ std::vector<std::string> GrpcPsService::MethodNames() {
   return {"InitJob",    "SetInitialValues", "CommitInit",
           "Register",   "GetStatus",        "Pull",
           "Push",       "Heartbeat",        "Leave",
-          "Checkpoint", "Rollback",         "OpenSharedMemory"};
+          "Checkpoint", "Rollback",         "OpenSharedMemory",
+          "ChangeView", "Forward",          "ViewPrepare",
+          "ViewAccept", "ViewCommit"};
 }
 
 // The handler of the job the call names in its metadata (the default job
@@ -60,6 +62,32 @@ grpc::ServerUnaryReactor* GrpcPsService::Reply(grpc::CallbackServerContext* ctx,
          metrics_ ? resp->ByteSizeLong() : 0);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+template <typename Request, typename Response, typename Handle,
+          typename Blocking>
+grpc::ServerUnaryReactor* GrpcPsService::ReplyMaybeLater(
+    grpc::CallbackServerContext* ctx, const char* method, const Request* req,
+    Response* resp, Handle handle, Blocking blocking) {
+  auto job = JobOf(ctx);
+  if (!job.ok() || !blocking(**job)) {
+    return Reply(ctx, method, *req, resp, handle);
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  blocking_.Schedule([this, reactor, method, req, resp, handle,
+                      job = *std::move(job), start = absl::Now()] {
+    absl::Status s;
+    try {
+      s = handle(*job);
+    } catch (const std::bad_alloc&) {
+      s = absl::ResourceExhaustedError(
+          "the pserver is out of memory (see --max_memory_mb)");
+    }
+    Record(method, s, start, metrics_ ? req->ByteSizeLong() : 0,
+           metrics_ ? resp->ByteSizeLong() : 0);
+    reactor->Finish(ToGrpcStatus(s));
+  });
   return reactor;
 }
 
@@ -140,8 +168,10 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* ctx,
                                               const PushRequest* req,
                                               PushResponse* resp) {
-  return Reply(ctx, "Push", *req, resp,
-               [&](RequestHandler& h) { return h.Push(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "Push", req, resp,
+      [req, resp](RequestHandler& h) { return h.Push(*req, resp); },
+      [](RequestHandler& h) { return h.replicas() != nullptr; });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Heartbeat(
@@ -192,6 +222,43 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
     resp->set_calls(job.ok() && s.ok());
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::ChangeView(
+    grpc::CallbackServerContext* ctx, const ChangeViewRequest* req,
+    ChangeViewResponse* resp) {
+  return ReplyMaybeLater(
+      ctx, "ChangeView", req, resp,
+      [req, resp](RequestHandler& h) { return h.ChangeView(*req, resp); },
+      [](RequestHandler&) { return true; });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Forward(
+    grpc::CallbackServerContext* ctx, const ForwardRequest* req,
+    ForwardResponse* resp) {
+  return Reply(ctx, "Forward", *req, resp,
+               [&](RequestHandler& h) { return h.Forward(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::ViewPrepare(
+    grpc::CallbackServerContext* ctx, const ViewPrepareRequest* req,
+    ViewPrepareResponse* resp) {
+  return Reply(ctx, "ViewPrepare", *req, resp,
+               [&](RequestHandler& h) { return h.ViewPrepare(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::ViewAccept(
+    grpc::CallbackServerContext* ctx, const ViewAcceptRequest* req,
+    ViewAcceptResponse* resp) {
+  return Reply(ctx, "ViewAccept", *req, resp,
+               [&](RequestHandler& h) { return h.ViewAccept(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::ViewCommit(
+    grpc::CallbackServerContext* ctx, const ViewCommitRequest* req,
+    ViewCommitResponse* resp) {
+  return Reply(ctx, "ViewCommit", *req, resp,
+               [&](RequestHandler& h) { return h.ViewCommit(*req, resp); });
 }
 
 }  // namespace shardps

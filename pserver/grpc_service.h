@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "pserver/blocking_pool.h"
 #include "pserver/pserver.h"
 #include "pserver/pserver_metrics.h"
 #include "pserver/request_handler.h"
@@ -70,6 +71,21 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* OpenSharedMemory(
       grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
       SharedMemoryResponse* resp) override;
+  grpc::ServerUnaryReactor* ChangeView(grpc::CallbackServerContext* ctx,
+                                       const ChangeViewRequest* req,
+                                       ChangeViewResponse* resp) override;
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx,
+                                    const ForwardRequest* req,
+                                    ForwardResponse* resp) override;
+  grpc::ServerUnaryReactor* ViewPrepare(grpc::CallbackServerContext* ctx,
+                                        const ViewPrepareRequest* req,
+                                        ViewPrepareResponse* resp) override;
+  grpc::ServerUnaryReactor* ViewAccept(grpc::CallbackServerContext* ctx,
+                                       const ViewAcceptRequest* req,
+                                       ViewAcceptResponse* resp) override;
+  grpc::ServerUnaryReactor* ViewCommit(grpc::CallbackServerContext* ctx,
+                                       const ViewCommitRequest* req,
+                                       ViewCommitResponse* resp) override;
 
  private:
   // Answers with what `handle` returns for the call's job, and reports the
@@ -78,6 +94,14 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
                                   const char* method, const Request& req,
                                   const Response* resp, Handle handle);
+  // Reply, on the blocking pool when `blocking` says the job's call may
+  // wait on other pservers (replication).
+  template <typename Request, typename Response, typename Handle,
+            typename Blocking>
+  grpc::ServerUnaryReactor* ReplyMaybeLater(grpc::CallbackServerContext* ctx,
+                                            const char* method,
+                                            const Request* req, Response* resp,
+                                            Handle handle, Blocking blocking);
   // The handler of the job the call names, UNAVAILABLE before serving.
   absl::StatusOr<std::shared_ptr<RequestHandler>> JobOf(
       grpc::CallbackServerContext* ctx) const;
@@ -91,6 +115,8 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   std::atomic<bool> serving_{true};
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;
+  // Replicated jobs' pushes and view changes (they wait on other pservers).
+  BlockingPool blocking_{32};
 };
 
 }  // namespace shardps

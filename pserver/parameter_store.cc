@@ -133,9 +133,12 @@ void ParameterStore::RecheckBarriers(std::vector<WaiterPtr>* ready) {
   }
   for (BarrierUnit* u : tables_->units()) {
     absl::MutexLock l(&u->mu);
-    if (!u->barrier.Complete()) continue;
+    if (!u->barrier.Complete() || !CheckServes(*u).ok()) continue;
+    UpdateCollector collect;
     u->ApplyStep(/*last=*/nullptr, ready);
     ++updates_;
+    absl::Status s = ForwardCollected(collect, -1, 0, 0);
+    LOG_IF(ERROR, !s.ok()) << u->name() << ": " << s;
   }
 }
 
@@ -165,7 +168,8 @@ absl::Status ParameterStore::CheckPushStart(int trainer_id,
 
 absl::Status ParameterStore::Push(int trainer_id, int64_t step,
                                   absl::Span<const BlockData> grads,
-                                  uint64_t generation, int* late_blocks) {
+                                  uint64_t generation, int* late_blocks,
+                                  uint64_t request_id) {
   if (late_blocks != nullptr) *late_blocks = 0;
   std::vector<PushPart> parts;
   absl::Status st = CheckPushStart(trainer_id, step);
@@ -174,12 +178,14 @@ absl::Status ParameterStore::Push(int trainer_id, int64_t step,
     ++rejected_;
     return st;
   }
-  return ApplyPush(trainer_id, step, generation, std::move(parts), late_blocks);
+  return ApplyPush(trainer_id, step, generation, std::move(parts), late_blocks,
+                   request_id);
 }
 
 absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
                                         absl::Span<const SparseGrads> rows,
-                                        uint64_t generation) {
+                                        uint64_t generation,
+                                        uint64_t request_id) {
   std::vector<PushPart> parts;
   absl::Status st = CheckPushStart(trainer_id, step);
   if (st.ok()) {
@@ -203,12 +209,14 @@ absl::Status ParameterStore::PushSparse(int trainer_id, int64_t step,
     ++rejected_;
     return st;
   }
-  return ApplyPush(trainer_id, step, generation, std::move(parts), nullptr);
+  return ApplyPush(trainer_id, step, generation, std::move(parts), nullptr,
+                   request_id);
 }
 
 absl::Status ParameterStore::ApplyPush(int trainer_id, int64_t step,
                                        uint64_t generation,
-                                       std::vector<PushPart> parts, int* late) {
+                                       std::vector<PushPart> parts, int* late,
+                                       uint64_t request_id) {
   std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
     return a.unit->LockedBefore(*b.unit);
   });
@@ -222,7 +230,8 @@ absl::Status ParameterStore::ApplyPush(int trainer_id, int64_t step,
   std::vector<WaiterPtr> ready;
   if (st.ok()) {
     absl::ReaderMutexLock g(&gate_);
-    st = ApplyPushLocked(trainer_id, step, generation, parts, late, &ready);
+    st = ApplyPushLocked(trainer_id, step, generation, parts, late, request_id,
+                         &ready);
   }
   if (!st.ok()) {
     ++rejected_;
@@ -237,12 +246,14 @@ absl::Status ParameterStore::ApplyPush(int trainer_id, int64_t step,
 absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
                                              uint64_t generation,
                                              const std::vector<PushPart>& parts,
-                                             int* late,
+                                             int* late, uint64_t request_id,
                                              std::vector<WaiterPtr>* ready) {
   RETURN_IF_ERROR(membership_->CheckGeneration("push", generation));
   absl::InlinedVector<BarrierUnit*, 16> units;
   for (const PushPart& p : parts) units.push_back(p.unit);
   UnitLocks locks(units);
+  for (const PushPart& p : parts) RETURN_IF_ERROR(CheckServes(*p.unit));
+  UpdateCollector collect;
   if (!sync_) {
     const int64_t job_step = staleness_->SlowestLiveClock();
     for (const PushPart& p : parts) {
@@ -252,13 +263,17 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
       p.unit->ApplyNow(step, payload);
       ++updates_;
     }
-    return absl::OkStatus();
+    return ForwardCollected(collect, trainer_id, request_id, step);
   }
   // Every unit admits the push before any changes: all or nothing.
   absl::InlinedVector<uint8_t, 16> is_late(parts.size(), 0);
   for (size_t i = 0; i < parts.size(); ++i) {
     BarrierUnit* u = parts[i].unit;
     u->mu.AssertHeld();
+    if (forwarder_ != nullptr && step < u->barrier.version()) {
+      is_late[i] = 2;  // applied already: pushed again after a failover
+      continue;
+    }
     ASSIGN_OR_RETURN(
         const StepBarrier::Admission a,
         u->barrier.Admit(trainer_id, step, parts[i].payload.num_chunks));
@@ -268,6 +283,10 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
     BarrierUnit* u = parts[i].unit;
     const PushPayload& p = parts[i].payload;
     u->mu.AssertHeld();
+    if (is_late[i] == 2) {
+      ++duplicates_;
+      continue;
+    }
     if (is_late[i]) {
       ++late_;  // the step went ahead without this push
       if (late != nullptr) ++*late;
@@ -287,7 +306,7 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
       ++updates_;
     }
   }
-  return absl::OkStatus();
+  return ForwardCollected(collect, trainer_id, request_id, step);
 }
 
 absl::StatusOr<int64_t> ParameterStore::BlockSize(uint32_t table_id,
@@ -321,7 +340,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
     auto b = tables_->FindBlock(blocks[i].table_id, blocks[i].block);
     if (b.ok()) w->targets.push_back(PullTarget{*b, {}, nullptr});
-    st = b.status();
+    st = b.ok() ? CheckServes(**b) : b.status();
   }
   for (size_t i = 0; st.ok() && i < sparse.size(); ++i) {
     auto s = tables_->FindSparse(sparse[i].table_id);
@@ -492,93 +511,6 @@ size_t ParameterStore::TEST_HeldPulls() const {
 
 void ParameterStore::CancelAllWaiters(const absl::Status& status) {
   waiters_.Close(status);
-}
-
-// --- Reports ---
-
-ParameterStore::VersionRange ParameterStore::Versions() const {
-  if (!ready()) return VersionRange{};
-  VersionRange r{INT64_MAX, 0};
-  for (BarrierUnit* u : tables_->units()) {
-    absl::MutexLock l(&u->mu);
-    r.min = std::min(r.min, u->barrier.version());
-    r.max = std::max(r.max, u->barrier.version());
-  }
-  if (r.min == INT64_MAX) r.min = 0;
-  return r;
-}
-
-StoreCounters ParameterStore::counters() const {
-  StoreCounters c;
-  c.pushes = pushes_.load();
-  c.block_updates = updates_.load();
-  c.duplicate_block_pushes = duplicates_.load();
-  c.rejected_requests = rejected_.load();
-  c.pulls = pulls_.load();
-  c.pull_timeouts = pull_timeouts_.load();
-  c.late_block_pushes = late_.load();
-  c.rollbacks = rollbacks_.load();
-  if (ready()) {
-    c.dropped_trainers = membership_->dropped();
-    c.rejoined_trainers = membership_->rejoined();
-  }
-  return c;
-}
-
-std::vector<ParameterStore::SparseTableStats> ParameterStore::SparseStats()
-    const {
-  std::vector<SparseTableStats> out;
-  if (!ready()) return out;
-  for (const SparseShard* s : tables_->sparse()) {
-    out.push_back(SparseTableStats{s->table_name(), s->rows().counters(),
-                                   s->rows().MemoryBytes()});
-  }
-  return out;
-}
-
-std::vector<ParameterStore::TableProgress> ParameterStore::Progress() const {
-  std::vector<TableProgress> out;
-  if (!ready()) return out;
-  absl::flat_hash_map<uint32_t, size_t> index;  // table id -> out[i]
-  for (BarrierUnit* u : tables_->units()) {
-    auto [it, added] = index.try_emplace(u->table_id(), out.size());
-    if (added) {
-      const TableSpec& spec = tables_->spec(u->table_id());
-      out.push_back(
-          TableProgress{spec.name(), spec.kind() == TableSpec::SPARSE, 0});
-    }
-    absl::MutexLock l(&u->mu);
-    out[it->second].steps =
-        std::max(out[it->second].steps, u->barrier.version());
-  }
-  return out;
-}
-
-int64_t ParameterStore::dense_bytes() const {
-  return ready() ? tables_->bytes() : 0;
-}
-
-size_t ParameterStore::num_blocks() const {
-  absl::MutexLock l(&init_mu_);
-  return init_blocks_.size();
-}
-
-std::vector<float> ParameterStore::TEST_BlockValues(uint32_t table_id,
-                                                    uint32_t block) const {
-  if (!ready()) return {};
-  auto b = tables_->FindBlock(table_id, block);
-  if (!b.ok()) return {};
-  absl::MutexLock l(&(*b)->mu);
-  return (*b)->value;
-}
-
-int64_t ParameterStore::TEST_BlockVersion(uint32_t table_id,
-                                          uint32_t block) const {
-  if (!ready()) return -1;
-  auto b = tables_->FindBlock(table_id, block);
-  if (!b.ok()) return -1;
-  absl::MutexLock l(&(*b)->mu);
-  return (*b)->barrier.version();
 }
 
 }  // namespace shardps

@@ -23,6 +23,7 @@
 #include "pserver/sparse_table.h"
 #include "pserver/staleness_gate.h"
 #include "pserver/table_snapshot.h"
+#include "pserver/update_forwarder.h"
 
 namespace shardps {
 
@@ -134,10 +135,11 @@ class ParameterStore {
   // ignored. With K, a push for an applied step is dropped and counted in
   // *late_blocks instead of refused. A `generation` other than the store's
   // is ABORTED (the job was rolled back). ASYNC: applied on arrival.
+  // `request_id` names the push to the backups of a replicated job.
   absl::Status Push(int trainer_id, int64_t step,
                     absl::Span<const BlockData> grads,
                     uint64_t generation = kAnyGeneration,
-                    int* late_blocks = nullptr);
+                    int* late_blocks = nullptr, uint64_t request_id = 0);
 
   // Applies one trainer's gradients of sparse tables for `step`, all or
   // nothing, after validating the whole request (table, lengths, finite
@@ -148,7 +150,25 @@ class ParameterStore {
   // on arrival under per-stripe locks.
   absl::Status PushSparse(int trainer_id, int64_t step,
                           absl::Span<const SparseGrads> rows,
-                          uint64_t generation = kAnyGeneration);
+                          uint64_t generation = kAnyGeneration,
+                          uint64_t request_id = 0);
+
+  // Replication (docs/replication.md). With a forwarder (set once, after
+  // InitJob, before the job is ready; it must outlive the store): pushes
+  // and pulls of units this pserver is not the primary of are refused
+  // FAILED_PRECONDITION; every update applied here is forwarded to the
+  // unit's backups before the push is answered or a pull can see it; a
+  // sync push for a step already applied is a duplicate (a trainer pushing
+  // again after a failover).
+  void set_forwarder(UpdateForwarder* forwarder);
+  // A backup: applies its primary's updates in order; one this store holds
+  // already (its version is below the unit's) is skipped. FAILED_PRECONDITION
+  // for a gap, INVALID_ARGUMENT for an unknown unit or a wrong size;
+  // the updates before it stay applied.
+  absl::Status ApplyReplicated(const std::vector<AppliedUpdate>& updates);
+  // A backup, ASYNC: the pushes its primary applied move their trainers'
+  // clocks as they did there (PushRef.step). SYNC: nothing.
+  void ReplicatedPushes(const std::vector<PushRef>& pushes);
 
   // The number of values of dense block (table_id, block) held here;
   // NOT_FOUND when there is none.
@@ -249,12 +269,19 @@ class ParameterStore {
   // Applies a validated push (sorted, distinct units): the generation, then
   // every unit's admission, then the updates; counts the refusal.
   absl::Status ApplyPush(int trainer_id, int64_t step, uint64_t generation,
-                         std::vector<PushPart> parts, int* late);
+                         std::vector<PushPart> parts, int* late,
+                         uint64_t request_id);
   absl::Status ApplyPushLocked(int trainer_id, int64_t step,
                                uint64_t generation,
                                const std::vector<PushPart>& parts, int* late,
+                               uint64_t request_id,
                                std::vector<WaiterPtr>* ready)
       ABSL_SHARED_LOCKS_REQUIRED(gate_);
+  // Forwards what `c` collected (with a forwarder; OK without).
+  absl::Status ForwardCollected(const UpdateCollector& c, int trainer_id,
+                                uint64_t request_id, int64_t step);
+  // With a forwarder: OK when this pserver is the primary of `unit`.
+  absl::Status CheckServes(const BarrierUnit& unit) const;
   // Registers a pull's holds on the units and the staleness gate; answers
   // it at once when nothing holds it.
   void StartPull(const WaiterPtr& w, uint64_t generation);
@@ -298,6 +325,7 @@ class ParameterStore {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<JobTables> tables_;
   std::unique_ptr<StalenessGate> staleness_;
+  UpdateForwarder* forwarder_ = nullptr;  // set before ready_
 
   PullWaiters waiters_;
 

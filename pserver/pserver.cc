@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "common/checkpoint.h"
 #include "common/job_id.h"
+#include "common/shard_map.h"
 #include "glog/logging.h"
 #include "pserver/recovery.h"
 
@@ -47,6 +48,30 @@ Pserver::Pserver(PserverOptions options)
 
 Pserver::~Pserver() { Stop(); }
 
+absl::StatusOr<std::unique_ptr<ReplicaSet>> Pserver::MakeReplicaSet(
+    const std::string& job_id, const InitJobRequest& req) const {
+  ReplicaSetOptions o;
+  o.self = req.server_index();
+  o.num_servers = req.pservers_size();
+  o.replication = req.job().replication();
+  o.env = env_;
+  if (!options_.checkpoint_dir.empty()) {
+    const std::string dir = JoinPath(options_.checkpoint_dir, job_id);
+    if (!env_->FileExists(dir).ok()) RETURN_IF_ERROR(env_->CreateDir(dir));
+    o.state_path = JoinPath(dir, "view_state");
+  }
+  std::vector<uint64_t> shard_base;
+  for (const TableSpec& t : req.job().tables()) {
+    shard_base.push_back(TableHash(t.name()));
+  }
+  std::vector<std::unique_ptr<ReplicaPeer>> peers(req.pservers_size());
+  for (int i = 0; i < req.pservers_size(); ++i) {
+    if (i != o.self) peers[i] = options_.replica_peers(job_id, req.pservers(i));
+  }
+  return ReplicaSet::Create(std::move(o), std::move(shard_base),
+                            std::move(peers));
+}
+
 absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
     const std::string& job_id) {
   auto job = std::make_shared<JobSlot>();
@@ -61,6 +86,11 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
   }
   job->handler = std::make_shared<RequestHandler>(
       job->store.get(), job->checkpointer.get(), options_.store.clock);
+  if (options_.replica_peers) {
+    job->handler->set_replica_factory([this, job_id](const InitJobRequest& r) {
+      return MakeReplicaSet(job_id, r);
+    });
+  }
   job->last_used_ns = absl::ToUnixNanos(options_.store.clock->Now());
   if (job->checkpointer == nullptr) return job;
   const absl::Time t0 = absl::Now();
@@ -236,8 +266,9 @@ absl::Status Pserver::Start() {
     }
     if (later > 0) {
       LOG(WARNING) << later << " more jobs have checkpoints in "
-                   << options_.checkpoint_dir << " than --max_jobs="
-                   << options_.max_jobs << " holds: each is restored when a "
+                   << options_.checkpoint_dir
+                   << " than --max_jobs=" << options_.max_jobs
+                   << " holds: each is restored when a "
                    << "request names it and a place is free";
     }
   }

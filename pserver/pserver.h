@@ -17,6 +17,7 @@
 #include "pserver/checkpointer.h"
 #include "pserver/memory_budget.h"
 #include "pserver/parameter_store.h"
+#include "pserver/replica_set.h"
 #include "pserver/request_handler.h"
 
 namespace shardps {
@@ -43,6 +44,12 @@ struct PserverOptions {
   // A job no request has named for this long is freed, after its final
   // checkpoint (--job_retention); the default job never is. Default: 10 min.
   absl::Duration job_retention = absl::Minutes(10);
+  // How a replicated job (docs/replication.md) reaches pserver `address`
+  // in job `job_id` (the gRPC binding sets it). Null: jobs with
+  // replication > 1 are refused. Default: null.
+  std::function<std::unique_ptr<ReplicaPeer>(const std::string& job_id,
+                                             const std::string& address)>
+      replica_peers;
 };
 
 // What one job holds and has done on a pserver (Pserver::Stats), for
@@ -130,6 +137,9 @@ class Pserver : public JobDirectory {
   std::vector<std::shared_ptr<JobSlot>> Slots() const;
   static void FinalCheckpoint(JobSlot& job);
   static void LogCounters(const JobSlot& job);
+  // The ReplicaSet of job `job_id` from its InitJob.
+  absl::StatusOr<std::unique_ptr<ReplicaSet>> MakeReplicaSet(
+      const std::string& job_id, const InitJobRequest& req) const;
 
   const PserverOptions options_;
   Env* const env_;

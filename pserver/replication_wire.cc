@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace shardps {
 
@@ -36,6 +37,25 @@ void ToMessage(const Ballot& ballot, BallotMessage* out) {
 
 Ballot FromMessage(const BallotMessage& m) {
   return Ballot{m.round(), m.proposer()};
+}
+
+void ToMessage(const ViewAcceptor::PrepareReply& r, ViewPrepareResponse* out) {
+  out->set_promised(r.promised);
+  ToMessage(r.promised_ballot, out->mutable_promised_ballot());
+  if (r.accepted.has_value()) ToMessage(*r.accepted, out->mutable_accepted());
+  ToMessage(r.accepted_view, out->mutable_accepted_view());
+  ToMessage(r.committed, out->mutable_committed());
+}
+
+absl::StatusOr<ViewAcceptor::PrepareReply> FromMessage(
+    const ViewPrepareResponse& m) {
+  ViewAcceptor::PrepareReply r;
+  r.promised = m.promised();
+  r.promised_ballot = FromMessage(m.promised_ballot());
+  if (m.has_accepted()) r.accepted = FromMessage(m.accepted());
+  ASSIGN_OR_RETURN(r.accepted_view, FromMessage(m.accepted_view()));
+  ASSIGN_OR_RETURN(r.committed, FromMessage(m.committed()));
+  return r;
 }
 
 void ToMessage(const AppliedUpdate& u, ReplicatedUpdate* out) {

@@ -21,6 +21,11 @@ absl::StatusOr<View> FromMessage(const ViewMessage& m);
 void ToMessage(const Ballot& ballot, BallotMessage* out);
 Ballot FromMessage(const BallotMessage& m);
 
+// A Prepare's answer; a view in it that is malformed is INVALID_ARGUMENT.
+void ToMessage(const ViewAcceptor::PrepareReply& r, ViewPrepareResponse* out);
+absl::StatusOr<ViewAcceptor::PrepareReply> FromMessage(
+    const ViewPrepareResponse& m);
+
 void ToMessage(const AppliedUpdate& update, ReplicatedUpdate* out);
 absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m);
 

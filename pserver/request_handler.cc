@@ -127,6 +127,9 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
                      ": only the chief (trainer 0) initialises the job"));
   }
   auto ready = store_->InitJob(req.job(), ToBlockIds(req.blocks()));
+  if (ready.ok() && !*ready && req.job().replication() > 1) {
+    RETURN_IF_ERROR(StartReplication(req));
+  }
   if (ready.ok()) resp->set_already_ready(*ready);
   return ready.status();
 }
@@ -278,6 +281,7 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
   resp->set_generation(store_->generation());
   resp->set_base_step(store_->base_step());
   resp->set_checkpoints_enabled(checkpointer_ != nullptr);
+  AddReplicationStatus(resp);
   if (checkpointer_ != nullptr) {
     auto steps = checkpointer_->Steps();
     if (!steps.ok()) return steps.status();
@@ -475,7 +479,7 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
   int late = 0;
   if (s.ok()) {
     s = store_->Push(req.trainer_id(), req.step(), blocks, req.generation(),
-                     &late);
+                     &late, req.request_id());
   }
   resp->set_late_blocks(late);
   return s;
@@ -496,7 +500,7 @@ absl::Status RequestHandler::PushSparse(const PushRequest& req) {
     rows.push_back(SparseGrads{r.table_id(), *keys, *grads, r.num_chunks()});
   }
   return store_->PushSparse(req.trainer_id(), req.step(), rows,
-                            req.generation());
+                            req.generation(), req.request_id());
 }
 
 absl::Status RequestHandler::OpenSharedMemory(const SharedMemoryRequest& req,

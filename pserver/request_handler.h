@@ -12,6 +12,7 @@
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpointer.h"
 #include "pserver/parameter_store.h"
+#include "pserver/replica_set.h"
 #include "pserver/request_dedup.h"
 #include "pserver/shared_regions.h"
 
@@ -31,6 +32,16 @@ class RequestHandler {
   // the time of registrations and heartbeats.
   RequestHandler(ParameterStore* store, Checkpointer* checkpointer,
                  const Clock* clock = Clock::Real());
+
+  // Makes a replicated job's ReplicaSet (docs/replication.md) from its
+  // InitJob: the pserver list, this pserver's index, the peers. Without
+  // one (in-process pservers), InitJob refuses replication > 1.
+  using ReplicaSetFactory =
+      std::function<absl::StatusOr<std::unique_ptr<ReplicaSet>>(
+          const InitJobRequest& req)>;
+  void set_replica_factory(ReplicaSetFactory f) {
+    replica_factory_ = std::move(f);
+  }
 
   RequestHandler(const RequestHandler&) = delete;
   RequestHandler& operator=(const RequestHandler&) = delete;
@@ -63,6 +74,20 @@ class RequestHandler {
   absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
                                 SharedMemoryResponse* resp);
 
+  // Replication (docs/replication.md): FAILED_PRECONDITION for a job
+  // without it. ChangeView comes from trainers, the others from pservers.
+  absl::Status ChangeView(const ChangeViewRequest& req,
+                          ChangeViewResponse* resp);
+  absl::Status Forward(const ForwardRequest& req, ForwardResponse* resp);
+  absl::Status ViewPrepare(const ViewPrepareRequest& req,
+                           ViewPrepareResponse* resp);
+  absl::Status ViewAccept(const ViewAcceptRequest& req,
+                          ViewAcceptResponse* resp);
+  absl::Status ViewCommit(const ViewCommitRequest& req,
+                          ViewCommitResponse* resp);
+  // The job's replication; null without.
+  ReplicaSet* replicas() const;
+
   // The region `id` of `trainer_id` (SharedRegions::Find), for a binding
   // that serves its calls.
   absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegionOf(
@@ -80,6 +105,10 @@ class RequestHandler {
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);
+  // InitJob of a replicated job: makes its ReplicaSet (once).
+  absl::Status StartReplication(const InitJobRequest& req);
+  // Adds the view and this pserver's roles to a status.
+  void AddReplicationStatus(GetStatusResponse* resp) const;
 
   ParameterStore* const store_;
   Checkpointer* const checkpointer_;
@@ -90,6 +119,9 @@ class RequestHandler {
   absl::Mutex rollback_mu_;
   RequestDedup dedup_;
   SharedRegions regions_;
+  ReplicaSetFactory replica_factory_;
+  mutable absl::Mutex replica_mu_;
+  std::unique_ptr<ReplicaSet> replicas_ ABSL_GUARDED_BY(replica_mu_);
 };
 
 }  // namespace shardps

@@ -116,6 +116,7 @@ class Cluster(object):
         self.trainers = []
         self.ports = []
         self.failures = []  # trainers that exited non-zero, in order
+        self.lost_pservers = []  # died while replicas kept the job going
         self.metrics = []  # (path, byte offset before the run) per trainer
         self.t0 = time.monotonic()
         self.deadline = (self.t0 + args.timeout) if args.timeout > 0 else None
@@ -267,7 +268,14 @@ class Cluster(object):
                 if t.returncode is None and t.poll() is not None:
                     self.on_trainer_exit(t)
             for p in self.pservers:
-                if not p.running():
+                if not p.running() and self.replicated():
+                    if p not in self.lost_pservers:
+                        self.lost_pservers.append(p)
+                        say("pserver %d %s; the trainers go on with its "
+                            "replicas (--replication); see %s" % (
+                                p.index, describe_exit(p.returncode),
+                                p.log_path))
+                elif not p.running():
                     raise ClusterError(
                         "pserver %d %s while trainers were running; see %s%s"
                         % (p.index, describe_exit(p.returncode), p.log_path,
@@ -279,6 +287,15 @@ class Cluster(object):
                 return
             self.check_deadline()
             time.sleep(0.05)
+
+    def replicated(self):
+        """Whether the trainers keep copies of every shard on another
+        pserver (--replication=R, R > 1): then a pserver may die."""
+        _, r = flag_in(self.args.extra, "replication")
+        try:
+            return r is not None and int(r) > 1
+        except ValueError:
+            return False
 
     def on_trainer_exit(self, t):
         if t.returncode == 0:

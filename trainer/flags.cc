@@ -124,6 +124,15 @@ DEFINE_int32(replicas_to_aggregate, 0,
              "sync: apply a step once this many trainers have pushed it "
              "(backup workers; late pushes are dropped); 0 = all live "
              "trainers");
+DEFINE_int32(replication, 1,
+             "copies of every dense block on distinct pservers (a primary "
+             "and replication-1 backups, docs/replication.md): with 2, the "
+             "job goes on without losing a step when a pserver dies; 1 = "
+             "none. At most the pserver count");
+DEFINE_int32(failover_after_ms, 150,
+             "with --replication > 1: a pserver that refuses connections or "
+             "drops them for this long is taken out of the job, and its "
+             "shards go to their backups");
 DEFINE_double(heartbeat_interval_s, 1.0,
               "seconds between heartbeats to every pserver (keep it well "
               "under the pservers' --trainer_timeout); 0 = none");
@@ -339,6 +348,12 @@ absl::Status FaultToleranceFromFlags(TrainerOptions* o) {
     return Bad("--replicas_to_aggregate applies to --mode=sync only");
   }
   o->replicas_to_aggregate = FLAGS_replicas_to_aggregate;
+  if (FLAGS_replication < 1) return Bad("--replication must be >= 1");
+  o->replication = FLAGS_replication;
+  if (FLAGS_failover_after_ms < 1 || FLAGS_failover_after_ms > 60000) {
+    return Bad("--failover_after_ms must be in [1, 60000]");
+  }
+  o->failover_after = absl::Milliseconds(FLAGS_failover_after_ms);
   if (o->replicas_to_aggregate > 0 && o->checkpoint_every_steps > 0) {
     return Bad(
         "--replicas_to_aggregate and --checkpoint_every_steps cannot be "

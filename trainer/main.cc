@@ -50,6 +50,10 @@ struct Connections {
   std::vector<std::unique_ptr<shardps::GrpcPsClient>> heartbeat_clients;
   std::vector<shardps::PsClientInterface*> servers;
   std::vector<shardps::PsClientInterface*> heartbeat_servers;
+  // With --replication > 1: pushes and pulls, giving up on an unreachable
+  // pserver after --failover_after_ms (the shard then fails over).
+  std::vector<std::unique_ptr<shardps::GrpcPsClient>> failover_clients;
+  std::vector<shardps::PsClientInterface*> failover_servers;
 };
 
 std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
@@ -204,6 +208,19 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<Connections> conn = Connect(*c);
   o->heartbeat_servers = conn->heartbeat_servers;
+  if (o->replication > 1) {
+    shardps::RpcOptions fo;
+    fo.job_id = c->job_id;
+    fo.retry_budget = o->failover_after;
+    fo.initial_backoff = absl::Milliseconds(10);
+    fo.max_backoff = absl::Milliseconds(50);
+    for (const auto& a : c->addresses) {
+      conn->failover_clients.push_back(
+          shardps::GrpcPsClient::Create(a, fo, &conn->timer, c->security));
+      conn->failover_servers.push_back(conn->failover_clients.back().get());
+    }
+    o->failover_servers = conn->failover_servers;
+  }
   o->heartbeat_interval = c->heartbeat_interval;
   o->stop_requested = &stop_requested;
   HandleStopSignals();

@@ -95,12 +95,24 @@ struct TrainerOptions {
   // SYNC: apply a step once this many trainers have pushed it (backup
   // workers); 0 = every live trainer. Default: 0.
   int replicas_to_aggregate = 0;
+  // Copies of every dense block on distinct pservers (docs/replication.md):
+  // a primary and replication - 1 backups; a dead primary's shard moves to
+  // a backup. 1: none. Default: 1.
+  int replication = 1;
+  // With replication: how long an unreachable pserver is retried before
+  // its shards fail over (--failover_after_ms). Default: 150 ms.
+  absl::Duration failover_after = absl::Milliseconds(150);
 
   // Wiring rather than flags: clients for heartbeats (one per pserver,
   // short retry budget), sent every heartbeat_interval; empty = no
   // heartbeats. Must outlive Run().
   std::vector<PsClientInterface*> heartbeat_servers;
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // With replication > 1: clients (one per pserver) whose retries of an
+  // unreachable pserver stop after --failover_after_ms, through which
+  // pushes and pulls go; a call that then fails moves its shard to a
+  // backup.
+  std::vector<PsClientInterface*> failover_servers;
   // Polled between steps: when it becomes true the trainer leaves the job
   // and Run returns CANCELLED (SIGTERM). May be null.
   const std::atomic<bool>* stop_requested = nullptr;

@@ -34,6 +34,8 @@ void ProgressReporter::StepDone(int64_t step, int pass, const StepTimes& t,
   window_.loss_sum += loss_sum;
   window_.samples += samples;
   const absl::Time now = absl::Now();
+  window_.step_secs.push_back(Seconds(now - last_step_));
+  last_step_ = now;
   const absl::Duration elapsed = now - window_start_;
   const bool report =
       step % options_.log_every_steps == 0 || step == total_steps_;
@@ -76,6 +78,16 @@ void ProgressReporter::WriteLine(int64_t step, int pass, absl::Duration elapsed,
         .Add("nonfinite_messages", c.nonfinite_messages);
   }
   const StepTimes& t = window_.times;
+  // The slowest step of the line and the median (a stall shows as the
+  // first far above the second).
+  std::vector<double> secs = window_.step_secs;
+  double longest = 0, median = 0;
+  if (!secs.empty()) {
+    longest = *std::max_element(secs.begin(), secs.end());
+    std::nth_element(secs.begin(), secs.begin() + secs.size() / 2, secs.end());
+    median = secs[secs.size() / 2];
+  }
+  line.Add("max_step_s", longest).Add("median_step_s", median);
   metrics_->Write(line.Add("trainer_id", options_.trainer_id)
                       .Add("pass", pass)
                       .Add("step", step)
@@ -125,6 +137,7 @@ void ProgressReporter::DrawBar(int64_t step, int pass,
 
 void ProgressReporter::EndLine() {
   if (options_.progress_bar) std::fputs("\n", stderr);
+  last_step_ = absl::Now();  // the evaluation is not part of a step
 }
 
 }  // namespace shardps

@@ -2,6 +2,7 @@
 #define SHARDPS_TRAINER_PROGRESS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "compression/threshold_push_encoder.h"
@@ -43,7 +44,8 @@ class ProgressReporter {
   void StepDone(int64_t step, int pass, const StepTimes& t, double loss_sum,
                 int64_t samples, int64_t push_bytes, int64_t pull_bytes,
                 ThresholdPushEncoder* threshold);
-  // Ends the progress bar's line before another message (an evaluation).
+  // Ends the progress bar's line before another message (an evaluation);
+  // the next step's wall time counts from now.
   void EndLine();
 
  private:
@@ -52,6 +54,8 @@ class ProgressReporter {
     StepTimes times;
     double loss_sum = 0;
     int64_t samples = 0;
+    // Each step's wall time, from the end of the step before.
+    std::vector<double> step_secs;
   };
   void WriteLine(int64_t step, int pass, absl::Duration elapsed,
                  int64_t push_bytes, int64_t pull_bytes,
@@ -65,6 +69,7 @@ class ProgressReporter {
   MetricsWriter* const metrics_;
   Window window_;
   absl::Time window_start_ = absl::Now();
+  absl::Time last_step_ = absl::Now();
   absl::Time last_draw_ = absl::InfinitePast();
 };
 

@@ -35,6 +35,7 @@ JobSpec MakeJobSpec(const TrainerOptions& o,
   job.set_max_staleness(o.mode == ASYNC ? o.max_staleness : -1);
   job.set_global_batch_size(int64_t{o.batch_size} * o.num_trainers);
   job.set_replicas_to_aggregate(o.replicas_to_aggregate);
+  if (o.replication > 1) job.set_replication(o.replication);
   const int64_t block_size =
       o.config.block_size() > 0 ? o.config.block_size() : kDefaultBlockSize;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -103,8 +104,23 @@ absl::Status Trainer::Setup() {
             << absl::FormatDuration(absl::Now() - load_start);
   RETURN_IF_ERROR(DescribeJob());
   job_client_ = std::make_unique<JobClient>(servers_, &stamp_);
-  params_ = std::make_unique<ParamClient>(servers_, &stamp_, layouts_);
-  sparse_ = std::make_unique<SparseClient>(servers_, &stamp_);
+  std::vector<PsClientInterface*> data = servers_;
+  if (o.replication > 1) {
+    if (o.replication > static_cast<int>(servers_.size()) ||
+        o.failover_servers.size() != servers_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replication=", o.replication, " needs at least as many pservers (",
+          servers_.size(), " in --pservers)"));
+    }
+    router_ = std::make_unique<ReplicaRouter>(o.failover_servers, o.replication,
+                                              sync(), k);
+    data = router_->shard_clients();
+    ReplicaRouter* r = router_.get();
+    job_client_->set_replication(o.replication,
+                                 [r](int s) { return r->Live(s); });
+  }
+  params_ = std::make_unique<ParamClient>(data, &stamp_, layouts_);
+  sparse_ = std::make_unique<SparseClient>(data, &stamp_);
   switch (o.compression) {
     case Compression::kNone:
       break;
@@ -220,7 +236,8 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
 }
 
 void Trainer::OpenSharedMemory() {
-  if (!options_.shared_memory) return;
+  // Replicated shards move between pservers; their values go over TCP.
+  if (!options_.shared_memory || options_.replication > 1) return;
   const int n = params_->UseSharedMemory();
   const int tcp = static_cast<int>(servers_.size()) - n;
   LOG(INFO) << "trainer " << options_.trainer_id << ": dense values through "

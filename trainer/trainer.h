@@ -14,6 +14,7 @@
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
 #include "trainer/client/ps_client_interface.h"
+#include "trainer/client/replica_router.h"
 #include "trainer/client/request_stamp.h"
 #include "trainer/client/sparse_client.h"
 #include "trainer/input_pipeline.h"
@@ -125,6 +126,9 @@ class Trainer {
   int64_t steps_per_pass_ = 0;
   int64_t total_steps_ = 0;
   RequestStamp stamp_;
+  // With replication: routes pushes and pulls to each shard's primary
+  // (declared before the clients that use it, so that it outlives them).
+  std::unique_ptr<ReplicaRouter> router_;
   std::unique_ptr<JobClient> job_client_;
   std::unique_ptr<ParamClient> params_;
   std::unique_ptr<SparseClient> sparse_;

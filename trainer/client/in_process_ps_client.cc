@@ -112,6 +112,25 @@ void InProcessPsClient::CallAsync(PsRpc rpc,
       s = h.OpenSharedMemory(Cast<SharedMemoryRequest>(req),
                              Cast<SharedMemoryResponse>(resp));
       break;
+    case PsRpc::kChangeView:
+      s = h.ChangeView(Cast<ChangeViewRequest>(req),
+                       Cast<ChangeViewResponse>(resp));
+      break;
+    case PsRpc::kForward:
+      s = h.Forward(Cast<ForwardRequest>(req), Cast<ForwardResponse>(resp));
+      break;
+    case PsRpc::kViewPrepare:
+      s = h.ViewPrepare(Cast<ViewPrepareRequest>(req),
+                        Cast<ViewPrepareResponse>(resp));
+      break;
+    case PsRpc::kViewAccept:
+      s = h.ViewAccept(Cast<ViewAcceptRequest>(req),
+                       Cast<ViewAcceptResponse>(resp));
+      break;
+    case PsRpc::kViewCommit:
+      s = h.ViewCommit(Cast<ViewCommitRequest>(req),
+                       Cast<ViewCommitResponse>(resp));
+      break;
   }
   Answer(std::move(done), std::move(s));
 }

@@ -1,10 +1,12 @@
 #include "trainer/client/job_client.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "common/shard_map.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "trainer/client/fanout.h"
@@ -15,10 +17,21 @@ JobClient::JobClient(std::vector<PsClientInterface*> servers,
                      RequestStamp* stamp)
     : servers_(std::move(servers)), stamp_(stamp) {}
 
+absl::Status JobClient::OnLiveServers(
+    const std::function<void(size_t, StatusCallback)>& fn) {
+  return OnEveryServer(servers_.size(), [&](size_t s, StatusCallback done) {
+    if (live_ && !live_(static_cast<int>(s))) {
+      done(absl::OkStatus());
+      return;
+    }
+    fn(s, std::move(done));
+  });
+}
+
 absl::Status JobClient::Register() {
   std::vector<RegisterRequest> reqs(servers_.size());
   std::vector<RegisterResponse> resps(servers_.size());
-  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_incarnation(stamp_->incarnation());
     servers_[s]->RegisterAsync(reqs[s], &resps[s], std::move(done));
@@ -28,7 +41,7 @@ absl::Status JobClient::Register() {
 absl::StatusOr<int64_t> JobClient::Join() {
   std::vector<RegisterRequest> reqs(servers_.size());
   std::vector<RegisterResponse> resps(servers_.size());
-  RETURN_IF_ERROR(OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  RETURN_IF_ERROR(OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_incarnation(stamp_->incarnation());
     servers_[s]->RegisterAsync(reqs[s], &resps[s], std::move(done));
@@ -37,7 +50,7 @@ absl::StatusOr<int64_t> JobClient::Join() {
   for (const RegisterResponse& r : resps) {
     start = std::max(start, r.join_step());
   }
-  RETURN_IF_ERROR(OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  RETURN_IF_ERROR(OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_start_step(start);
     reqs[s].set_confirm(true);
     servers_[s]->RegisterAsync(reqs[s], &resps[s], std::move(done));
@@ -48,7 +61,7 @@ absl::StatusOr<int64_t> JobClient::Join() {
 absl::Status JobClient::Leave() {
   std::vector<LeaveRequest> reqs(servers_.size());
   std::vector<LeaveResponse> resps(servers_.size());
-  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_incarnation(stamp_->incarnation());
     servers_[s]->LeaveAsync(reqs[s], &resps[s], std::move(done));
@@ -58,7 +71,7 @@ absl::Status JobClient::Leave() {
 absl::Status JobClient::Checkpoint(int64_t step) {
   std::vector<CheckpointRequest> reqs(servers_.size());
   std::vector<CheckpointResponse> resps(servers_.size());
-  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_step(step);
     reqs[s].set_generation(stamp_->generation());
@@ -69,7 +82,7 @@ absl::Status JobClient::Checkpoint(int64_t step) {
 absl::StatusOr<std::vector<GetStatusResponse>> JobClient::Statuses() {
   std::vector<GetStatusRequest> reqs(servers_.size());
   std::vector<GetStatusResponse> resps(servers_.size());
-  RETURN_IF_ERROR(OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  RETURN_IF_ERROR(OnLiveServers([&](size_t s, StatusCallback done) {
     servers_[s]->GetStatusAsync(reqs[s], &resps[s], std::move(done));
   }));
   return resps;
@@ -78,7 +91,7 @@ absl::StatusOr<std::vector<GetStatusResponse>> JobClient::Statuses() {
 absl::Status JobClient::Rollback(int64_t step, uint64_t generation) {
   std::vector<RollbackRequest> reqs(servers_.size());
   std::vector<RollbackResponse> resps(servers_.size());
-  return OnEveryServer(servers_.size(), [&](size_t s, auto done) {
+  return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_step(step);
     reqs[s].set_generation(generation);
@@ -94,12 +107,29 @@ absl::Status JobClient::InitJob(
     InitJobRequest req;
     req.set_trainer_id(stamp_->trainer_id());
     *req.mutable_job() = job;
-    for (const auto& chunk : plan[s]) {
-      for (const BlockPlacement& p : chunk) {
+    // The shards this pserver holds: its own, and with replication those
+    // it backs (common/shard_map.h, ReplicaServers).
+    std::vector<const std::vector<BlockPlacement>*> chunks;
+    for (size_t shard = 0; shard < servers_.size(); ++shard) {
+      const std::vector<int> r =
+          ReplicaServers(static_cast<int>(shard), std::max(1, replication_),
+                         static_cast<int>(servers_.size()));
+      if (std::find(r.begin(), r.end(), static_cast<int>(s)) == r.end()) {
+        continue;
+      }
+      for (const auto& chunk : plan[shard]) chunks.push_back(&chunk);
+    }
+    for (const auto* chunk : chunks) {
+      for (const BlockPlacement& p : *chunk) {
         BlockRef* r = req.add_blocks();
         r->set_table_id(p.table_id);
         r->set_block(p.block);
       }
+    }
+    if (replication_ > 1) {
+      for (const PsClientInterface* c : servers_)
+        req.add_pservers(c->address());
+      req.set_server_index(static_cast<int>(s));
     }
     InitJobResponse resp;
     RETURN_IF_ERROR(server->InitJob(req, &resp));
@@ -108,10 +138,10 @@ absl::Status JobClient::InitJob(
                 << " already holds this job; keeping its values";
       continue;
     }
-    for (const auto& chunk : plan[s]) {
+    for (const auto* chunk : chunks) {
       SetInitialValuesRequest vreq;
       vreq.set_trainer_id(stamp_->trainer_id());
-      for (const BlockPlacement& p : chunk) {
+      for (const BlockPlacement& p : *chunk) {
         DenseBlock* b = vreq.add_blocks();
         b->set_table_id(p.table_id);
         b->set_block(p.block);

@@ -2,6 +2,7 @@
 #define SHARDPS_TRAINER_CLIENT_JOB_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,9 +51,24 @@ class JobClient {
 
   const std::vector<PsClientInterface*>& servers() const { return servers_; }
 
+  // Replication (docs/replication.md): InitJob places each pserver's
+  // blocks with those of the shards it backs and tells it the pserver
+  // list; Register, Join, Leave, Checkpoint and Statuses skip the pservers
+  // for which `live` is false (out of the agreed view).
+  void set_replication(int replication, std::function<bool(int)> live) {
+    replication_ = replication;
+    live_ = std::move(live);
+  }
+
  private:
+  // fn(s, done) on every live pserver at once (fanout.h).
+  absl::Status OnLiveServers(
+      const std::function<void(size_t, StatusCallback)>& fn);
+
   const std::vector<PsClientInterface*> servers_;
   RequestStamp* const stamp_;
+  int replication_ = 1;
+  std::function<bool(int)> live_;
 };
 
 }  // namespace shardps

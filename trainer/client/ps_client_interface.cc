@@ -33,6 +33,16 @@ const char* RpcName(PsRpc rpc) {
       return "Rollback";
     case PsRpc::kOpenSharedMemory:
       return "OpenSharedMemory";
+    case PsRpc::kChangeView:
+      return "ChangeView";
+    case PsRpc::kForward:
+      return "Forward";
+    case PsRpc::kViewPrepare:
+      return "ViewPrepare";
+    case PsRpc::kViewAccept:
+      return "ViewAccept";
+    case PsRpc::kViewCommit:
+      return "ViewCommit";
   }
   LOG(FATAL) << "unknown PsRpc " << static_cast<int>(rpc);
 }

@@ -30,8 +30,14 @@ enum class PsRpc {
   kCheckpoint,
   kRollback,
   kOpenSharedMemory,
+  kChangeView,
+  // Between pservers (docs/replication.md); listed for completeness.
+  kForward,
+  kViewPrepare,
+  kViewAccept,
+  kViewCommit,
 };
-inline constexpr int kNumPsRpcs = 12;
+inline constexpr int kNumPsRpcs = 17;
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.
@@ -117,6 +123,15 @@ class PsClientInterface {
     CallAsync(PsRpc::kOpenSharedMemory, req, resp, std::move(done));
   }
 
+  virtual void ChangeViewAsync(const ChangeViewRequest& req,
+                               ChangeViewResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kChangeView, req, resp, std::move(done));
+  }
+
+  absl::Status ChangeView(const ChangeViewRequest& req,
+                          ChangeViewResponse* resp) {
+    return CallAndWait(&PsClientInterface::ChangeViewAsync, req, resp);
+  }
   absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
     return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);
   }

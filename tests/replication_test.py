@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Replication (docs/replication.md), with real processes on loopback: 3
+pservers and 2 trainers with --replication=2; a pserver killed with SIGKILL
+in the middle of a pass, in sync and async mode; the refusals of settings
+replication cannot serve.
+
+    python3 tests/replication_test.py [--bin_dir build] [-v] [-k name]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import testlib
+from testlib import final_eval, read_json_lines, wait_for
+
+STEPS_PER_PASS = 468  # 60000 records / 2 trainers / batch 64
+
+
+class ReplicationTest(testlib.ProcessTestCase):
+
+    # Helpers ------------------------------------------------------------
+
+    def start_pservers(self, run, n=3, extra=()):
+        """n pservers for 2 trainers; returns [(popen, port)]."""
+        out = []
+        for i in range(n):
+            p, port, _ = self.start_pserver("%s-ps%d" % (run, i), list(extra),
+                                            num_trainers=2)
+            out.append((p, port))
+        return out
+
+    def metrics(self, run, k):
+        return os.path.join(self.tmp, "%s-trainer-%d.jsonl" % (run, k))
+
+    def trainer_log(self, run, k):
+        with open(os.path.join(self.tmp, "%s-trainer-%d.log" % (run, k)),
+                  errors="replace") as f:
+            return f.read()
+
+    def ps_log(self, run, i):
+        with open(os.path.join(self.tmp, "%s-ps%d.log" % (run, i)),
+                  errors="replace") as f:
+            return f.read()
+
+    def start_trainers(self, run, ports, extra=()):
+        procs = []
+        for k in (0, 1):
+            log = os.path.join(self.tmp, "%s-trainer-%d.log" % (run, k))
+            with open(log, "ab") as f:
+                procs.append(self.popen(
+                    [testlib.trainer_bin(),
+                     "--pservers=" + ",".join("127.0.0.1:%d" % p
+                                              for p in ports),
+                     "--trainer_id=%d" % k, "--num_gradient_servers=2",
+                     "--config=" + testlib.CONFIG, "--progress=off",
+                     "--log_every_steps=10",
+                     "--metrics_file=" + self.metrics(run, k)] + list(extra),
+                    stdout=f, stderr=subprocess.STDOUT))
+        return procs
+
+    def last_step(self, run, k):
+        steps = [l["step"] for l in read_json_lines(self.metrics(run, k))
+                 if l.get("event") == "step"]
+        return steps[-1] if steps else 0
+
+    def wait_trainers(self, run, procs, timeout=180):
+        for k, t in enumerate(procs):
+            try:
+                code = t.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.fail("trainer %d still running after %d s:\n%s" % (
+                    k, timeout, self.trainer_log(run, k)[-3000:]))
+            self.assertEqual(code, 0, self.trainer_log(run, k)[-3000:])
+
+    def stall(self, run, k):
+        """(longest step, median step) in seconds of trainer k, from its
+        step lines after the first (which includes the start)."""
+        lines = [l for l in read_json_lines(self.metrics(run, k))
+                 if l.get("event") == "step"][1:]
+        longest = max(l["max_step_s"] for l in lines)
+        medians = sorted(l["median_step_s"] for l in lines)
+        return longest, medians[len(medians) // 2]
+
+    def run_job(self, run, args, kill_at_step=None, victim=1):
+        """3 pservers, 2 trainers with `args`; with kill_at_step, SIGKILL
+        pserver `victim` once trainer 0 has logged that step. Returns the
+        time of the kill (or None)."""
+        servers = self.start_pservers(run)
+        trainers = self.start_trainers(run, [p for _, p in servers], args)
+        killed = None
+        if kill_at_step is not None:
+            self.assertTrue(wait_for(
+                lambda: self.last_step(run, 0) >= kill_at_step, 120),
+                self.trainer_log(run, 0)[-2000:])
+            servers[victim][0].send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+        self.wait_trainers(run, trainers)
+        for i, (p, _) in enumerate(servers):
+            if i != victim or kill_at_step is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+        return killed
+
+    # Tests --------------------------------------------------------------
+
+    def test_sync_primary_killed_mid_pass(self):
+        """Sync: kill -9 pserver 1 (primary of shard 1, backup of shard 0)
+        at step 150 of 468 and never restart it. The job ends with the test
+        accuracy and loss, to the last digit, of the same job without the
+        failure, and the longest step is under 0.5 s above the median."""
+        args = ["--num_passes=1", "--replication=2"]
+        self.run_job("base", args)
+        self.run_job("kill", args, kill_at_step=150)
+        base = final_eval(self.metrics("base", 0), 0)
+        for k in (0, 1):
+            ev = final_eval(self.metrics("kill", k), k)
+            self.assertEqual(ev["step"], STEPS_PER_PASS)
+            self.assertEqual(ev["test_accuracy"], base["test_accuracy"])
+            self.assertEqual(ev["test_loss"], base["test_loss"])
+            longest, median = self.stall("kill", k)
+            self.assertLess(longest - median, 0.5, (longest, median))
+            self.assertIn("failover from pserver 1", self.trainer_log(
+                "kill", k))
+        longest, median = self.stall("kill", 0)
+        sys.stderr.write(
+            "[accuracy %.4f both; longest step %.3f s, median %.4f s] " % (
+                base["test_accuracy"], longest, median))
+        # Pserver 0 backed shard 0 on pserver 1: it took it out of the view,
+        # or learned the view the trainers agreed without it.
+        self.assertRegex(self.ps_log("kill", 0) + self.ps_log("kill", 2),
+                         r"view 1 \{0,2\}")
+
+    def test_async_primary_killed_mid_pass(self):
+        """Async: a kill -9 mid-pass is survived; the final accuracy is
+        within run-to-run noise (0.02) of the run without it."""
+        args = ["--num_passes=1", "--replication=2", "--mode=async"]
+        self.run_job("abase", args)
+        self.run_job("akill", args, kill_at_step=150, victim=2)
+        base = final_eval(self.metrics("abase", 0), 0)["test_accuracy"]
+        for k in (0, 1):
+            ev = final_eval(self.metrics("akill", k), k)
+            self.assertEqual(ev["step"], STEPS_PER_PASS)
+            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.02)
+            self.assertIn("failover from pserver 2",
+                          self.trainer_log("akill", k))
+        sys.stderr.write("[async accuracy %.4f without, %.4f with the kill] "
+                         % (base, final_eval(self.metrics("akill", 0),
+                                             0)["test_accuracy"]))
+
+    def test_refusals(self):
+        """More copies than pservers, and no copy at all, are refused with
+        messages that say so."""
+        servers = self.start_pservers("bad", n=2)
+        ports = ",".join("127.0.0.1:%d" % p for _, p in servers)
+        r = subprocess.run(
+            [testlib.trainer_bin(), "--pservers=" + ports, "--trainer_id=0",
+             "--num_gradient_servers=2", "--config=" + testlib.CONFIG,
+             "--replication=3", "--progress=off"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            universal_newlines=True, env=testlib.clean_env(), timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--replication=3 needs at least as many pservers",
+                      r.stderr)
+        r = subprocess.run(
+            [testlib.trainer_bin(), "--pservers=" + ports, "--trainer_id=0",
+             "--num_gradient_servers=2", "--config=" + testlib.CONFIG,
+             "--replication=0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            universal_newlines=True, env=testlib.clean_env(), timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--replication must be >= 1", r.stderr)
+
+
+if __name__ == "__main__":
+    testlib.main()

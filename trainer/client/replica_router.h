@@ -1,0 +1,82 @@
+#ifndef SHARDPS_TRAINER_CLIENT_REPLICA_ROUTER_H_
+#define SHARDPS_TRAINER_CLIENT_REPLICA_ROUTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/ps_service.pb.h"
+#include "trainer/client/ps_client_interface.h"
+
+namespace shardps {
+
+// A trainer's side of replication (docs/replication.md): the view of live
+// pservers the pservers agreed, the primary of each shard in it, and, per
+// shard, a PsClientInterface that sends each call to the shard's primary.
+// A call that finds its primary gone (UNAVAILABLE once the pserver
+// client's short retry budget is spent) has the pservers agree a view
+// without it, and goes to the new primary; one answered "not the primary"
+// learns the newer view first. In sync mode a shard client keeps every push
+// the primary acknowledged until a pull of the version after it has been
+// answered, and sends them again to a new primary (same request ids: a
+// step the new primary applied already counts them as duplicates), so the
+// step being assembled on a dead primary is assembled again. Thread-safe.
+class ReplicaRouter {
+ public:
+  // `servers[i]` reaches pserver i with a short retry budget (the failover
+  // bound); they must outlive the router.
+  ReplicaRouter(std::vector<PsClientInterface*> servers, int replication,
+                bool sync, int trainer_id);
+  ~ReplicaRouter();
+
+  ReplicaRouter(const ReplicaRouter&) = delete;
+  ReplicaRouter& operator=(const ReplicaRouter&) = delete;
+
+  // The client of shard s's primary (ParamClient and SparseClient take
+  // these in place of the pservers).
+  std::vector<PsClientInterface*> shard_clients() const;
+  // Whether pserver i is in the current view.
+  bool Live(int server) const;
+  int Primary(int shard) const;
+  int64_t view_number() const;
+  // Pservers taken out of the view since the start.
+  int failovers() const;
+
+ private:
+  class ShardClient;
+  friend class ShardClient;
+  // Runs `fn` on the router's thread (failovers wait on RPCs).
+  void Post(std::function<void()> fn);
+  void Run();
+  // Pserver `dead` did not answer in view `seen`: the pservers agree a view
+  // without it (unless the view moved on already).
+  absl::Status Failover(int dead, int64_t seen);
+  // Learns the newest view from the live pservers.
+  absl::Status Refresh(int64_t seen);
+  // Asks pserver q for a view change; adopts the answer when newer.
+  absl::Status AskView(int q, const ChangeViewRequest& req);
+
+  const std::vector<PsClientInterface*> servers_;
+  const int replication_;
+  const bool sync_;
+  const int trainer_id_;
+  std::vector<std::unique_ptr<ShardClient>> shards_;
+
+  mutable absl::Mutex mu_;
+  int64_t view_number_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> members_ ABSL_GUARDED_BY(mu_);
+  int failovers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_TRAINER_CLIENT_REPLICA_ROUTER_H_
