@@ -45,6 +45,13 @@ absl::StatusOr<ForwardResponse> GrpcReplicaPeer::Forward(
   return resp;
 }
 
+absl::Status GrpcReplicaPeer::Install(const InstallUnitRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, deadlines_.forward);
+  InstallUnitResponse resp;
+  return FromGrpcStatus(stub_->InstallUnit(&ctx, req, &resp));
+}
+
 absl::StatusOr<ViewAcceptor::PrepareReply> GrpcReplicaPeer::Prepare(
     int64_t number, const Ballot& ballot) {
   grpc::ClientContext ctx;

@@ -27,6 +27,7 @@ class GrpcReplicaPeer : public ReplicaPeer {
       const TransportSecurity& security, Deadlines deadlines);
 
   absl::StatusOr<ForwardResponse> Forward(const ForwardRequest& req) override;
+  absl::Status Install(const InstallUnitRequest& req) override;
   absl::StatusOr<ViewAcceptor::PrepareReply> Prepare(
       int64_t number, const Ballot& ballot) override;
   absl::StatusOr<bool> Accept(int64_t number, const Ballot& ballot,

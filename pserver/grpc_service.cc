@@ -11,7 +11,7 @@ std::vector<std::string> GrpcPsService::MethodNames() {
           "Push",       "Heartbeat",        "Leave",
           "Checkpoint", "Rollback",         "OpenSharedMemory",
           "ChangeView", "Forward",          "ViewPrepare",
-          "ViewAccept", "ViewCommit"};
+          "ViewAccept", "ViewCommit",       "InstallUnit"};
 }
 
 // The handler of the job the call names in its metadata (the default job
@@ -148,6 +148,27 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
   }
   // The answer may come later: the job stays until it does.
   RequestHandler* h = job->get();
+  if (h->replicas() != nullptr) {
+    // A replicated job's units stay locked while their updates reach the
+    // backups: the pull waits for them on a thread of ours.
+    blocking_.Schedule([this, reactor, start, x, raw_resp, h,
+                        job = *job]() mutable {
+      h->Pull(x->req, &x->resp,
+              [this, reactor, start, x, raw_resp, job](absl::Status s) {
+                if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
+                if (metrics_ != nullptr) {
+                  if (s.ok()) {
+                    metrics_->RecordPullWait(
+                        absl::Microseconds(x->resp.wait_micros()));
+                  }
+                  Record("Pull", s, start, x->req.ByteSizeLong(),
+                         s.ok() ? raw_resp->Length() : 0);
+                }
+                reactor->Finish(ToGrpcStatus(s));
+              });
+    });
+    return reactor;
+  }
   h->Pull(
       x->req, &x->resp,
       [this, reactor, start, x, raw_resp,
@@ -259,6 +280,13 @@ grpc::ServerUnaryReactor* GrpcPsService::ViewCommit(
     ViewCommitResponse* resp) {
   return Reply(ctx, "ViewCommit", *req, resp,
                [&](RequestHandler& h) { return h.ViewCommit(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::InstallUnit(
+    grpc::CallbackServerContext* ctx, const InstallUnitRequest* req,
+    InstallUnitResponse* resp) {
+  return Reply(ctx, "InstallUnit", *req, resp,
+               [&](RequestHandler& h) { return h.InstallUnit(*req, resp); });
 }
 
 }  // namespace shardps

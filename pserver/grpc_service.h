@@ -86,6 +86,9 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* ViewCommit(grpc::CallbackServerContext* ctx,
                                        const ViewCommitRequest* req,
                                        ViewCommitResponse* resp) override;
+  grpc::ServerUnaryReactor* InstallUnit(grpc::CallbackServerContext* ctx,
+                                        const InstallUnitRequest* req,
+                                        InstallUnitResponse* resp) override;
 
  private:
   // Answers with what `handle` returns for the call's job, and reports the
@@ -116,7 +119,7 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;
   // Replicated jobs' pushes and view changes (they wait on other pservers).
-  BlockingPool blocking_{32};
+  BlockingPool blocking_{64};
 };
 
 }  // namespace shardps

@@ -66,6 +66,8 @@ class Membership {
   absl::Status CheckGeneration(absl::string_view what,
                                uint64_t generation) const;
   uint64_t generation() const { return generation_.load(); }
+  // A rejoining replica takes its primary's timeline.
+  void AdoptGeneration(uint64_t generation) { generation_.store(generation); }
   int64_t base_step() const { return base_step_.load(); }
 
   // --- Transitions.

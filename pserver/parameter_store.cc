@@ -270,7 +270,7 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
   for (size_t i = 0; i < parts.size(); ++i) {
     BarrierUnit* u = parts[i].unit;
     u->mu.AssertHeld();
-    if (forwarder_ != nullptr && step < u->barrier.version()) {
+    if (forwarder_.load() != nullptr && step < u->barrier.version()) {
       is_late[i] = 2;  // applied already: pushed again after a failover
       continue;
     }

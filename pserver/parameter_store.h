@@ -154,7 +154,7 @@ class ParameterStore {
                           uint64_t request_id = 0);
 
   // Replication (docs/replication.md). With a forwarder (set once, after
-  // InitJob, before the job is ready; it must outlive the store): pushes
+  // InitJob; it must outlive the store): pushes
   // and pulls of units this pserver is not the primary of are refused
   // FAILED_PRECONDITION; every update applied here is forwarded to the
   // unit's backups before the push is answered or a pull can see it; a
@@ -169,6 +169,16 @@ class ParameterStore {
   // A backup, ASYNC: the pushes its primary applied move their trainers'
   // clocks as they did there (PushRef.step). SYNC: nothing.
   void ReplicatedPushes(const std::vector<PushRef>& pushes);
+  // A primary: the state of dense block (table_id, block) as a one-block
+  // dense blob (table_snapshot.h). REQUIRES: the caller holds its lock (a
+  // push being forwarded).
+  absl::StatusOr<std::string> DenseImageHeld(uint32_t table_id,
+                                             uint32_t block) const;
+  // A joining backup: loads such a blob (values, optimizer state, version)
+  // and takes the job's timeline `generation`. DATA_LOSS for a malformed
+  // blob, NOT_FOUND for a block not held here.
+  absl::Status InstallDense(uint32_t table_id, const std::string& blob,
+                            uint64_t generation);
 
   // The number of values of dense block (table_id, block) held here;
   // NOT_FOUND when there is none.
@@ -325,7 +335,9 @@ class ParameterStore {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<JobTables> tables_;
   std::unique_ptr<StalenessGate> staleness_;
-  UpdateForwarder* forwarder_ = nullptr;  // set before ready_
+  // Set once (InitJob of a replicated job; after ready_ for a pserver that
+  // restored its checkpoint and then rejoins).
+  std::atomic<UpdateForwarder*> forwarder_{nullptr};
 
   PullWaiters waiters_;
 

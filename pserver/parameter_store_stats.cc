@@ -13,9 +13,9 @@ namespace shardps {
 // --- Replication ---
 
 void ParameterStore::set_forwarder(UpdateForwarder* forwarder) {
-  CHECK(!ready()) << "set_forwarder after the job is ready";
   CHECK(tables_ != nullptr) << "set_forwarder before InitJob";
-  forwarder_ = forwarder;
+  CHECK(forwarder_.load() == nullptr) << "set_forwarder twice";
+  forwarder_.store(forwarder);
   for (BarrierUnit* u : tables_->units()) {
     absl::MutexLock l(&u->mu);
     u->set_update_sink([](AppliedUpdate a) { UpdateCollector::Add(a); });
@@ -23,18 +23,20 @@ void ParameterStore::set_forwarder(UpdateForwarder* forwarder) {
 }
 
 absl::Status ParameterStore::CheckServes(const BarrierUnit& unit) const {
-  if (forwarder_ == nullptr) return absl::OkStatus();
-  return forwarder_->CheckServes(unit.table_id(), unit.index());
+  UpdateForwarder* f = forwarder_.load(std::memory_order_acquire);
+  if (f == nullptr) return absl::OkStatus();
+  return f->CheckServes(unit.table_id(), unit.index());
 }
 
 absl::Status ParameterStore::ForwardCollected(const UpdateCollector& c,
                                               int trainer_id,
                                               uint64_t request_id,
                                               int64_t step) {
-  if (forwarder_ == nullptr || c.updates().empty()) return absl::OkStatus();
+  UpdateForwarder* f = forwarder_.load(std::memory_order_acquire);
+  if (f == nullptr || c.updates().empty()) return absl::OkStatus();
   std::vector<PushRef> pushes;
   if (trainer_id >= 0) pushes.push_back(PushRef{trainer_id, request_id, step});
-  return forwarder_->Forward(c.updates(), pushes);
+  return f->Forward(c.updates(), pushes);
 }
 
 void ParameterStore::ReplicatedPushes(const std::vector<PushRef>& pushes) {
@@ -50,6 +52,54 @@ void ParameterStore::ReplicatedPushes(const std::vector<PushRef>& pushes) {
   ReleaseAll(released);
 }
 
+absl::StatusOr<std::string> ParameterStore::DenseImageHeld(
+    uint32_t table_id, uint32_t block) const {
+  if (!ready()) return absl::FailedPreconditionError("job not ready");
+  ASSIGN_OR_RETURN(DenseTableBlock * b, tables_->FindBlock(table_id, block));
+  b->mu.AssertHeld();
+  DenseBlobWriter w(1);
+  w.Add(block, b->barrier.version(), b->value, b->slots);
+  return std::move(w).Finish();
+}
+
+absl::Status ParameterStore::InstallDense(uint32_t table_id,
+                                          const std::string& blob,
+                                          uint64_t generation) {
+  if (!ready()) return absl::FailedPreconditionError("job not ready");
+  std::vector<WaiterPtr> dropped;
+  absl::Status st;
+  {
+    // Not under the gate, as ApplyReplicated.
+    absl::flat_hash_map<uint32_t, int64_t> sizes;
+    int num_slots = 0;
+    for (BarrierUnit* u : tables_->units()) {
+      if (u->table_id() != table_id) continue;
+      absl::StatusOr<DenseTableBlock*> b = tables_->FindBlock(table_id,
+                                                              u->index());
+      if (!b.ok()) continue;
+      sizes[u->index()] = (*b)->size();
+      absl::MutexLock l(&(*b)->mu);
+      num_slots = static_cast<int>((*b)->slots.size());
+    }
+    absl::StatusOr<std::vector<DenseBlockImage>> images = ParseDenseBlob(
+        absl::StrCat("installed table id ", table_id), blob, sizes, num_slots);
+    st = images.status();
+    for (size_t i = 0; st.ok() && i < images->size(); ++i) {
+      DenseBlockImage& img = (*images)[i];
+      ASSIGN_OR_RETURN(DenseTableBlock * b,
+                       tables_->FindBlock(table_id, img.index));
+      absl::MutexLock l(&b->mu);
+      b->Restore(img.version, std::move(img.value), std::move(img.slots),
+                 &dropped);
+    }
+  }
+  if (st.ok() && generation != membership_->generation()) {
+    membership_->AdoptGeneration(generation);
+  }
+  ReleaseAll(dropped);
+  return st;
+}
+
 absl::Status ParameterStore::ApplyReplicated(
     const std::vector<AppliedUpdate>& updates) {
   if (!ready()) {
@@ -59,7 +109,10 @@ absl::Status ParameterStore::ApplyReplicated(
   std::vector<WaiterPtr> released;
   absl::Status st;
   {
-    absl::ReaderMutexLock g(&gate_);
+    // Not under the gate: a checkpoint waiting for it on every pserver at
+    // once, each behind a push that waits for its forward to the next,
+    // would close a ring. The units are fixed once the job is ready; their
+    // locks order this against a restore.
     for (const AppliedUpdate& u : updates) {
       absl::StatusOr<DenseTableBlock*> b =
           tables_->FindBlock(u.table_id, u.block);

@@ -88,7 +88,13 @@ ReplicaSet::ReplicaSet(ReplicaSetOptions options,
       local_(std::make_unique<LocalPeer>(this)),
       acceptor_(std::move(state)) {}
 
-ReplicaSet::~ReplicaSet() = default;
+ReplicaSet::~ReplicaSet() {
+  {
+    absl::MutexLock l(&join_mu_);
+    stop_ = true;
+  }
+  if (joiner_.joinable()) joiner_.join();
+}
 
 int ReplicaSet::ShardOf(uint32_t table_id, uint32_t unit) const {
   const uint64_t base =
@@ -102,6 +108,9 @@ View ReplicaSet::view() const {
 }
 
 int ReplicaSet::PrimaryOf(int shard, const View& v) const {
+  if (static_cast<size_t>(shard) < v.primaries.size()) {
+    return v.primaries[shard];
+  }
   return PrimaryServer(shard, options_.replication, options_.num_servers,
                        v.members);
 }
@@ -118,7 +127,7 @@ std::vector<int> ReplicaSet::PrimaryShards() const {
 std::vector<int> ReplicaSet::BackupShards() const {
   const View v = view();
   std::vector<int> out;
-  if (!v.Has(options_.self)) return out;
+  if (!v.Serves(options_.self)) return out;
   for (int s = 0; s < options_.num_servers; ++s) {
     const std::vector<int> r =
         ReplicaServers(s, options_.replication, options_.num_servers);
@@ -171,32 +180,62 @@ absl::StatusOr<View> ReplicaSet::Propose(const ViewChange& change) {
 }
 
 absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
-                                            const std::vector<int>& add) {
-  for (int s : remove) {
-    if (s < 0 || s >= options_.num_servers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no pserver ", s, " among ", options_.num_servers));
+                                            const std::vector<int>& join,
+                                            const std::vector<int>& promote) {
+  for (const std::vector<int>* list : {&remove, &join, &promote}) {
+    for (int s : *list) {
+      if (s < 0 || s >= options_.num_servers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("no pserver ", s, " among ", options_.num_servers));
+      }
     }
   }
-  for (int s : add) {
-    if (s < 0 || s >= options_.num_servers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no pserver ", s, " among ", options_.num_servers));
-    }
-  }
-  if (remove.empty() && add.empty()) return view();
-  ViewChange change = [remove, add](const View& cur) -> std::optional<View> {
+  if (remove.empty() && join.empty() && promote.empty()) return view();
+  auto drop = [](std::vector<int>* list, int s) {
+    list->erase(std::remove(list->begin(), list->end(), s), list->end());
+  };
+  ViewChange change = [this, remove, join, promote,
+                       drop](const View& cur) -> std::optional<View> {
     View next = cur;
+    next.primaries.clear();
     for (int s : remove) {
-      next.members.erase(
-          std::remove(next.members.begin(), next.members.end(), s),
-          next.members.end());
+      drop(&next.members, s);
+      drop(&next.joining, s);
     }
-    for (int s : add) {
-      if (!next.Has(s)) next.members.push_back(s);
+    for (int s : join) {  // a member that lost its state joins again
+      drop(&next.members, s);
+      if (!next.Serves(s)) next.joining.push_back(s);
+    }
+    for (int s : promote) {
+      if (std::find(next.joining.begin(), next.joining.end(), s) ==
+          next.joining.end()) {
+        continue;
+      }
+      drop(&next.joining, s);
+      next.members.push_back(s);
     }
     std::sort(next.members.begin(), next.members.end());
-    if (next.members == cur.members) return std::nullopt;
+    std::sort(next.joining.begin(), next.joining.end());
+    // Primaries stay while they are members; else the first member replica.
+    for (int shard = 0; shard < options_.num_servers; ++shard) {
+      const int p = PrimaryOf(shard, cur);
+      int chosen = -1;
+      if (p >= 0 && next.Has(p)) {
+        chosen = p;
+      } else {
+        for (int r : ReplicaServers(shard, options_.replication,
+                                    options_.num_servers)) {
+          if (next.Has(r)) {
+            chosen = r;
+            break;
+          }
+        }
+      }
+      next.primaries.push_back(chosen);
+    }
+    if (next.members == cur.members && next.joining == cur.joining) {
+      return std::nullopt;
+    }
     next.number = cur.number + 1;
     return next;
   };
@@ -204,8 +243,9 @@ absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
   if (v.ok()) {
     LOG(WARNING) << "pserver " << options_.self << ": the pservers agreed "
                  << v->DebugString() << " (without {"
-                 << absl::StrJoin(remove, ",") << "}, with {"
-                 << absl::StrJoin(add, ",") << "})";
+                 << absl::StrJoin(remove, ",") << "}, joining {"
+                 << absl::StrJoin(join, ",") << "}, promoted {"
+                 << absl::StrJoin(promote, ",") << "})";
   }
   return v;
 }
@@ -228,11 +268,32 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
           last.ToString()));
     }
     if (!last.ok()) {
-      LOG_EVERY_N(WARNING, 50)
-          << "pserver " << options_.self << ": forwarding updates: " << last;
+      LOG_EVERY_N(WARNING, 50) << "pserver " << options_.self
+                               << ": forwarding updates: " << last;
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
+}
+
+absl::Status ReplicaSet::InstallOn(int b, const View& v,
+                                   const ForwardResponse& asked) {
+  if (!hooks_.image_held) return absl::InternalError("no store hooks");
+  for (const UnitRef& u : asked.need_install()) {
+    ASSIGN_OR_RETURN(std::string blob,
+                     hooks_.image_held(u.table_id(), u.unit()));
+    InstallUnitRequest req;
+    ToMessage(v, req.mutable_view());
+    req.set_sender(options_.self);
+    req.set_table_id(u.table_id());
+    req.set_unit(u.unit());
+    req.set_blob(std::move(blob));
+    req.set_generation(hooks_.generation ? hooks_.generation() : 0);
+    RETURN_IF_ERROR(peers_[b]->Install(req));
+  }
+  LOG(INFO) << "pserver " << options_.self << ": installed "
+            << asked.need_install_size() << " unit(s) on joining pserver "
+            << b;
+  return absl::OkStatus();
 }
 
 absl::Status ReplicaSet::ForwardOnce(const View& v,
@@ -245,9 +306,9 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
     if (PrimaryOf(shard, v) != options_.self) {
       return absl::FailedPreconditionError(NotPrimary(shard, v));
     }
-    for (int b :
-         ReplicaServers(shard, options_.replication, options_.num_servers)) {
-      if (b == options_.self || !v.Has(b)) continue;
+    for (int b : ReplicaServers(shard, options_.replication,
+                                options_.num_servers)) {
+      if (b == options_.self || !v.Serves(b)) continue;
       ToMessage(u, to[b].add_updates());
     }
   }
@@ -263,21 +324,24 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
     absl::StatusOr<ForwardResponse> r = peers_[b]->Forward(req);
     if (r.ok() && r->applied()) continue;
     *retry = true;
-    if (r.ok()) {  // the backup knows a newer view
+    absl::Status s = r.status();
+    if (r.ok() && r->need_install_size() > 0) {  // a joining backup
+      s = InstallOn(b, v, *r);
+      if (s.ok()) return s;
+    } else if (r.ok()) {  // the backup knows a newer view
       absl::StatusOr<View> newer = FromMessage(r->view());
       if (!newer.ok()) return newer.status();
       Learn(*newer);
       return absl::OkStatus();
     }
-    if (!absl::IsUnavailable(r.status()) &&
-        !absl::IsDeadlineExceeded(r.status())) {
+    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) {
       // It answered and refused them: it does not hold what we hold.
       LOG(ERROR) << "pserver " << options_.self << ": backup pserver " << b
-                 << " refused forwarded updates: " << r.status()
+                 << " refused forwarded updates: " << s
                  << "; taking it out of the view";
     } else {
       LOG(WARNING) << "pserver " << options_.self << ": backup pserver " << b
-                   << " did not answer (" << r.status()
+                   << " did not answer (" << s
                    << "); proposing a view without it";
     }
     absl::StatusOr<View> next = ChangeView({b}, {});
@@ -296,21 +360,114 @@ absl::Status ReplicaSet::HandleForward(const ForwardRequest& req,
   for (const ReplicatedUpdate& m : req.updates()) {
     ASSIGN_OR_RETURN(AppliedUpdate u, FromMessage(m));
     const int shard = ShardOf(u.table_id, u.block);
-    if (PrimaryOf(shard, mine) != req.sender() || !mine.Has(options_.self)) {
+    if (PrimaryOf(shard, mine) != req.sender() || !mine.Serves(options_.self)) {
       resp->set_applied(false);
       ToMessage(mine, resp->mutable_view());
       return absl::OkStatus();
     }
     updates.push_back(std::move(u));
   }
+  {
+    absl::MutexLock l(&join_mu_);
+    if (joining_) {
+      absl::flat_hash_set<UnitKey> asked;
+      for (const AppliedUpdate& u : updates) {
+        const UnitKey key(u.table_id, u.block);
+        if (!installed_.contains(key) && asked.insert(key).second) {
+          UnitRef* ref = resp->add_need_install();
+          ref->set_table_id(u.table_id);
+          ref->set_unit(u.block);
+        }
+      }
+      if (resp->need_install_size() > 0) {
+        resp->set_applied(false);
+        return absl::OkStatus();
+      }
+    }
+  }
   std::vector<PushRef> pushes;
   for (const auto& p : req.pushes()) {
     pushes.push_back(PushRef{p.trainer_id(), p.request_id(), p.step()});
   }
-  if (!applier_) return absl::FailedPreconditionError("the job is not ready");
-  RETURN_IF_ERROR(applier_(updates, pushes));
+  if (!hooks_.apply) return absl::FailedPreconditionError("the job is not ready");
+  RETURN_IF_ERROR(hooks_.apply(updates, pushes));
   resp->set_applied(true);
   return absl::OkStatus();
+}
+
+absl::Status ReplicaSet::HandleInstall(const InstallUnitRequest& req) {
+  ASSIGN_OR_RETURN(const View theirs, FromMessage(req.view()));
+  Learn(theirs);
+  const View mine = view();
+  const int shard = ShardOf(req.table_id(), req.unit());
+  if (PrimaryOf(shard, mine) != req.sender()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("install of table id ", req.table_id(), " unit ",
+                     req.unit(), " from pserver ", req.sender(), ": ",
+                     NotPrimary(shard, mine)));
+  }
+  if (!hooks_.install) return absl::FailedPreconditionError("not ready");
+  RETURN_IF_ERROR(
+      hooks_.install(req.table_id(), req.blob(), req.generation()));
+  absl::MutexLock l(&join_mu_);
+  installed_.insert(UnitKey(req.table_id(), req.unit()));
+  return absl::OkStatus();
+}
+
+void ReplicaSet::StartJoining(std::vector<UnitKey> units) {
+  absl::MutexLock l(&join_mu_);
+  if (joining_) return;
+  joining_ = true;
+  expected_.insert(units.begin(), units.end());
+  installed_.clear();
+  joiner_ = std::thread([this] { JoinLoop(); });
+}
+
+std::pair<size_t, size_t> ReplicaSet::JoinProgress() const {
+  absl::MutexLock l(&join_mu_);
+  return {installed_.size(), expected_.size()};
+}
+
+void ReplicaSet::JoinLoop() {
+  const int self = options_.self;
+  auto stopped = [this] {
+    absl::MutexLock l(&join_mu_);
+    return stop_;
+  };
+  const absl::Time start = absl::Now();
+  // 1. A view in which this pserver is joining.
+  while (!stopped()) {
+    absl::StatusOr<View> v = ChangeView({}, {self});
+    if (v.ok() && v->Serves(self)) break;
+    LOG_EVERY_N(WARNING, 10) << "pserver " << self << ": rejoining: "
+                             << (v.ok() ? v->DebugString() : v.status().ToString());
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  // 2. Every unit installed by its primary (on its next update).
+  absl::Time last_log = absl::Now();
+  while (!stopped()) {
+    const auto [done, of] = JoinProgress();
+    if (done >= of) break;
+    if (absl::Now() - last_log > absl::Seconds(5)) {
+      last_log = absl::Now();
+      LOG(INFO) << "pserver " << self << ": catching up, " << done << " of "
+                << of << " units installed";
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // 3. A member again.
+  while (!stopped()) {
+    absl::StatusOr<View> v = ChangeView({}, {}, {self});
+    if (v.ok() && v->Has(self)) {
+      absl::MutexLock l(&join_mu_);
+      joining_ = false;
+      LOG(WARNING) << "pserver " << self << ": caught up in "
+                   << absl::FormatDuration(absl::Now() - start)
+                   << "; a full backup again in " << v->DebugString();
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 absl::Status ReplicaSet::HandlePrepare(const ViewPrepareRequest& req,

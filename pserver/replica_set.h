@@ -5,9 +5,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -26,6 +29,7 @@ class ReplicaPeer : public ViewPeer {
   // UNAVAILABLE or DEADLINE_EXCEEDED when the pserver does not answer.
   virtual absl::StatusOr<ForwardResponse> Forward(
       const ForwardRequest& req) = 0;
+  virtual absl::Status Install(const InstallUnitRequest& req) = 0;
 };
 
 struct ReplicaSetOptions {
@@ -49,10 +53,22 @@ struct ReplicaSetOptions {
 // the peers carry the messages. Thread-safe.
 class ReplicaSet : public UpdateForwarder {
  public:
-  // Where forwarded updates go: the job's store (and the handler's record
-  // of answered pushes). Set before any call comes.
-  using Applier = std::function<absl::Status(const std::vector<AppliedUpdate>&,
-                                             const std::vector<PushRef>&)>;
+  // What it needs of the job's store (and the handler's record of
+  // answered pushes). Set before any call comes.
+  struct StoreHooks {
+    // Takes forwarded updates (a backup).
+    std::function<absl::Status(const std::vector<AppliedUpdate>&,
+                               const std::vector<PushRef>&)>
+        apply;
+    // The state of unit (table, unit) as a one-block dense blob; the
+    // caller holds the unit's lock (a primary's Forward).
+    std::function<absl::StatusOr<std::string>(uint32_t, uint32_t)> image_held;
+    // Loads a unit's state (a joining backup), and the job's timeline.
+    std::function<absl::Status(uint32_t, const std::string&, uint64_t)>
+        install;
+    std::function<uint64_t()> generation;
+  };
+  using UnitKey = std::pair<uint32_t, uint32_t>;  // table id, unit
 
   // `shard_base[t]`: for dense table t, its TableHash (block b is on shard
   // (base + b) % P). `peers[i]`: pserver i (null at options.self). Loads
@@ -63,7 +79,15 @@ class ReplicaSet : public UpdateForwarder {
 
   ~ReplicaSet() override;
 
-  void set_applier(Applier applier) { applier_ = std::move(applier); }
+  void set_hooks(StoreHooks hooks) { hooks_ = std::move(hooks); }
+
+  // This pserver came back (a rejoin): its `units` are empty until their
+  // primaries install them. A thread asks the pservers for a view in which
+  // it is joining, waits until every unit is installed, then for one in
+  // which it is a member again.
+  void StartJoining(std::vector<UnitKey> units);
+  // Units installed so far, and of how many (joining; tests, status).
+  std::pair<size_t, size_t> JoinProgress() const;
 
   int self() const { return options_.self; }
   int num_servers() const { return options_.num_servers; }
@@ -88,11 +112,17 @@ class ReplicaSet : public UpdateForwarder {
   absl::Status HandleAccept(const ViewAcceptRequest& req,
                             ViewAcceptResponse* resp);
   absl::Status HandleCommit(const ViewCommitRequest& req);
-  // Agrees with the pservers a view without `remove` and with `add`
-  // (neither: answers the view known here). UNAVAILABLE when no majority
-  // answers.
+  absl::Status HandleInstall(const InstallUnitRequest& req);
+  // Agrees with the pservers a view without `remove`, with `join` joining
+  // and `promote` moved from joining to members (none: answers the view
+  // known here). Primaries stay where they are while they live; a shard
+  // whose primary left goes to its first member replica. UNAVAILABLE when
+  // no majority answers.
   absl::StatusOr<View> ChangeView(const std::vector<int>& remove,
-                                  const std::vector<int>& add);
+                                  const std::vector<int>& join,
+                                  const std::vector<int>& promote = {});
+  // The primary of `shard` in `v` (-1: none).
+  int PrimaryOf(int shard, const View& v) const;
 
  private:
   class LocalPeer;
@@ -103,8 +133,11 @@ class ReplicaSet : public UpdateForwarder {
   absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Learns a decided view (kept when newer).
   void Learn(const View& v);
-  int PrimaryOf(int shard, const View& v) const;
   std::string NotPrimary(int shard, const View& v) const;
+  // Sends backup `b` the state of the units it asked for (under their
+  // locks, which the caller holds).
+  absl::Status InstallOn(int b, const View& v, const ForwardResponse& asked);
+  void JoinLoop();
   absl::StatusOr<View> Propose(const ViewChange& change);
   // One round of Forward in view `v`: OK when every backup took its
   // updates; `*retry` when the view changed (learned, or proposed
@@ -118,12 +151,20 @@ class ReplicaSet : public UpdateForwarder {
   const std::vector<uint64_t> shard_base_;
   const std::vector<std::unique_ptr<ReplicaPeer>> peers_;
   std::unique_ptr<LocalPeer> local_;
-  Applier applier_;
+  StoreHooks hooks_;
 
   mutable absl::Mutex mu_;
   ViewAcceptor acceptor_ ABSL_GUARDED_BY(mu_);
   // One proposal at a time from this pserver (its ballots carry its id).
   absl::Mutex propose_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  // Joining (after a rejoin): the units still to be installed.
+  mutable absl::Mutex join_mu_;
+  bool joining_ ABSL_GUARDED_BY(join_mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(join_mu_) = false;
+  absl::flat_hash_set<UnitKey> expected_ ABSL_GUARDED_BY(join_mu_);
+  absl::flat_hash_set<UnitKey> installed_ ABSL_GUARDED_BY(join_mu_);
+  std::thread joiner_;
 };
 
 }  // namespace shardps

@@ -11,6 +11,9 @@ namespace shardps {
 void ToMessage(const View& view, ViewMessage* out) {
   out->set_number(view.number);
   out->mutable_members()->Assign(view.members.begin(), view.members.end());
+  out->mutable_joining()->Assign(view.joining.begin(), view.joining.end());
+  out->mutable_primaries()->Assign(view.primaries.begin(),
+                                   view.primaries.end());
 }
 
 absl::StatusOr<View> FromMessage(const ViewMessage& m) {
@@ -26,6 +29,21 @@ absl::StatusOr<View> FromMessage(const ViewMessage& m) {
           "view ", v.number, ": members must be ascending pserver indices"));
     }
     v.members.push_back(member);
+  }
+  for (int32_t j : m.joining()) {
+    if (j < 0 || (!v.joining.empty() && j <= v.joining.back()) || v.Has(j)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "view ", v.number,
+          ": joining pservers must be ascending indices, none a member"));
+    }
+    v.joining.push_back(j);
+  }
+  for (int32_t p : m.primaries()) {
+    if (p < -1 || (p >= 0 && !v.Has(p))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "view ", v.number, ": primary ", p, " is not a member"));
+    }
+    v.primaries.push_back(p);
   }
   return v;
 }

@@ -127,7 +127,10 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
                      ": only the chief (trainer 0) initialises the job"));
   }
   auto ready = store_->InitJob(req.job(), ToBlockIds(req.blocks()));
-  if (ready.ok() && !*ready && req.job().replication() > 1) {
+  if (ready.ok() && !*ready && req.rejoin()) {
+    RETURN_IF_ERROR(FillForRejoin(req));
+  }
+  if (ready.ok() && req.job().replication() > 1) {
     RETURN_IF_ERROR(StartReplication(req));
   }
   if (ready.ok()) resp->set_already_ready(*ready);

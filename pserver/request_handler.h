@@ -85,6 +85,8 @@ class RequestHandler {
                           ViewAcceptResponse* resp);
   absl::Status ViewCommit(const ViewCommitRequest& req,
                           ViewCommitResponse* resp);
+  absl::Status InstallUnit(const InstallUnitRequest& req,
+                           InstallUnitResponse* resp);
   // The job's replication; null without.
   ReplicaSet* replicas() const;
 
@@ -105,8 +107,12 @@ class RequestHandler {
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);
-  // InitJob of a replicated job: makes its ReplicaSet (once).
+  // InitJob of a replicated job: makes its ReplicaSet (once); with
+  // `rejoin`, starts joining.
   absl::Status StartReplication(const InitJobRequest& req);
+  // A rejoining pserver's blocks, zero until their primaries install them;
+  // the job is then ready (it serves nothing until it is a member again).
+  absl::Status FillForRejoin(const InitJobRequest& req);
   // Adds the view and this pserver's roles to a status.
   void AddReplicationStatus(GetStatusResponse* resp) const;
 

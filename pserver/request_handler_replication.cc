@@ -1,4 +1,6 @@
 // RequestHandler: the calls of replicated jobs (docs/replication.md).
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
@@ -44,30 +46,74 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
         "this pserver cannot reach other pservers (in-process): no "
         "replication");
   }
-  ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
-  ParameterStore* store = store_;
-  RequestDedup* dedup = &dedup_;
-  replicas_->set_applier([store, dedup](const std::vector<AppliedUpdate>& u,
-                                        const std::vector<PushRef>& pushes) {
-    RETURN_IF_ERROR(store->ApplyReplicated(u));
-    store->ReplicatedPushes(pushes);
-    // A push whose updates a backup holds: answered as a duplicate if the
-    // trainer sends it here after a failover.
-    for (const PushRef& p : pushes) {
-      if (p.request_id == 0) continue;
-      absl::Status first;
-      if (dedup->Begin(p.request_id, &first) == RequestDedup::Outcome::kNew) {
-        dedup->Finish(p.request_id, absl::OkStatus());
+  if (replicas_ == nullptr) {
+    ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
+    ParameterStore* store = store_;
+    RequestDedup* dedup = &dedup_;
+    ReplicaSet::StoreHooks hooks;
+    hooks.apply = [store, dedup](const std::vector<AppliedUpdate>& u,
+                                 const std::vector<PushRef>& pushes) {
+      RETURN_IF_ERROR(store->ApplyReplicated(u));
+      store->ReplicatedPushes(pushes);
+      // A push whose updates a backup holds: answered as a duplicate if
+      // the trainer sends it here after a failover.
+      for (const PushRef& p : pushes) {
+        if (p.request_id == 0) continue;
+        absl::Status first;
+        if (dedup->Begin(p.request_id, &first) ==
+            RequestDedup::Outcome::kNew) {
+          dedup->Finish(p.request_id, absl::OkStatus());
+        }
       }
+      return absl::OkStatus();
+    };
+    hooks.image_held = [store](uint32_t table, uint32_t unit) {
+      return store->DenseImageHeld(table, unit);
+    };
+    hooks.install = [store](uint32_t table, const std::string& blob,
+                            uint64_t generation) {
+      return store->InstallDense(table, blob, generation);
+    };
+    hooks.generation = [store] { return store->generation(); };
+    replicas_->set_hooks(std::move(hooks));
+    store_->set_forwarder(replicas_.get());
+    LOG(INFO) << "replication " << job.replication() << " among "
+              << req.pservers_size() << " pservers; this is pserver "
+              << req.server_index() << " ("
+              << replicas_->view().DebugString() << ")";
+  }
+  if (req.rejoin()) {
+    std::vector<ReplicaSet::UnitKey> units;
+    for (const BlockRef& b : req.blocks()) {
+      units.emplace_back(b.table_id(), b.block());
     }
-    return absl::OkStatus();
-  });
-  store_->set_forwarder(replicas_.get());
-  LOG(INFO) << "replication " << job.replication() << " among "
-            << req.pservers_size() << " pservers; this is pserver "
-            << req.server_index() << " (" << replicas_->view().DebugString()
-            << ")";
+    LOG(WARNING) << "pserver " << req.server_index()
+                 << " rejoins the job: " << units.size()
+                 << " blocks to take from their primaries";
+    replicas_->StartJoining(std::move(units));
+  }
   return absl::OkStatus();
+}
+
+absl::Status RequestHandler::FillForRejoin(const InitJobRequest& req) {
+  std::vector<std::vector<float>> zeros;
+  std::vector<BlockData> blocks;
+  zeros.reserve(req.blocks_size());
+  for (const BlockRef& b : req.blocks()) {
+    if (b.table_id() >= static_cast<uint32_t>(req.job().tables_size())) {
+      return absl::InvalidArgumentError("rejoin: a block of no table");
+    }
+    const TableSpec& t = req.job().tables(b.table_id());
+    int64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    const int64_t size = std::min<int64_t>(
+        t.block_size(), n - static_cast<int64_t>(b.block()) * t.block_size());
+    if (size <= 0) return absl::InvalidArgumentError("rejoin: no such block");
+    zeros.emplace_back(size, 0.0f);
+    blocks.push_back(BlockData{b.table_id(), b.block(), zeros.back()});
+  }
+  RETURN_IF_ERROR(store_->SetInitialValues(blocks));
+  return store_->CommitInit();
 }
 
 void RequestHandler::AddReplicationStatus(GetStatusResponse* resp) const {
@@ -120,6 +166,13 @@ absl::Status RequestHandler::ViewCommit(const ViewCommitRequest& req,
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandleCommit(req);
+}
+
+absl::Status RequestHandler::InstallUnit(const InstallUnitRequest& req,
+                                         InstallUnitResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandleInstall(req);
 }
 
 }  // namespace shardps

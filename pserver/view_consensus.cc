@@ -12,8 +12,21 @@ bool View::Has(int server) const {
   return std::binary_search(members.begin(), members.end(), server);
 }
 
+bool View::Serves(int server) const {
+  return Has(server) ||
+         std::binary_search(joining.begin(), joining.end(), server);
+}
+
 std::string View::DebugString() const {
-  return absl::StrCat("view ", number, " {", absl::StrJoin(members, ","), "}");
+  std::string s =
+      absl::StrCat("view ", number, " {", absl::StrJoin(members, ","), "}");
+  if (!joining.empty()) {
+    absl::StrAppend(&s, " joining {", absl::StrJoin(joining, ","), "}");
+  }
+  if (!primaries.empty()) {
+    absl::StrAppend(&s, " primaries [", absl::StrJoin(primaries, ","), "]");
+  }
+  return s;
 }
 
 ViewAcceptor::PrepareReply ViewAcceptor::Prepare(int64_t number,

@@ -25,12 +25,23 @@ namespace shardps {
 struct View {
   int64_t number = 0;
   std::vector<int> members;  // pserver indices, ascending, no repeats
+  // Pservers coming back (docs/replication.md, "Rejoin and catch-up"):
+  // they take their primaries' updates and state but are no one's primary
+  // yet. Ascending, none in `members`.
+  std::vector<int> joining;
+  // primaries[s]: the primary of shard s (-1: none left). Empty: each
+  // shard's first live replica (view 0, and the consensus tests).
+  std::vector<int> primaries;
 
   bool operator==(const View& o) const {
-    return number == o.number && members == o.members;
+    return number == o.number && members == o.members &&
+           joining == o.joining && primaries == o.primaries;
   }
   bool operator!=(const View& o) const { return !(*this == o); }
+  // In `members`.
   bool Has(int server) const;
+  // In `members` or `joining`.
+  bool Serves(int server) const;
   std::string DebugString() const;
 };
 

@@ -14,7 +14,7 @@ namespace shardps {
 namespace {
 
 constexpr uint32_t kMagic = 0x57565053;  // "SPVW", little-endian
-constexpr uint32_t kFormat = 1;
+constexpr uint32_t kFormat = 2;  // 2: views with joining and primaries
 // No pserver list is this long; a larger count is a corrupt file.
 constexpr uint32_t kMaxMembers = 1 << 16;
 
@@ -24,10 +24,16 @@ uint32_t Crc(absl::string_view bytes) {
             static_cast<uInt>(bytes.size())));
 }
 
+void AppendList(std::string* out, const std::vector<int>& list) {
+  AppendPod(out, static_cast<uint32_t>(list.size()));
+  for (int m : list) AppendPod(out, static_cast<int32_t>(m));
+}
+
 void AppendView(std::string* out, const View& v) {
   AppendPod(out, v.number);
-  AppendPod(out, static_cast<uint32_t>(v.members.size()));
-  for (int m : v.members) AppendPod(out, static_cast<int32_t>(m));
+  AppendList(out, v.members);
+  AppendList(out, v.joining);
+  AppendList(out, v.primaries);
 }
 
 void AppendBallot(std::string* out, const Ballot& b) {
@@ -35,18 +41,25 @@ void AppendBallot(std::string* out, const Ballot& b) {
   AppendPod(out, static_cast<int32_t>(b.proposer));
 }
 
-bool GetView(BlobReader* in, View* v) {
+// A list of at most kMaxMembers indices >= `min`, ascending if `sorted`.
+bool GetList(BlobReader* in, std::vector<int>* list, int min, bool sorted) {
   uint32_t n = 0;
-  if (!in->Get(&v->number) || !in->Get(&n) || n > kMaxMembers) return false;
-  v->members.clear();
+  if (!in->Get(&n) || n > kMaxMembers) return false;
+  list->clear();
   for (uint32_t i = 0; i < n; ++i) {
     int32_t m = 0;
-    if (!in->Get(&m) || m < 0 || (i > 0 && m <= v->members.back())) {
+    if (!in->Get(&m) || m < min || (sorted && i > 0 && m <= list->back())) {
       return false;
     }
-    v->members.push_back(m);
+    list->push_back(m);
   }
   return true;
+}
+
+bool GetView(BlobReader* in, View* v) {
+  return in->Get(&v->number) && GetList(in, &v->members, 0, true) &&
+         GetList(in, &v->joining, 0, true) &&
+         GetList(in, &v->primaries, -1, false);
 }
 
 bool GetBallot(BlobReader* in, Ballot* b) {

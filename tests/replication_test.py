@@ -41,7 +41,7 @@ class ReplicationTest(testlib.ProcessTestCase):
             return f.read()
 
     def ps_log(self, run, i):
-        with open(os.path.join(self.tmp, "%s-ps%d.log" % (run, i)),
+        with open(os.path.join(self.tmp, "%s-ps%s.log" % (run, i)),
                   errors="replace") as f:
             return f.read()
 
@@ -135,7 +135,8 @@ class ReplicationTest(testlib.ProcessTestCase):
 
     def test_async_primary_killed_mid_pass(self):
         """Async: a kill -9 mid-pass is survived; the final accuracy is
-        within run-to-run noise (0.02) of the run without it."""
+        within run-to-run noise of the run without it (1 pass of async on
+        3 pservers ends between 0.794 and 0.824 without failures: 0.05)."""
         args = ["--num_passes=1", "--replication=2", "--mode=async"]
         self.run_job("abase", args)
         self.run_job("akill", args, kill_at_step=150, victim=2)
@@ -143,12 +144,59 @@ class ReplicationTest(testlib.ProcessTestCase):
         for k in (0, 1):
             ev = final_eval(self.metrics("akill", k), k)
             self.assertEqual(ev["step"], STEPS_PER_PASS)
-            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.02)
+            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.05)
             self.assertIn("failover from pserver 2",
                           self.trainer_log("akill", k))
         sys.stderr.write("[async accuracy %.4f without, %.4f with the kill] "
                          % (base, final_eval(self.metrics("akill", 0),
                                              0)["test_accuracy"]))
+
+    def test_restart_catch_up_then_second_kill(self):
+        """Sync, 2 passes: kill -9 pserver 1 at step 100, restart it on its
+        port without its state; the chief sends it the job, it catches up
+        from the primaries while training goes on and becomes a full
+        backup again; then kill -9 pserver 2 (primary of shard 1 since the
+        first kill, so shard 1 comes back to pserver 1). The job ends with
+        the accuracy and loss of the same job without failures."""
+        args = ["--num_passes=2", "--replication=2"]
+        self.run_job("rbase", args)
+        servers = self.start_pservers("rkill")
+        ports = [p for _, p in servers]
+        trainers = self.start_trainers("rkill", ports, args)
+        self.assertTrue(wait_for(lambda: self.last_step("rkill", 0) >= 100,
+                                 120))
+        servers[1][0].send_signal(signal.SIGKILL)
+        servers[1][0].wait(10)
+        self.assertTrue(wait_for(
+            lambda: "failover from pserver 1" in self.trainer_log("rkill", 0),
+            30))
+        ps1, _, _ = self.start_pserver("rkill-ps1b", num_trainers=2,
+                                       port=ports[1])
+        self.assertTrue(wait_for(
+            lambda: "a full backup again" in self.ps_log("rkill", "1b"), 60),
+            self.ps_log("rkill", "1b")[-3000:])
+        caught_up_at = self.last_step("rkill", 0)
+        self.assertLess(caught_up_at, 2 * STEPS_PER_PASS - 50,
+                        "caught up too late to test a second kill")
+        servers[2][0].send_signal(signal.SIGKILL)
+        self.wait_trainers("rkill", trainers)
+        base = final_eval(self.metrics("rbase", 0), 0)
+        for k in (0, 1):
+            ev = final_eval(self.metrics("rkill", k), k)
+            self.assertEqual(ev["step"], 2 * STEPS_PER_PASS)
+            self.assertEqual(ev["test_accuracy"], base["test_accuracy"])
+            self.assertEqual(ev["test_loss"], base["test_loss"])
+            self.assertIn("failover from pserver 2",
+                          self.trainer_log("rkill", k))
+            longest, median = self.stall("rkill", k)
+            self.assertLess(longest - median, 0.5, (longest, median))
+        sys.stderr.write(
+            "[caught up by step %d; accuracy %.4f both; longest step %.3f s] "
+            % (caught_up_at, base["test_accuracy"],
+               self.stall("rkill", 0)[0]))
+        for p in (servers[0][0], ps1):
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
 
     def test_refusals(self):
         """More copies than pservers, and no copy at all, are refused with

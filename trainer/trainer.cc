@@ -203,6 +203,13 @@ absl::Status Trainer::Connect() {
       job_client_.get(), o.checkpoint_every_steps, k == 0);
   RETURN_IF_ERROR(checkpoints_->CheckPservers());
   checkpoints_->ResumedAt(step_);
+  if (router_ != nullptr && k == 0) {
+    // The chief brings pservers that come back into the job.
+    router_->set_rejoin([this](int s) {
+      return job_client_->Rejoin(static_cast<size_t>(s), job_,
+                                 params_->chunks());
+    });
+  }
   // Heartbeats start once this incarnation has joined: before that, a
   // pserver still knows the previous one.
   if (!o.heartbeat_servers.empty()) {

@@ -131,6 +131,10 @@ void InProcessPsClient::CallAsync(PsRpc rpc,
       s = h.ViewCommit(Cast<ViewCommitRequest>(req),
                        Cast<ViewCommitResponse>(resp));
       break;
+    case PsRpc::kInstallUnit:
+      s = h.InstallUnit(Cast<InstallUnitRequest>(req),
+                        Cast<InstallUnitResponse>(resp));
+      break;
   }
   Answer(std::move(done), std::move(s));
 }

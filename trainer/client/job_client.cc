@@ -99,38 +99,53 @@ absl::Status JobClient::Rollback(int64_t step, uint64_t generation) {
   });
 }
 
+InitJobRequest JobClient::InitRequest(
+    size_t s, const JobSpec& job, const ChunkPlan& plan,
+    std::vector<const std::vector<BlockPlacement>*>* chunks) const {
+  InitJobRequest req;
+  req.set_trainer_id(stamp_->trainer_id());
+  *req.mutable_job() = job;
+  // The shards this pserver holds: its own, and with replication those it
+  // backs (common/shard_map.h, ReplicaServers).
+  for (size_t shard = 0; shard < servers_.size(); ++shard) {
+    const std::vector<int> r =
+        ReplicaServers(static_cast<int>(shard), std::max(1, replication_),
+                       static_cast<int>(servers_.size()));
+    if (std::find(r.begin(), r.end(), static_cast<int>(s)) == r.end()) {
+      continue;
+    }
+    for (const auto& chunk : plan[shard]) chunks->push_back(&chunk);
+  }
+  for (const auto* chunk : *chunks) {
+    for (const BlockPlacement& p : *chunk) {
+      BlockRef* r = req.add_blocks();
+      r->set_table_id(p.table_id);
+      r->set_block(p.block);
+    }
+  }
+  if (replication_ > 1) {
+    for (const PsClientInterface* c : servers_) req.add_pservers(c->address());
+    req.set_server_index(static_cast<int>(s));
+  }
+  return req;
+}
+
+absl::Status JobClient::Rejoin(size_t s, const JobSpec& job,
+                               const ChunkPlan& plan) {
+  std::vector<const std::vector<BlockPlacement>*> chunks;
+  InitJobRequest req = InitRequest(s, job, plan, &chunks);
+  req.set_rejoin(true);
+  InitJobResponse resp;
+  return servers_[s]->InitJob(req, &resp);
+}
+
 absl::Status JobClient::InitJob(
     const JobSpec& job, const ChunkPlan& plan,
     const std::vector<const float*>& initial_values) {
   for (size_t s = 0; s < servers_.size(); ++s) {
     PsClientInterface* server = servers_[s];
-    InitJobRequest req;
-    req.set_trainer_id(stamp_->trainer_id());
-    *req.mutable_job() = job;
-    // The shards this pserver holds: its own, and with replication those
-    // it backs (common/shard_map.h, ReplicaServers).
     std::vector<const std::vector<BlockPlacement>*> chunks;
-    for (size_t shard = 0; shard < servers_.size(); ++shard) {
-      const std::vector<int> r =
-          ReplicaServers(static_cast<int>(shard), std::max(1, replication_),
-                         static_cast<int>(servers_.size()));
-      if (std::find(r.begin(), r.end(), static_cast<int>(s)) == r.end()) {
-        continue;
-      }
-      for (const auto& chunk : plan[shard]) chunks.push_back(&chunk);
-    }
-    for (const auto* chunk : chunks) {
-      for (const BlockPlacement& p : *chunk) {
-        BlockRef* r = req.add_blocks();
-        r->set_table_id(p.table_id);
-        r->set_block(p.block);
-      }
-    }
-    if (replication_ > 1) {
-      for (const PsClientInterface* c : servers_)
-        req.add_pservers(c->address());
-      req.set_server_index(static_cast<int>(s));
-    }
+    const InitJobRequest req = InitRequest(s, job, plan, &chunks);
     InitJobResponse resp;
     RETURN_IF_ERROR(server->InitJob(req, &resp));
     if (resp.already_ready()) {

@@ -31,6 +31,10 @@ class JobClient {
   // its values.
   absl::Status InitJob(const JobSpec& job, const ChunkPlan& plan,
                        const std::vector<const float*>& initial_values);
+  // Chief, replication: sends pserver `s` (restarted on its address) the
+  // job and its blocks with InitJobRequest.rejoin; it takes their values
+  // from the primaries by itself.
+  absl::Status Rejoin(size_t s, const JobSpec& job, const ChunkPlan& plan);
   // Waits until every pserver reports the job ready, logging whom it waits
   // for every 10 s; DEADLINE_EXCEEDED after `timeout`. Then checks that the
   // pservers' job equals `expected` (FAILED_PRECONDITION naming the
@@ -61,6 +65,11 @@ class JobClient {
   }
 
  private:
+  // The InitJob request of pserver s: its blocks of `plan` and those of
+  // the shards it backs; *chunks gets those chunks.
+  InitJobRequest InitRequest(
+      size_t s, const JobSpec& job, const ChunkPlan& plan,
+      std::vector<const std::vector<BlockPlacement>*>* chunks) const;
   // fn(s, done) on every live pserver at once (fanout.h).
   absl::Status OnLiveServers(
       const std::function<void(size_t, StatusCallback)>& fn);

@@ -43,6 +43,8 @@ const char* RpcName(PsRpc rpc) {
       return "ViewAccept";
     case PsRpc::kViewCommit:
       return "ViewCommit";
+    case PsRpc::kInstallUnit:
+      return "InstallUnit";
   }
   LOG(FATAL) << "unknown PsRpc " << static_cast<int>(rpc);
 }

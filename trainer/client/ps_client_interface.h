@@ -36,8 +36,9 @@ enum class PsRpc {
   kViewPrepare,
   kViewAccept,
   kViewCommit,
+  kInstallUnit,
 };
-inline constexpr int kNumPsRpcs = 17;
+inline constexpr int kNumPsRpcs = 18;
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.

@@ -66,7 +66,12 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
               LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard "
                            << shard_ << ": pserver " << p << ": " << s;
               f = dead ? router_->Failover(p, seen) : router_->Refresh(seen);
-              if (f.ok()) SendAgain();
+              if (f.ok()) {
+                LOG(WARNING) << "trainer " << router_->trainer_id_
+                             << ": shard " << shard_ << ": failover from pserver "
+                             << p << " to pserver " << router_->Primary(shard_);
+                SendAgain();
+              }
             }
             if (!f.ok()) {
               done(absl::Status(
@@ -134,6 +139,7 @@ ReplicaRouter::ReplicaRouter(std::vector<PsClientInterface*> servers,
       replication_(replication),
       sync_(sync),
       trainer_id_(trainer_id) {
+  rejoin_sent_.assign(servers_.size(), absl::InfinitePast());
   for (size_t i = 0; i < servers_.size(); ++i) {
     members_.push_back(static_cast<int>(i));
     shards_.push_back(std::make_unique<ShardClient>(this, static_cast<int>(i)));
@@ -162,8 +168,14 @@ bool ReplicaRouter::Live(int server) const {
 
 int ReplicaRouter::Primary(int shard) const {
   absl::MutexLock l(&mu_);
+  if (static_cast<size_t>(shard) < primaries_.size()) return primaries_[shard];
   return PrimaryServer(shard, replication_, static_cast<int>(servers_.size()),
                        members_);
+}
+
+void ReplicaRouter::set_rejoin(std::function<absl::Status(int)> rejoin) {
+  absl::MutexLock l(&mu_);
+  rejoin_ = std::move(rejoin);
 }
 
 int64_t ReplicaRouter::view_number() const {
@@ -183,16 +195,19 @@ void ReplicaRouter::Post(std::function<void()> fn) {
 
 void ReplicaRouter::Run() {
   while (true) {
-    std::function<void()> fn;
+    std::function<void()> fn = [this] { Probe(); };
     {
       absl::MutexLock l(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_ || !queue_.empty();
       };
-      mu_.Await(absl::Condition(&ready));
-      if (queue_.empty()) return;  // stopping
-      fn = std::move(queue_.front());
-      queue_.pop_front();
+      // Idle for a second: probe.
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+      if (stop_) return;
+      if (!queue_.empty()) {
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
     }
     fn();
   }
@@ -208,11 +223,50 @@ absl::Status ReplicaRouter::AskView(int q, const ChangeViewRequest& req) {
   if (resp.view().number() > view_number_) {
     view_number_ = resp.view().number();
     members_ = std::move(members);
+    joining_.assign(resp.view().joining().begin(), resp.view().joining().end());
+    primaries_.assign(resp.view().primaries().begin(),
+                      resp.view().primaries().end());
     LOG(WARNING) << "trainer " << trainer_id_ << ": pservers in view "
                  << view_number_ << ": {" << absl::StrJoin(members_, ",")
                  << "}";
   }
   return absl::OkStatus();
+}
+
+void ReplicaRouter::Probe() {
+  std::vector<int> members, out;
+  std::function<absl::Status(int)> rejoin;
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock l(&mu_);
+    if (!rejoin_) return;
+    rejoin = rejoin_;
+    members = members_;
+    for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+      const bool in = std::binary_search(members_.begin(), members_.end(), i) ||
+                      std::binary_search(joining_.begin(), joining_.end(), i);
+      if (!in && now - rejoin_sent_[i] > absl::Seconds(10)) out.push_back(i);
+    }
+  }
+  ChangeViewRequest req;  // no change: the view
+  req.set_trainer_id(trainer_id_);
+  for (int q : members) {
+    if (AskView(q, req).ok()) break;
+  }
+  for (int i : out) {
+    GetStatusRequest sreq;
+    GetStatusResponse sresp;
+    if (!servers_[i]->GetStatus(sreq, &sresp).ok()) continue;
+    {
+      absl::MutexLock l(&mu_);
+      rejoin_sent_[i] = absl::Now();
+    }
+    LOG(WARNING) << "trainer " << trainer_id_ << ": pserver " << i
+                 << " answers again; sending it the job to rejoin";
+    absl::Status s = rejoin(i);
+    LOG_IF(WARNING, !s.ok()) << "trainer " << trainer_id_
+                             << ": rejoin of pserver " << i << ": " << s;
+  }
 }
 
 absl::Status ReplicaRouter::Failover(int dead, int64_t seen) {
@@ -234,8 +288,8 @@ absl::Status ReplicaRouter::Failover(int dead, int64_t seen) {
     if (last.ok()) {
       absl::MutexLock l(&mu_);
       ++failovers_;
-      LOG(WARNING) << "trainer " << trainer_id_ << ": failover from pserver "
-                   << dead << " took "
+      LOG(WARNING) << "trainer " << trainer_id_ << ": view without pserver "
+                   << dead << " agreed in "
                    << absl::FormatDuration(absl::Now() - start);
       return absl::OkStatus();
     }

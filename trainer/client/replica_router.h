@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/ps_client_interface.h"
 
@@ -48,6 +49,13 @@ class ReplicaRouter {
   // Pservers taken out of the view since the start.
   int failovers() const;
 
+  // Chief: `rejoin(i)` is called (on the router's thread) for a pserver i
+  // out of the view that answers again (restarted on its address), to
+  // send it the job with InitJobRequest.rejoin; it then joins and catches
+  // up by itself. The router checks the view and the pservers out of it
+  // about once a second.
+  void set_rejoin(std::function<absl::Status(int)> rejoin);
+
  private:
   class ShardClient;
   friend class ShardClient;
@@ -61,6 +69,8 @@ class ReplicaRouter {
   absl::Status Refresh(int64_t seen);
   // Asks pserver q for a view change; adopts the answer when newer.
   absl::Status AskView(int q, const ChangeViewRequest& req);
+  // Learns the view, and sends the job to pservers that came back.
+  void Probe();
 
   const std::vector<PsClientInterface*> servers_;
   const int replication_;
@@ -71,6 +81,11 @@ class ReplicaRouter {
   mutable absl::Mutex mu_;
   int64_t view_number_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> members_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> joining_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> primaries_ ABSL_GUARDED_BY(mu_);  // empty: the rule
+  std::function<absl::Status(int)> rejoin_ ABSL_GUARDED_BY(mu_);
+  // When each pserver was last sent the job for a rejoin.
+  std::vector<absl::Time> rejoin_sent_ ABSL_GUARDED_BY(mu_);
   int failovers_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
