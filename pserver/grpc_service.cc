@@ -151,22 +151,22 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
   if (h->replicas() != nullptr) {
     // A replicated job's units stay locked while their updates reach the
     // backups: the pull waits for them on a thread of ours.
-    blocking_.Schedule([this, reactor, start, x, raw_resp, h,
-                        job = *job]() mutable {
-      h->Pull(x->req, &x->resp,
-              [this, reactor, start, x, raw_resp, job](absl::Status s) {
-                if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
-                if (metrics_ != nullptr) {
-                  if (s.ok()) {
-                    metrics_->RecordPullWait(
-                        absl::Microseconds(x->resp.wait_micros()));
-                  }
-                  Record("Pull", s, start, x->req.ByteSizeLong(),
-                         s.ok() ? raw_resp->Length() : 0);
-                }
-                reactor->Finish(ToGrpcStatus(s));
-              });
-    });
+    blocking_.Schedule(
+        [this, reactor, start, x, raw_resp, h, job = *job]() mutable {
+          h->Pull(x->req, &x->resp,
+                  [this, reactor, start, x, raw_resp, job](absl::Status s) {
+                    if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
+                    if (metrics_ != nullptr) {
+                      if (s.ok()) {
+                        metrics_->RecordPullWait(
+                            absl::Microseconds(x->resp.wait_micros()));
+                      }
+                      Record("Pull", s, start, x->req.ByteSizeLong(),
+                             s.ok() ? raw_resp->Length() : 0);
+                    }
+                    reactor->Finish(ToGrpcStatus(s));
+                  });
+        });
     return reactor;
   }
   h->Pull(

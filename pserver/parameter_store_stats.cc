@@ -74,8 +74,8 @@ absl::Status ParameterStore::InstallDense(uint32_t table_id,
     int num_slots = 0;
     for (BarrierUnit* u : tables_->units()) {
       if (u->table_id() != table_id) continue;
-      absl::StatusOr<DenseTableBlock*> b = tables_->FindBlock(table_id,
-                                                              u->index());
+      absl::StatusOr<DenseTableBlock*> b =
+          tables_->FindBlock(table_id, u->index());
       if (!b.ok()) continue;
       sizes[u->index()] = (*b)->size();
       absl::MutexLock l(&(*b)->mu);

@@ -268,8 +268,8 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
           last.ToString()));
     }
     if (!last.ok()) {
-      LOG_EVERY_N(WARNING, 50) << "pserver " << options_.self
-                               << ": forwarding updates: " << last;
+      LOG_EVERY_N(WARNING, 50)
+          << "pserver " << options_.self << ": forwarding updates: " << last;
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
@@ -291,8 +291,7 @@ absl::Status ReplicaSet::InstallOn(int b, const View& v,
     RETURN_IF_ERROR(peers_[b]->Install(req));
   }
   LOG(INFO) << "pserver " << options_.self << ": installed "
-            << asked.need_install_size() << " unit(s) on joining pserver "
-            << b;
+            << asked.need_install_size() << " unit(s) on joining pserver " << b;
   return absl::OkStatus();
 }
 
@@ -306,8 +305,8 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
     if (PrimaryOf(shard, v) != options_.self) {
       return absl::FailedPreconditionError(NotPrimary(shard, v));
     }
-    for (int b : ReplicaServers(shard, options_.replication,
-                                options_.num_servers)) {
+    for (int b :
+         ReplicaServers(shard, options_.replication, options_.num_servers)) {
       if (b == options_.self || !v.Serves(b)) continue;
       ToMessage(u, to[b].add_updates());
     }
@@ -389,7 +388,8 @@ absl::Status ReplicaSet::HandleForward(const ForwardRequest& req,
   for (const auto& p : req.pushes()) {
     pushes.push_back(PushRef{p.trainer_id(), p.request_id(), p.step()});
   }
-  if (!hooks_.apply) return absl::FailedPreconditionError("the job is not ready");
+  if (!hooks_.apply)
+    return absl::FailedPreconditionError("the job is not ready");
   RETURN_IF_ERROR(hooks_.apply(updates, pushes));
   resp->set_applied(true);
   return absl::OkStatus();
@@ -401,14 +401,12 @@ absl::Status ReplicaSet::HandleInstall(const InstallUnitRequest& req) {
   const View mine = view();
   const int shard = ShardOf(req.table_id(), req.unit());
   if (PrimaryOf(shard, mine) != req.sender()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("install of table id ", req.table_id(), " unit ",
-                     req.unit(), " from pserver ", req.sender(), ": ",
-                     NotPrimary(shard, mine)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "install of table id ", req.table_id(), " unit ", req.unit(),
+        " from pserver ", req.sender(), ": ", NotPrimary(shard, mine)));
   }
   if (!hooks_.install) return absl::FailedPreconditionError("not ready");
-  RETURN_IF_ERROR(
-      hooks_.install(req.table_id(), req.blob(), req.generation()));
+  RETURN_IF_ERROR(hooks_.install(req.table_id(), req.blob(), req.generation()));
   absl::MutexLock l(&join_mu_);
   installed_.insert(UnitKey(req.table_id(), req.unit()));
   return absl::OkStatus();
@@ -439,8 +437,9 @@ void ReplicaSet::JoinLoop() {
   while (!stopped()) {
     absl::StatusOr<View> v = ChangeView({}, {self});
     if (v.ok() && v->Serves(self)) break;
-    LOG_EVERY_N(WARNING, 10) << "pserver " << self << ": rejoining: "
-                             << (v.ok() ? v->DebugString() : v.status().ToString());
+    LOG_EVERY_N(WARNING, 10)
+        << "pserver " << self << ": rejoining: "
+        << (v.ok() ? v->DebugString() : v.status().ToString());
     absl::SleepFor(absl::Milliseconds(200));
   }
   // 2. Every unit installed by its primary (on its next update).

@@ -64,8 +64,7 @@ class ReplicaSet : public UpdateForwarder {
     // caller holds the unit's lock (a primary's Forward).
     std::function<absl::StatusOr<std::string>(uint32_t, uint32_t)> image_held;
     // Loads a unit's state (a joining backup), and the job's timeline.
-    std::function<absl::Status(uint32_t, const std::string&, uint64_t)>
-        install;
+    std::function<absl::Status(uint32_t, const std::string&, uint64_t)> install;
     std::function<uint64_t()> generation;
   };
   using UnitKey = std::pair<uint32_t, uint32_t>;  // table id, unit

@@ -60,8 +60,7 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
       for (const PushRef& p : pushes) {
         if (p.request_id == 0) continue;
         absl::Status first;
-        if (dedup->Begin(p.request_id, &first) ==
-            RequestDedup::Outcome::kNew) {
+        if (dedup->Begin(p.request_id, &first) == RequestDedup::Outcome::kNew) {
           dedup->Finish(p.request_id, absl::OkStatus());
         }
       }
@@ -79,8 +78,8 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
     store_->set_forwarder(replicas_.get());
     LOG(INFO) << "replication " << job.replication() << " among "
               << req.pservers_size() << " pservers; this is pserver "
-              << req.server_index() << " ("
-              << replicas_->view().DebugString() << ")";
+              << req.server_index() << " (" << replicas_->view().DebugString()
+              << ")";
   }
   if (req.rejoin()) {
     std::vector<ReplicaSet::UnitKey> units;

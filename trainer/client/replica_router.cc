@@ -67,9 +67,9 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
                            << shard_ << ": pserver " << p << ": " << s;
               f = dead ? router_->Failover(p, seen) : router_->Refresh(seen);
               if (f.ok()) {
-                LOG(WARNING) << "trainer " << router_->trainer_id_
-                             << ": shard " << shard_ << ": failover from pserver "
-                             << p << " to pserver " << router_->Primary(shard_);
+                LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard "
+                             << shard_ << ": failover from pserver " << p
+                             << " to pserver " << router_->Primary(shard_);
                 SendAgain();
               }
             }
