@@ -134,6 +134,22 @@ int main(int argc, char** argv) {
                                "]")
                          : "off")
               << "\n";
+    if (resp.has_view()) {
+      // Replication (docs/replication.md): the agreed view and the roles.
+      const auto& v = resp.view();
+      std::cout << absl::StrCat(
+                       "  replication ", resp.job().replication(), ", view ",
+                       v.number(), " {", absl::StrJoin(v.members(), ","), "}",
+                       v.joining_size() > 0
+                           ? absl::StrCat(" joining {",
+                                          absl::StrJoin(v.joining(), ","), "}")
+                           : "",
+                       ": primary of shards {",
+                       absl::StrJoin(resp.primary_shards(), ","),
+                       "}, backup of {",
+                       absl::StrJoin(resp.backup_shards(), ","), "}")
+                << "\n";
+    }
   }
   return unreachable > 0 ? 1 : 0;
 }
