@@ -115,7 +115,8 @@ int64_t UnitOverheadBytes(int num_trainers) {
 
 absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     const JobSpec& job, absl::Span<const BlockId> blocks,
-    const Membership* membership, MemoryBudget* budget) {
+    const Membership* membership, MemoryBudget* budget,
+    absl::Span<const int> sparse_shards) {
   std::unique_ptr<JobTables> jt(new JobTables);
   std::vector<Table>& tables = jt->tables_;
   tables.resize(job.tables_size());
@@ -190,10 +191,16 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     Table& t = tables[i];
     for (auto& [index, b] : t.blocks) jt->blocks_.push_back(b.get());
     if (t.spec.kind() == TableSpec::SPARSE) {
-      t.sparse = std::make_unique<SparseShard>(static_cast<uint32_t>(i), t.spec,
-                                               t.optimizer.get(), membership,
-                                               quorum, budget);
-      jt->sparse_.push_back(t.sparse.get());
+      jt->sharded_sparse_ = !sparse_shards.empty();
+      std::vector<int> shards(sparse_shards.begin(), sparse_shards.end());
+      if (shards.empty()) shards.push_back(0);
+      for (int shard : shards) {
+        t.sparse.push_back(std::make_unique<SparseShard>(
+            static_cast<uint32_t>(i), t.spec, t.optimizer.get(), membership,
+            quorum, budget, static_cast<uint32_t>(shard),
+            !sparse_shards.empty()));
+        jt->sparse_.push_back(t.sparse.back().get());
+      }
     }
   }
   std::sort(jt->blocks_.begin(), jt->blocks_.end(),
@@ -245,7 +252,7 @@ absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
   absl::flat_hash_set<uint64_t> seen;
   for (size_t i = 0; st.ok() && i < rows.size(); ++i) {
     const SparseGrads& r = rows[i];
-    auto shard = FindSparse(r.table_id);
+    auto shard = FindSparse(r.table_id, r.shard);
     if (!shard.ok()) {
       st = shard.status();
       break;
@@ -300,18 +307,26 @@ absl::StatusOr<DenseTableBlock*> JobTables::FindBlock(uint32_t table_id,
   return it->second.get();
 }
 
-absl::StatusOr<SparseShard*> JobTables::FindSparse(uint32_t table_id) const {
+absl::StatusOr<SparseShard*> JobTables::FindSparse(uint32_t table_id,
+                                                   int shard) const {
   if (table_id >= tables_.size()) {
     return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
                                             ": the job has ", tables_.size(),
                                             " tables"));
   }
   const Table& t = tables_[table_id];
-  if (t.sparse == nullptr) {
+  if (t.sparse.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table ", t.spec.name(), " is dense; it has blocks, not keyed rows"));
   }
-  return t.sparse.get();
+  // Without replication, or for what every shard shares (its width).
+  if (!sharded_sparse_ || shard < 0) return t.sparse[0].get();
+  for (const auto& s : t.sparse) {
+    if (static_cast<int>(s->index()) == shard) return s.get();
+  }
+  return absl::NotFoundError(absl::StrCat("sparse table ", t.spec.name(),
+                                          " shard ", shard,
+                                          " is not held by this pserver"));
 }
 
 absl::flat_hash_map<uint32_t, int64_t> JobTables::BlockSizes(

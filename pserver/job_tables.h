@@ -39,6 +39,8 @@ struct SparseGrads {
   // SYNC: how many chunks of this table the trainer sends this pserver for
   // the step (every chunk carries the same count; an empty chunk counts).
   int32_t num_chunks = 1;
+  // Replication: the shard the keys belong to (-1: this pserver's one).
+  int shard = -1;
 };
 
 // The rows of `keys` that a pull wants, written to `out` (keys.size() * dim
@@ -47,6 +49,7 @@ struct SparsePull {
   uint32_t table_id = 0;
   absl::Span<const uint64_t> keys;
   float* out = nullptr;
+  int shard = -1;  // as SparseGrads::shard
 };
 
 // One unit of a push and its payload.
@@ -87,9 +90,13 @@ class JobTables {
   // (null: no limit); nothing is built then. The sparse tables take their
   // rows' memory from `budget` too. `membership` and `budget` must outlive
   // the tables. REQUIRES: ValidateJob(job) ok.
+  // With replication (docs/replication.md), `sparse_shards` lists the
+  // shards this pserver holds of each sparse table: one unit per shard,
+  // its index the shard. Empty: one unit per sparse table, index 0.
   static absl::StatusOr<std::unique_ptr<JobTables>> Create(
       const JobSpec& job, absl::Span<const BlockId> blocks,
-      const Membership* membership, MemoryBudget* budget = nullptr);
+      const Membership* membership, MemoryBudget* budget = nullptr,
+      absl::Span<const int> sparse_shards = {});
   // Gives bytes() back to the budget.
   ~JobTables();
 
@@ -119,8 +126,13 @@ class JobTables {
   // NOT_FOUND for an unknown table or a block not held here.
   absl::StatusOr<DenseTableBlock*> FindBlock(uint32_t table_id,
                                              uint32_t block) const;
-  // NOT_FOUND for an unknown table; INVALID_ARGUMENT for a dense one.
-  absl::StatusOr<SparseShard*> FindSparse(uint32_t table_id) const;
+  // NOT_FOUND for an unknown table or (replication) a shard not held here;
+  // INVALID_ARGUMENT for a dense one. `shard` is ignored without
+  // replication (one unit per table); -1: the first shard held.
+  absl::StatusOr<SparseShard*> FindSparse(uint32_t table_id,
+                                          int shard = -1) const;
+  // Whether sparse tables have a unit per shard (replication).
+  bool sharded_sparse() const { return sharded_sparse_; }
 
   // Every dense block held here, in (table, block) order.
   const std::vector<DenseTableBlock*>& blocks() const { return blocks_; }
@@ -140,7 +152,7 @@ class JobTables {
     int64_t num_values = 0;  // dense
     std::unique_ptr<Optimizer> optimizer;
     absl::flat_hash_map<uint32_t, std::unique_ptr<DenseTableBlock>> blocks;
-    std::unique_ptr<SparseShard> sparse;
+    std::vector<std::unique_ptr<SparseShard>> sparse;  // by shard
   };
   JobTables() = default;
   // Checks and sizes table i of `job` into *t (no units yet).
@@ -149,6 +161,7 @@ class JobTables {
   std::vector<Table> tables_;
   std::vector<DenseTableBlock*> blocks_;
   std::vector<SparseShard*> sparse_;
+  bool sharded_sparse_ = false;
   std::vector<BarrierUnit*> units_;
   int64_t bytes_ = 0;
   MemoryBudget* budget_ = nullptr;

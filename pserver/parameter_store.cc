@@ -343,11 +343,11 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     st = b.ok() ? CheckServes(**b) : b.status();
   }
   for (size_t i = 0; st.ok() && i < sparse.size(); ++i) {
-    auto s = tables_->FindSparse(sparse[i].table_id);
+    auto s = tables_->FindSparse(sparse[i].table_id, sparse[i].shard);
     if (s.ok()) {
       w->targets.push_back(PullTarget{*s, sparse[i].keys, sparse[i].out});
     }
-    st = s.status();
+    st = s.ok() ? CheckServes(**s) : s.status();
   }
   if (st.ok() && waiters_.size() >= max_waiting_pulls_) {
     st = absl::ResourceExhaustedError(absl::StrCat(

@@ -99,8 +99,11 @@ class ParameterStore {
   // Job set-up, from the chief. InitJob with the spec and the blocks placed
   // here; returns true when the job is ready already (same spec: a no-op).
   // A different spec for an existing job is FAILED_PRECONDITION.
+  // With replication, `sparse_shards`: the shards of each sparse table held
+  // here (JobTables::Create).
   absl::StatusOr<bool> InitJob(const JobSpec& job,
-                               absl::Span<const BlockId> blocks);
+                               absl::Span<const BlockId> blocks,
+                               std::vector<int> sparse_shards = {});
   // Initial values; ignored once the job is ready.
   absl::Status SetInitialValues(absl::Span<const BlockData> blocks);
   // Marks the job ready. FAILED_PRECONDITION if a block has no value yet.
@@ -169,16 +172,17 @@ class ParameterStore {
   // A backup, ASYNC: the pushes its primary applied move their trainers'
   // clocks as they did there (PushRef.step). SYNC: nothing.
   void ReplicatedPushes(const std::vector<PushRef>& pushes);
-  // A primary: the state of dense block (table_id, block) as a one-block
-  // dense blob (table_snapshot.h). REQUIRES: the caller holds its lock (a
-  // push being forwarded).
-  absl::StatusOr<std::string> DenseImageHeld(uint32_t table_id,
-                                             uint32_t block) const;
-  // A joining backup: loads such a blob (values, optimizer state, version)
-  // and takes the job's timeline `generation`. DATA_LOSS for a malformed
-  // blob, NOT_FOUND for a block not held here.
-  absl::Status InstallDense(uint32_t table_id, const std::string& blob,
-                            uint64_t generation);
+  // A primary: the state of unit `unit` of table `table_id`: a dense
+  // block as a one-block dense blob (table_snapshot.h), a sparse shard as
+  // its version and rows (SparseTable::Serialize). REQUIRES: the caller
+  // holds its lock (a push being forwarded).
+  absl::StatusOr<std::string> UnitImageHeld(uint32_t table_id,
+                                            uint32_t unit) const;
+  // A joining backup: loads such an image (values, optimizer state,
+  // version) and takes the job's timeline `generation`. DATA_LOSS for a
+  // malformed image, NOT_FOUND for a unit not held here.
+  absl::Status InstallUnit(uint32_t table_id, uint32_t unit,
+                           const std::string& image, uint64_t generation);
 
   // The number of values of dense block (table_id, block) held here;
   // NOT_FOUND when there is none.
@@ -270,7 +274,8 @@ class ParameterStore {
 
  private:
   absl::StatusOr<bool> InitJobLocked(const JobSpec& job,
-                                     absl::Span<const BlockId> blocks)
+                                     absl::Span<const BlockId> blocks,
+                                     absl::Span<const int> sparse_shards = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(init_mu_);
   // FAILED_PRECONDITION before the job is ready; else Membership::Touch.
   absl::Status CheckReadyAndTrainer(int trainer_id) const;
@@ -290,6 +295,9 @@ class ParameterStore {
   // Forwards what `c` collected (with a forwarder; OK without).
   absl::Status ForwardCollected(const UpdateCollector& c, int trainer_id,
                                 uint64_t request_id, int64_t step);
+  // A unit held here: a dense block, or a sparse table's shard.
+  absl::StatusOr<BarrierUnit*> FindUnit(uint32_t table_id,
+                                        uint32_t unit) const;
   // With a forwarder: OK when this pserver is the primary of `unit`.
   absl::Status CheckServes(const BarrierUnit& unit) const;
   // Registers a pull's holds on the units and the staleness gate; answers

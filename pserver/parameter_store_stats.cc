@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/blob_io.h"
 #include "glog/logging.h"
 #include "pserver/parameter_store.h"
 
@@ -52,46 +53,67 @@ void ParameterStore::ReplicatedPushes(const std::vector<PushRef>& pushes) {
   ReleaseAll(released);
 }
 
-absl::StatusOr<std::string> ParameterStore::DenseImageHeld(
-    uint32_t table_id, uint32_t block) const {
-  if (!ready()) return absl::FailedPreconditionError("job not ready");
-  ASSIGN_OR_RETURN(DenseTableBlock * b, tables_->FindBlock(table_id, block));
-  b->mu.AssertHeld();
-  DenseBlobWriter w(1);
-  w.Add(block, b->barrier.version(), b->value, b->slots);
-  return std::move(w).Finish();
+absl::StatusOr<BarrierUnit*> ParameterStore::FindUnit(uint32_t table_id,
+                                                      uint32_t unit) const {
+  if (table_id < job_.tables_size() &&
+      job_.tables(table_id).kind() == TableSpec::SPARSE) {
+    return tables_->FindSparse(table_id, static_cast<int>(unit));
+  }
+  return tables_->FindBlock(table_id, unit);
 }
 
-absl::Status ParameterStore::InstallDense(uint32_t table_id,
-                                          const std::string& blob,
-                                          uint64_t generation) {
+absl::StatusOr<std::string> ParameterStore::UnitImageHeld(
+    uint32_t table_id, uint32_t unit) const {
   if (!ready()) return absl::FailedPreconditionError("job not ready");
+  ASSIGN_OR_RETURN(BarrierUnit * u, FindUnit(table_id, unit));
+  u->mu.AssertHeld();
+  if (auto* b = dynamic_cast<DenseTableBlock*>(u)) {
+    DenseBlobWriter w(1);
+    w.Add(unit, b->barrier.version(), b->value, b->slots);
+    return std::move(w).Finish();
+  }
+  auto* s = static_cast<SparseShard*>(u);
+  std::string image;
+  AppendPod(&image, s->barrier.version());
+  s->rows().Serialize(&image);
+  return image;
+}
+
+absl::Status ParameterStore::InstallUnit(uint32_t table_id, uint32_t unit,
+                                         const std::string& image,
+                                         uint64_t generation) {
+  if (!ready()) return absl::FailedPreconditionError("job not ready");
+  // Not under the gate, as ApplyReplicated.
+  ASSIGN_OR_RETURN(BarrierUnit * u, FindUnit(table_id, unit));
   std::vector<WaiterPtr> dropped;
   absl::Status st;
-  {
-    // Not under the gate, as ApplyReplicated.
-    absl::flat_hash_map<uint32_t, int64_t> sizes;
+  if (auto* b = dynamic_cast<DenseTableBlock*>(u)) {
     int num_slots = 0;
-    for (BarrierUnit* u : tables_->units()) {
-      if (u->table_id() != table_id) continue;
-      absl::StatusOr<DenseTableBlock*> b =
-          tables_->FindBlock(table_id, u->index());
-      if (!b.ok()) continue;
-      sizes[u->index()] = (*b)->size();
-      absl::MutexLock l(&(*b)->mu);
-      num_slots = static_cast<int>((*b)->slots.size());
-    }
-    absl::StatusOr<std::vector<DenseBlockImage>> images = ParseDenseBlob(
-        absl::StrCat("installed table id ", table_id), blob, sizes, num_slots);
-    st = images.status();
-    for (size_t i = 0; st.ok() && i < images->size(); ++i) {
-      DenseBlockImage& img = (*images)[i];
-      ASSIGN_OR_RETURN(DenseTableBlock * b,
-                       tables_->FindBlock(table_id, img.index));
+    {
       absl::MutexLock l(&b->mu);
-      b->Restore(img.version, std::move(img.value), std::move(img.slots),
-                 &dropped);
+      num_slots = static_cast<int>(b->slots.size());
     }
+    ASSIGN_OR_RETURN(
+        std::vector<DenseBlockImage> images,
+        ParseDenseBlob(absl::StrCat("installed ", b->name()), image,
+                       {{unit, b->size()}}, num_slots));
+    if (images.size() != 1) {
+      return absl::DataLossError(absl::StrCat(b->name(), ": ", images.size(),
+                                              " blocks installed, not 1"));
+    }
+    absl::MutexLock l(&b->mu);
+    b->Restore(images[0].version, std::move(images[0].value),
+               std::move(images[0].slots), &dropped);
+  } else {
+    auto* s = static_cast<SparseShard*>(u);
+    BlobReader in(image);
+    int64_t version = 0;
+    if (!in.Get(&version) || version < 0) {
+      return absl::DataLossError(absl::StrCat(s->name(), ": bad image"));
+    }
+    absl::MutexLock l(&s->mu);
+    st = s->rows().Deserialize(absl::string_view(image).substr(sizeof(version)));
+    if (st.ok()) s->barrier.Reset(version, &dropped);
   }
   if (st.ok() && generation != membership_->generation()) {
     membership_->AdoptGeneration(generation);
@@ -114,8 +136,7 @@ absl::Status ParameterStore::ApplyReplicated(
     // would close a ring. The units are fixed once the job is ready; their
     // locks order this against a restore.
     for (const AppliedUpdate& u : updates) {
-      absl::StatusOr<DenseTableBlock*> b =
-          tables_->FindBlock(u.table_id, u.block);
+      absl::StatusOr<BarrierUnit*> b = FindUnit(u.table_id, u.block);
       if (!b.ok()) {
         st = b.status();
         break;

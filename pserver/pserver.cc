@@ -62,7 +62,9 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> Pserver::MakeReplicaSet(
   }
   std::vector<uint64_t> shard_base;
   for (const TableSpec& t : req.job().tables()) {
-    shard_base.push_back(TableHash(t.name()));
+    shard_base.push_back(t.kind() == TableSpec::SPARSE
+                             ? ReplicaSet::kSparseTable
+                             : TableHash(t.name()));
   }
   std::vector<std::unique_ptr<ReplicaPeer>> peers(req.pservers_size());
   for (int i = 0; i < req.pservers_size(); ++i) {

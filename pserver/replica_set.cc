@@ -99,6 +99,7 @@ ReplicaSet::~ReplicaSet() {
 int ReplicaSet::ShardOf(uint32_t table_id, uint32_t unit) const {
   const uint64_t base =
       table_id < shard_base_.size() ? shard_base_[table_id] : 0;
+  if (base == kSparseTable) return static_cast<int>(unit);
   return DenseBlockServer(base, unit, options_.num_servers);
 }
 
@@ -406,7 +407,8 @@ absl::Status ReplicaSet::HandleInstall(const InstallUnitRequest& req) {
         " from pserver ", req.sender(), ": ", NotPrimary(shard, mine)));
   }
   if (!hooks_.install) return absl::FailedPreconditionError("not ready");
-  RETURN_IF_ERROR(hooks_.install(req.table_id(), req.blob(), req.generation()));
+  RETURN_IF_ERROR(hooks_.install(req.table_id(), req.unit(), req.blob(),
+                                 req.generation()));
   absl::MutexLock l(&join_mu_);
   installed_.insert(UnitKey(req.table_id(), req.unit()));
   return absl::OkStatus();

@@ -53,6 +53,7 @@ struct ReplicaSetOptions {
 // the peers carry the messages. Thread-safe.
 class ReplicaSet : public UpdateForwarder {
  public:
+  static constexpr uint64_t kSparseTable = ~uint64_t{0};
   // What it needs of the job's store (and the handler's record of
   // answered pushes). Set before any call comes.
   struct StoreHooks {
@@ -64,13 +65,16 @@ class ReplicaSet : public UpdateForwarder {
     // caller holds the unit's lock (a primary's Forward).
     std::function<absl::StatusOr<std::string>(uint32_t, uint32_t)> image_held;
     // Loads a unit's state (a joining backup), and the job's timeline.
-    std::function<absl::Status(uint32_t, const std::string&, uint64_t)> install;
+    std::function<absl::Status(uint32_t, uint32_t, const std::string&,
+                               uint64_t)>
+        install;
     std::function<uint64_t()> generation;
   };
   using UnitKey = std::pair<uint32_t, uint32_t>;  // table id, unit
 
   // `shard_base[t]`: for dense table t, its TableHash (block b is on shard
-  // (base + b) % P). `peers[i]`: pserver i (null at options.self). Loads
+  // (base + b) % P); kSparseTable for a sparse one (its unit index is the
+  // shard). `peers[i]`: pserver i (null at options.self). Loads
   // the acceptor state from state_path: DATA_LOSS for a damaged file.
   static absl::StatusOr<std::unique_ptr<ReplicaSet>> Create(
       ReplicaSetOptions options, std::vector<uint64_t> shard_base,

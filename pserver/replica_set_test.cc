@@ -51,7 +51,7 @@ class Trio {
         return absl::StatusOr<std::string>("image of unit " +
                                            std::to_string(unit));
       };
-      hooks.install = [this, i](uint32_t, const std::string& blob,
+      hooks.install = [this, i](uint32_t, uint32_t, const std::string& blob,
                                 uint64_t generation) {
         absl::MutexLock l(&mu);
         installed[i].push_back(blob);

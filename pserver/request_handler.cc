@@ -126,7 +126,8 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
         absl::StrCat("InitJob from trainer ", req.trainer_id(),
                      ": only the chief (trainer 0) initialises the job"));
   }
-  auto ready = store_->InitJob(req.job(), ToBlockIds(req.blocks()));
+  auto ready = store_->InitJob(req.job(), ToBlockIds(req.blocks()),
+                               SparseShardsOf(req));
   if (ready.ok() && !*ready && req.rejoin()) {
     RETURN_IF_ERROR(FillForRejoin(req));
   }
@@ -388,7 +389,8 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     out->mutable_values()->resize(keys->size() * dim * sizeof(float));
     sparse.push_back(
         SparsePull{r.table_id(), *keys,
-                   reinterpret_cast<float*>(out->mutable_values()->data())});
+                   reinterpret_cast<float*>(out->mutable_values()->data()),
+                   r.shard()});
   }
   store_->Pull(
       req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
@@ -500,7 +502,8 @@ absl::Status RequestHandler::PushSparse(const PushRequest& req) {
           absl::StrCat("sparse rows of table id ", r.table_id(), ": ",
                        (keys.ok() ? grads.status() : keys.status()).message()));
     }
-    rows.push_back(SparseGrads{r.table_id(), *keys, *grads, r.num_chunks()});
+    rows.push_back(
+        SparseGrads{r.table_id(), *keys, *grads, r.num_chunks(), r.shard()});
   }
   return store_->PushSparse(req.trainer_id(), req.step(), rows,
                             req.generation(), req.request_id());

@@ -18,6 +18,10 @@
 
 namespace shardps {
 
+// With replication: the shards of each sparse table a pserver holds (those
+// whose replica list has it, common/shard_map.h); empty without.
+std::vector<int> SparseShardsOf(const InitJobRequest& req);
+
 // The pserver's service on its wire messages, without gRPC
 // (docs/wire_protocol.md): it validates and decodes every request (value
 // encodings, keys, trainer ids), answers a retried push as the first one was

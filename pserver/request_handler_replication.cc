@@ -5,6 +5,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "pserver/replication_wire.h"
+#include "common/shard_map.h"
 #include "pserver/request_handler.h"
 
 namespace shardps {
@@ -27,13 +28,6 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
   absl::MutexLock l(&replica_mu_);
   if (replicas_ != nullptr) return absl::OkStatus();
   const JobSpec& job = req.job();
-  for (const TableSpec& t : job.tables()) {
-    if (t.kind() == TableSpec::SPARSE) {
-      return absl::UnimplementedError(absl::StrCat(
-          "replication of sparse tables (table ", t.name(),
-          ") is not built yet; run this job with --replication=1"));
-    }
-  }
   if (job.replication() > req.pservers_size() || req.server_index() < 0 ||
       req.server_index() >= req.pservers_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -67,11 +61,11 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
       return absl::OkStatus();
     };
     hooks.image_held = [store](uint32_t table, uint32_t unit) {
-      return store->DenseImageHeld(table, unit);
+      return store->UnitImageHeld(table, unit);
     };
-    hooks.install = [store](uint32_t table, const std::string& blob,
-                            uint64_t generation) {
-      return store->InstallDense(table, blob, generation);
+    hooks.install = [store](uint32_t table, uint32_t unit,
+                            const std::string& image, uint64_t generation) {
+      return store->InstallUnit(table, unit, image, generation);
     };
     hooks.generation = [store] { return store->generation(); };
     replicas_->set_hooks(std::move(hooks));
@@ -86,12 +80,29 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
     for (const BlockRef& b : req.blocks()) {
       units.emplace_back(b.table_id(), b.block());
     }
+    for (int t = 0; t < job.tables_size(); ++t) {
+      if (job.tables(t).kind() != TableSpec::SPARSE) continue;
+      for (int shard : SparseShardsOf(req)) units.emplace_back(t, shard);
+    }
     LOG(WARNING) << "pserver " << req.server_index()
                  << " rejoins the job: " << units.size()
                  << " blocks to take from their primaries";
     replicas_->StartJoining(std::move(units));
   }
   return absl::OkStatus();
+}
+
+std::vector<int> SparseShardsOf(const InitJobRequest& req) {
+  std::vector<int> shards;
+  if (req.job().replication() <= 1) return shards;
+  for (int s = 0; s < req.pservers_size(); ++s) {
+    const std::vector<int> r =
+        ReplicaServers(s, req.job().replication(), req.pservers_size());
+    if (std::find(r.begin(), r.end(), req.server_index()) != r.end()) {
+      shards.push_back(s);
+    }
+  }
+  return shards;
 }
 
 absl::Status RequestHandler::FillForRejoin(const InitJobRequest& req) {

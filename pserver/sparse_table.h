@@ -193,9 +193,12 @@ class SparseTable {
 class SparseShard final : public BarrierUnit {
  public:
   // `optimizer` and `membership` must outlive the shard.
+  // `shard`: its index among the table's units (replication; named "sparse
+  // table e shard 2" when `sharded`).
   SparseShard(uint32_t table_id, const TableSpec& spec,
               const Optimizer* optimizer, const Membership* membership,
-              int quorum, MemoryBudget* budget = nullptr);
+              int quorum, MemoryBudget* budget = nullptr, uint32_t shard = 0,
+              bool sharded = false);
 
   // Whether `blob` (a checkpoint of this table, SparseTable::Serialize)
   // would load: DATA_LOSS otherwise. Changes nothing.

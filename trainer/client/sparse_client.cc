@@ -39,6 +39,7 @@ absl::Status SparseClient::Pull(int64_t min_version, int64_t step,
         p->req.set_step(step);
         SparseRows* r = p->req.add_sparse();
         r->set_table_id(t.table_id);
+        r->set_shard(s);  // servers_[s] holds shard s (or routes to it)
         std::string* keys = r->mutable_keys();
         keys->resize(p->positions.size() * sizeof(uint64_t));
         uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
@@ -101,6 +102,7 @@ absl::Status SparseClient::Push(int64_t step, bool sync,
         p->req.set_request_id(stamp_->NextRequestId());
         SparseRows* r = p->req.add_sparse();
         r->set_table_id(t.table_id);
+        r->set_shard(s);
         r->set_num_chunks(static_cast<int32_t>(chunks[s].size()));
         std::string* keys = r->mutable_keys();
         std::string* values = r->mutable_values();
