@@ -4,7 +4,8 @@
 
 namespace shardps {
 
-BlockingPool::BlockingPool(int threads) {
+BlockingPool::BlockingPool(int threads, size_t max_queued_bytes)
+    : max_queued_bytes_(max_queued_bytes) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -16,9 +17,14 @@ BlockingPool::~BlockingPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-void BlockingPool::Schedule(std::function<void()> task) {
+bool BlockingPool::TrySchedule(std::function<void()> task, size_t bytes) {
   absl::MutexLock l(&mu_);
-  queue_.push_back(std::move(task));
+  if (queued_bytes_ + bytes > max_queued_bytes_ && !queue_.empty()) {
+    return false;
+  }
+  queued_bytes_ += bytes;
+  queue_.emplace_back(std::move(task), bytes);
+  return true;
 }
 
 void BlockingPool::Run() {
@@ -31,7 +37,8 @@ void BlockingPool::Run() {
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;
-      task = std::move(queue_.front());
+      task = std::move(queue_.front().first);
+      queued_bytes_ -= queue_.front().second;
       queue_.pop_front();
     }
     task();

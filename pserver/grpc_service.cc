@@ -1,5 +1,6 @@
 #include "pserver/grpc_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/grpc_wire.h"
 #include "common/job_id.h"
@@ -65,18 +66,37 @@ grpc::ServerUnaryReactor* GrpcPsService::Reply(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+namespace {
+
+absl::Status PoolFull(const char* method) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      method,
+      ": the pserver has 64 MiB of calls waiting for other pservers (a "
+      "replicated job's pushes wait for their backups); retry"));
+}
+
+}  // namespace
+
+// A replicated job's calls may wait on blocks held while their updates
+// reach the backups (or on the gate behind such pushes): they run on the
+// blocking pool, leaving gRPC's threads free for the health service and
+// the calls between pservers.
+bool GrpcPsService::Replicated(RequestHandler& h) {
+  return h.replicas() != nullptr;
+}
+
 template <typename Request, typename Response, typename Handle,
           typename Blocking>
 grpc::ServerUnaryReactor* GrpcPsService::ReplyMaybeLater(
     grpc::CallbackServerContext* ctx, const char* method, const Request* req,
-    Response* resp, Handle handle, Blocking blocking) {
+    Response* resp, Handle handle, Blocking blocking, BlockingPool* pool) {
   auto job = JobOf(ctx);
   if (!job.ok() || !blocking(**job)) {
     return Reply(ctx, method, *req, resp, handle);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  blocking_.Schedule([this, reactor, method, req, resp, handle,
-                      job = *std::move(job), start = absl::Now()] {
+  auto task = [this, reactor, method, req, resp, handle, job = *job,
+               start = absl::Now()] {
     absl::Status s;
     try {
       s = handle(*job);
@@ -87,45 +107,58 @@ grpc::ServerUnaryReactor* GrpcPsService::ReplyMaybeLater(
     Record(method, s, start, metrics_ ? req->ByteSizeLong() : 0,
            metrics_ ? resp->ByteSizeLong() : 0);
     reactor->Finish(ToGrpcStatus(s));
-  });
+  };
+  if (!pool->TrySchedule(std::move(task), req->ByteSizeLong())) {
+    reactor->Finish(ToGrpcStatus(PoolFull(method)));
+  }
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::InitJob(
     grpc::CallbackServerContext* ctx, const InitJobRequest* req,
     InitJobResponse* resp) {
-  return Reply(ctx, "InitJob", *req, resp,
-               [&](RequestHandler& h) { return h.InitJob(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "InitJob", req, resp,
+      [req, resp](RequestHandler& h) { return h.InitJob(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::SetInitialValues(
     grpc::CallbackServerContext* ctx, const SetInitialValuesRequest* req,
     SetInitialValuesResponse* resp) {
-  return Reply(ctx, "SetInitialValues", *req, resp, [&](RequestHandler& h) {
-    return h.SetInitialValues(*req, resp);
-  });
+  return ReplyMaybeLater(
+      ctx, "SetInitialValues", req, resp,
+      [req, resp](RequestHandler& h) { return h.SetInitialValues(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::CommitInit(
     grpc::CallbackServerContext* ctx, const CommitInitRequest* req,
     CommitInitResponse* resp) {
-  return Reply(ctx, "CommitInit", *req, resp,
-               [&](RequestHandler& h) { return h.CommitInit(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "CommitInit", req, resp,
+      [req, resp](RequestHandler& h) { return h.CommitInit(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Register(
     grpc::CallbackServerContext* ctx, const RegisterRequest* req,
     RegisterResponse* resp) {
-  return Reply(ctx, "Register", *req, resp, [&](RequestHandler& h) {
-    return h.Register(*req, resp, ctx->peer());
-  });
+  return ReplyMaybeLater(
+      ctx, "Register", req, resp,
+      [req, resp, peer = ctx->peer()](RequestHandler& h) {
+        return h.Register(*req, resp, peer);
+      },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::GetStatus(
     grpc::CallbackServerContext* ctx, const GetStatusRequest* req,
     GetStatusResponse* resp) {
-  return Reply(ctx, "GetStatus", *req, resp,
-               [&](RequestHandler& h) { return h.GetStatus(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "GetStatus", req, resp,
+      [req, resp](RequestHandler& h) { return h.GetStatus(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
@@ -151,7 +184,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
   if (h->replicas() != nullptr) {
     // A replicated job's units stay locked while their updates reach the
     // backups: the pull waits for them on a thread of ours.
-    blocking_.Schedule(
+    const bool queued = blocking_.TrySchedule(
         [this, reactor, start, x, raw_resp, h, job = *job]() mutable {
           h->Pull(x->req, &x->resp,
                   [this, reactor, start, x, raw_resp, job](absl::Status s) {
@@ -166,7 +199,9 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                     }
                     reactor->Finish(ToGrpcStatus(s));
                   });
-        });
+        },
+        raw_req->Length());
+    if (!queued) reactor->Finish(ToGrpcStatus(PoolFull("Pull")));
     return reactor;
   }
   h->Pull(
@@ -191,36 +226,44 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* ctx,
                                               PushResponse* resp) {
   return ReplyMaybeLater(
       ctx, "Push", req, resp,
-      [req, resp](RequestHandler& h) { return h.Push(*req, resp); },
-      [](RequestHandler& h) { return h.replicas() != nullptr; });
+      [req, resp](RequestHandler& h) { return h.Push(*req, resp); }, Replicated,
+      &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Heartbeat(
     grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
     HeartbeatResponse* resp) {
-  return Reply(ctx, "Heartbeat", *req, resp,
-               [&](RequestHandler& h) { return h.Heartbeat(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "Heartbeat", req, resp,
+      [req, resp](RequestHandler& h) { return h.Heartbeat(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Leave(grpc::CallbackServerContext* ctx,
                                                const LeaveRequest* req,
                                                LeaveResponse* resp) {
-  return Reply(ctx, "Leave", *req, resp,
-               [&](RequestHandler& h) { return h.Leave(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "Leave", req, resp,
+      [req, resp](RequestHandler& h) { return h.Leave(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Checkpoint(
     grpc::CallbackServerContext* ctx, const CheckpointRequest* req,
     CheckpointResponse* resp) {
-  return Reply(ctx, "Checkpoint", *req, resp,
-               [&](RequestHandler& h) { return h.Checkpoint(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "Checkpoint", req, resp,
+      [req, resp](RequestHandler& h) { return h.Checkpoint(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Rollback(
     grpc::CallbackServerContext* ctx, const RollbackRequest* req,
     RollbackResponse* resp) {
-  return Reply(ctx, "Rollback", *req, resp,
-               [&](RequestHandler& h) { return h.Rollback(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "Rollback", req, resp,
+      [req, resp](RequestHandler& h) { return h.Rollback(*req, resp); },
+      Replicated, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
@@ -251,42 +294,52 @@ grpc::ServerUnaryReactor* GrpcPsService::ChangeView(
   return ReplyMaybeLater(
       ctx, "ChangeView", req, resp,
       [req, resp](RequestHandler& h) { return h.ChangeView(*req, resp); },
-      [](RequestHandler&) { return true; });
+      [](RequestHandler&) { return true; }, &blocking_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Forward(
     grpc::CallbackServerContext* ctx, const ForwardRequest* req,
     ForwardResponse* resp) {
-  return Reply(ctx, "Forward", *req, resp,
-               [&](RequestHandler& h) { return h.Forward(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "Forward", req, resp,
+      [req, resp](RequestHandler& h) { return h.Forward(*req, resp); },
+      Replicated, &peer_pool_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::ViewPrepare(
     grpc::CallbackServerContext* ctx, const ViewPrepareRequest* req,
     ViewPrepareResponse* resp) {
-  return Reply(ctx, "ViewPrepare", *req, resp,
-               [&](RequestHandler& h) { return h.ViewPrepare(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "ViewPrepare", req, resp,
+      [req, resp](RequestHandler& h) { return h.ViewPrepare(*req, resp); },
+      Replicated, &peer_pool_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::ViewAccept(
     grpc::CallbackServerContext* ctx, const ViewAcceptRequest* req,
     ViewAcceptResponse* resp) {
-  return Reply(ctx, "ViewAccept", *req, resp,
-               [&](RequestHandler& h) { return h.ViewAccept(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "ViewAccept", req, resp,
+      [req, resp](RequestHandler& h) { return h.ViewAccept(*req, resp); },
+      Replicated, &peer_pool_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::ViewCommit(
     grpc::CallbackServerContext* ctx, const ViewCommitRequest* req,
     ViewCommitResponse* resp) {
-  return Reply(ctx, "ViewCommit", *req, resp,
-               [&](RequestHandler& h) { return h.ViewCommit(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "ViewCommit", req, resp,
+      [req, resp](RequestHandler& h) { return h.ViewCommit(*req, resp); },
+      Replicated, &peer_pool_);
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::InstallUnit(
     grpc::CallbackServerContext* ctx, const InstallUnitRequest* req,
     InstallUnitResponse* resp) {
-  return Reply(ctx, "InstallUnit", *req, resp,
-               [&](RequestHandler& h) { return h.InstallUnit(*req, resp); });
+  return ReplyMaybeLater(
+      ctx, "InstallUnit", req, resp,
+      [req, resp](RequestHandler& h) { return h.InstallUnit(*req, resp); },
+      Replicated, &peer_pool_);
 }
 
 }  // namespace shardps

@@ -97,14 +97,17 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
                                   const char* method, const Request& req,
                                   const Response* resp, Handle handle);
-  // Reply, on the blocking pool when `blocking` says the job's call may
-  // wait on other pservers (replication).
+  static bool Replicated(RequestHandler& h);
+  // Reply, on `pool` when `blocking` says the job's call may wait on
+  // other pservers or on blocks held meanwhile (replication); answered
+  // RESOURCE_EXHAUSTED when the pool's queue is full.
   template <typename Request, typename Response, typename Handle,
             typename Blocking>
   grpc::ServerUnaryReactor* ReplyMaybeLater(grpc::CallbackServerContext* ctx,
                                             const char* method,
                                             const Request* req, Response* resp,
-                                            Handle handle, Blocking blocking);
+                                            Handle handle, Blocking blocking,
+                                            BlockingPool* pool);
   // The handler of the job the call names, UNAVAILABLE before serving.
   absl::StatusOr<std::shared_ptr<RequestHandler>> JobOf(
       grpc::CallbackServerContext* ctx) const;
@@ -118,8 +121,11 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   std::atomic<bool> serving_{true};
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;
-  // Replicated jobs' pushes and view changes (they wait on other pservers).
-  BlockingPool blocking_{64};
+  // A replicated job's calls from trainers (a push waits on other
+  // pservers; the rest may wait on blocks it holds), and those from other
+  // pservers, apart: a call between pservers never queues behind a push.
+  BlockingPool blocking_{64, size_t{64} << 20};
+  BlockingPool peer_pool_{16, size_t{64} << 20};
 };
 
 }  // namespace shardps

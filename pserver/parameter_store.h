@@ -296,8 +296,7 @@ class ParameterStore {
   absl::Status ForwardCollected(const UpdateCollector& c, int trainer_id,
                                 uint64_t request_id, int64_t step);
   // A unit held here: a dense block, or a sparse table's shard.
-  absl::StatusOr<BarrierUnit*> FindUnit(uint32_t table_id,
-                                        uint32_t unit) const;
+  absl::StatusOr<BarrierUnit*> FindUnit(uint32_t table_id, uint32_t unit) const;
   // With a forwarder: OK when this pserver is the primary of `unit`.
   absl::Status CheckServes(const BarrierUnit& unit) const;
   // Registers a pull's holds on the units and the staleness gate; answers

@@ -46,9 +46,9 @@ absl::StatusOr<bool> ParameterStore::InitJobLocked(
   RETURN_IF_ERROR(ValidateJob(job, options_.num_trainers));
   const bool sync = job.mode() == SYNC;
   auto membership = std::make_unique<Membership>(job.num_trainers(), sync);
-  ASSIGN_OR_RETURN(std::unique_ptr<JobTables> tables,
-                   JobTables::Create(job, blocks, membership.get(), budget_,
-                                     sparse_shards));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<JobTables> tables,
+      JobTables::Create(job, blocks, membership.get(), budget_, sparse_shards));
   size_t value_bytes = 0;
   for (const DenseTableBlock* b : tables->blocks()) {
     value_bytes += static_cast<size_t>(b->size()) * sizeof(float);

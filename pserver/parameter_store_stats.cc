@@ -62,17 +62,18 @@ absl::StatusOr<BarrierUnit*> ParameterStore::FindUnit(uint32_t table_id,
   return tables_->FindBlock(table_id, unit);
 }
 
-absl::StatusOr<std::string> ParameterStore::UnitImageHeld(
-    uint32_t table_id, uint32_t unit) const {
+absl::StatusOr<std::string> ParameterStore::UnitImageHeld(uint32_t table_id,
+                                                          uint32_t unit) const {
   if (!ready()) return absl::FailedPreconditionError("job not ready");
   ASSIGN_OR_RETURN(BarrierUnit * u, FindUnit(table_id, unit));
-  u->mu.AssertHeld();
   if (auto* b = dynamic_cast<DenseTableBlock*>(u)) {
+    b->mu.AssertHeld();
     DenseBlobWriter w(1);
     w.Add(unit, b->barrier.version(), b->value, b->slots);
     return std::move(w).Finish();
   }
   auto* s = static_cast<SparseShard*>(u);
+  s->mu.AssertHeld();
   std::string image;
   AppendPod(&image, s->barrier.version());
   s->rows().Serialize(&image);
@@ -93,10 +94,9 @@ absl::Status ParameterStore::InstallUnit(uint32_t table_id, uint32_t unit,
       absl::MutexLock l(&b->mu);
       num_slots = static_cast<int>(b->slots.size());
     }
-    ASSIGN_OR_RETURN(
-        std::vector<DenseBlockImage> images,
-        ParseDenseBlob(absl::StrCat("installed ", b->name()), image,
-                       {{unit, b->size()}}, num_slots));
+    ASSIGN_OR_RETURN(std::vector<DenseBlockImage> images,
+                     ParseDenseBlob(absl::StrCat("installed ", b->name()),
+                                    image, {{unit, b->size()}}, num_slots));
     if (images.size() != 1) {
       return absl::DataLossError(absl::StrCat(b->name(), ": ", images.size(),
                                               " blocks installed, not 1"));
@@ -112,7 +112,8 @@ absl::Status ParameterStore::InstallUnit(uint32_t table_id, uint32_t unit,
       return absl::DataLossError(absl::StrCat(s->name(), ": bad image"));
     }
     absl::MutexLock l(&s->mu);
-    st = s->rows().Deserialize(absl::string_view(image).substr(sizeof(version)));
+    st =
+        s->rows().Deserialize(absl::string_view(image).substr(sizeof(version)));
     if (st.ok()) s->barrier.Reset(version, &dropped);
   }
   if (st.ok() && generation != membership_->generation()) {

@@ -332,6 +332,8 @@ void Pserver::BeginShutdown() {
   for (const std::shared_ptr<JobSlot>& job : Slots()) {
     job->store->CancelAllWaiters(
         absl::UnavailableError("pserver is shutting down"));
+    // Pushes waiting on other pservers give up.
+    if (ReplicaSet* r = job->handler->replicas()) r->Stop();
   }
 }
 

@@ -177,7 +177,7 @@ absl::StatusOr<View> ReplicaSet::Propose(const ViewChange& change) {
     peers.push_back(i == options_.self ? static_cast<ViewPeer*>(local_.get())
                                        : peers_[i].get());
   }
-  return ProposeView(peers, options_.self, change);
+  return ProposeView(peers, options_.self, change, options_.max_view_rounds);
 }
 
 absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
@@ -257,6 +257,10 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
   const absl::Time give_up = absl::Now() + options_.max_forward_wait;
   absl::Status last;
   while (true) {
+    {
+      absl::MutexLock l(&join_mu_);
+      if (stop_) return absl::UnavailableError("pserver is shutting down");
+    }
     bool retry = false;
     last = ForwardOnce(view(), updates, pushes, &retry);
     if (last.ok() && !retry) return last;
@@ -407,8 +411,8 @@ absl::Status ReplicaSet::HandleInstall(const InstallUnitRequest& req) {
         " from pserver ", req.sender(), ": ", NotPrimary(shard, mine)));
   }
   if (!hooks_.install) return absl::FailedPreconditionError("not ready");
-  RETURN_IF_ERROR(hooks_.install(req.table_id(), req.unit(), req.blob(),
-                                 req.generation()));
+  RETURN_IF_ERROR(
+      hooks_.install(req.table_id(), req.unit(), req.blob(), req.generation()));
   absl::MutexLock l(&join_mu_);
   installed_.insert(UnitKey(req.table_id(), req.unit()));
   return absl::OkStatus();
@@ -421,6 +425,11 @@ void ReplicaSet::StartJoining(std::vector<UnitKey> units) {
   expected_.insert(units.begin(), units.end());
   installed_.clear();
   joiner_ = std::thread([this] { JoinLoop(); });
+}
+
+void ReplicaSet::Stop() {
+  absl::MutexLock l(&join_mu_);
+  stop_ = true;
 }
 
 std::pair<size_t, size_t> ReplicaSet::JoinProgress() const {

@@ -42,8 +42,11 @@ struct ReplicaSetOptions {
   std::string state_path;
   Env* env = nullptr;  // null: Env::Default()
   // Forward keeps trying this long to reach the backups or agree a view
-  // without them, logging, before it gives up UNAVAILABLE.
-  absl::Duration max_forward_wait = absl::Seconds(60);
+  // without them, logging, before it gives up UNAVAILABLE (the blocks stay
+  // locked meanwhile).
+  absl::Duration max_forward_wait = absl::Seconds(10);
+  // Rounds of one view proposal before it gives up UNAVAILABLE.
+  int max_view_rounds = 5;
 };
 
 // One job's replication on one pserver (docs/replication.md): which shards
@@ -89,6 +92,9 @@ class ReplicaSet : public UpdateForwarder {
   // it is joining, waits until every unit is installed, then for one in
   // which it is a member again.
   void StartJoining(std::vector<UnitKey> units);
+  // The pserver is shutting down: Forward gives up (UNAVAILABLE) instead
+  // of waiting on other pservers, and joining stops.
+  void Stop();
   // Units installed so far, and of how many (joining; tests, status).
   std::pair<size_t, size_t> JoinProgress() const;
 

@@ -40,8 +40,8 @@ absl::StatusOr<View> FromMessage(const ViewMessage& m) {
   }
   for (int32_t p : m.primaries()) {
     if (p < -1 || (p >= 0 && !v.Has(p))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "view ", v.number, ": primary ", p, " is not a member"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("view ", v.number, ": primary ", p, " is not a member"));
     }
     v.primaries.push_back(p);
   }

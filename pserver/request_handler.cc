@@ -126,8 +126,8 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
         absl::StrCat("InitJob from trainer ", req.trainer_id(),
                      ": only the chief (trainer 0) initialises the job"));
   }
-  auto ready = store_->InitJob(req.job(), ToBlockIds(req.blocks()),
-                               SparseShardsOf(req));
+  auto ready =
+      store_->InitJob(req.job(), ToBlockIds(req.blocks()), SparseShardsOf(req));
   if (ready.ok() && !*ready && req.rejoin()) {
     RETURN_IF_ERROR(FillForRejoin(req));
   }
@@ -387,10 +387,9 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     SparseRows* out = resp->add_sparse();
     out->set_table_id(r.table_id());
     out->mutable_values()->resize(keys->size() * dim * sizeof(float));
-    sparse.push_back(
-        SparsePull{r.table_id(), *keys,
-                   reinterpret_cast<float*>(out->mutable_values()->data()),
-                   r.shard()});
+    sparse.push_back(SparsePull{
+        r.table_id(), *keys,
+        reinterpret_cast<float*>(out->mutable_values()->data()), r.shard()});
   }
   store_->Pull(
       req.trainer_id(), req.min_version(), req.step(), req.min_clock(),

@@ -3,13 +3,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/shard_map.h"
 #include "glog/logging.h"
 #include "pserver/replication_wire.h"
-#include "common/shard_map.h"
 #include "pserver/request_handler.h"
 
 namespace shardps {
 namespace {
+
+// The longest pserver list and address an InitJob may carry.
+constexpr int kMaxPservers = 1024;
+constexpr size_t kMaxAddress = 256;
 
 absl::Status NoReplication() {
   return absl::FailedPreconditionError(
@@ -28,6 +32,18 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
   absl::MutexLock l(&replica_mu_);
   if (replicas_ != nullptr) return absl::OkStatus();
   const JobSpec& job = req.job();
+
+  if (req.pservers_size() > kMaxPservers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        req.pservers_size(), " pservers listed; at most ", kMaxPservers));
+  }
+  for (const std::string& a : req.pservers()) {
+    if (a.empty() || a.size() > kMaxAddress) {
+      return absl::InvalidArgumentError(absl::StrCat("a pserver address of ",
+                                                     a.size(), " bytes (1 to ",
+                                                     kMaxAddress, ")"));
+    }
+  }
   if (job.replication() > req.pservers_size() || req.server_index() < 0 ||
       req.server_index() >= req.pservers_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -94,7 +110,12 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
 
 std::vector<int> SparseShardsOf(const InitJobRequest& req) {
   std::vector<int> shards;
-  if (req.job().replication() <= 1) return shards;
+  // A malformed list is refused by StartReplication; nothing here.
+  const int r = req.job().replication(), n = req.pservers_size();
+  if (r <= 1 || r > n || n > kMaxPservers || req.server_index() < 0 ||
+      req.server_index() >= n) {
+    return shards;
+  }
   for (int s = 0; s < req.pservers_size(); ++s) {
     const std::vector<int> r =
         ReplicaServers(s, req.job().replication(), req.pservers_size());

@@ -13,11 +13,11 @@ SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
                          const Optimizer* optimizer,
                          const Membership* membership, int quorum,
                          MemoryBudget* budget, uint32_t shard, bool sharded)
-    : BarrierUnit(table_id, shard,
-                  sharded ? absl::StrCat("sparse table ", spec.name(),
-                                         " shard ", shard)
-                          : absl::StrCat("sparse table ", spec.name()),
-                  "table", membership, quorum),
+    : BarrierUnit(
+          table_id, shard,
+          sharded ? absl::StrCat("sparse table ", spec.name(), " shard ", shard)
+                  : absl::StrCat("sparse table ", spec.name()),
+          "table", membership, quorum),
       name_(spec.name()),
       evict_after_(spec.sparse().evict_after_steps()),
       options_(spec.sparse()),

@@ -34,8 +34,8 @@ struct View {
   std::vector<int> primaries;
 
   bool operator==(const View& o) const {
-    return number == o.number && members == o.members &&
-           joining == o.joining && primaries == o.primaries;
+    return number == o.number && members == o.members && joining == o.joining &&
+           primaries == o.primaries;
   }
   bool operator!=(const View& o) const { return !(*this == o); }
   // In `members`.

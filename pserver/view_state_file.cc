@@ -14,7 +14,7 @@ namespace shardps {
 namespace {
 
 constexpr uint32_t kMagic = 0x57565053;  // "SPVW", little-endian
-constexpr uint32_t kFormat = 2;  // 2: views with joining and primaries
+constexpr uint32_t kFormat = 2;          // 2: views with joining and primaries
 // No pserver list is this long; a larger count is a corrupt file.
 constexpr uint32_t kMaxMembers = 1 << 16;
 
