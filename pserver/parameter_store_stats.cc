@@ -55,7 +55,7 @@ void ParameterStore::ReplicatedPushes(const std::vector<PushRef>& pushes) {
 
 absl::StatusOr<BarrierUnit*> ParameterStore::FindUnit(uint32_t table_id,
                                                       uint32_t unit) const {
-  if (table_id < job_.tables_size() &&
+  if (table_id < static_cast<uint32_t>(job_.tables_size()) &&
       job_.tables(table_id).kind() == TableSpec::SPARSE) {
     return tables_->FindSparse(table_id, static_cast<int>(unit));
   }

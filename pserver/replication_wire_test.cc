@@ -10,7 +10,7 @@ namespace shardps {
 namespace {
 
 TEST(ReplicationWireTest, ViewsAndBallotsRoundTrip) {
-  const View v{7, {0, 2, 5}};
+  const View v{7, {0, 2, 5}, {1, 3}, {0, 2, 5, -1, 2, 5}};
   ViewMessage m;
   ToMessage(v, &m);
   auto back = FromMessage(m);

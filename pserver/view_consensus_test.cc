@@ -107,10 +107,10 @@ TEST_F(ViewConsensusTest, AMajorityRemovesADeadPserver) {
   peer(2).set_up(false);
   absl::StatusOr<View> v = ProposeView(peers_, 7, WithoutServer(2));
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(*v, (View{1, {0, 1}}));
+  EXPECT_EQ(*v, (View{1, {0, 1}, {}, {}}));
   EXPECT_EQ(peer(0).committed(), *v);
   EXPECT_EQ(peer(1).committed(), *v);
-  EXPECT_EQ(peer(2).committed(), (View{0, {0, 1, 2}}));
+  EXPECT_EQ(peer(2).committed(), (View{0, {0, 1, 2}, {}, {}}));
   // Proposing the same change again decides nothing new.
   v = ProposeView(peers_, 8, WithoutServer(2));
   ASSERT_TRUE(v.ok());
@@ -135,7 +135,7 @@ TEST_F(ViewConsensusTest, ALaggingPserverLearnsAndTakesPart) {
   peer(0).set_up(false);
   absl::StatusOr<View> v = ProposeView(peers_, 2, WithServer(2));
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(*v, (View{2, {0, 1, 2}}));
+  EXPECT_EQ(*v, (View{2, {0, 1, 2}, {}, {}}));
   EXPECT_EQ(peer(1).committed(), *v);
   EXPECT_EQ(peer(2).committed(), *v);
 }
@@ -157,10 +157,10 @@ TEST_F(ViewConsensusTest, AViewAMajorityAcceptedIsNeverReplaced) {
   // and its own change comes as view 2.
   absl::StatusOr<View> v = ProposeView(peers_, 2, WithoutServer(0));
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(*v, (View{2, {1}}));
+  EXPECT_EQ(*v, (View{2, {1}, {}, {}}));
   const std::vector<View> log = peer(1).log();
   ASSERT_GE(log.size(), 2u);
-  EXPECT_EQ(log[log.size() - 2], (View{1, {0, 1}}));
+  EXPECT_EQ(log[log.size() - 2], (View{1, {0, 1}, {}, {}}));
 }
 
 TEST_F(ViewConsensusTest, ConcurrentProposersNeverDecideTwoViewsForANumber) {

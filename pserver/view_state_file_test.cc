@@ -11,10 +11,10 @@ namespace {
 
 AcceptorState Sample() {
   AcceptorState s;
-  s.committed = View{4, {0, 2, 3}};
+  s.committed = View{4, {0, 2, 3}, {}, {}};
   s.promised = Ballot{9, 2};
   s.accepted = Ballot{8, 1};
-  s.accepted_view = View{5, {0, 2}};
+  s.accepted_view = View{5, {0, 2}, {}, {}};
   return s;
 }
 
