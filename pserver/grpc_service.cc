@@ -181,43 +181,28 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
   }
   // The answer may come later: the job stays until it does.
   RequestHandler* h = job->get();
-  if (h->replicas() != nullptr) {
+  auto start_pull = [this, reactor, start, x, raw_resp, h, job = *job] {
+    h->Pull(x->req, &x->resp,
+            [this, reactor, start, x, raw_resp, job](absl::Status s) {
+              if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
+              if (metrics_ != nullptr) {
+                if (s.ok()) {
+                  metrics_->RecordPullWait(
+                      absl::Microseconds(x->resp.wait_micros()));
+                }
+                Record("Pull", s, start, x->req.ByteSizeLong(),
+                       s.ok() ? raw_resp->Length() : 0);
+              }
+              reactor->Finish(ToGrpcStatus(s));
+            });
+  };
+  if (h->replicas() == nullptr) {
+    start_pull();
+  } else if (!blocking_.TrySchedule(start_pull, raw_req->Length())) {
     // A replicated job's units stay locked while their updates reach the
     // backups: the pull waits for them on a thread of ours.
-    const bool queued = blocking_.TrySchedule(
-        [this, reactor, start, x, raw_resp, h, job = *job]() mutable {
-          h->Pull(x->req, &x->resp,
-                  [this, reactor, start, x, raw_resp, job](absl::Status s) {
-                    if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
-                    if (metrics_ != nullptr) {
-                      if (s.ok()) {
-                        metrics_->RecordPullWait(
-                            absl::Microseconds(x->resp.wait_micros()));
-                      }
-                      Record("Pull", s, start, x->req.ByteSizeLong(),
-                             s.ok() ? raw_resp->Length() : 0);
-                    }
-                    reactor->Finish(ToGrpcStatus(s));
-                  });
-        },
-        raw_req->Length());
-    if (!queued) reactor->Finish(ToGrpcStatus(PoolFull("Pull")));
-    return reactor;
+    reactor->Finish(ToGrpcStatus(PoolFull("Pull")));
   }
-  h->Pull(
-      x->req, &x->resp,
-      [this, reactor, start, x, raw_resp,
-       job = *std::move(job)](absl::Status s) {
-        if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
-        if (metrics_ != nullptr) {
-          if (s.ok()) {
-            metrics_->RecordPullWait(absl::Microseconds(x->resp.wait_micros()));
-          }
-          Record("Pull", s, start, x->req.ByteSizeLong(),
-                 s.ok() ? raw_resp->Length() : 0);
-        }
-        reactor->Finish(ToGrpcStatus(s));
-      });
   return reactor;
 }
 
