@@ -17,6 +17,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "kernels/cuda_backend.h"
+#include "trainer/config_override.h"
 
 DEFINE_string(pservers, "",
               "comma-separated pserver addresses, host or "
@@ -29,6 +30,10 @@ DEFINE_int32(num_gradient_servers, 0,
              "number of trainers N; unset: from the "
              "scheduler, else 1");
 DEFINE_string(config, "", "model and job config, protobuf text format");
+DEFINE_string(config_set, "",
+              "fields of --config to change, path=value,...: e.g. "
+              "optimizer.learning_rate=0.1,layers[fc1].output_dim=512 "
+              "(docs/config.md); a sweep's trials differ only in flags");
 DEFINE_string(job_id, "default",
               "the job on the pservers (several jobs may share pservers; "
               "each has its own tables, trainers and checkpoints)");
@@ -201,6 +206,7 @@ absl::Status IdentityFromFlags(const GetEnvFn& env, TrainerOptions* o) {
 // The model, its data and the shape of the run.
 absl::Status RunFromFlags(TrainerOptions* o) {
   ASSIGN_OR_RETURN(o->config, ReadModelConfig(FLAGS_config));
+  RETURN_IF_ERROR(ApplyConfigSet(FLAGS_config_set, &o->config));
   DataConfig* data = o->config.mutable_data();
   if (!FLAGS_train_data.empty()) data->set_train_images(FLAGS_train_data);
   if (!FLAGS_test_data.empty()) data->set_test_images(FLAGS_test_data);

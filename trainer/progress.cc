@@ -33,6 +33,7 @@ void ProgressReporter::StepDone(int64_t step, int pass, const StepTimes& t,
   window_.times.push += t.push;
   window_.loss_sum += loss_sum;
   window_.samples += samples;
+  samples_ += samples;
   const absl::Time now = absl::Now();
   window_.step_secs.push_back(Seconds(now - last_step_));
   last_step_ = now;
@@ -91,6 +92,7 @@ void ProgressReporter::WriteLine(int64_t step, int pass, absl::Duration elapsed,
   metrics_->Write(line.Add("trainer_id", options_.trainer_id)
                       .Add("pass", pass)
                       .Add("step", step)
+                      .Add("samples", samples_)
                       .Add("train_loss", window_.loss_sum / window_.samples)
                       .Add("samples_per_s", window_.samples / Seconds(elapsed))
                       .Add("data_s", Seconds(t.data))

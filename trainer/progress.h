@@ -68,6 +68,7 @@ class ProgressReporter {
   const int64_t total_steps_;
   MetricsWriter* const metrics_;
   Window window_;
+  int64_t samples_ = 0;  // trained on by this trainer, every step
   absl::Time window_start_ = absl::Now();
   absl::Time last_step_ = absl::Now();
   absl::Time last_draw_ = absl::InfinitePast();
