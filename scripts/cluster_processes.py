@@ -157,6 +157,7 @@ class Child(object):
         self._partial = b""
         self.echoed = 0  # lines shown by echo_new_warnings
         self.quiet = False  # streamed output kept off the terminal
+        self.silent = False  # True: echo_new_warnings shows nothing
         self._log = open(log_path, "wb")
         preexec = _pdeathsig_setter()
         kwargs = dict(stdin=subprocess.DEVNULL, start_new_session=True,
@@ -238,7 +239,7 @@ class Child(object):
 
     def echo_new_warnings(self):
         """Shows new WARNING/ERROR lines of a child that logs to a file."""
-        if self.streamed:
+        if self.streamed or self.silent:
             return
         try:
             with open(self.log_path, "rb") as f:

@@ -92,6 +92,7 @@ void ProgressReporter::WriteLine(int64_t step, int pass, absl::Duration elapsed,
   metrics_->Write(line.Add("trainer_id", options_.trainer_id)
                       .Add("pass", pass)
                       .Add("step", step)
+                      .Add("total_steps", total_steps_)
                       .Add("samples", samples_)
                       .Add("train_loss", window_.loss_sum / window_.samples)
                       .Add("samples_per_s", window_.samples / Seconds(elapsed))
