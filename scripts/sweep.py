@@ -35,9 +35,11 @@ trial), curves.png (training loss against samples, one line per trial, and
 the final metric), trials/<id>/ (each trainer's log and metrics). A
 leaderboard is printed whenever a trial ends.
 
-Exit status: 0 when the sweep ended (failed trials are reported, and
-counted in trials.csv); 1 when it cannot go on (a pserver died); 2 for bad
-arguments; 130 on Ctrl-C (the sweep can be resumed).
+Exit status: 0 when the sweep ended with at least one finished trial
+(failed trials are reported, and listed in trials.csv with the end of their
+log); 1 when none finished, or the sweep cannot go on (a pserver died); 2
+for bad arguments; 128+n on signal n (130 on Ctrl-C; the sweep can be
+resumed).
 """
 
 import argparse
@@ -509,6 +511,10 @@ def main(argv):
     if not args.no_plot:
         plot(sweep, runner.history)
     summary(sweep, runner)
+    if not any(t["status"] == "done" for t in sweep.trials):
+        print("sweep: no trial finished; see trials.csv and the trainers' "
+              "logs under %s/trials" % sweep.dir, file=sys.stderr)
+        return 1
     return 0
 
 
