@@ -25,6 +25,7 @@ jobs with it; elsewhere such a kill can leave a job's processes behind.
 About 25 s on 2 cores.
 """
 
+import json
 import os
 import re
 import shutil
@@ -41,6 +42,8 @@ import testlib
 from testlib import clean_env, final_eval, read_json_lines, wait_for
 
 SCRIPT = os.path.join(testlib.REPO, "configs", "slurm", "shardps.sbatch")
+SWEEP = os.path.join(testlib.REPO, "scripts", "sweep.py")
+MLP = os.path.join(testlib.REPO, "configs", "fmnist_mlp.pbtxt")
 # The daemons live in sbin, which a user's PATH may lack.
 SEARCH_PATH = os.pathsep.join(
     [os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/local/sbin",
@@ -528,6 +531,37 @@ class SlurmTest(testlib.ProcessTestCase):
                  if m.get("event") == "step"]
         self.assertLess(steps[-1], 20 * STEPS_PER_PASS)
         sys.stderr.write("[job ended %.1f s after the kill] " % took)
+
+    def test_sweep(self):
+        """scripts/sweep.py --launcher=slurm: the pservers as one srun step,
+        each trial's trainers as another (their id from SLURM_PROCID), two
+        trials at once; every trial finishes, the trainers of a trial agree,
+        and no step is left running afterwards."""
+        out = os.path.join(self.tmp, "sweep")
+        r = subprocess.run(
+            ["/usr/bin/python3", SWEEP, "--bin_dir", testlib.BIN_DIR,
+             "--launcher=slurm", "--config", MLP, "--out_dir", out,
+             "--grid", "optimizer.learning_rate=0.02,0.1", "--grid",
+             "batch_size=32,64", "--parallel", "2", "--early_stopping",
+             "none", "--no_plot", "--trainers_per_trial", "1",
+             "--srun_args=--time=5", "--", "--max_steps=100"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, env=self.cluster.env(), cwd=self.tmp,
+            timeout=240, preexec_fn=testlib._die_with_parent)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:])
+        self.assertRegex(r.stdout, r"sweep: 2 pservers \(srun\) at "
+                         r"[^:,\s]+:\d+,[^:,\s]+:\d+")
+        self.assertIn("sweep: 4 trials: 4 done", r.stdout)
+        with open(os.path.join(out, "sweep.json")) as f:
+            trials = json.load(f)["trials"]
+        for t in trials:
+            ev = final_eval(os.path.join(out, "trials", "%03d" % t["id"],
+                                         "trainer-0.jsonl"), 0)
+            self.assertEqual(ev["step"], 100)
+            self.assertEqual(t["final"]["test_accuracy"],
+                             ev["test_accuracy"])
+        _, queue = self.cluster.command(["squeue", "--noheader"])
+        self.assertEqual(queue.strip(), "", "left in the queue")
 
 
 class WithoutSlurmTest(unittest.TestCase):

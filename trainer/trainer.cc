@@ -162,8 +162,9 @@ absl::Status Trainer::DescribeJob() {
   }
   if (options_.compression == Compression::kThreshold) {
     ASSIGN_OR_RETURN(sharing_,
-                     UpdateSharing::Create(names, &optimizers, sizes,
-                                           options_.momentum_masking));
+                     UpdateSharing::Create(
+                         names, &optimizers, sizes, options_.momentum_masking,
+                         int64_t{options_.batch_size} * options_.num_trainers));
   }
   job_ = MakeJobSpec(options_, names, shapes, optimizers);
   for (size_t t = 0; t < names.size(); ++t) {

@@ -85,7 +85,7 @@ absl::StatusOr<BatchStats> Trainer::TrainLayered(
 
 absl::Status Trainer::PushDense(int64_t tag, bool prefetch_next,
                                 TransferStats* push) {
-  if (sharing_ != nullptr) sharing_->ComputeUpdates(grads_);
+  if (sharing_ != nullptr) sharing_->ComputeUpdates(step_, grads_);
   if (push_in_flight_ != nullptr) {
     // Async: at most one push in flight; the previous one ends here.
     RETURN_IF_ERROR(push_in_flight_->Wait(push));

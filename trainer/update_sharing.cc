@@ -3,28 +3,38 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 
 namespace shardps {
 
 absl::StatusOr<std::unique_ptr<UpdateSharing>> UpdateSharing::Create(
     const std::vector<std::string>& names,
     std::vector<OptimizerConfig>* optimizers, const std::vector<size_t>& sizes,
-    bool momentum_masking) {
-  std::vector<OptimizerConfig> local;
+    bool momentum_masking, int64_t global_batch_size) {
+  std::vector<Table> tables;
   for (size_t t = 0; t < optimizers->size(); ++t) {
     const OptimizerConfig& oc = (*optimizers)[t];
-    if ((oc.type() != OptimizerConfig::SGD &&
-         oc.type() != OptimizerConfig::MOMENTUM) ||
-        oc.schedule().type() != LrSchedule::CONSTANT ||
-        !(oc.learning_rate() > 0)) {
+    const std::string why = absl::StrCat(
+        "--compression=threshold shares updates computed on the trainer: "
+        "table ",
+        names[t]);
+    if (oc.type() == OptimizerConfig::FTRL) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--compression=threshold shares updates computed on the trainer: "
-          "table ",
-          names[t],
-          " needs an SGD or MOMENTUM optimizer with a constant, positive "
-          "learning rate"));
+          why, " has FTRL, whose weights are not a sum of updates; use SGD, "
+               "MOMENTUM, ADAGRAD or ADAM"));
     }
-    local.push_back(oc);
+    auto opt = Optimizer::Create(oc, global_batch_size);
+    if (!opt.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(why, ": ", opt.status().message()));
+    }
+    Table table;
+    table.optimizer = *std::move(opt);
+    table.slots.assign(table.optimizer->num_slots(),
+                       std::vector<float>(sizes[t],
+                                          table.optimizer->initial_slot_value()));
+    table.update.assign(sizes[t], 0.0f);
+    tables.push_back(std::move(table));
   }
   for (OptimizerConfig& oc : *optimizers) {
     OptimizerConfig sgd;
@@ -33,49 +43,53 @@ absl::StatusOr<std::unique_ptr<UpdateSharing>> UpdateSharing::Create(
     oc = sgd;
   }
   return std::unique_ptr<UpdateSharing>(
-      new UpdateSharing(std::move(local), momentum_masking, sizes));
+      new UpdateSharing(std::move(tables), momentum_masking));
 }
 
-UpdateSharing::UpdateSharing(std::vector<OptimizerConfig> local,
-                             bool momentum_masking,
-                             const std::vector<size_t>& sizes)
-    : local_(std::move(local)), momentum_masking_(momentum_masking) {
-  for (size_t n : sizes) {
-    velocity_.emplace_back(n, 0.0f);
-    updates_.emplace_back(n, 0.0f);
-    update_ptrs_.push_back(updates_.back().data());
-  }
+UpdateSharing::UpdateSharing(std::vector<Table> tables, bool momentum_masking)
+    : tables_(std::move(tables)), momentum_masking_(momentum_masking) {
+  for (Table& t : tables_) update_ptrs_.push_back(t.update.data());
 }
 
-void UpdateSharing::ComputeUpdates(const std::vector<const float*>& grads) {
-  for (size_t t = 0; t < updates_.size(); ++t) {
-    const OptimizerConfig& oc = local_[t];
-    const float lr = oc.learning_rate();
-    const float mu =
-        oc.type() == OptimizerConfig::MOMENTUM ? oc.momentum() : 0.0f;
-    const float* g = grads[t];
-    float* v = velocity_[t].data();
-    float* u = updates_[t].data();
-    for (size_t i = 0; i < updates_[t].size(); ++i) {
-      v[i] = mu * v[i] + g[i];
-      u[i] = lr * (oc.nesterov() ? g[i] + mu * v[i] : v[i]);
-    }
+void UpdateSharing::ComputeUpdates(int64_t step,
+                                   const std::vector<const float*>& grads) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    Table& table = tables_[t];
+    const size_t n = table.update.size();
+    // The optimizer moves weights that start at zero: minus the update.
+    std::fill(table.update.begin(), table.update.end(), 0.0f);
+    std::vector<absl::Span<float>> slots;
+    for (auto& s : table.slots) slots.push_back(absl::MakeSpan(s));
+    table.optimizer->Apply(step, updates_made_, 1.0f,
+                           absl::MakeConstSpan(grads[t], n),
+                           absl::MakeSpan(table.update), slots);
+    for (float& u : table.update) u = -u;
   }
+  ++updates_made_;
 }
 
 void UpdateSharing::MaskSent(const ThresholdPushEncoder& encoder) {
   if (!momentum_masking_) return;
-  for (size_t t = 0; t < velocity_.size(); ++t) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const OptimizerConfig::Type type = tables_[t].optimizer->config().type();
+    if (type != OptimizerConfig::MOMENTUM && type != OptimizerConfig::ADAM) {
+      continue;  // no first moment (SGD), or a sum of squares (ADAGRAD)
+    }
     const std::vector<uint8_t>& mask = encoder.sent_mask(t);
-    float* v = velocity_[t].data();
+    float* m = tables_[t].slots[0].data();
     for (size_t i = 0; i < mask.size(); ++i) {
-      if (mask[i]) v[i] = 0.0f;
+      if (mask[i]) m[i] = 0.0f;
     }
   }
 }
 
 void UpdateSharing::Reset() {
-  for (auto& v : velocity_) std::fill(v.begin(), v.end(), 0.0f);
+  for (Table& t : tables_) {
+    for (auto& s : t.slots) {
+      std::fill(s.begin(), s.end(), t.optimizer->initial_slot_value());
+    }
+  }
+  updates_made_ = 0;
 }
 
 }  // namespace shardps

@@ -19,54 +19,113 @@ OptimizerConfig Momentum(float lr, float mu, bool nesterov = false) {
   return o;
 }
 
-TEST(UpdateSharingTest, TakesSgdAndMomentumWithConstantRatesOnly) {
+TEST(UpdateSharingTest, TakesEveryOptimizerButFtrl) {
+  OptimizerConfig ftrl;
+  ftrl.set_type(OptimizerConfig::FTRL);
+  ftrl.set_learning_rate(0.1f);
+  std::vector<OptimizerConfig> opts = {Momentum(0.1f, 0.9f), ftrl};
+  auto s = UpdateSharing::Create({"w", "b"}, &opts, {2, 2}, true, 64);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("table b has FTRL"), std::string::npos)
+      << s.status();
+  opts = {Momentum(0.1f, 1.5f)};
+  s = UpdateSharing::Create({"w"}, &opts, {2}, true, 64);
+  EXPECT_NE(s.status().message().find("table w: momentum must be in [0, 1)"),
+            std::string::npos)
+      << s.status();
+
+  OptimizerConfig warmup = Momentum(0.1f, 0.9f);
+  warmup.mutable_schedule()->set_type(LrSchedule::WARMUP);
+  warmup.mutable_schedule()->set_warmup_steps(10);
   OptimizerConfig adam;
   adam.set_type(OptimizerConfig::ADAM);
   adam.set_learning_rate(0.1f);
-  std::vector<OptimizerConfig> opts = {Momentum(0.1f, 0.9f), adam};
-  auto s = UpdateSharing::Create({"w", "b"}, &opts, {2, 2}, true);
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("table b needs an SGD or MOMENTUM"),
-            std::string::npos)
-      << s.status();
-  OptimizerConfig warmup = Momentum(0.1f, 0.9f);
-  warmup.mutable_schedule()->set_type(LrSchedule::WARMUP);
-  opts = {warmup};
-  EXPECT_FALSE(UpdateSharing::Create({"w"}, &opts, {2}, true).ok());
-
-  opts = {Momentum(0.1f, 0.9f)};
-  ASSERT_TRUE(UpdateSharing::Create({"w"}, &opts, {2}, true).ok());
+  OptimizerConfig adagrad;
+  adagrad.set_type(OptimizerConfig::ADAGRAD);
+  adagrad.set_learning_rate(0.1f);
+  opts = {warmup, adam, adagrad};
+  ASSERT_TRUE(UpdateSharing::Create({"a", "b", "c"}, &opts, {2, 2, 2}, true, 64)
+                  .ok());
   // The pservers add the mean update: SGD at rate 1.
-  EXPECT_EQ(opts[0].type(), OptimizerConfig::SGD);
-  EXPECT_EQ(opts[0].learning_rate(), 1.0f);
+  for (const OptimizerConfig& o : opts) {
+    EXPECT_EQ(o.type(), OptimizerConfig::SGD);
+    EXPECT_EQ(o.learning_rate(), 1.0f);
+  }
+}
+
+// The update is what the pservers' own optimizer would subtract.
+TEST(UpdateSharingTest, AdamAdagradAndSchedulesMatchThePserversOptimizer) {
+  OptimizerConfig adam;
+  adam.set_type(OptimizerConfig::ADAM);
+  adam.set_learning_rate(0.01f);
+  OptimizerConfig adagrad;
+  adagrad.set_type(OptimizerConfig::ADAGRAD);
+  adagrad.set_learning_rate(0.1f);
+  OptimizerConfig warm = Momentum(0.1f, 0.9f);
+  warm.mutable_schedule()->set_type(LrSchedule::WARMUP);
+  warm.mutable_schedule()->set_warmup_steps(4);
+  const std::vector<OptimizerConfig> configs = {adam, adagrad, warm};
+  std::vector<OptimizerConfig> opts = configs;
+  auto s = UpdateSharing::Create({"a", "b", "c"}, &opts, {3, 3, 3}, false, 64);
+  ASSERT_TRUE(s.ok()) << s.status();
+  struct Reference {
+    std::unique_ptr<Optimizer> optimizer;
+    std::vector<float> w = std::vector<float>(3, 0.5f);
+    std::vector<std::vector<float>> slots;
+  };
+  std::vector<Reference> refs(configs.size());
+  for (size_t t = 0; t < configs.size(); ++t) {
+    auto o = Optimizer::Create(configs[t], 64);
+    ASSERT_TRUE(o.ok());
+    refs[t].optimizer = *std::move(o);
+    refs[t].slots.assign(refs[t].optimizer->num_slots(),
+                         std::vector<float>(
+                             3, refs[t].optimizer->initial_slot_value()));
+  }
+  for (int64_t step = 0; step < 6; ++step) {
+    const std::vector<float> g = {0.3f * (step + 1), -1.0f, 0.02f};
+    (*s)->ComputeUpdates(step, {g.data(), g.data(), g.data()});
+    for (size_t t = 0; t < configs.size(); ++t) {
+      Reference& r = refs[t];
+      std::vector<absl::Span<float>> spans;
+      for (auto& x : r.slots) spans.push_back(absl::MakeSpan(x));
+      const std::vector<float> before = r.w;
+      r.optimizer->Apply(step, step, 1.0f, g, absl::MakeSpan(r.w), spans);
+      for (int i = 0; i < 3; ++i) {
+        // w - (w - u) rounds at w's scale.
+        EXPECT_NEAR((*s)->updates()[t][i], before[i] - r.w[i], 2e-7)
+            << "table " << t << " step " << step << " value " << i;
+      }
+    }
+  }
 }
 
 TEST(UpdateSharingTest, MomentumAndNesterovOnTheTrainer) {
   std::vector<OptimizerConfig> opts = {Momentum(0.5f, 0.5f),
                                        Momentum(0.5f, 0.5f, true)};
-  auto s = UpdateSharing::Create({"a", "b"}, &opts, {1, 1}, false);
+  auto s = UpdateSharing::Create({"a", "b"}, &opts, {1, 1}, false, 64);
   ASSERT_TRUE(s.ok()) << s.status();
   const float g = 2.0f;
-  (*s)->ComputeUpdates({&g, &g});
+  (*s)->ComputeUpdates(0, {&g, &g});
   // v = 2: u = 0.5 * 2 = 1; Nesterov u = 0.5 * (2 + 0.5 * 2) = 1.5.
   EXPECT_EQ((*s)->updates()[0][0], 1.0f);
   EXPECT_EQ((*s)->updates()[1][0], 1.5f);
-  (*s)->ComputeUpdates({&g, &g});
+  (*s)->ComputeUpdates(0, {&g, &g});
   // v = 0.5 * 2 + 2 = 3: u = 1.5; Nesterov u = 0.5 * (2 + 1.5) = 1.75.
   EXPECT_EQ((*s)->updates()[0][0], 1.5f);
   EXPECT_EQ((*s)->updates()[1][0], 1.75f);
   (*s)->Reset();
-  (*s)->ComputeUpdates({&g, &g});
+  (*s)->ComputeUpdates(0, {&g, &g});
   EXPECT_EQ((*s)->updates()[0][0], 1.0f);
 }
 
 TEST(UpdateSharingTest, MaskingZeroesTheVelocityOfSentValues) {
   for (bool masking : {true, false}) {
     std::vector<OptimizerConfig> opts = {Momentum(1.0f, 0.5f)};
-    auto s = UpdateSharing::Create({"w"}, &opts, {2}, masking);
+    auto s = UpdateSharing::Create({"w"}, &opts, {2}, masking, 64);
     ASSERT_TRUE(s.ok()) << s.status();
     const std::vector<float> g = {4.0f, 0.001f};
-    (*s)->ComputeUpdates({g.data()});
+    (*s)->ComputeUpdates(0, {g.data()});
     ThresholdPushEncoder::Options eo;
     eo.adaptive = false;
     eo.threshold = 1.0;
@@ -78,7 +137,7 @@ TEST(UpdateSharingTest, MaskingZeroesTheVelocityOfSentValues) {
             .ok());
     EXPECT_EQ(encoder.sent_mask(0), (std::vector<uint8_t>{1, 0}));
     (*s)->MaskSent(encoder);
-    (*s)->ComputeUpdates({g.data()});
+    (*s)->ComputeUpdates(0, {g.data()});
     // Value 0 was sent: its velocity restarts (masking) or goes on.
     EXPECT_EQ((*s)->updates()[0][0], masking ? 4.0f : 6.0f) << masking;
     EXPECT_FLOAT_EQ((*s)->updates()[0][1], 0.0015f);
