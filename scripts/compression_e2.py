@@ -22,7 +22,9 @@ import bench_e2e  # noqa: E402  (run_cluster)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FIXED = ["--compression=threshold", "--adaptive_threshold=false"]
-ADAPTIVE = ["--compression=threshold", "--adaptive_threshold=true"]
+# DL4J's adaptive defaults (this project's until docs/tuning.md).
+ADAPTIVE = ["--compression=threshold", "--adaptive_threshold=true",
+            "--updates_threshold=1e-3"]
 
 # (name, trainer flags). "dense" must come first: the others are compared
 # with it.

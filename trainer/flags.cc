@@ -90,12 +90,15 @@ DEFINE_string(compression, "none",
               "dense gradient compression: none, fp16 or bf16 (16-bit "
               "pushes and pulls, float32 master weights on the pservers), "
               "threshold (threshold encoding with residuals)");
-DEFINE_double(updates_threshold, 1e-3,
-              "--compression=threshold: the threshold, or the adaptive "
-              "algorithm's starting value");
-DEFINE_bool(adaptive_threshold, true,
+DEFINE_double(updates_threshold, 1e-2,
+              "--compression=threshold: the threshold on the trainer's "
+              "updates (fixed), or the adaptive algorithm's starting value; "
+              "chosen by a sweep, docs/tuning.md");
+DEFINE_bool(adaptive_threshold, false,
             "--compression=threshold: adapt the threshold to keep the sent "
-            "fraction in [1e-4, 1e-2] (DL4J's AdaptiveThresholdAlgorithm); "
+            "fraction in [--threshold_min_sparsity, "
+            "--threshold_max_sparsity] (DL4J's AdaptiveThresholdAlgorithm; "
+            "DL4J's default, behind the fixed threshold in docs/tuning.md); "
             "false: fixed");
 DEFINE_double(threshold_min_sparsity, 1e-4,
               "--compression=threshold, adaptive: the threshold falls while "

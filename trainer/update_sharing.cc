@@ -71,9 +71,11 @@ void UpdateSharing::ComputeUpdates(int64_t step,
 void UpdateSharing::MaskSent(const ThresholdPushEncoder& encoder) {
   if (!momentum_masking_) return;
   for (size_t t = 0; t < tables_.size(); ++t) {
-    const OptimizerConfig::Type type = tables_[t].optimizer->config().type();
-    if (type != OptimizerConfig::MOMENTUM && type != OptimizerConfig::ADAM) {
-      continue;  // no first moment (SGD), or a sum of squares (ADAGRAD)
+    // DGC's masking is for momentum, whose velocity adds up the gradients
+    // already sent; Adam's first moment is a mean, and SGD and ADAGRAD have
+    // no velocity.
+    if (tables_[t].optimizer->config().type() != OptimizerConfig::MOMENTUM) {
+      continue;
     }
     const std::vector<uint8_t>& mask = encoder.sent_mask(t);
     float* m = tables_[t].slots[0].data();

@@ -38,9 +38,8 @@ class UpdateSharing {
   void ComputeUpdates(int64_t step, const std::vector<const float*>& grads);
   // The update buffers to push, per table.
   const std::vector<const float*>& updates() const { return update_ptrs_; }
-  // After a push: zeroes the first moment (momentum's velocity, Adam's m)
-  // where a message sent the value (DGC's momentum factor masking), when
-  // masking is on.
+  // After a push: zeroes a MOMENTUM table's velocity where a message sent
+  // the value (DGC's momentum factor masking), when masking is on.
   void MaskSent(const ThresholdPushEncoder& encoder);
   // After a rollback: the optimizers' state starts again.
   void Reset();
