@@ -19,7 +19,7 @@ Search space: --grid NAME=V1,V2,... (every combination) and --sample
 NAME=DIST:LOW:HIGH (uniform, loguniform, intuniform, intloguniform) or
 NAME=choice:A,B,... drawn --samples times per grid point (Ray Tune's
 grid_search x num_samples), seeded by --seed. Trials run in a shuffled
-order.
+order. With neither, one trial runs the config and flags as given.
 
 Early stopping: the median stopping rule (--early_stopping=median, the
 default; docs/tuning.md says why not successive halving): after --grace of
@@ -47,6 +47,7 @@ import csv
 import json
 import math
 import os
+import random
 import re
 import signal
 import sys
@@ -61,6 +62,9 @@ import sweep_launch  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE_VERSION = 1
+# A trainer refused because the pservers hold --max_jobs jobs.
+FULL = re.compile(r"RESOURCE_EXHAUSTED.*holds \d+ jobs already")
+RETRY_S = 5.0
 ENDED = ("done", "stopped", "failed")
 
 
@@ -249,7 +253,7 @@ class Runner(object):
         self.launcher = launcher
         self.running = {}  # id -> (trial, process handle, started)
         self.history = {}  # id -> metrics of trainer 0
-        self.trial_steps_run = 0
+        self.retry = []  # (monotonic time, trial) refused for --max_jobs
 
     def load_ended_histories(self):
         for t in self.sweep.trials:
@@ -306,14 +310,27 @@ class Runner(object):
                 continue
             read_metrics(self.metrics_path(t), h)
             finals = [e for e in h["evals"] if e.get("final")]
+            log = self.launcher.log_of(handle)
+            if rc != 0 and FULL.search(format_tail(log, 5)):
+                # The pservers hold --max_jobs jobs (ended trials' stay
+                # for --job_retention): try again shortly.
+                del self.running[tid]
+                t["status"] = "pending"
+                t["attempt"] -= 1
+                # A random delay: two trials each refused by a different
+                # pserver must not come back in step.
+                self.retry.append((time.monotonic() + RETRY_S *
+                                   random.uniform(0.5, 1.5), t))
+                print("sweep: trial %d waits for a free job place on the "
+                      "pservers" % tid, flush=True)
+                continue
             if rc == 0 and finals:
                 t["final"] = finals[-1]
                 t["steps"] = finals[-1]["step"]
                 self.end(t, "done", None)
             else:
                 self.end(t, "failed", "%s%s" % (
-                    describe_status(rc),
-                    format_tail(self.launcher.log_of(handle), 3)))
+                    describe_status(rc), format_tail(log, 3)))
             ended.append(t)
         return ended
 
@@ -344,7 +361,10 @@ class Runner(object):
 
     def run(self):
         pending = [t for t in self.sweep.trials if t["status"] == "pending"]
-        while pending or self.running:
+        while pending or self.running or self.retry:
+            now = time.monotonic()
+            pending += [t for when, t in self.retry if when <= now]
+            self.retry = [(when, t) for when, t in self.retry if when > now]
             while pending and len(self.running) < self.args.parallel:
                 self.start(pending.pop(0))
             time.sleep(0.2)

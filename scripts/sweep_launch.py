@@ -64,8 +64,8 @@ class LocalLauncher(object):
     def pserver_flags(self):
         # Room for every trial at once, and ended trials' jobs freed soon
         # (a sweep starts many more jobs than the default --max_jobs).
-        return ["--max_jobs=%d" % max(16, 2 * self.args.parallel),
-                "--job_retention=30",
+        return ["--max_jobs=%d" % max(16, 4 * self.args.parallel),
+                "--job_retention=10",
                 "--auth_token_file=" + self.token_file] + self.pserver_extra
 
     def make_token(self):

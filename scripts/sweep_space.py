@@ -132,8 +132,7 @@ def make_trials(grid, samples, num_samples, seed):
             for p in samples:
                 t[p.name] = p.sample(rng)
             trials.append(t)
-    if not trials or (not grid and not samples):
-        raise SpaceError("no parameter to sweep: give --grid or --sample")
+    # No parameter: one trial of the config and flags as given.
     random.Random(seed + 1).shuffle(trials)
     return trials
 

@@ -88,8 +88,7 @@ class SpaceTest(unittest.TestCase):
             self.assertIn(t["n"], ["1", "2", "3", "4", "5"])
         with self.assertRaisesRegex(SpaceError, "needs a --sample"):
             sweep_space.make_trials(grid, [], 2, 1)
-        with self.assertRaisesRegex(SpaceError, "no parameter"):
-            sweep_space.make_trials([], [], 1, 1)
+        self.assertEqual(sweep_space.make_trials([], [], 1, 1), [{}])
         with self.assertRaisesRegex(SpaceError, "given twice"):
             sweep_space.make_trials(grid + grid[:1], [], 1, 1)
 
@@ -253,6 +252,21 @@ class SweepRunTest(testlib.ProcessTestCase):
                                       "optimizer.learning_rate=0.3"])
         self.assertEqual(rc, 2)
         self.assertIn("holds another sweep", err)
+
+    def test_trials_wait_for_a_free_job_place(self):
+        """Pservers that hold one job besides `default` at a time: a trial
+        refused (RESOURCE_EXHAUSTED, --max_jobs) waits and runs once the
+        other trial's job is freed."""
+        out = os.path.join(self.tmp, "full")
+        rc, stdout, err = self.sweep(out, [
+            "--grid", "optimizer.learning_rate=0.02,0.05", "--parallel", "2",
+            "--pserver_args=--max_jobs=2 --job_retention=1"],
+            trainer_args=["--max_steps=50"])
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertIn("waits for a free job place on the pservers", stdout)
+        self.assertIn("sweep: 2 trials: 2 done", stdout)
+        self.assertEqual([t["attempt"] for t in self.state(out)["trials"]],
+                         [1, 1])
 
     def test_bad_arguments_and_failing_trials(self):
         out = os.path.join(self.tmp, "bad")
