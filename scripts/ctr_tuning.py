@@ -47,8 +47,12 @@ SETTINGS = {
     "H3": dict(num_fields=25, vocab_per_field=20000, zipf_exponent=1.5,
                target_ctr=0.25, weight_stddev=1.0, signal_ranks=10000),
 }
-LEARNING_RATES = ["0.05", "0.1", "0.2", "0.5", "1"]
-ACCUMULATORS = ["0.001", "0.01", "0.1", "1"]
+# Wide enough that both the baseline's best and ShardPS's lie inside it on
+# every setting (a first grid, lr 0.05 to 1 and accumulators 0.001 to 1,
+# had the baseline's best at its corner, lr 1 and 0.001, on the held-out
+# settings).
+LEARNING_RATES = ["0.2", "0.5", "1", "2", "4"]
+ACCUMULATORS = ["0.0001", "0.001", "0.01", "0.1"]
 TRAINER_BATCH = 256  # per trainer; lr_baseline uses it too (ctr_test.py)
 
 

@@ -16,7 +16,8 @@ PACKAGES=(
   prometheus  # tests/monitoring_test.py scrapes a local cluster, promtool
   slurm-wlm munge  # tests/slurm_test.py: a one-node Slurm cluster
   openmpi-bin  # tests/mpi_test.py: the mpirun recipe
-  python3-matplotlib  # scripts/plot_metrics.py
+  python3-matplotlib  # scripts/plot_metrics.py, scripts/sweep.py
+  python3-yaml  # scripts/sweep.py --launcher=k8s reads the Job template
 )
 
 missing=()

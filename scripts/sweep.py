@@ -9,7 +9,9 @@ pservers, K at a time, stopping bad trials early.
 Each trial is a job of its own (--job_id=<sweep>-t<trial>a<attempt>) on the
 same pservers: the local launcher starts --num_pservers of them on loopback
 (or uses --pservers=host:port,... already running); --launcher=slurm starts
-them, and each trial's trainers, with srun. A trial's parameters reach its
+them, and each trial's trainers, with srun; --launcher=k8s makes each trial
+an Indexed Job from the trainer Job of configs/k8s, on the StatefulSet's
+pservers (scripts/sweep_k8s.py). A trial's parameters reach its
 trainers as flags: a plain name is a trainer flag (batch_size ->
 --batch_size=V), a name with '.' or '[' a config path (given as
 --config_set=path=V; docs/config.md). Arguments after -- go to every
@@ -107,8 +109,16 @@ def parse_args(argv):
                    "stopped (default 0.1)")
     p.add_argument("--min_references", type=int, default=2,
                    help="other trials needed at the same point to stop one")
-    p.add_argument("--launcher", choices=("local", "slurm"),
+    p.add_argument("--launcher", choices=("local", "slurm", "k8s"),
                    default="local")
+    p.add_argument("--k8s_job_template",
+                   default=os.path.join(REPO, "configs", "k8s",
+                                        "trainer-job.yaml"),
+                   help="--launcher=k8s: the trainer Job each trial copies")
+    p.add_argument("--k8s_namespace", default="",
+                   help="--launcher=k8s: kubectl --namespace")
+    p.add_argument("--kubectl", default="kubectl",
+                   help="--launcher=k8s: the kubectl program")
     p.add_argument("--pservers", default="",
                    help="host:port,... of running pservers to use instead "
                    "of starting them (they need --max_jobs >= --parallel)")

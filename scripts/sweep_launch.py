@@ -18,6 +18,9 @@ STOP_GRACE_S = 10
 
 
 def make(args, binaries, out_dir):
+    if args.launcher == "k8s":
+        import sweep_k8s
+        return sweep_k8s.K8sLauncher(args, binaries, out_dir)
     cls = {"local": LocalLauncher, "slurm": SlurmLauncher}[args.launcher]
     return cls(args, binaries, out_dir)
 

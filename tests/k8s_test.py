@@ -30,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import unittest
 import xml.etree.ElementTree as ET
 
@@ -539,6 +540,27 @@ class K8sManifestTest(unittest.TestCase):
                              for e in check_container_flags(c,
                                                             self.known_other)]
         self.assertEqual(failures, [], "\n".join(failures))
+
+    def test_sweep_trial_job(self):
+        """A trial Job of scripts/sweep.py --launcher=k8s, made from the
+        trainer Job here, passes the schemas and the flag check."""
+        sys.path.insert(0, os.path.join(testlib.REPO, "scripts"))
+        import sweep_k8s
+        job = sweep_k8s.render_job(
+            self.one("Job"), sweep_k8s.job_name("lr-sweep", 3, 1),
+            "lr-sweep", "lr-sweep-t3a1", 4,
+            ["--progress=off", "--log_every_steps=10", "--batch_size=32",
+             "--config_set=optimizer.learning_rate=0.1"],
+            pservers="ps-0.ps:7164,ps-1.ps:7164")
+        results = run_venv(_VALIDATE, stdin=json.dumps(
+            {"objects": [job], "versions": list(KUBERNETES_VERSIONS)}))
+        self.assertEqual(results, [[]])
+        c = self.container(job, "trainer")
+        self.assertEqual(check_container_flags(c, self.known_other), [])
+        self.assertEqual(job["metadata"]["name"], "shardps-lr-sweep-t3a1")
+        self.assertEqual(job["spec"]["completions"], 4)
+        self.assertEqual([a for a in c["args"] if "--pservers" in a],
+                         ["--pservers=ps-0.ps:7164,ps-1.ps:7164"])
 
     def test_flag_check_catches_made_up_flags(self):
         """The check above is not vacuous: a made-up flag, a made-up

@@ -268,6 +268,76 @@ class SweepRunTest(testlib.ProcessTestCase):
         self.assertEqual([t["attempt"] for t in self.state(out)["trials"]],
                          [1, 1])
 
+    def k8s_sweep(self, out, grid, trainer_args, extra=()):
+        ports = [self.start_pserver("ps%d" % i, num_trainers=0)[1]
+                 for i in range(2)]
+        template = os.path.join(self.tmp, "job.yaml")
+        with open(template, "w") as f:  # JSON is YAML
+            json.dump({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "shardps-trainer"},
+                "spec": {"completionMode": "Indexed", "completions": 2,
+                         "parallelism": 2, "template": {"spec": {
+                             "restartPolicy": "Never", "containers": [{
+                                 "name": "trainer", "image": "shardps",
+                                 "command": ["/usr/local/bin/trainer"],
+                                 "args": ["--pservers=nowhere:1",
+                                          "--config=" + MLP,
+                                          "--log_dir=" + self.tmp],
+                                 "env": [{"name": "SHARDPS_JOB_ID",
+                                          "value": "x"}]}]}}}}, f)
+        kube = os.path.join(self.tmp, "kube")
+        os.makedirs(kube, exist_ok=True)
+        argv = ([PYTHON, SCRIPT, "--bin_dir", testlib.BIN_DIR, "--config",
+                 MLP, "--out_dir", out, "--launcher=k8s", "--kubectl",
+                 os.path.join(testlib.REPO, "tests", "fake_kubectl.py"),
+                 "--k8s_job_template", template, "--trainers_per_trial", "2",
+                 "--pservers", ",".join("127.0.0.1:%d" % p for p in ports)] +
+                grid + list(extra) + ["--"] + trainer_args)
+        env = clean_env(FAKE_KUBE_DIR=kube,
+                        FAKE_KUBE_TRAINER=testlib.trainer_bin())
+        p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, env=env)
+        stdout, err = p.communicate(timeout=120)
+        return p.returncode, stdout, err
+
+    def test_kubernetes_jobs(self):
+        """--launcher=k8s against a kubectl that runs each Job's pods
+        locally (tests/fake_kubectl.py): each trial is an Indexed Job of 2
+        trainers with its own name, job id, --pservers and flags; the sweep
+        follows index 0's output; a trial past --trial_timeout has its Job
+        deleted."""
+        out = os.path.join(self.tmp, "k8s")
+        rc, stdout, err = self.k8s_sweep(
+            out, ["--grid", "optimizer.learning_rate=0.02,0.05",
+                  "--parallel", "2"], ["--max_steps=100"])
+        self.assertEqual(rc, 0, err[-2000:] + stdout[-2000:])
+        self.assertIn("sweep: 2 trials: 2 done", stdout)
+        for t in self.state(out)["trials"]:
+            d = os.path.join(out, "trials", "%03d" % t["id"])
+            with open(os.path.join(d, "job.json")) as f:
+                job = json.load(f)
+            self.assertEqual(job["metadata"]["name"], "shardps-k8s-t%da1" %
+                             t["id"])
+            self.assertEqual(job["spec"]["completions"], 2)
+            c = job["spec"]["template"]["spec"]["containers"][0]
+            self.assertEqual(
+                {e["name"]: e["value"] for e in c["env"]},
+                {"SHARDPS_JOB_ID": "k8s-t%da1" % t["id"],
+                 "SHARDPS_NUM_GRADIENT_SERVERS": "2"})
+            self.assertNotIn("--pservers=nowhere:1", c["args"])
+            self.assertIn("--metrics_file=/dev/stdout", c["args"])
+            self.assertIn("--config_set=optimizer.learning_rate=" +
+                          t["params"]["optimizer.learning_rate"], c["args"])
+            self.assertEqual(t["final"]["step"], 100)
+            self.assertGreater(t["final"]["test_accuracy"], 0.5)
+        out = os.path.join(self.tmp, "k8s-timeout")
+        rc, stdout, err = self.k8s_sweep(
+            out, ["--grid", "optimizer.learning_rate=0.05"],
+            ["--num_passes=50"], extra=["--trial_timeout", "3"])
+        self.assertEqual(rc, 1, err[-2000:])
+        self.assertIn("no end after --trial_timeout", stdout)
+
     def test_bad_arguments_and_failing_trials(self):
         out = os.path.join(self.tmp, "bad")
         rc, _, err = self.sweep(out, ["--grid", "learning_rate"])
