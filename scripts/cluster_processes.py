@@ -302,6 +302,14 @@ def find_binary(bin_dir, name):
         (name, bin_dir, bin_dir, name, name, bin_dir, name, bin_dir))
 
 
+def split_at_dashes(argv):
+    """(the script's own arguments, those after `--` for the trainers)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
+
+
 def flag_in(args, name):
     """(index, value) of the last --name[=value] in args, or (None, None).
     A value given as the next argument is returned too."""

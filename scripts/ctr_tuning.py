@@ -3,7 +3,7 @@
 (docs/tuning.md): CTR data from tools/gen_ctr_data under several generator
 settings, some to choose on and others held out, and on each a
 single-process Adagrad logistic regression (tools/lr_baseline) given its own
-best learning rate and initial accumulator.
+best learning rate and initial accumulator, at the job's global batch.
 
     /usr/bin/python3 scripts/ctr_tuning.py --phase tune [--bin_dir build]
     /usr/bin/python3 scripts/ctr_tuning.py --phase check [--bin_dir build]
@@ -20,6 +20,7 @@ sweep already done there is not run again.
 
 import argparse
 import csv
+import hashlib
 import itertools
 import json
 import os
@@ -47,13 +48,17 @@ SETTINGS = {
     "H3": dict(num_fields=25, vocab_per_field=20000, zipf_exponent=1.5,
                target_ctr=0.25, weight_stddev=1.0, signal_ranks=10000),
 }
-# Wide enough that both the baseline's best and ShardPS's lie inside it on
-# every setting (a first grid, lr 0.05 to 1 and accumulators 0.001 to 1,
-# had the baseline's best at its corner, lr 1 and 0.001, on the held-out
-# settings).
-LEARNING_RATES = ["0.2", "0.5", "1", "2", "4"]
-ACCUMULATORS = ["0.0001", "0.001", "0.01", "0.1"]
-TRAINER_BATCH = 256  # per trainer; lr_baseline uses it too (ctr_test.py)
+# Around the ridge where the first grids had their best points (lr 0.05 to
+# 4 times accumulators 1e-4 to 1: the best lie at lr / sqrt(accumulator)
+# of about 6 to 20), finer.
+LEARNING_RATES = ["0.2", "0.3", "0.5", "0.7", "1"]
+ACCUMULATORS = ["0.0001", "0.0003", "0.001", "0.003", "0.01"]
+TRAINER_BATCH = 256  # per trainer, as configs/ctr_lr.pbtxt has it
+TRAINERS = 2
+# The baseline steps through the same global batch (N * b records a step,
+# as many steps a pass as the job): with the per-trainer batch it would take
+# twice the steps, which on these data is worth 0.001 to 0.005 of AUC.
+BASELINE_BATCH = TRAINERS * TRAINER_BATCH
 
 
 def tool(args, name):
@@ -83,7 +88,7 @@ def baseline_best(args, train, test):
     for lr, acc in itertools.product(LEARNING_RATES, ACCUMULATORS):
         r = subprocess.run([tool(args, "lr_baseline"), "--train=" + train,
                             "--test=" + test,
-                            "--batch_size=%d" % TRAINER_BATCH,
+                            "--batch_size=%d" % BASELINE_BATCH,
                             "--learning_rate=" + lr,
                             "--initial_accumulator=" + acc],
                            stdout=subprocess.PIPE, universal_newlines=True,
@@ -95,10 +100,12 @@ def baseline_best(args, train, test):
 
 
 def sweep(args, name, train, test, grid):
-    out = os.path.join(args.work_dir, "sweeps", name)
+    # A folder per grid: a sweep folder holds one sweep.
+    tag = hashlib.sha1(" ".join(grid).encode()).hexdigest()[:8]
+    out = os.path.join(args.work_dir, "sweeps", "%s-%s" % (name, tag))
     argv = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"),
             "--bin_dir", args.bin_dir, "--config", CONFIG, "--out_dir", out,
-            "--metric", "test_auc", "--trainers_per_trial", "2",
+            "--metric", "test_auc", "--trainers_per_trial", str(TRAINERS),
             "--parallel", "1", "--early_stopping", "none", "--no_plot"]
     for g in grid:
         argv += ["--grid", g]

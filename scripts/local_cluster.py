@@ -52,15 +52,11 @@ OWNED_TRAINER_FLAGS = ("pservers", "trainer_id", "num_gradient_servers",
 from cluster_processes import (PROG, Child, ClusterError, Interrupted,
                                UsageError, describe_exit, describe_status,
                                end_open_line, exit_code_of, find_binary,
-                               flag_in, say)
+                               flag_in, say, split_at_dashes)
 
 
 def parse_args(argv):
-    if "--" in argv:
-        cut = argv.index("--")
-        own, extra = argv[:cut], argv[cut + 1:]
-    else:
-        own, extra = argv, []
+    own, extra = split_at_dashes(argv)
     p = argparse.ArgumentParser(
         prog="local_cluster.py",
         description="Run P pservers and N trainers of ShardPS on this "

@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep_space  # noqa: E402
 from cluster_processes import (ClusterError, Interrupted,  # noqa: E402
                                UsageError, describe_status, find_binary,
-                               format_tail)
+                               format_tail, split_at_dashes)
 import sweep_launch  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,11 +71,7 @@ ENDED = ("done", "stopped", "failed")
 
 
 def parse_args(argv):
-    if "--" in argv:
-        cut = argv.index("--")
-        own, extra = argv[:cut], argv[cut + 1:]
-    else:
-        own, extra = argv, []
+    own, extra = split_at_dashes(argv)
     p = argparse.ArgumentParser(
         prog="sweep.py", description=__doc__.split("\n\n")[0],
         epilog="Example: %(prog)s --config configs/fmnist_mlp.pbtxt "
