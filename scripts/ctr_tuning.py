@@ -101,7 +101,8 @@ def baseline_best(args, train, test):
 
 def sweep(args, name, train, test, grid):
     # A folder per grid: a sweep folder holds one sweep.
-    tag = hashlib.sha1(" ".join(grid).encode()).hexdigest()[:8]
+    with open(CONFIG, "rb") as f:
+        tag = hashlib.sha1(f.read() + " ".join(grid).encode()).hexdigest()[:8]
     out = os.path.join(args.work_dir, "sweeps", "%s-%s" % (name, tag))
     argv = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"),
             "--bin_dir", args.bin_dir, "--config", CONFIG, "--out_dir", out,

@@ -46,6 +46,7 @@ resumed).
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -181,7 +182,10 @@ class Sweep(object):
         self.path = os.path.join(self.dir, "sweep.json")
         self.name = re.sub(r"[^A-Za-z0-9.-]", "-",
                            os.path.basename(self.dir.rstrip("/")))[:40]
-        self.spec = {"config": args.config, "grid": args.grid,
+        with open(args.config, "rb") as f:  # a changed config is another sweep
+            config_sha1 = hashlib.sha1(f.read()).hexdigest()
+        self.spec = {"config": args.config, "config_sha1": config_sha1,
+                     "grid": args.grid,
                      "sample": args.sample, "samples": args.samples,
                      "seed": args.seed, "trainer_args": args.extra,
                      "trainers_per_trial": args.trainers_per_trial}
@@ -199,8 +203,9 @@ class Sweep(object):
             old = json.load(f)
         if old.get("version") != STATE_VERSION or old.get("spec") != self.spec:
             raise UsageError(
-                "%s holds another sweep (its config, space, trainer "
-                "arguments or trainers per trial differ); give another "
+                "%s holds another sweep (its config or the config file's "
+                "contents, space, trainer arguments or trainers per trial "
+                "differ); give another "
                 "--out_dir, or the same arguments to resume it" % self.path)
         for t, o in zip(self.trials, old["trials"]):
             t.update(o)

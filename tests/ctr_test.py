@@ -60,7 +60,8 @@ class CtrTest(testlib.ProcessTestCase):
         # reference uses the per-trainer batch.
         r = subprocess.run([tool("lr_baseline"), "--train=" + train,
                             "--test=" + test, "--batch_size=256",
-                            "--learning_rate=0.5",
+                            # configs/ctr_lr.pbtxt's optimizer
+                            "--learning_rate=1",
                             "--initial_accumulator=0.01"],
                            stdout=subprocess.PIPE, universal_newlines=True,
                            check=True, timeout=120)

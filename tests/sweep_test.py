@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -149,6 +150,30 @@ class SpaceTest(unittest.TestCase):
         board = sweep_space.leaderboard(trials, "test_accuracy")
         self.assertIn("rank", board[0])
         self.assertRegex(board[1], r"^1 +2 +done +0\.8000 +5/\? +lr=3$")
+
+
+class SweepStateTest(unittest.TestCase):
+    def test_a_changed_config_file_is_another_sweep(self):
+        """Resuming compares the config file's contents, not only its
+        path: a sweep folder never mixes trials of two configs."""
+        import argparse
+        import shutil
+        import sweep
+        from cluster_processes import UsageError
+        tmp = tempfile.mkdtemp(prefix="shardps-sweep-state-")
+        self.addCleanup(shutil.rmtree, tmp)
+        config = os.path.join(tmp, "model.pbtxt")
+        shutil.copy(MLP, config)
+        args = argparse.Namespace(
+            config=config, out_dir=os.path.join(tmp, "out"), grid=["a=1"],
+            sample=[], samples=1, seed=1, extra=[], trainers_per_trial=1,
+            params=[{"a": "1"}])
+        sweep.Sweep(args).load_or_create()
+        sweep.Sweep(args).load_or_create()  # the same: resumes
+        with open(config, "a") as f:
+            f.write("batch_size: 32\n")
+        with self.assertRaisesRegex(UsageError, "holds another sweep"):
+            sweep.Sweep(args).load_or_create()
 
 
 class SweepRunTest(testlib.ProcessTestCase):
