@@ -68,6 +68,7 @@ STATE_VERSION = 1
 # A trainer refused because the pservers hold --max_jobs jobs.
 FULL = re.compile(r"RESOURCE_EXHAUSTED.*holds \d+ jobs already")
 RETRY_S = 5.0
+STOPPED_AT = re.compile(r"stopped by a signal at step (\d+)")
 ENDED = ("done", "stopped", "failed")
 
 
@@ -316,6 +317,11 @@ class Runner(object):
                     ended.append(t)
                 elif why is not None:
                     self.launcher.stop(handle)
+                    # The steps it ran, the ones after its last step line
+                    # included ("stopped by a signal at step N").
+                    ran = STOPPED_AT.findall(format_tail(
+                        self.launcher.log_of(handle), 10))
+                    t["steps"] = max([t["steps"]] + [int(n) for n in ran])
                     self.end(t, "stopped", why)
                     ended.append(t)
                 continue
@@ -378,7 +384,8 @@ class Runner(object):
             self.retry = [(when, t) for when, t in self.retry if when > now]
             while pending and len(self.running) < self.args.parallel:
                 self.start(pending.pop(0))
-            time.sleep(0.2)
+            # Often: a trial stopped late has run on for the delay.
+            time.sleep(0.05)
             self.launcher.check_pservers()
             if self.poll():
                 write_outputs(self.sweep, self.history)
