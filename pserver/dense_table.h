@@ -9,7 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "pserver/optimizer.h"
+#include "optimizer/optimizer.h"
 #include "pserver/step_barrier.h"
 
 namespace shardps {

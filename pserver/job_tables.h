@@ -13,7 +13,7 @@
 #include "pserver/dense_table.h"
 #include "pserver/membership.h"
 #include "pserver/memory_budget.h"
-#include "pserver/optimizer.h"
+#include "optimizer/optimizer.h"
 #include "pserver/sparse_table.h"
 
 namespace shardps {

@@ -14,7 +14,7 @@
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/memory_budget.h"
-#include "pserver/optimizer.h"
+#include "optimizer/optimizer.h"
 #include "pserver/step_barrier.h"
 
 namespace shardps {

@@ -25,7 +25,8 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 120
 BIN_DIR = None
 
-SOURCE_DIRS = ["base", "common", "compression", "kernels", "proto", "pserver",
+SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
+               "pserver",
                "trainer", "tools", "benchmarks", "scripts", "tests"]
 CPP_EXT = (".h", ".cc", ".cu")
 
@@ -36,12 +37,14 @@ LAYERS = {
     "kernels": ["base"],
     "compression": ["base", "kernels", "proto"],
     "common": ["base", "proto"],
-    "pserver": ["base", "common", "compression", "kernels", "proto"],
+    "optimizer": ["base", "kernels", "proto"],
+    "pserver": ["base", "common", "compression", "kernels", "optimizer",
+                "proto"],
     "trainer/data": ["base", "common", "proto"],
     "trainer/model": ["base", "common", "kernels", "proto", "trainer/data"],
     "trainer/client": ["base", "common", "compression", "proto", "pserver"],
-    "trainer": ["base", "common", "compression", "kernels", "proto",
-                "trainer/data", "trainer/model", "trainer/client"],
+    "trainer": ["base", "common", "compression", "kernels", "optimizer",
+                "proto", "trainer/data", "trainer/model", "trainer/client"],
     "tools": ["base", "common", "proto", "trainer/data", "trainer/model",
               "trainer/client"],
 }

@@ -20,8 +20,9 @@ absl::StatusOr<std::unique_ptr<UpdateSharing>> UpdateSharing::Create(
         names[t]);
     if (oc.type() == OptimizerConfig::FTRL) {
       return absl::InvalidArgumentError(absl::StrCat(
-          why, " has FTRL, whose weights are not a sum of updates; use SGD, "
-               "MOMENTUM, ADAGRAD or ADAM"));
+          why,
+          " has FTRL, whose weights are not a sum of updates; use SGD, "
+          "MOMENTUM, ADAGRAD or ADAM"));
     }
     auto opt = Optimizer::Create(oc, global_batch_size);
     if (!opt.ok()) {
@@ -30,9 +31,9 @@ absl::StatusOr<std::unique_ptr<UpdateSharing>> UpdateSharing::Create(
     }
     Table table;
     table.optimizer = *std::move(opt);
-    table.slots.assign(table.optimizer->num_slots(),
-                       std::vector<float>(sizes[t],
-                                          table.optimizer->initial_slot_value()));
+    table.slots.assign(
+        table.optimizer->num_slots(),
+        std::vector<float>(sizes[t], table.optimizer->initial_slot_value()));
     table.update.assign(sizes[t], 0.0f);
     tables.push_back(std::move(table));
   }

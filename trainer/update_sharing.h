@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "compression/threshold_push_encoder.h"
-#include "pserver/optimizer.h"
+#include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 
 namespace shardps {

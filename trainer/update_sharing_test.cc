@@ -44,8 +44,8 @@ TEST(UpdateSharingTest, TakesEveryOptimizerButFtrl) {
   adagrad.set_type(OptimizerConfig::ADAGRAD);
   adagrad.set_learning_rate(0.1f);
   opts = {warmup, adam, adagrad};
-  ASSERT_TRUE(UpdateSharing::Create({"a", "b", "c"}, &opts, {2, 2, 2}, true, 64)
-                  .ok());
+  ASSERT_TRUE(
+      UpdateSharing::Create({"a", "b", "c"}, &opts, {2, 2, 2}, true, 64).ok());
   // The pservers add the mean update: SGD at rate 1.
   for (const OptimizerConfig& o : opts) {
     EXPECT_EQ(o.type(), OptimizerConfig::SGD);
@@ -78,9 +78,9 @@ TEST(UpdateSharingTest, AdamAdagradAndSchedulesMatchThePserversOptimizer) {
     auto o = Optimizer::Create(configs[t], 64);
     ASSERT_TRUE(o.ok());
     refs[t].optimizer = *std::move(o);
-    refs[t].slots.assign(refs[t].optimizer->num_slots(),
-                         std::vector<float>(
-                             3, refs[t].optimizer->initial_slot_value()));
+    refs[t].slots.assign(
+        refs[t].optimizer->num_slots(),
+        std::vector<float>(3, refs[t].optimizer->initial_slot_value()));
   }
   for (int64_t step = 0; step < 6; ++step) {
     const std::vector<float> g = {0.3f * (step + 1), -1.0f, 0.02f};

@@ -1,4 +1,4 @@
-#include "pserver/optimizer.h"
+#include "optimizer/optimizer.h"
 
 #include <cmath>
 

@@ -1,5 +1,5 @@
-#ifndef SHARDPS_PSERVER_OPTIMIZER_H_
-#define SHARDPS_PSERVER_OPTIMIZER_H_
+#ifndef SHARDPS_OPTIMIZER_OPTIMIZER_H_
+#define SHARDPS_OPTIMIZER_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -68,4 +68,4 @@ class Optimizer {
 
 }  // namespace shardps
 
-#endif  // SHARDPS_PSERVER_OPTIMIZER_H_
+#endif  // SHARDPS_OPTIMIZER_OPTIMIZER_H_
