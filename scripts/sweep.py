@@ -481,7 +481,7 @@ def plot(sweep, history):
     plt.close(fig)
 
 
-def summary(sweep, runner):
+def summary(sweep):
     done = [t for t in sweep.trials if t["status"] == "done"]
     run = sum(t["steps"] for t in sweep.trials)
     planned = sum(t.get("total_steps") or t["steps"] for t in sweep.trials)
@@ -548,7 +548,7 @@ def main(argv):
     write_outputs(sweep, runner.history)
     if not args.no_plot:
         plot(sweep, runner.history)
-    summary(sweep, runner)
+    summary(sweep)
     if not any(t["status"] == "done" for t in sweep.trials):
         print("sweep: no trial finished; see trials.csv and the trainers' "
               "logs under %s/trials" % sweep.dir, file=sys.stderr)
