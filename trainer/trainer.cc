@@ -225,9 +225,23 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
   std::vector<std::string> addresses;
   for (PsClientInterface* s : servers_) addresses.push_back(s->address());
   for (int attempt = 0; sync(); ++attempt) {
-    ASSIGN_OR_RETURN(const std::vector<GetStatusResponse> st,
+    ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st,
                      job_client_->Statuses());
-    ASSIGN_OR_RETURN(const RecoveryPlan plan, PlanRecovery(st, addresses));
+    absl::StatusOr<RecoveryPlan> planned = PlanRecovery(st, addresses);
+    // A running job moves while its pservers answer (a step can take a
+    // millisecond): versions more than one step apart may be the skew of
+    // the answers, not a pserver that lost its state. Read again before
+    // acting on a disagreement (found joining a job with backup workers
+    // that had run ahead: "different timelines" with versions 14 and 12).
+    for (int again = 0;
+         again < 10 &&
+         (!planned.ok() || planned->action != RecoveryPlan::Action::kAdopt);
+         ++again) {
+      absl::SleepFor(absl::Milliseconds(20));
+      ASSIGN_OR_RETURN(st, job_client_->Statuses());
+      planned = PlanRecovery(st, addresses);
+    }
+    ASSIGN_OR_RETURN(const RecoveryPlan plan, std::move(planned));
     if (plan.action == RecoveryPlan::Action::kAdopt) {
       stamp_.set_generation(plan.generation);
       break;
