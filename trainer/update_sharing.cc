@@ -35,6 +35,9 @@ absl::StatusOr<std::unique_ptr<UpdateSharing>> UpdateSharing::Create(
         table.optimizer->num_slots(),
         std::vector<float>(sizes[t], table.optimizer->initial_slot_value()));
     table.update.assign(sizes[t], 0.0f);
+    for (auto& slot : table.slots) {
+      table.slot_spans.push_back(absl::MakeSpan(slot));
+    }
     tables.push_back(std::move(table));
   }
   for (OptimizerConfig& oc : *optimizers) {
@@ -59,11 +62,9 @@ void UpdateSharing::ComputeUpdates(int64_t step,
     const size_t n = table.update.size();
     // The optimizer moves weights that start at zero: minus the update.
     std::fill(table.update.begin(), table.update.end(), 0.0f);
-    std::vector<absl::Span<float>> slots;
-    for (auto& s : table.slots) slots.push_back(absl::MakeSpan(s));
     table.optimizer->Apply(step, updates_made_, 1.0f,
                            absl::MakeConstSpan(grads[t], n),
-                           absl::MakeSpan(table.update), slots);
+                           absl::MakeSpan(table.update), table.slot_spans);
     for (float& u : table.update) u = -u;
   }
   ++updates_made_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "compression/threshold_push_encoder.h"
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
@@ -48,6 +49,7 @@ class UpdateSharing {
   struct Table {
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::vector<float>> slots;
+    std::vector<absl::Span<float>> slot_spans;  // over `slots`, made once
     std::vector<float> update;
   };
   UpdateSharing(std::vector<Table> tables, bool momentum_masking);
