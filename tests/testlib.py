@@ -119,10 +119,15 @@ def pid_alive(pid):
 
 
 def read_json_lines(path):
+    """The complete lines of a JSON-lines file. A last line without its
+    newline is one the writer has not finished (the file may be read while
+    a trainer writes it) and is left out; any other bad line raises."""
     out = []
     try:
         with open(path) as f:
             for line in f:
+                if not line.endswith("\n"):
+                    break
                 line = line.strip()
                 if line:
                     out.append(json.loads(line))

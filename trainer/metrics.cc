@@ -73,6 +73,10 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(
       return absl::PermissionDeniedError(
           absl::StrCat("--metrics_file: cannot open ", path, " for appending"));
     }
+    // Unbuffered: each line goes out in one write(2) to a file opened with
+    // O_APPEND, so trainers sharing a file never interleave inside a line
+    // and a reader never sees half a line that a full buffer split.
+    std::setvbuf(f, nullptr, _IONBF, 0);
   }
   return std::unique_ptr<MetricsWriter>(new MetricsWriter(f));
 }
@@ -85,7 +89,6 @@ void MetricsWriter::Write(const JsonLine& line) {
   if (f_ == nullptr) return;
   const std::string s = line.str() + "\n";
   std::fwrite(s.data(), 1, s.size(), f_);
-  std::fflush(f_);
 }
 
 }  // namespace shardps
