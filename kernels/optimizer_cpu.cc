@@ -82,4 +82,17 @@ void ApplyFtrl<CpuDevice>::operator()(float alpha, float beta, float l1,
   }
 }
 
+void ApplyLars<CpuDevice>::operator()(float scaled_lr, float mu,
+                                      float weight_decay, float grad_scale,
+                                      absl::Span<const float> g,
+                                      absl::Span<float> p,
+                                      absl::Span<float> v) const {
+  assert(g.size() == p.size() && v.size() == p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    const float u = g[i] * grad_scale + weight_decay * p[i];
+    v[i] = mu * v[i] + scaled_lr * u;
+    p[i] -= v[i];
+  }
+}
+
 }  // namespace shardps

@@ -22,6 +22,8 @@ template <typename Device>
 struct ApplyAdam;
 template <typename Device>
 struct ApplyFtrl;
+template <typename Device>
+struct ApplyLars;
 
 template <>
 struct ApplySgd<CpuDevice> {
@@ -58,6 +60,17 @@ struct ApplyFtrl<CpuDevice> {
   void operator()(float alpha, float beta, float l1, float l2, float grad_scale,
                   absl::Span<const float> g, absl::Span<float> p,
                   absl::Span<float> z, absl::Span<float> n) const;
+};
+
+template <>
+struct ApplyLars<CpuDevice> {
+  // LARS's momentum step (You et al. 2017, Algorithm 1), the learning rate
+  // inside the velocity: v = mu * v + scaled_lr * (grad_scale * g +
+  // weight_decay * p); p -= v. `scaled_lr` is the rate times the table's
+  // trust ratio.
+  void operator()(float scaled_lr, float mu, float weight_decay,
+                  float grad_scale, absl::Span<const float> g,
+                  absl::Span<float> p, absl::Span<float> v) const;
 };
 
 }  // namespace shardps

@@ -127,6 +127,23 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
                          config.l1(), ", ", config.l2(), ", ", config.beta()));
       }
       break;
+    case OptimizerConfig::LARS:
+      if (config.trust_coefficient() == 0) config.set_trust_coefficient(1e-3f);
+      if (!(config.momentum() >= 0 && config.momentum() < 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "momentum must be in [0, 1), got ", config.momentum()));
+      }
+      if (!(config.trust_coefficient() > 0) || !(config.weight_decay() >= 0) ||
+          !IsFinite(config.trust_coefficient()) ||
+          !IsFinite(config.weight_decay())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LARS needs trust_coefficient > 0 and weight_decay >= 0, got ",
+            config.trust_coefficient(), " and ", config.weight_decay()));
+      }
+      if (config.nesterov()) {
+        return absl::InvalidArgumentError("LARS has no Nesterov momentum");
+      }
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown optimizer type ", config.type()));
@@ -144,6 +161,7 @@ Optimizer::Optimizer(const OptimizerConfig& config,
     : config_(config), schedule_(schedule) {
   switch (config_.type()) {
     case OptimizerConfig::MOMENTUM:
+    case OptimizerConfig::LARS:
       num_slots_ = 1;
       break;
     case OptimizerConfig::ADAGRAD:
@@ -161,7 +179,8 @@ Optimizer::Optimizer(const OptimizerConfig& config,
 
 void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
                       absl::Span<const float> grad, absl::Span<float> value,
-                      absl::Span<const absl::Span<float>> slots) const {
+                      absl::Span<const absl::Span<float>> slots,
+                      float trust_ratio) const {
   const float lr = schedule_.At(step);
   switch (config_.type()) {
     case OptimizerConfig::SGD:
@@ -189,9 +208,35 @@ void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
       ApplyFtrl<CpuDevice>()(lr, config_.beta(), config_.l1(), config_.l2(),
                              grad_scale, grad, value, slots[0], slots[1]);
       break;
+    case OptimizerConfig::LARS:
+      ApplyLars<CpuDevice>()(lr * trust_ratio, config_.momentum(),
+                             config_.weight_decay(), grad_scale, grad, value,
+                             slots[0]);
+      break;
     default:
       break;
   }
+}
+
+Optimizer::SquaredNorms Optimizer::Partials(float grad_scale,
+                                            absl::Span<const float> grad,
+                                            absl::Span<const float> value) {
+  SquaredNorms n;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const double w = value[i];
+    const double g = static_cast<double>(grad[i] * grad_scale);
+    n.weights += w * w;
+    n.gradient += g * g;
+  }
+  return n;
+}
+
+float Optimizer::TrustRatio(double weights_norm, double gradient_norm) const {
+  if (!(weights_norm > 0) || !(gradient_norm > 0)) return 1.0f;
+  return static_cast<float>(config_.trust_coefficient() * weights_norm /
+                            (gradient_norm +
+                             config_.weight_decay() * weights_norm +
+                             config_.epsilon()));
 }
 
 }  // namespace shardps

@@ -41,18 +41,39 @@ class Optimizer {
       const OptimizerConfig& config, int64_t global_batch_size);
 
   // Number of state vectors per value: 0 (SGD), 1 (momentum, Adagrad) or
-  // 2 (Adam: m and v; FTRL: z and n, with the value the closed-form weight).
+  // 2 (Adam: m and v; FTRL: z and n, with the value the closed-form weight);
+  // LARS 1 (the velocity).
   int num_slots() const { return num_slots_; }
   // Initial value of every state element (Adagrad's accumulator, else 0).
   float initial_slot_value() const { return initial_slot_value_; }
 
   // Applies one update. `step` selects the learning rate; `update_count` is
   // the number of updates this block has seen before (Adam's t - 1).
+  // `trust_ratio` multiplies LARS's learning rate (TrustRatio of the whole
+  // table); other types ignore it.
   // REQUIRES: grad, value and every slot have the same length;
   //           slots.size() == num_slots().
   void Apply(int64_t step, int64_t update_count, float grad_scale,
              absl::Span<const float> grad, absl::Span<float> value,
-             absl::Span<const absl::Span<float>> slots) const;
+             absl::Span<const absl::Span<float>> slots,
+             float trust_ratio = 1.0f) const;
+
+  // LARS: its update needs the norms of the whole table, whose blocks live
+  // on several pservers (docs/tuning.md, "LARS"): each block adds its
+  // squared sums (Partials), the sums meet, and TrustRatio turns their
+  // square roots into the ratio every block applies.
+  bool needs_table_norms() const {
+    return config_.type() == OptimizerConfig::LARS;
+  }
+  struct SquaredNorms {
+    double weights = 0;   // sum of value^2
+    double gradient = 0;  // sum of (grad_scale * grad)^2
+  };
+  static SquaredNorms Partials(float grad_scale, absl::Span<const float> grad,
+                               absl::Span<const float> value);
+  // trust_coefficient * |w| / (|g| + weight_decay * |w| + epsilon), or 1
+  // when either norm is 0 (You et al. 2017; as TensorFlow's LARSOptimizer).
+  float TrustRatio(double weights_norm, double gradient_norm) const;
 
   float LearningRate(int64_t step) const { return schedule_.At(step); }
   const OptimizerConfig& config() const { return config_; }

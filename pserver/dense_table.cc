@@ -32,11 +32,13 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
   slots = std::move(new_slots);
   has_value = true;
   accum_.clear();
+  norms_step_ = -1;
   barrier.Reset(version, dropped);
 }
 
 void DenseTableBlock::Apply(int64_t step, float scale,
-                            absl::Span<const float> grad, bool sync) {
+                            absl::Span<const float> grad, bool sync,
+                            float trust_ratio) {
   if (update_sink_) {
     AppliedUpdate u = UpdateRecord(step, sync);
     u.scales = {scale};
@@ -47,7 +49,7 @@ void DenseTableBlock::Apply(int64_t step, float scale,
   spans.reserve(slots.size());
   for (auto& s : slots) spans.push_back(absl::MakeSpan(s));
   optimizer_->Apply(step, barrier.version(), scale, grad, absl::MakeSpan(value),
-                    spans);
+                    spans, trust_ratio);
 }
 
 void DenseTableBlock::Accumulate(const PushPayload& p, bool first) {
@@ -62,6 +64,20 @@ void DenseTableBlock::Accumulate(const PushPayload& p, bool first) {
 void DenseTableBlock::ApplyStep(const PushPayload* last,
                                 std::vector<WaiterPtr>* ready) {
   const int64_t step = barrier.version();
+  if (optimizer_->needs_table_norms()) {
+    // LARS: the step waits for its table's norms (ApplyTrust).
+    if (single_trainer_) {
+      CHECK(last != nullptr) << "a one-trainer step completes with its push";
+      accum_.assign(last->values.begin(), last->values.end());
+      assembled_scale_ = 1.0f;
+    } else {
+      assembled_scale_ = 1.0f / barrier.num_done();
+    }
+    norms_ = Optimizer::Partials(assembled_scale_, accum_, value);
+    norms_step_ = step;
+    barrier.Assembled(ready);
+    return;
+  }
   if (single_trainer_) {
     CHECK(last != nullptr) << "a one-trainer step completes with its push";
     Apply(step, 1.0f, last->values, /*sync=*/true);
@@ -95,9 +111,44 @@ absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> DenseTableBlock::NormsReady(int64_t step) const {
+  if (!optimizer_->needs_table_norms()) return BarrierUnit::NormsReady(step);
+  if (norms_step_ == step) return true;
+  if (step == barrier.version() && !barrier.assembled()) return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat(name(), ": no norms of step ", step,
+                   " (the block is at version ", barrier.version(), ")"));
+}
+
+absl::StatusOr<bool> DenseTableBlock::CanApplyTrust(int64_t step) const {
+  if (!optimizer_->needs_table_norms()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), " is not a LARS block: no trust ratio to apply"));
+  }
+  if (step == barrier.version() && barrier.assembled()) return true;
+  if (step + 1 == barrier.version() && norms_step_ == step) return true;
+  return absl::FailedPreconditionError(absl::StrCat(
+      name(), ": the trust ratio of step ", step, " came at version ",
+      barrier.version(),
+      barrier.assembled() ? " (assembled)" : " (step not assembled yet)"));
+}
+
+void DenseTableBlock::ApplyTrust(int64_t step, float trust_ratio,
+                                 std::vector<WaiterPtr>* ready) {
+  if (step != barrier.version()) return;  // applied already
+  Apply(step, assembled_scale_, accum_, /*sync=*/true, trust_ratio);
+  barrier.Advance(ready);
+}
+
 void DenseTableBlock::Read(const PullTarget& target,
                            const PullSink& sink) const {
   absl::MutexLock l(&mu);
+  if (target.norms_out != nullptr) {
+    target.norms_out[0] = norms_.weights;
+    target.norms_out[1] = norms_.gradient;
+    target.norms_out[2] = static_cast<double>(norms_step_);
+    return;
+  }
   sink(table_id(), index(), barrier.version(), value);
 }
 

@@ -50,8 +50,25 @@ class DenseTableBlock final : public BarrierUnit {
   // Applies an ASYNC push's gradient as it is.
   void ApplyNow(int64_t step, const PushPayload& p) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Hands the whole block and its version to `sink`; takes `mu`.
+  // Hands the whole block and its version to `sink`, or, for a norms pull,
+  // writes its squared norms to target.norms_out; takes `mu`.
   void Read(const PullTarget& target, const PullSink& sink) const override;
+
+  // LARS (Optimizer::needs_table_norms): ApplyStep keeps the step's mean
+  // gradient and its squared norms (with the weights'), and the step waits
+  // for ApplyTrust.
+  absl::StatusOr<bool> NormsReady(int64_t step) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether ApplyTrust(step) may apply (the step is assembled) or has (it
+  // is the last step applied); FAILED_PRECONDITION otherwise.
+  absl::StatusOr<bool> CanApplyTrust(int64_t step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies the assembled step with the table's trust ratio and advances
+  // the barrier, handing the pulls it releases to *ready; nothing when the
+  // step was applied already. REQUIRES: CanApplyTrust(step) is true.
+  void ApplyTrust(int64_t step, float trust_ratio,
+                  std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // A backup's block (BarrierUnit::ApplyReplicated): one gradient of the
   // block's size, one scale.
@@ -66,13 +83,18 @@ class DenseTableBlock final : public BarrierUnit {
  private:
   // One optimizer application at the barrier's version, which then moves.
   // `sync`: for the update sink (a sync step or an async push).
-  void Apply(int64_t step, float scale, absl::Span<const float> grad, bool sync)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Apply(int64_t step, float scale, absl::Span<const float> grad, bool sync,
+             float trust_ratio = 1.0f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const int64_t size_;
   const Optimizer* const optimizer_;
   const bool single_trainer_;
   std::vector<float> accum_ ABSL_GUARDED_BY(mu);
+  // LARS: the assembled step's gradient scale (1 / trainers), and the
+  // squared norms of the step `norms_step_` (-1: none).
+  float assembled_scale_ ABSL_GUARDED_BY(mu) = 1.0f;
+  int64_t norms_step_ ABSL_GUARDED_BY(mu) = -1;
+  Optimizer::SquaredNorms norms_ ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace shardps

@@ -98,6 +98,18 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InitJob: table ", spec.name(), ": ", opt.status().message()));
   }
+  if ((*opt)->needs_table_norms()) {
+    // The trust ratio's norms meet through the trainers at sync step
+    // boundaries (docs/tuning.md, "LARS"); async pushes, K of N and
+    // replicated updates have none.
+    if (spec.kind() != TableSpec::DENSE || job.mode() != SYNC ||
+        job.replicas_to_aggregate() > 0 || job.replication() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(),
+          " has LARS, which needs a dense table in a SYNC job without "
+          "replicas_to_aggregate or replication"));
+    }
+  }
   t->spec = spec;
   t->optimizer = std::move(*opt);
   return absl::OkStatus();

@@ -9,11 +9,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/dense_table.h"
 #include "pserver/membership.h"
 #include "pserver/memory_budget.h"
-#include "optimizer/optimizer.h"
 #include "pserver/sparse_table.h"
 
 namespace shardps {
@@ -142,6 +142,10 @@ class JobTables {
   const std::vector<BarrierUnit*>& units() const { return units_; }
   // The blocks of dense table `table_id` held here, index to size.
   absl::flat_hash_map<uint32_t, int64_t> BlockSizes(uint32_t table_id) const;
+  // REQUIRES: table_id < num_tables().
+  const Optimizer& optimizer(uint32_t table_id) const {
+    return *tables_[table_id].optimizer;
+  }
   int num_slots(uint32_t table_id) const {
     return tables_[table_id].optimizer->num_slots();
   }

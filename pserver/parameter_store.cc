@@ -385,6 +385,17 @@ void ParameterStore::StartPull(const WaiterPtr& w, uint64_t generation) {
       if (staleness_->PassOrHold(w)) w->pending.fetch_sub(1);
       for (const PullTarget& t : w->targets) {
         absl::MutexLock l(&t.unit->mu);
+        if (w->norms_step >= 0) {
+          absl::StatusOr<bool> has = t.unit->NormsReady(w->norms_step);
+          st = has.status();
+          if (!st.ok()) break;
+          if (*has) {
+            w->pending.fetch_sub(1);
+          } else {
+            t.unit->barrier.HoldForAssembly(w);
+          }
+          continue;
+        }
         const int64_t version = t.unit->barrier.version();
         if (!sync_ || version >= w->min_version) {
           w->pending.fetch_sub(1);

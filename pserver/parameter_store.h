@@ -206,6 +206,22 @@ class ParameterStore {
             absl::Span<const SparsePull> sparse, PullSink sink, PullDone done,
             uint64_t generation = kAnyGeneration, int64_t own_clock = 0);
 
+  // SYNC, LARS (docs/tuning.md, "LARS"): the squared norms of step `step`
+  // of each of `blocks`, three doubles per block into `out` (weights,
+  // gradient, the step), once each has assembled the step; `out` must live
+  // until `done`. Then ApplyTrust, with the norms of the whole table (the
+  // square roots of the sums over every block of every pserver), applies
+  // the step to the table's blocks held here and answers the pulls of the
+  // next version. A repeated ApplyTrust for the step applied is a no-op;
+  // INVALID_ARGUMENT for a table without LARS or norms that are negative
+  // or not finite, FAILED_PRECONDITION for a step not assembled.
+  void PullNorms(int trainer_id, int64_t step, absl::Span<const BlockId> blocks,
+                 double* out, PullDone done,
+                 uint64_t generation = kAnyGeneration);
+  absl::Status ApplyTrust(int trainer_id, int64_t step, uint32_t table_id,
+                          double weights_norm, double gradient_norm,
+                          uint64_t generation = kAnyGeneration);
+
   // Times out pulls past max_pull_wait, logs stalled steps, and drops
   // trainers silent past trainer_timeout. Called about once a second by the
   // server.

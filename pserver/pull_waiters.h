@@ -31,7 +31,8 @@ struct PullWaiter {
   int64_t min_version = 0;
   int64_t step = 0;
   int64_t min_clock = 0;
-  int64_t own_clock = 0;  // this trainer's pushes wanted applied (ASYNC)
+  int64_t own_clock = 0;    // this trainer's pushes wanted applied (ASYNC)
+  int64_t norms_step = -1;  // >= 0: a pull of LARS norms of that step
   std::vector<PullTarget> targets;
   PullSink sink;
   PullDone done;

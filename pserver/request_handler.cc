@@ -307,6 +307,10 @@ void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
 
 void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
                                std::function<void(absl::Status)>& done) {
+  if (req.lars_norms()) {
+    PullNorms(req, resp, done);
+    return;
+  }
   const ValueEncoding encoding = req.encoding();
   if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16) {
     done(absl::InvalidArgumentError(
@@ -440,9 +444,14 @@ absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
     s = store_->CheckIncarnation(req.trainer_id(), req.incarnation());
     if (!s.ok()) {
       // a replaced process: nothing is applied
-    } else if (req.blocks_size() > 0 && req.sparse_size() > 0) {
+    } else if ((req.blocks_size() > 0) + (req.sparse_size() > 0) +
+                   (req.table_norms_size() > 0) >
+               1) {
       s = absl::InvalidArgumentError(
-          "a push carries dense blocks or sparse rows, not both");
+          "a push carries dense blocks, sparse rows or table norms, one "
+          "kind only");
+    } else if (req.table_norms_size() > 0) {
+      s = PushTableNorms(req);
     } else if (req.sparse_size() > 0) {
       s = PushSparse(req);
     } else {

@@ -111,6 +111,11 @@ class RequestHandler {
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);
+  // LARS (request_handler_lars.cc): a pull of blocks' norms, and a push of
+  // tables' norms.
+  void PullNorms(const PullRequest& req, PullResponse* resp,
+                 std::function<void(absl::Status)>& done);
+  absl::Status PushTableNorms(const PushRequest& req);
   // InitJob of a replicated job: makes its ReplicaSet (once); with
   // `rejoin`, starts joining.
   absl::Status StartReplication(const InitJobRequest& req);

@@ -12,9 +12,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/memory_budget.h"
-#include "optimizer/optimizer.h"
 #include "pserver/step_barrier.h"
 
 namespace shardps {

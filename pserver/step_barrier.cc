@@ -53,7 +53,7 @@ StepBarrier::Received StepBarrier::Receive(int k, int32_t num_chunks) {
 }
 
 bool StepBarrier::Complete() const {
-  if (num_done_ == 0) return false;
+  if (num_done_ == 0 || assembled_) return false;
   if (quorum_ > 0 && num_done_ >= quorum_) return true;
   for (int k = 0; k < num_trainers(); ++k) {
     if (!done_[k] && membership_->Required(k, version_)) return false;
@@ -63,6 +63,7 @@ bool StepBarrier::Complete() const {
 
 void StepBarrier::Advance(std::vector<WaiterPtr>* ready) {
   ++version_;
+  assembled_ = false;
   std::fill(expected_.begin(), expected_.end(), 0);
   std::fill(received_.begin(), received_.end(), 0);
   std::fill(done_.begin(), done_.end(), 0);
@@ -87,8 +88,25 @@ void StepBarrier::Hold(int64_t min_version, WaiterPtr w) {
   held_.emplace_back(min_version, std::move(w));
 }
 
+void StepBarrier::Assembled(std::vector<WaiterPtr>* ready) {
+  assembled_ = true;
+  for (WaiterPtr& w : held_for_assembly_) ready->push_back(std::move(w));
+  held_for_assembly_.clear();
+}
+
+void StepBarrier::HoldForAssembly(WaiterPtr w) {
+  held_for_assembly_.erase(
+      std::remove_if(held_for_assembly_.begin(), held_for_assembly_.end(),
+                     [](const WaiterPtr& p) { return p->finished.load(); }),
+      held_for_assembly_.end());
+  held_for_assembly_.push_back(std::move(w));
+}
+
 void StepBarrier::Reset(int64_t version, std::vector<WaiterPtr>* dropped) {
   version_ = version;
+  assembled_ = false;
+  for (WaiterPtr& w : held_for_assembly_) dropped->push_back(std::move(w));
+  held_for_assembly_.clear();
   std::fill(expected_.begin(), expected_.end(), 0);
   std::fill(received_.begin(), received_.end(), 0);
   std::fill(done_.begin(), done_.end(), 0);

@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -62,8 +63,17 @@ class StepBarrier {
   };
   // Counts one admitted chunk of trainer k's part.
   Received Receive(int k, int32_t num_chunks);
-  // Whether the step being assembled has what it needs.
+  // Whether the step being assembled has what it needs (false once it is
+  // assembled and waits for its table's norms).
   bool Complete() const;
+  // A unit whose optimizer needs its table's norms (LARS) does not apply a
+  // complete step at once: it marks it assembled, which answers the pulls
+  // of its norms (HoldForAssembly), and applies it, with Advance, once the
+  // norms come. Pushes of the step are duplicates meanwhile.
+  void Assembled(std::vector<WaiterPtr>* ready);
+  bool assembled() const { return assembled_; }
+  // Holds `w` until the step being assembled is (Assembled or Reset).
+  void HoldForAssembly(WaiterPtr w);
   // Moves to the next version (the step was applied), forgets the pushes,
   // and hands the pulls that may now go to *ready.
   void Advance(std::vector<WaiterPtr>* ready);
@@ -101,6 +111,8 @@ class StepBarrier {
   int num_received_ = 0;  // chunks of any trainer
   absl::Time started_;
   std::vector<std::pair<int64_t, WaiterPtr>> held_;
+  bool assembled_ = false;
+  std::vector<WaiterPtr> held_for_assembly_;
 };
 
 // One push's data for one unit, as views into the request: a dense block's
@@ -181,6 +193,15 @@ class BarrierUnit {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
   // Answers a pull: takes what it needs of `mu` itself.
   virtual void Read(const PullTarget& target, const PullSink& sink) const = 0;
+  // SYNC, LARS (docs/tuning.md, "LARS"): whether the unit has the squared
+  // norms of `step` (it was assembled, or applied as the last step); false
+  // while the step is being assembled; INVALID_ARGUMENT when the unit has
+  // no such norms or the step is not the current or the last one.
+  virtual absl::StatusOr<bool> NormsReady(int64_t step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, " has no table norms (only LARS blocks have)"));
+  }
 
   // A primary's unit: every update it applies from now on goes to `sink`,
   // under `mu`, before any pull can see it (null: none).
@@ -228,6 +249,9 @@ struct PullTarget {
   BarrierUnit* unit = nullptr;
   absl::Span<const uint64_t> keys;  // sparse only
   float* out = nullptr;             // sparse only
+  // A pull of a LARS block's norms (BarrierUnit::NormsReady): the block's
+  // squared sums of weights and gradient go here, not its values.
+  double* norms_out = nullptr;
 };
 
 // Locks a set of units in (table_id, index) order for its lifetime and
