@@ -81,7 +81,7 @@ std::vector<std::vector<float>> RunJob(
     const std::string& dir, int num_servers, int num_trainers, int batch,
     int num_passes, int64_t max_steps, const std::string& save_dir,
     bool overlap = true, bool async_prefetch = false, bool shared_memory = true,
-    bool async = false, bool layer_pipeline = false) {
+    bool async = false, bool layer_pipeline = false, bool lars = false) {
   std::vector<std::unique_ptr<Pserver>> servers;
   for (int s = 0; s < num_servers; ++s) {
     PserverOptions o;
@@ -106,6 +106,14 @@ std::vector<std::vector<float>> RunJob(
       o.trainer_id = k;
       o.num_trainers = num_trainers;
       o.config = SmallModel(dir);
+      if (lars) {
+        // LARS: the table norms meet through the trainers each step.
+        OptimizerConfig* opt = o.config.mutable_optimizer();
+        opt->set_type(OptimizerConfig::LARS);
+        opt->set_learning_rate(1.0f);
+        opt->set_trust_coefficient(0.01f);
+        opt->set_weight_decay(1e-4f);
+      }
       o.mode = async || async_prefetch ? ASYNC : SYNC;
       o.async_prefetch = async_prefetch;
       o.batch_size = batch;
@@ -161,6 +169,33 @@ TEST_P(SyncEquivalenceTest, NTrainersMatchOneTrainerWithNTimesTheBatch) {
   double max_diff = 0, max_change = 0;
   auto init = Model::Create(SmallModel(dir_), 16, 3);
   (*init)->InitializeParameters(7);
+  for (size_t t = 0; t < one.size(); ++t) {
+    ASSERT_EQ(one[t].size(), many[t].size());
+    for (size_t i = 0; i < one[t].size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(double{one[t][i]} - many[t][i]));
+      max_change = std::max(
+          max_change,
+          std::fabs(double{one[t][i]} - (*init)->tables()[t].value[i]));
+    }
+  }
+  EXPECT_GT(max_change, 0.05) << "training moved nothing: the test is void";
+  EXPECT_LT(max_diff, 1e-4) << "N=" << n << " differs from one trainer";
+}
+
+// LARS's trust ratio comes from norms of whole tables whose blocks lie on
+// three pservers (summed in block order by every trainer): N trainers on
+// 3 pservers end as one trainer with N times the batch on one.
+TEST_P(SyncEquivalenceTest, LarsAcrossPserversMatchesOneTrainerOnOne) {
+  const int n = GetParam();
+  const int b = 4;
+  const auto one = RunJob(dir_, 1, 1, n * b, 2, 0, dir_ + "/one", true, false,
+                          true, false, false, /*lars=*/true);
+  const auto many = RunJob(dir_, 3, n, b, 2, 0, dir_ + "/many", true, false,
+                           true, false, n == 2, /*lars=*/true);
+  auto init = Model::Create(SmallModel(dir_), 16, 3);
+  (*init)->InitializeParameters(7);
+  double max_diff = 0, max_change = 0;
+  ASSERT_EQ(one.size(), many.size());
   for (size_t t = 0; t < one.size(); ++t) {
     ASSERT_EQ(one[t].size(), many[t].size());
     for (size_t i = 0; i < one[t].size(); ++i) {

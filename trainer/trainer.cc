@@ -137,6 +137,30 @@ absl::Status Trainer::Setup() {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::CheckLars(
+    const std::vector<std::string>& names,
+    const std::vector<OptimizerConfig>& optimizers) {
+  const TrainerOptions& o = options_;
+  for (size_t t = 0; t < optimizers.size(); ++t) {
+    if (optimizers[t].type() != OptimizerConfig::LARS) continue;
+    const char* why = !sync()                       ? "--mode=async"
+                      : o.replicas_to_aggregate > 0 ? "--replicas_to_aggregate"
+                      : o.replication > 1           ? "--replication > 1"
+                      : o.compression == Compression::kThreshold
+                          ? "--compression=threshold"
+                          : nullptr;
+    if (why != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", names[t], " has LARS, which does not work with ", why,
+          ": its trust ratio needs the whole table's norms at each sync "
+          "step (docs/tuning.md, \"LARS\")"));
+    }
+    lars_tables_.resize(optimizers.size());
+    lars_tables_[t] = true;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::DescribeJob() {
   // The model's dense tables, then the sparse one of a sparse input.
   std::vector<std::string> names;
@@ -160,6 +184,7 @@ absl::Status Trainer::DescribeJob() {
     }
     for (auto& p : prefetched_) prefetched_ptrs_.push_back(p.data());
   }
+  RETURN_IF_ERROR(CheckLars(names, optimizers));
   if (options_.compression == Compression::kThreshold) {
     ASSIGN_OR_RETURN(sharing_,
                      UpdateSharing::Create(

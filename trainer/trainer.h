@@ -72,6 +72,10 @@ class Trainer {
   absl::StatusOr<int64_t> SyncWithPservers();
   // One step of pass `pass`: batch `index` pulled, computed and pushed.
   absl::Status Step(int pass, int64_t index);
+  // Marks the LARS tables (lars_tables_); INVALID_ARGUMENT naming the table
+  // and the flag when the job cannot carry their norms.
+  absl::Status CheckLars(const std::vector<std::string>& names,
+                         const std::vector<OptimizerConfig>& optimizers);
   absl::Status Evaluate(int pass, bool final);
   // SYNC: after `why` (ABORTED: the job was rolled back), goes back to the
   // step the pservers agree on.
@@ -123,6 +127,10 @@ class Trainer {
   std::vector<float*> values_;
   std::vector<const float*> grads_;
   std::unique_ptr<UpdateSharing> sharing_;  // threshold compression only
+  // Per dense table: whether its optimizer is LARS, whose norms the
+  // trainers carry between the pservers after each push
+  // (ParamClient::ExchangeTableNorms); empty when none is.
+  std::vector<bool> lars_tables_;
   int64_t steps_per_pass_ = 0;
   int64_t total_steps_ = 0;
   RequestStamp stamp_;

@@ -208,6 +208,13 @@ absl::Status Trainer::Step(int pass, int64_t index) {
     DrainTransfers().IgnoreError();
     return pushed;
   }
+  if (!lars_tables_.empty()) {
+    pushed = params_->ExchangeTableNorms(tag, lars_tables_);
+    if (!pushed.ok()) {
+      DrainTransfers().IgnoreError();
+      return pushed;
+    }
+  }
   push.bytes += sparse_push.bytes;
   const absl::Time t4 = absl::Now();
   ++step_;

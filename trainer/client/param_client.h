@@ -130,6 +130,16 @@ class ParamClient {
 
   const ChunkPlan& chunks() const { return chunks_; }
 
+  // SYNC, LARS (docs/tuning.md, "LARS"), after this trainer's push of
+  // `step`: asks every pserver for the squared norms of the blocks of the
+  // tables `lars` marks (indexed by table id), answered once each block has
+  // assembled the step; sums them per table in (table, block) order, so
+  // that every trainer gets the same bits; and sends each pserver the norms
+  // of the tables it holds blocks of, which applies the step there. The
+  // pservers take the first trainer's norms; the others' change nothing.
+  // Defined in table_norms.cc.
+  absl::Status ExchangeTableNorms(int64_t step, const std::vector<bool>& lars);
+
   // Moves dense values through shared memory (common/shared_region.h) with
   // every pserver on this host that offers it: float32 pushes and pulls
   // then carry only offsets over gRPC, and the values are copied through a

@@ -1,0 +1,122 @@
+// ParamClient::ExchangeTableNorms: where LARS's norms meet (docs/tuning.md,
+// "LARS"). A table's blocks live on several pservers, and its trust ratio
+// needs the norms of the whole table; the trainers, which know the
+// placement, carry them between the pservers.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "trainer/client/param_client.h"
+
+namespace shardps {
+
+absl::Status ParamClient::ExchangeTableNorms(int64_t step,
+                                             const std::vector<bool>& lars) {
+  struct Call {
+    PsClientInterface* server = nullptr;
+    PullRequest req;
+    PullResponse resp;
+    absl::Status status;
+  };
+  // One pull per pserver holding LARS blocks, of all of them.
+  std::vector<std::unique_ptr<Call>> pulls;
+  std::vector<std::set<uint32_t>> tables_of(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    auto call = std::make_unique<Call>();
+    for (const std::vector<BlockPlacement>& chunk : chunks_[s]) {
+      for (const BlockPlacement& b : chunk) {
+        if (b.table_id >= lars.size() || !lars[b.table_id]) continue;
+        BlockRef* r = call->req.add_blocks();
+        r->set_table_id(b.table_id);
+        r->set_block(b.block);
+        tables_of[s].insert(b.table_id);
+      }
+    }
+    if (call->req.blocks_size() == 0) continue;
+    call->server = servers_[s];
+    stamp_->Stamp(&call->req);
+    call->req.set_min_version(step);
+    call->req.set_lars_norms(true);
+    pulls.push_back(std::move(call));
+  }
+  absl::BlockingCounter pulled(static_cast<int>(pulls.size()));
+  for (auto& c : pulls) {
+    Call* p = c.get();
+    p->server->PullAsync(p->req, &p->resp, [p, &pulled](absl::Status st) {
+      p->status = std::move(st);
+      pulled.DecrementCount();
+    });
+  }
+  pulled.Wait();
+  // (table, block) -> squared norms; summed in that order.
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<double, double>> parts;
+  for (const auto& c : pulls) {
+    if (!c->status.ok()) {
+      return absl::Status(
+          c->status.code(),
+          absl::StrCat("LARS norms of step ", step, " from ",
+                       c->server->address(), ": ", c->status.message()));
+    }
+    if (c->resp.norms_size() != c->req.blocks_size()) {
+      return absl::DataLossError(
+          absl::StrCat(c->server->address(), " answered ", c->resp.norms_size(),
+                       " block norms for ", c->req.blocks_size(), " blocks"));
+    }
+    for (const BlockNorms& n : c->resp.norms()) {
+      parts[{n.table_id(), n.block()}] = {n.weights(), n.gradient()};
+    }
+  }
+  std::map<uint32_t, std::pair<double, double>> sums;
+  for (const auto& [id, n] : parts) {
+    sums[id.first].first += n.first;
+    sums[id.first].second += n.second;
+  }
+  // The table norms, to every pserver holding blocks of the tables.
+  struct PushCall {
+    PsClientInterface* server = nullptr;
+    PushRequest req;
+    PushResponse resp;
+    absl::Status status;
+  };
+  std::vector<std::unique_ptr<PushCall>> pushes;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (tables_of[s].empty()) continue;
+    auto call = std::make_unique<PushCall>();
+    call->server = servers_[s];
+    stamp_->Stamp(&call->req);
+    call->req.set_step(step);
+    call->req.set_request_id(stamp_->NextRequestId());
+    for (uint32_t t : tables_of[s]) {
+      TableNorms* n = call->req.add_table_norms();
+      n->set_table_id(t);
+      n->set_weights(std::sqrt(sums[t].first));
+      n->set_gradient(std::sqrt(sums[t].second));
+    }
+    pushes.push_back(std::move(call));
+  }
+  absl::BlockingCounter pushed(static_cast<int>(pushes.size()));
+  for (auto& c : pushes) {
+    PushCall* p = c.get();
+    p->server->PushAsync(p->req, &p->resp, [p, &pushed](absl::Status st) {
+      p->status = std::move(st);
+      pushed.DecrementCount();
+    });
+  }
+  pushed.Wait();
+  for (const auto& c : pushes) {
+    if (!c->status.ok()) {
+      return absl::Status(
+          c->status.code(),
+          absl::StrCat("LARS norms of step ", step, " to ",
+                       c->server->address(), ": ", c->status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardps
