@@ -214,6 +214,49 @@ TEST_F(HostileRequestTest, PushOfRepeatedThresholdBlocksIsRefused) {
   EXPECT_EQ(store_->Versions().max, 0);
 }
 
+// LARS's norms calls (docs/tuning.md) on tables without LARS, with
+// repeated or unknown blocks and tables, or mixed with gradients, are
+// refused before anything is allocated for them or applied.
+TEST_F(HostileRequestTest, NormsRequestsWithoutLarsAreRefused) {
+  StartJob();
+  PullRequest pull;
+  pull.set_lars_norms(true);
+  for (int i = 0; i < 100000; ++i) {
+    BlockRef* r = pull.add_blocks();
+    r->set_table_id(1);
+    r->set_block(7);
+  }
+  PullResponse resp;
+  ExpectCode(Pull(pull, &resp), absl::StatusCode::kNotFound, "");
+  pull.mutable_blocks()->DeleteSubrange(1, 99999);
+  pull.mutable_blocks(0)->set_block(0);
+  ExpectCode(Pull(pull, &resp), absl::StatusCode::kInvalidArgument,
+             "only LARS blocks have");
+  EXPECT_EQ(resp.ByteSizeLong(), 0u);
+  PushRequest push;
+  push.set_request_id(1);
+  for (uint32_t t = 0; t < 2; ++t) {
+    TableNorms* n = push.add_table_norms();
+    n->set_table_id(t);
+    n->set_weights(1);
+    n->set_gradient(1);
+  }
+  PushResponse presp;
+  ExpectCode(handler_->Push(push, &presp), absl::StatusCode::kInvalidArgument,
+             "not a LARS block");
+  push.mutable_table_norms(1)->set_table_id(0);
+  push.set_request_id(2);
+  ExpectCode(handler_->Push(push, &presp), absl::StatusCode::kInvalidArgument,
+             "two norms in one push");
+  push.mutable_table_norms()->RemoveLast();
+  push.add_blocks()->set_block(0);
+  push.set_request_id(3);
+  ExpectCode(handler_->Push(push, &presp), absl::StatusCode::kInvalidArgument,
+             "one kind only");
+  EXPECT_EQ(W(), w0_);
+  EXPECT_EQ(store_->Versions().max, 0);
+}
+
 // Finding: "InitJob with 2^31-1 trainers throws inside the store, leaves
 // dangling block pointers, accepts a later valid job, and aborts on a later
 // Leave".

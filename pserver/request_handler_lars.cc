@@ -23,7 +23,10 @@ void RequestHandler::PullNorms(const PullRequest& req, PullResponse* resp,
   absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
   for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
     const BlockRef& b = req.blocks(i);
-    if (!seen.insert({b.table_id(), b.block()}).second) {
+    // Every block named must be held here and named once, so what the
+    // pull allocates is bounded by the blocks held, not by the request.
+    s = store_->BlockSize(b.table_id(), b.block()).status();
+    if (s.ok() && !seen.insert({b.table_id(), b.block()}).second) {
       s = absl::InvalidArgumentError(
           absl::StrCat("table id ", b.table_id(), " block ", b.block(),
                        " is named twice in one request"));
