@@ -401,7 +401,7 @@ TEST_F(RequestHandlerTest, SparseRows) {
   ExpectCode(push(1, KeyBytes({3}).substr(0, 7), FloatBytes({1, 1})),
              absl::StatusCode::kInvalidArgument, "whole number of uint64");
   ExpectCode(push(2, KeyBytes({3}), FloatBytes({1, 1}), /*with_dense=*/true),
-             absl::StatusCode::kInvalidArgument, "not both");
+             absl::StatusCode::kInvalidArgument, "one kind only");
   ASSERT_TRUE(push(3, KeyBytes({3, 4}), FloatBytes({1, 2, 3, 4})).ok());
 
   PullRequest preq;
