@@ -349,11 +349,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     }
     st = s.ok() ? CheckServes(**s) : s.status();
   }
-  if (st.ok() && waiters_.size() >= max_waiting_pulls_) {
-    st = absl::ResourceExhaustedError(absl::StrCat(
-        waiters_.size(), " pulls wait on this pserver already, as many as ",
-        "this job's trainers can need at once; refused"));
-  }
+  if (st.ok()) st = CheckPullRoom();
   if (!st.ok()) {
     ++rejected_;
     done(st, absl::ZeroDuration());
@@ -369,6 +365,13 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   w->done = std::move(done);
   w->start = clock_->Now();
   StartPull(w, generation);
+}
+
+absl::Status ParameterStore::CheckPullRoom() const {
+  if (waiters_.size() < max_waiting_pulls_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      waiters_.size(), " pulls wait on this pserver already, as many as ",
+      "this job's trainers can need at once; refused"));
 }
 
 void ParameterStore::StartPull(const WaiterPtr& w, uint64_t generation) {

@@ -318,6 +318,9 @@ class ParameterStore {
   // Registers a pull's holds on the units and the staleness gate; answers
   // it at once when nothing holds it.
   void StartPull(const WaiterPtr& w, uint64_t generation);
+  // RESOURCE_EXHAUSTED when as many pulls wait as the job's trainers can
+  // need at once.
+  absl::Status CheckPullRoom() const;
   // SYNC: applies every step that a membership change completed; ASYNC:
   // re-checks the pulls held by the staleness gate.
   void RecheckBarriers(std::vector<WaiterPtr>* ready)

@@ -30,11 +30,7 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
     if (b.ok()) w->targets.push_back(PullTarget{*b, {}, nullptr, out + 3 * i});
     st = b.ok() ? CheckServes(**b) : b.status();
   }
-  if (st.ok() && waiters_.size() >= max_waiting_pulls_) {
-    st = absl::ResourceExhaustedError(absl::StrCat(
-        waiters_.size(), " pulls wait on this pserver already, as many as ",
-        "this job's trainers can need at once; refused"));
-  }
+  if (st.ok()) st = CheckPullRoom();
   if (!st.ok()) {
     ++rejected_;
     done(st, absl::ZeroDuration());
