@@ -143,6 +143,10 @@ def parse_args(argv):
     p.add_argument("--plot", default=os.path.join(
         REPO, "docs", "images", "large_batch.png"),
         help="the figure (default docs/images/large_batch.png); '' for none")
+    p.add_argument("--extra_work_dir", action="append", default=[],
+                   help="with --report_only: also the trials of the same "
+                   "points run in this work dir (other --lr_factors or "
+                   "--batches); repeatable")
     p.add_argument("--report_only", action="store_true",
                    help="run nothing: collect, print and plot what the "
                    "sweeps under --work_dir hold")
@@ -338,16 +342,36 @@ def last_train_loss(trial_dir):
 def collect_point(args, model, point):
     """Every trial of a point's sweep, by learning-rate factor, and the best
     finished one."""
-    out_dir = os.path.join(args.work_dir, point["folder"])
-    evals = {}
-    for e in read_csv(os.path.join(out_dir, "evals.csv")):
-        if e.get("final") == "1":
-            evals[e["trial"]] = e
     # The rate after the warm-up: scaled by B/R when the schedule is WARMUP
     # with a reference batch R.
     sets = point["sets"]
     ref = (int(sets.get("optimizer.schedule.reference_batch_size", 0))
            if sets.get("optimizer.schedule.type") == "WARMUP" else 0)
+    trials, wall = [], []
+    for work_dir in [args.work_dir] + args.extra_work_dir:
+        out_dir = os.path.join(work_dir, point["folder"])
+        trials += collect_trials(model, point, out_dir, ref)
+        if os.path.exists(os.path.join(out_dir, "wall_s.json")):
+            with open(os.path.join(out_dir, "wall_s.json")) as f:
+                wall += json.load(f)
+    trials.sort(key=lambda t: t["lr_factor"])
+    done = [t for t in trials if t["test_accuracy"] is not None]
+    best = max(done, key=lambda t: t["test_accuracy"]) if done else None
+    for t in trials:
+        t["best"] = t is best
+    return dict(point, sweep_dir=os.path.join(args.work_dir, point["folder"]),
+                trials=trials,
+                best_lr_factor=best["lr_factor"] if best else None,
+                best_test_accuracy=best["test_accuracy"] if best else None,
+                sweep_wall_s=sum(wall))
+
+
+def collect_trials(model, point, out_dir, ref):
+    """The trials of one sweep of a point (none when it did not run)."""
+    evals = {}
+    for e in read_csv(os.path.join(out_dir, "evals.csv")):
+        if e.get("final") == "1":
+            evals[e["trial"]] = e
     trials = []
     for row in read_csv(os.path.join(out_dir, "trials.csv")):
         lr = float(row[LR_PATH])
@@ -368,19 +392,7 @@ def collect_point(args, model, point):
         if t["train_loss"] is not None and not math.isfinite(t["train_loss"]):
             t["train_loss"] = None  # JSON has no NaN
         trials.append(t)
-    trials.sort(key=lambda t: t["lr_factor"])
-    done = [t for t in trials if t["test_accuracy"] is not None]
-    best = max(done, key=lambda t: t["test_accuracy"]) if done else None
-    for t in trials:
-        t["best"] = t is best
-    wall = []
-    if os.path.exists(os.path.join(out_dir, "wall_s.json")):
-        with open(os.path.join(out_dir, "wall_s.json")) as f:
-            wall = json.load(f)
-    return dict(point, sweep_dir=out_dir, trials=trials,
-                best_lr_factor=best["lr_factor"] if best else None,
-                best_test_accuracy=best["test_accuracy"] if best else None,
-                sweep_wall_s=sum(wall))
+    return trials
 
 
 def trial_note(t):
@@ -447,17 +459,9 @@ def plot(results, path):
             ax.plot([b for b, _, _ in pts], [a for _, a, _ in pts],
                     marker="os^Dv"[i % 5], color="C%d" % i, lw=2,
                     label=variant)
-            for b, a, f in pts:
-                if a < CHANCE:
-                    continue  # every factor at chance: no label
-                ax.annotate("%.3f (x%g)" % (a, f), (b, a), fontsize=7,
-                            color="C%d" % i, textcoords="offset points",
-                            xytext=(-6, -12 - 10 * (i // 2)) if i % 2 == 0
-                            else (6, 6 + 10 * (i // 2)),
-                            ha="right" if i % 2 == 0 else "left")
         ax.axhline(0.1, color="grey", ls=":", lw=1)
-        ax.text(min(batches or [1]), 0.065, "chance (0.10): at these "
-                "points no lr factor learned", color="grey", fontsize=8)
+        ax.text(max(batches or [1]), 0.065, "chance (0.10): no lr factor "
+                "learned", color="grey", fontsize=8, ha="right")
         ax.set_xscale("log", base=2)
         if batches:
             ax.set_xlim(min(batches) / 1.6, max(batches) * 1.6)
@@ -465,16 +469,19 @@ def plot(results, path):
         ax.set_xticklabels([str(b) for b in sorted(batches)])
         ax.set_ylim(0.0, 1.0)
         ax.set_xlabel("global batch (1 trainer; reference %d)" % m["ref"])
+        factors = sorted({t["lr_factor"] for p in m["points"]
+                          for t in p["trials"]})
         ax.set_ylabel("final test accuracy, best of lr x %s" %
-                      ",".join("%g" % f for f in m["factors"]))
+                      ",".join("%g" % f for f in factors))
         ax.set_title("%s: %s lr %g, %d pass%s" % (
             m["name"].upper(), m["optimizer"], m["lr"], m["passes"],
             "" if m["passes"] == 1 else "es"))
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", title="lr x B/%d" % m["ref"])
-    fig.suptitle("Linear scaling rule (Goyal et al. 2017), Fashion-MNIST: "
+        ax.legend(loc="lower left", title="lr x B/%d" % m["ref"])
+    fig.suptitle("Linear scaling rule (Goyal et al. 2017) on Fashion-MNIST: "
                  "scaled = lr x B/ref from step 0, warmup = ramp over %g "
-                 "passes; labels: accuracy (best lr factor)" %
+                 "passes;\nlars = LARS (You et al. 2017) in place of the "
+                 "config's optimizer; each point the best lr factor (table: docs/tuning.md)" %
                  results["warmup_passes"], fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
