@@ -3,6 +3,7 @@
 // optimizer's kernel, with the table cut into blocks as pservers hold it.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -96,6 +97,12 @@ TEST(LarsTest, RatioIsOneWhenANormIsZeroAndFollowsTheFormula) {
   EXPECT_EQ(opt->TrustRatio(0, 3), 1.0f);
   EXPECT_EQ(opt->TrustRatio(3, 0), 1.0f);
   EXPECT_FLOAT_EQ(opt->TrustRatio(10, 2), 0.001f * 10 / (2 + 0.01f * 10));
+  // Past float's range (a denormal gradient norm, or a client's made-up
+  // norms): capped, never an overflowed cast.
+  auto plain = *Optimizer::Create(Lars(0.1f, 0.9f, 0.001f, 0), 1);
+  EXPECT_EQ(plain->TrustRatio(1e300, 1e-300),
+            std::numeric_limits<float>::max());
+  EXPECT_EQ(plain->TrustRatio(1.0, 1e-45), std::numeric_limits<float>::max());
 }
 
 TEST(LarsTest, DefaultsAndRefusals) {

@@ -1,6 +1,8 @@
 #include "optimizer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/optimizer_cpu.h"
@@ -233,10 +235,16 @@ Optimizer::SquaredNorms Optimizer::Partials(float grad_scale,
 
 float Optimizer::TrustRatio(double weights_norm, double gradient_norm) const {
   if (!(weights_norm > 0) || !(gradient_norm > 0)) return 1.0f;
-  return static_cast<float>(config_.trust_coefficient() * weights_norm /
-                            (gradient_norm +
-                             config_.weight_decay() * weights_norm +
-                             config_.epsilon()));
+  const double ratio = config_.trust_coefficient() * weights_norm /
+                       (gradient_norm + config_.weight_decay() * weights_norm +
+                        config_.epsilon());
+  // A gradient norm near the smallest doubles (or norms a client made up)
+  // gives a ratio past float's range; the step, ratio * g, stays bounded by
+  // trust_coefficient * |w| elementwise, so the ratio is capped, not
+  // overflowed.
+  constexpr double kMax = std::numeric_limits<float>::max();
+  return static_cast<float>(std::isfinite(ratio) ? std::min(ratio, kMax)
+                                                 : kMax);
 }
 
 }  // namespace shardps

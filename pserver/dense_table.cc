@@ -126,7 +126,7 @@ absl::StatusOr<bool> DenseTableBlock::CanApplyTrust(int64_t step) const {
         absl::StrCat(name(), " is not a LARS block: no trust ratio to apply"));
   }
   if (step == barrier.version() && barrier.assembled()) return true;
-  if (step + 1 == barrier.version() && norms_step_ == step) return true;
+  if (step == barrier.version() - 1 && norms_step_ == step) return true;
   return absl::FailedPreconditionError(absl::StrCat(
       name(), ": the trust ratio of step ", step, " came at version ",
       barrier.version(),

@@ -2,6 +2,7 @@
 // request that could make the pserver allocate far more than it carries,
 // hold what it should free, or accept a job it cannot hold, gets its exact
 // status, and the job goes on unchanged. A regression test per finding.
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -224,11 +225,18 @@ TEST_F(HostileRequestTest, NormsRequestsWithoutLarsAreRefused) {
   for (int i = 0; i < 100000; ++i) {
     BlockRef* r = pull.add_blocks();
     r->set_table_id(1);
-    r->set_block(7);
+    r->set_block(0);
   }
   PullResponse resp;
+  ExpectCode(Pull(pull, &resp), absl::StatusCode::kInvalidArgument,
+             "table id 1 block 0 is named twice in one request");
+  pull.mutable_blocks(1)->set_block(7);
   ExpectCode(Pull(pull, &resp), absl::StatusCode::kNotFound, "");
   pull.mutable_blocks()->DeleteSubrange(1, 99999);
+  pull.set_min_version(INT64_MAX);
+  ExpectCode(Pull(pull, &resp), absl::StatusCode::kInvalidArgument,
+             "needs a step >= 0");
+  pull.set_min_version(0);
   pull.mutable_blocks(0)->set_block(0);
   ExpectCode(Pull(pull, &resp), absl::StatusCode::kInvalidArgument,
              "only LARS blocks have");

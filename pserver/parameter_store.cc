@@ -274,6 +274,12 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
       is_late[i] = 2;  // applied already: pushed again after a failover
       continue;
     }
+    if (step == u->barrier.version() && u->barrier.assembled()) {
+      // LARS: the step is assembled and its norms are out; a push that
+      // comes now (a retry, or a trainer that rejoined) changes nothing.
+      is_late[i] = 2;
+      continue;
+    }
     ASSIGN_OR_RETURN(
         const StepBarrier::Admission a,
         u->barrier.Admit(trainer_id, step, parts[i].payload.num_chunks));
@@ -439,9 +445,12 @@ std::string ParameterStore::DescribeWait(const PullWaiter& w) const {
   std::string out;
   if (lowest != INT64_MAX) {
     out = absl::StrCat(
-        "version ", w.min_version, " (a block is at ", lowest,
+        w.norms_step >= 0 ? "the LARS norms of step " : "version ",
+        w.norms_step >= 0 ? w.norms_step : w.min_version, " (a block is at ",
+        lowest,
         missing.empty()
-            ? "; every live trainer has pushed, the step is being applied)"
+            ? "; every live trainer has pushed: the step is being applied, "
+              "or, LARS, waits for its table norms)"
             : absl::StrCat("; waiting for the pushes of step ", lowest,
                            " from trainer(s) ", absl::StrJoin(missing, ","),
                            ")"));

@@ -3,6 +3,7 @@
 // block's squared norms (PullNorms from each pserver) and sent back the
 // table's norms (ApplyTrust).
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -19,7 +20,7 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
     st = absl::InvalidArgumentError(
         "a pull of LARS norms in an ASYNC job (LARS needs SYNC)");
   }
-  if (st.ok() && (step < 0 || blocks.empty())) {
+  if (st.ok() && (step < 0 || step == INT64_MAX || blocks.empty())) {
     st = absl::InvalidArgumentError(
         "a pull of LARS norms needs a step >= 0 and at least one block");
   }

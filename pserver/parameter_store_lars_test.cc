@@ -197,6 +197,39 @@ TEST_F(LarsStoreTest, MatchesLarsOnTheWholeTable) {
   EXPECT_EQ(stores_[0]->TEST_BlockVersion(1, 0), 5);  // SGD table b
 }
 
+TEST_F(LarsStoreTest, PushAfterAssemblyChangesNothing) {
+  // Trainer 1 leaves; trainer 0's push completes step 0, which waits for
+  // its norms. Trainer 1, back, pushes step 0 on store 1: its gradient must
+  // not join the assembled step (its norms are out already).
+  for (auto& s : stores_) ASSERT_TRUE(s->Leave(1, 0).ok());
+  ASSERT_TRUE(PushW(0, 0).ok());
+  for (auto& s : stores_) {
+    ASSERT_TRUE(s->Register(1, 7, absl::Now()).ok());
+  }
+  const std::vector<float> g1 = Grad(1, 0);
+  std::vector<float> part(g1.begin() + 4, g1.begin() + 8);
+  std::vector<BlockData> late = {{0, 1, part}};
+  const absl::Status pushed = stores_[1]->Push(1, 0, late);
+  MeetAndApply(0, 0);
+  // Trainer 0's gradient alone moved block 1.
+  std::vector<double> w(kInit.begin(), kInit.end()), g(10);
+  const std::vector<float> g0 = Grad(0, 0);
+  double ww = 0, gg = 0;
+  for (int i = 0; i < 10; ++i) {
+    g[i] = g0[i];
+    ww += w[i] * w[i];
+    gg += g[i] * g[i];
+  }
+  const double local =
+      kEta * std::sqrt(ww) / (std::sqrt(gg) + kDecay * std::sqrt(ww));
+  const std::vector<float> got = Weights();
+  for (int i = 0; i < 10; ++i) {
+    const double v = kLr * local * (g[i] + kDecay * w[i]);
+    ASSERT_NEAR(got[i], w[i] - v, 1e-5)
+        << i << " (late push: " << pushed << ")";
+  }
+}
+
 TEST_F(LarsStoreTest, Refusals) {
   // Norms of a step not assembled cannot be applied.
   EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 0, 1.0, 1.0).code(),

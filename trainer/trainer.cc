@@ -199,6 +199,13 @@ absl::Status Trainer::DescribeJob() {
   if (input_->has_sparse_table()) {
     input_->set_sparse_table_id(static_cast<uint32_t>(job_.tables_size()));
     *job_.add_tables() = input_->SparseTableSpec();
+    if (job_.tables(job_.tables_size() - 1).optimizer().type() ==
+        OptimizerConfig::LARS) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the sparse table ", job_.tables(job_.tables_size() - 1).name(),
+          " has LARS, which is for dense tables (give the sparse input an "
+          "optimizer of its own)"));
+    }
   }
   return absl::OkStatus();
 }
