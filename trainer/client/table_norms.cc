@@ -76,6 +76,14 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
     sums[id.first].first += n.first;
     sums[id.first].second += n.second;
   }
+  for (const auto& [table, n] : sums) {
+    if (!std::isfinite(n.first) || !std::isfinite(n.second)) {
+      // The pservers refuse such norms; say why here, at once.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "LARS table id ", table, " diverged at step ", step,
+          ": squared norms of weights ", n.first, " and gradient ", n.second));
+    }
+  }
   // The table norms, to every pserver holding blocks of the tables.
   struct PushCall {
     PsClientInterface* server = nullptr;
