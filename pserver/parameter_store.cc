@@ -343,11 +343,7 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   }
   if (st.ok()) st = membership_->CheckGeneration("pull", generation);
   auto w = std::make_shared<PullWaiter>();
-  for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
-    auto b = tables_->FindBlock(blocks[i].table_id, blocks[i].block);
-    if (b.ok()) w->targets.push_back(PullTarget{*b, {}, nullptr});
-    st = b.ok() ? CheckServes(**b) : b.status();
-  }
+  if (st.ok()) st = AddBlockTargets(blocks, nullptr, w.get());
   for (size_t i = 0; st.ok() && i < sparse.size(); ++i) {
     auto s = tables_->FindSparse(sparse[i].table_id, sparse[i].shard);
     if (s.ok()) {
@@ -355,29 +351,44 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
     }
     st = s.ok() ? CheckServes(**s) : s.status();
   }
-  if (st.ok()) st = CheckPullRoom();
-  if (!st.ok()) {
-    ++rejected_;
-    done(st, absl::ZeroDuration());
-    return;
-  }
-  ++pulls_;
   w->trainer_id = trainer_id;
   w->min_version = min_version;
   w->step = step;
   w->min_clock = min_clock;
   w->own_clock = own_clock;
   w->sink = std::move(sink);
+  Admit(std::move(st), w, std::move(done), generation);
+}
+
+absl::Status ParameterStore::AddBlockTargets(absl::Span<const BlockId> blocks,
+                                             double* norms_out,
+                                             PullWaiter* w) const {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ASSIGN_OR_RETURN(DenseTableBlock * b,
+                     tables_->FindBlock(blocks[i].table_id, blocks[i].block));
+    w->targets.push_back(PullTarget{
+        b, {}, nullptr, norms_out != nullptr ? norms_out + 3 * i : nullptr});
+    RETURN_IF_ERROR(CheckServes(*b));
+  }
+  return absl::OkStatus();
+}
+
+void ParameterStore::Admit(absl::Status st, const WaiterPtr& w, PullDone done,
+                           uint64_t generation) {
+  if (st.ok() && waiters_.size() >= max_waiting_pulls_) {
+    st = absl::ResourceExhaustedError(absl::StrCat(
+        waiters_.size(), " pulls wait on this pserver already, as many as ",
+        "this job's trainers can need at once; refused"));
+  }
+  if (!st.ok()) {
+    ++rejected_;
+    done(st, absl::ZeroDuration());
+    return;
+  }
+  ++pulls_;
   w->done = std::move(done);
   w->start = clock_->Now();
   StartPull(w, generation);
-}
-
-absl::Status ParameterStore::CheckPullRoom() const {
-  if (waiters_.size() < max_waiting_pulls_) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      waiters_.size(), " pulls wait on this pserver already, as many as ",
-      "this job's trainers can need at once; refused"));
 }
 
 void ParameterStore::StartPull(const WaiterPtr& w, uint64_t generation) {

@@ -318,9 +318,15 @@ class ParameterStore {
   // Registers a pull's holds on the units and the staleness gate; answers
   // it at once when nothing holds it.
   void StartPull(const WaiterPtr& w, uint64_t generation);
-  // RESOURCE_EXHAUSTED when as many pulls wait as the job's trainers can
-  // need at once.
-  absl::Status CheckPullRoom() const;
+  // Adds a target per dense block to *w (with `norms_out`, a norms pull's:
+  // three doubles per block there); NOT_FOUND or FAILED_PRECONDITION for a
+  // block not held or not served here.
+  absl::Status AddBlockTargets(absl::Span<const BlockId> blocks,
+                               double* norms_out, PullWaiter* w) const;
+  // A pull set up with status `st`: refused (also when as many pulls wait
+  // as the job's trainers can need at once), or counted and started.
+  void Admit(absl::Status st, const WaiterPtr& w, PullDone done,
+             uint64_t generation);
   // SYNC: applies every step that a membership change completed; ASYNC:
   // re-checks the pulls held by the staleness gate.
   void RecheckBarriers(std::vector<WaiterPtr>* ready)

@@ -26,25 +26,12 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
   }
   if (st.ok()) st = membership_->CheckGeneration("pull", generation);
   auto w = std::make_shared<PullWaiter>();
-  for (size_t i = 0; st.ok() && i < blocks.size(); ++i) {
-    auto b = tables_->FindBlock(blocks[i].table_id, blocks[i].block);
-    if (b.ok()) w->targets.push_back(PullTarget{*b, {}, nullptr, out + 3 * i});
-    st = b.ok() ? CheckServes(**b) : b.status();
-  }
-  if (st.ok()) st = CheckPullRoom();
-  if (!st.ok()) {
-    ++rejected_;
-    done(st, absl::ZeroDuration());
-    return;
-  }
-  ++pulls_;
+  if (st.ok()) st = AddBlockTargets(blocks, out, w.get());
   w->trainer_id = trainer_id;
   w->norms_step = step;
   // What DescribeWait reports: the pushes of `step` that are missing.
-  w->min_version = step + 1;
-  w->done = std::move(done);
-  w->start = clock_->Now();
-  StartPull(w, generation);
+  w->min_version = st.ok() ? step + 1 : 0;  // step < INT64_MAX when ok
+  Admit(std::move(st), w, std::move(done), generation);
 }
 
 absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
