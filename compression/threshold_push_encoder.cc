@@ -13,16 +13,19 @@ ThresholdPushEncoder::ThresholdPushEncoder(const Options& options,
 }
 
 absl::StatusOr<std::unique_ptr<GradientCompressor>>
-ThresholdPushEncoder::NewCompressor(size_t n) const {
+ThresholdPushEncoder::NewCompressor(uint32_t table, size_t n) const {
+  const double threshold = table < options_.table_thresholds.size()
+                               ? options_.table_thresholds[table]
+                               : options_.threshold;
   std::unique_ptr<ThresholdAlgorithm> algorithm;
   if (options_.adaptive) {
     AdaptiveThreshold::Options o;
-    o.initial_threshold = options_.threshold;
+    o.initial_threshold = threshold;
     o.min_sparsity_target = options_.min_sparsity;
     o.max_sparsity_target = options_.max_sparsity;
     ASSIGN_OR_RETURN(algorithm, AdaptiveThreshold::Create(o));
   } else {
-    ASSIGN_OR_RETURN(algorithm, FixedThreshold::Create(options_.threshold));
+    ASSIGN_OR_RETURN(algorithm, FixedThreshold::Create(threshold));
   }
   GradientCompressor::Options o;
   o.clip = options_.clip;
@@ -37,7 +40,7 @@ absl::Status ThresholdPushEncoder::Encode(uint32_t table, uint32_t block,
                                           std::string* out) {
   auto& compressor = compressors_[{table, block}];
   if (compressor == nullptr) {
-    ASSIGN_OR_RETURN(compressor, NewCompressor(grad.size()));
+    ASSIGN_OR_RETURN(compressor, NewCompressor(table, grad.size()));
   }
   stats_.threshold_sum += compressor->threshold();
   ++stats_.threshold_count;

@@ -22,8 +22,10 @@ namespace shardps {
 class ThresholdPushEncoder {
  public:
   struct Options {
-    bool adaptive = true;         // DL4J's adaptive algorithm, else fixed
-    double threshold = 1e-3;      // fixed value, or the adaptive start
+    bool adaptive = true;     // DL4J's adaptive algorithm, else fixed
+    double threshold = 1e-3;  // fixed value, or the adaptive start
+    // Per table, instead of `threshold` where non-empty (one per table).
+    std::vector<double> table_thresholds;
     bool clip = false;            // residual clipping (5, 5)
     int64_t shake_frequency = 0;  // shake-up bitmap every N steps; 0: off
     bool use_residual = true;     // false: drop what is not sent
@@ -64,7 +66,7 @@ class ThresholdPushEncoder {
 
  private:
   absl::StatusOr<std::unique_ptr<GradientCompressor>> NewCompressor(
-      size_t n) const;
+      uint32_t table, size_t n) const;
 
   const Options options_;
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<GradientCompressor>>

@@ -90,10 +90,11 @@ DEFINE_string(compression, "none",
               "dense gradient compression: none, fp16 or bf16 (16-bit "
               "pushes and pulls, float32 master weights on the pservers), "
               "threshold (threshold encoding with residuals)");
-DEFINE_double(updates_threshold, 1e-2,
+DEFINE_double(updates_threshold, 0,
               "--compression=threshold: the threshold on the trainer's "
               "updates (fixed), or the adaptive algorithm's starting value; "
-              "chosen by a sweep, docs/tuning.md");
+              "0: per table by its optimizer, 3e-2 for MOMENTUM and 1e-2 "
+              "for the others (chosen by sweeps, docs/tuning.md)");
 DEFINE_bool(adaptive_threshold, false,
             "--compression=threshold: adapt the threshold to keep the sent "
             "fraction in [--threshold_min_sparsity, "
@@ -291,9 +292,11 @@ absl::Status CompressionFromFlags(TrainerOptions* o) {
     return Bad(absl::StrCat("--compression=", FLAGS_compression,
                             ": must be none, fp16, bf16 or threshold"));
   }
-  if (!(FLAGS_updates_threshold > 0) ||
+  if (!(FLAGS_updates_threshold >= 0) ||
       !std::isfinite(FLAGS_updates_threshold)) {
-    return Bad("--updates_threshold must be positive and finite");
+    return Bad(
+        "--updates_threshold must be positive and finite, or 0 (per table "
+        "by its optimizer)");
   }
   if (FLAGS_shake_frequency < 0) return Bad("--shake_frequency must be >= 0");
   if (!(FLAGS_threshold_min_sparsity > 0) ||

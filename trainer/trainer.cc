@@ -131,7 +131,7 @@ absl::Status Trainer::Setup() {
       params_->set_encodings(BFLOAT16, BFLOAT16);
       break;
     case Compression::kThreshold:
-      params_->set_threshold_compression(o.threshold);
+      params_->set_threshold_compression(threshold_);
       break;
   }
   return absl::OkStatus();
@@ -186,6 +186,13 @@ absl::Status Trainer::DescribeJob() {
   }
   RETURN_IF_ERROR(CheckLars(names, optimizers));
   if (options_.compression == Compression::kThreshold) {
+    threshold_ = options_.threshold;
+    if (threshold_.threshold == 0) {
+      for (const OptimizerConfig& oc : optimizers) {
+        threshold_.table_thresholds.push_back(
+            UpdateSharing::DefaultThreshold(oc));
+      }
+    }
     ASSIGN_OR_RETURN(sharing_,
                      UpdateSharing::Create(
                          names, &optimizers, sizes, options_.momentum_masking,

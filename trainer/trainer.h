@@ -127,6 +127,9 @@ class Trainer {
   std::vector<float*> values_;
   std::vector<const float*> grads_;
   std::unique_ptr<UpdateSharing> sharing_;  // threshold compression only
+  // Threshold compression: options_.threshold, with the thresholds per
+  // table where --updates_threshold is 0 (UpdateSharing::DefaultThreshold).
+  ThresholdPushEncoder::Options threshold_;
   // Per dense table: whether its optimizer is LARS, whose norms the
   // trainers carry between the pservers after each push
   // (ParamClient::ExchangeTableNorms); empty when none is.

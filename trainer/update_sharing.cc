@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<UpdateSharing>> UpdateSharing::Create(
       new UpdateSharing(std::move(tables), momentum_masking));
 }
 
+double UpdateSharing::DefaultThreshold(const OptimizerConfig& optimizer) {
+  return optimizer.type() == OptimizerConfig::MOMENTUM ? 3e-2 : 1e-2;
+}
+
 UpdateSharing::UpdateSharing(std::vector<Table> tables, bool momentum_masking)
     : tables_(std::move(tables)), momentum_masking_(momentum_masking) {
   for (Table& t : tables_) update_ptrs_.push_back(t.update.data());

@@ -33,6 +33,14 @@ class UpdateSharing {
       const std::vector<size_t>& sizes, bool momentum_masking,
       int64_t global_batch_size);
 
+  // The threshold on a table's updates when --updates_threshold is not
+  // given (docs/tuning.md, "Compression defaults"): 3e-2 for MOMENTUM,
+  // whose updates are lr * velocity, up to lr / (1 - momentum) times a
+  // gradient; 1e-2 for the others (Adam's updates are at most about its
+  // learning rate). Chosen by sweeps on the MLP (momentum) and the CNN
+  // (Adam), checked on seeds they were not chosen on.
+  static double DefaultThreshold(const OptimizerConfig& optimizer);
+
   // From this step's gradients, the update to push per table: what the
   // table's optimizer would subtract from the weights at `step` (momentum:
   // u = lr * v with v = mu * v + g; Adam: lr_t * m / (sqrt(v) + eps)).

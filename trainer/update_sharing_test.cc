@@ -54,6 +54,19 @@ TEST(UpdateSharingTest, TakesEveryOptimizerButFtrl) {
 }
 
 // The update is what the pservers' own optimizer would subtract.
+// --updates_threshold's default (0) per table: the values the sweeps of
+// docs/tuning.md chose.
+TEST(UpdateSharingTest, DefaultThresholdFollowsTheOptimizer) {
+  EXPECT_EQ(UpdateSharing::DefaultThreshold(Momentum(0.05f, 0.9f)), 3e-2);
+  for (auto type : {OptimizerConfig::SGD, OptimizerConfig::ADAM,
+                    OptimizerConfig::ADAGRAD}) {
+    OptimizerConfig o;
+    o.set_type(type);
+    EXPECT_EQ(UpdateSharing::DefaultThreshold(o), 1e-2)
+        << OptimizerConfig::Type_Name(type);
+  }
+}
+
 TEST(UpdateSharingTest, AdamAdagradAndSchedulesMatchThePserversOptimizer) {
   OptimizerConfig adam;
   adam.set_type(OptimizerConfig::ADAM);
