@@ -212,15 +212,29 @@ class ParameterStore {
   // until `done`. Then ApplyTrust, with the norms of the whole table (the
   // square roots of the sums over every block of every pserver), applies
   // the step to the table's blocks held here and answers the pulls of the
-  // next version. A repeated ApplyTrust for the step applied is a no-op;
-  // INVALID_ARGUMENT for a table without LARS or norms that are negative
-  // or not finite, FAILED_PRECONDITION for a step not assembled.
+  // next version. One call takes several tables, all or nothing: where one
+  // table's blocks cannot take the ratio, no table's are changed. A
+  // repeated ApplyTrust for the step applied is a no-op; INVALID_ARGUMENT
+  // for a table without LARS, named twice, or norms that are negative or
+  // not finite; FAILED_PRECONDITION for a step not assembled.
   void PullNorms(int trainer_id, int64_t step, absl::Span<const BlockId> blocks,
                  double* out, PullDone done,
                  uint64_t generation = kAnyGeneration);
+  struct TableNorm {
+    uint32_t table_id = 0;
+    double weights = 0;   // the whole table's weights' norm
+    double gradient = 0;  // and its gradient's
+  };
+  absl::Status ApplyTrust(int trainer_id, int64_t step,
+                          absl::Span<const TableNorm> tables,
+                          uint64_t generation = kAnyGeneration);
+  // One table's (tests).
   absl::Status ApplyTrust(int trainer_id, int64_t step, uint32_t table_id,
                           double weights_norm, double gradient_norm,
-                          uint64_t generation = kAnyGeneration);
+                          uint64_t generation = kAnyGeneration) {
+    const TableNorm t{table_id, weights_norm, gradient_norm};
+    return ApplyTrust(trainer_id, step, absl::MakeConstSpan(&t, 1), generation);
+  }
 
   // Times out pulls past max_pull_wait, logs stalled steps, and drops
   // trainers silent past trainer_timeout. Called about once a second by the

@@ -2,8 +2,11 @@
 // block holds its assembled sync step until the trainers have summed every
 // block's squared norms (PullNorms from each pserver) and sent back the
 // table's norms (ApplyTrust).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -35,27 +38,37 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
 }
 
 absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
-                                        uint32_t table_id, double weights_norm,
-                                        double gradient_norm,
+                                        absl::Span<const TableNorm> tables,
                                         uint64_t generation) {
   absl::Status st = CheckReadyAndTrainer(trainer_id);
-  if (st.ok() && table_id >= tables_->num_tables()) {
-    st = absl::NotFoundError(absl::StrCat("no table ", table_id));
-  }
-  if (st.ok() && (!std::isfinite(weights_norm) || weights_norm < 0 ||
-                  !std::isfinite(gradient_norm) || gradient_norm < 0)) {
-    st = absl::InvalidArgumentError(
-        absl::StrCat("LARS norms must be finite and >= 0, got ", weights_norm,
-                     " and ", gradient_norm));
-  }
-  std::vector<BarrierUnit*> units;
-  if (st.ok()) {
-    for (DenseTableBlock* b : tables_->blocks()) {
-      if (b->table_id() == table_id) units.push_back(b);
+  // Each table's blocks held here, in the order of `tables`.
+  std::vector<std::vector<BarrierUnit*>> units(tables.size());
+  for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
+    const TableNorm& t = tables[i];
+    if (t.table_id >= tables_->num_tables()) {
+      st = absl::NotFoundError(absl::StrCat("no table ", t.table_id));
+      break;
     }
-    if (units.empty()) {
+    if (!std::isfinite(t.weights) || t.weights < 0 ||
+        !std::isfinite(t.gradient) || t.gradient < 0) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "LARS norms must be finite and >= 0, got ", t.weights, " and ",
+          t.gradient, " for table ", tables_->spec(t.table_id).name()));
+      break;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (tables[j].table_id == t.table_id) {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("table ", tables_->spec(t.table_id).name(),
+                         " has two norms in one push"));
+      }
+    }
+    for (DenseTableBlock* b : tables_->blocks()) {
+      if (b->table_id() == t.table_id) units[i].push_back(b);
+    }
+    if (st.ok() && units[i].empty()) {
       st = absl::NotFoundError(absl::StrCat("no block of table ",
-                                            tables_->spec(table_id).name(),
+                                            tables_->spec(t.table_id).name(),
                                             " is held here"));
     }
   }
@@ -64,9 +77,17 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
     absl::ReaderMutexLock g(&gate_);
     st = membership_->CheckGeneration("push", generation);
     if (st.ok()) {
-      UnitLocks locks(units);
-      // All or nothing: every block must be able to take the ratio.
-      for (BarrierUnit* u : units) {
+      std::vector<BarrierUnit*> all;
+      for (const auto& u : units) all.insert(all.end(), u.begin(), u.end());
+      // UnitLocks takes them in (table, block) order.
+      std::sort(all.begin(), all.end(),
+                [](const BarrierUnit* a, const BarrierUnit* b) {
+                  return std::make_pair(a->table_id(), a->index()) <
+                         std::make_pair(b->table_id(), b->index());
+                });
+      UnitLocks locks(all);
+      // All or nothing: every block of every table must take its ratio.
+      for (BarrierUnit* u : all) {
         u->mu.AssertHeld();
         st = CheckServes(*u);
         if (st.ok()) {
@@ -74,10 +95,11 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
         }
         if (!st.ok()) break;
       }
-      if (st.ok()) {
-        const float ratio = tables_->optimizer(table_id).TrustRatio(
-            weights_norm, gradient_norm);
-        for (BarrierUnit* u : units) {
+      for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
+        const float ratio =
+            tables_->optimizer(tables[i].table_id)
+                .TrustRatio(tables[i].weights, tables[i].gradient);
+        for (BarrierUnit* u : units[i]) {
           u->mu.AssertHeld();
           static_cast<DenseTableBlock*>(u)->ApplyTrust(step, ratio, &ready);
         }

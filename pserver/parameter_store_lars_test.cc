@@ -230,6 +230,43 @@ TEST_F(LarsStoreTest, PushAfterAssemblyChangesNothing) {
   }
 }
 
+// A push of several tables' norms is all or nothing: where one table's
+// step is not assembled, or one table is named twice, the other table's
+// blocks keep their step too.
+TEST(LarsStoreMultiTableTest, NormsOfSeveralTablesAreAllOrNothing) {
+  StoreOptions options;
+  options.max_pull_wait = absl::Seconds(10);
+  ParameterStore store(options);
+  const JobSpec job =
+      testing::MakeJobSpec(SYNC, 1,
+                           {testing::DenseTableSpec("w", 4, 4, Lars()),
+                            testing::DenseTableSpec("v", 4, 4, Lars())});
+  ASSERT_TRUE(store.InitJob(job, {{0, 0}, {1, 0}}).ok());
+  const std::vector<float> init = {1, 2, 3, 4}, g = {0.1f, 0.2f, 0.3f, 0.4f};
+  ASSERT_TRUE(store.SetInitialValues({{0, 0, init}, {1, 0, init}}).ok());
+  ASSERT_TRUE(store.CommitInit().ok());
+  // Step 0 assembled for w only.
+  ASSERT_TRUE(store.Push(0, 0, {{0, 0, g}}).ok());
+  const ParameterStore::TableNorm both[] = {{0, 5.0, 1.0}, {1, 5.0, 1.0}};
+  EXPECT_EQ(store.ApplyTrust(0, 0, both).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.TEST_BlockVersion(0, 0), 0);
+  ASSERT_TRUE(store.Push(0, 0, {{1, 0, g}}).ok());
+  const ParameterStore::TableNorm twice[] = {{0, 5.0, 1.0}, {0, 5.0, 1.0}};
+  EXPECT_EQ(store.ApplyTrust(0, 0, twice).code(),
+            absl::StatusCode::kInvalidArgument);
+  const ParameterStore::TableNorm bad[] = {{0, 5.0, 1.0}, {1, NAN, 1.0}};
+  EXPECT_EQ(store.ApplyTrust(0, 0, bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.TEST_BlockVersion(0, 0), 0);
+  EXPECT_EQ(store.TEST_BlockVersion(1, 0), 0);
+  // Both assembled, in either order: both apply.
+  const ParameterStore::TableNorm reversed[] = {{1, 5.0, 1.0}, {0, 5.0, 1.0}};
+  ASSERT_TRUE(store.ApplyTrust(0, 0, reversed).ok());
+  EXPECT_EQ(store.TEST_BlockVersion(0, 0), 1);
+  EXPECT_EQ(store.TEST_BlockVersion(1, 0), 1);
+}
+
 TEST_F(LarsStoreTest, Refusals) {
   // Norms of a step not assembled cannot be applied.
   EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 0, 1.0, 1.0).code(),

@@ -65,20 +65,14 @@ void RequestHandler::PullNorms(const PullRequest& req, PullResponse* resp,
 }
 
 absl::Status RequestHandler::PushTableNorms(const PushRequest& req) {
-  absl::flat_hash_set<uint32_t> seen;
+  // The store refuses a table named twice, before anything is applied.
+  std::vector<ParameterStore::TableNorm> tables;
+  tables.reserve(req.table_norms_size());
   for (const TableNorms& t : req.table_norms()) {
-    if (!seen.insert(t.table_id()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table id ", t.table_id(), " has two norms in one push"));
-    }
+    tables.push_back({t.table_id(), t.weights(), t.gradient()});
   }
-  for (const TableNorms& t : req.table_norms()) {
-    absl::Status s =
-        store_->ApplyTrust(req.trainer_id(), req.step(), t.table_id(),
-                           t.weights(), t.gradient(), req.generation());
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return store_->ApplyTrust(req.trainer_id(), req.step(), tables,
+                            req.generation());
 }
 
 }  // namespace shardps
