@@ -344,7 +344,8 @@ class Runner(object):
             if rc == 0 and finals:
                 t["final"] = finals[-1]
                 t["steps"] = finals[-1]["step"]
-                self.end(t, "done", None)
+                # Done, but flagged where it did not learn.
+                self.end(t, "done", sweep_space.training_note(h["steps"]))
             else:
                 self.end(t, "failed", "%s%s" % (
                     describe_status(rc), format_tail(log, 3)))

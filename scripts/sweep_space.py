@@ -241,6 +241,31 @@ def rank(trials, metric):
     return sorted(trials, key=key)
 
 
+def training_note(reports):
+    """Whether a trial that ran to its end learned: a line when its training
+    loss (`reports`: [(samples, train_loss)], one per step line) ended not
+    finite, no lower than in its first window, or over 3 times its best
+    (a run that diverged after learning), else None. A diverged run often
+    settles at the loss of a constant guess (ln 10 for 10 classes) rather
+    than at NaN, so the pservers' finite-gradient check does not fire and
+    the trial ends like any other."""
+    values = [v for _, v in reports if v is not None]
+    if not values:
+        return None
+    last = values[-1]
+    if not math.isfinite(last):
+        return "diverged: train loss %s at the end" % last
+    finite = [v for v in values if math.isfinite(v)]
+    first, best = finite[0], min(finite)
+    if len(finite) > 1 and last >= first:
+        return ("no progress: train loss %.4g at the end, %.4g in its first "
+                "window" % (last, first))
+    if last > 3 * best:
+        return ("diverged: train loss %.4g at the end, %.4g at its best" %
+                (last, best))
+    return None
+
+
 def leaderboard(trials, metric, limit=10):
     """Lines of text: the best trials first."""
     lines = ["%-4s %-5s %-9s %10s %8s  %s" %
@@ -250,7 +275,10 @@ def leaderboard(trials, metric, limit=10):
         shown = ("%.4f" % value if isinstance(value, (int, float))
                  else "-")
         steps = "%d/%s" % (t.get("steps", 0), t.get("total_steps") or "?")
-        lines.append("%-4d %-5d %-9s %10s %8s  %s" %
+        note = ""
+        if t["status"] == "done" and t.get("why"):
+            note = "  [%s]" % t["why"].split(":")[0]
+        lines.append("%-4d %-5d %-9s %10s %8s  %s%s" %
                      (i + 1, t["id"], t["status"], shown, steps,
-                      describe(t["params"])))
+                      describe(t["params"]), note))
     return lines

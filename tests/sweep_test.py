@@ -133,6 +133,28 @@ class SpaceTest(unittest.TestCase):
         spiky = [(100, 1e9), (200, 1.1)]
         self.assertIsNotNone(stop(bad, [spiky, fair], 0.5, 0.1, 2))
 
+    def test_training_note_flags_runs_that_did_not_learn(self):
+        note = sweep_space.training_note
+        self.assertIsNone(note([(10, 2.3), (20, 1.0), (30, 0.6)]))
+        self.assertIsNone(note([]))
+        self.assertIsNone(note([(10, 2.3)]))  # one window says nothing
+        # Noise around a low loss is not divergence.
+        self.assertIsNone(note([(10, 2.3), (20, 0.3), (30, 0.5)]))
+        self.assertRegex(note([(10, 2.1), (20, 2.3), (30, 2.3026)]),
+                         r"^no progress: train loss 2\.303 at the end, 2\.1 ")
+        self.assertRegex(note([(10, 2.3), (20, 0.4), (30, 1.5)]),
+                         r"^diverged: train loss 1\.5 at the end, 0\.4 at ")
+        self.assertRegex(note([(10, 2.3), (20, float("nan"))]),
+                         r"^diverged: train loss nan at the end")
+        # Not caught: a first window that blew up, then a loss stuck at a
+        # constant guess's (the rule knows no chance level).
+        self.assertIsNone(note([(10, 1e9), (20, 2.3), (30, 2.31)]))
+        board = sweep_space.leaderboard([
+            {"id": 0, "params": {"lr": "9"}, "status": "done", "steps": 3,
+             "why": note([(10, 2.1), (20, 2.3)]),
+             "final": {"test_accuracy": 0.1}}], "test_accuracy")
+        self.assertTrue(board[1].endswith("lr=9  [no progress]"), board[1])
+
     def test_rank_and_leaderboard(self):
         trials = [
             {"id": 0, "params": {"lr": "1"}, "status": "done", "steps": 5,
