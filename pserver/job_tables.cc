@@ -71,6 +71,11 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
           absl::StrCat("InitJob: sparse table ", spec.name(),
                        " has a negative admit_after or evict_after_steps"));
     }
+    if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " has unknown gradient_mean ", so.gradient_mean()));
+    }
   } else if (spec.kind() != TableSpec::DENSE) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InitJob: table ", spec.name(), " has unknown kind ", spec.kind()));

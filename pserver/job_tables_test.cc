@@ -51,6 +51,11 @@ TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
   EXPECT_EQ(CreateError(job, {}).message(),
             "InitJob: sparse table e needs a row dim in [1, 65536], got 0");
   job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_gradient_mean(
+      static_cast<SparseTableOptions::GradientMean>(7));
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e has unknown gradient_mean 7");
+  job = Job();
   job.mutable_tables(0)->set_block_size(0);
   EXPECT_NE(CreateError(job, {}).message().find("block_size must be in"),
             std::string::npos);

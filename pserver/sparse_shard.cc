@@ -39,10 +39,10 @@ void SparseShard::ApplyStep(const PushPayload* last,
   const int64_t version = barrier.version();
   if (update_sink_) {
     AppliedUpdate u = UpdateRecord(version, /*sync=*/true);
-    rows_.ApplyAccumulated(version, &u);
+    rows_.ApplyAccumulated(version, barrier.num_done(), &u);
     update_sink_(std::move(u));
   } else {
-    rows_.ApplyAccumulated(version);
+    rows_.ApplyAccumulated(version, barrier.num_done());
   }
   barrier.Advance(ready);
   Evict(barrier.version());

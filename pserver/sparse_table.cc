@@ -282,7 +282,12 @@ void SparseTable::Accumulate(absl::Span<const uint64_t> keys,
   }
 }
 
-int64_t SparseTable::ApplyAccumulated(int64_t step, AppliedUpdate* applied) {
+int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
+                                      AppliedUpdate* applied) {
+  const bool per_step =
+      options_.gradient_mean() == SparseTableOptions::STEP_TRAINERS &&
+      step_trainers > 0;
+  const float step_scale = per_step ? 1.0f / step_trainers : 0.0f;
   std::vector<absl::Span<float>> slots(optimizer_->num_slots());
   uint32_t rows[kLookupBatch];
   int64_t n = 0;
@@ -295,7 +300,8 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, AppliedUpdate* applied) {
                sizeof(float) * row_floats_, rows);
       for (size_t j = 0; j < m; ++j) {
         const float* sum = s.accum_sums.data() + (b + j) * dim_;
-        const float scale = 1.0f / s.accum_counts[b + j];
+        const float scale =
+            per_step ? step_scale : 1.0f / s.accum_counts[b + j];
         if (rows[j] != kNoRow) {
           UpdateRow(s, rows[j], step, sum, scale, &slots);
         } else {
@@ -310,7 +316,8 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, AppliedUpdate* applied) {
       applied->grad.insert(applied->grad.end(), s.accum_sums.begin(),
                            s.accum_sums.begin() + keys * dim_);
       for (size_t j = 0; j < keys; ++j) {
-        applied->scales.push_back(1.0f / s.accum_counts[j]);
+        applied->scales.push_back(per_step ? step_scale
+                                           : 1.0f / s.accum_counts[j]);
       }
     }
     ClearAccumulators(s);

@@ -80,11 +80,16 @@ class SparseTable {
   // REQUIRES: grads.size() == keys.size() * dim.
   void Accumulate(absl::Span<const uint64_t> keys,
                   absl::Span<const float> grads);
-  // SYNC: applies, per key, the mean over the trainers that pushed it, and
-  // clears the accumulators. Returns the keys updated. With `applied`, also
-  // appends each key, its summed gradient and its scale there, so that
-  // Apply(step, keys, grad, scales) elsewhere does the same.
-  int64_t ApplyAccumulated(int64_t step, AppliedUpdate* applied = nullptr);
+  // SYNC: applies, per key, the mean of the step's gradients (over the
+  // trainers that pushed the key, or with gradient_mean STEP_TRAINERS over
+  // `step_trainers`), and clears the accumulators. Returns the keys updated.
+  // With `applied`, also appends each key, its summed gradient and its scale
+  // there, so that Apply(step, keys, grad, scales) elsewhere does the same.
+  // `step_trainers`: the trainers whose pushes made up the step, the divisor
+  // of every key's sum with gradient_mean STEP_TRAINERS (else each key's
+  // sum is divided by the pushes it had).
+  int64_t ApplyAccumulated(int64_t step, int step_trainers,
+                           AppliedUpdate* applied = nullptr);
 
   // Removes the rows not updated for evict_after_steps steps before
   // `current_step`, and forgets pending sightings as old. Returns the rows

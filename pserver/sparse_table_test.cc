@@ -176,10 +176,35 @@ TEST(SparseTableTest, SyncMeanIsPerKeyOverTheTrainersThatPushedIt) {
   t.Accumulate(k01, g0);
   t.Accumulate(k1, g1);
   EXPECT_EQ(Row(t, 1)[0], 0.0f);  // nothing applied before the step ends
-  EXPECT_EQ(t.ApplyAccumulated(0), 2);
-  EXPECT_FLOAT_EQ(Row(t, 1)[0], -3.0f);  // mean of 2 and 4
-  EXPECT_FLOAT_EQ(Row(t, 2)[0], -6.0f);  // only trainer 0 pushed it
-  EXPECT_EQ(t.ApplyAccumulated(1), 0);   // cleared
+  EXPECT_EQ(t.ApplyAccumulated(0, 2), 2);
+  EXPECT_FLOAT_EQ(Row(t, 1)[0], -3.0f);    // mean of 2 and 4
+  EXPECT_FLOAT_EQ(Row(t, 2)[0], -6.0f);    // only trainer 0 pushed it
+  EXPECT_EQ(t.ApplyAccumulated(1, 2), 0);  // cleared
+}
+
+// gradient_mean STEP_TRAINERS: every key's sum is divided by the trainers
+// of the step (here 2), as one trainer with both batches would; what
+// `applied` records (for backups) says the same.
+TEST(SparseTableTest, SyncMeanOverTheStepsTrainers) {
+  auto opt = MakeOptimizer(OptimizerConfig::SGD, 1.0f);
+  SparseTableOptions o = Options(1, 0.0f);
+  o.set_gradient_mean(SparseTableOptions::STEP_TRAINERS);
+  SparseTable t(o, opt.get());
+  const uint64_t k01[] = {1, 2}, k1[] = {1};
+  const float g0[] = {2.0f, 6.0f}, g1[] = {4.0f};
+  t.Accumulate(k01, g0);
+  t.Accumulate(k1, g1);
+  AppliedUpdate applied;
+  EXPECT_EQ(t.ApplyAccumulated(0, 2, &applied), 2);
+  EXPECT_FLOAT_EQ(Row(t, 1)[0], -3.0f);  // (2 + 4) / 2
+  EXPECT_FLOAT_EQ(Row(t, 2)[0], -3.0f);  // 6 / 2: trainer 1 had none
+  ASSERT_EQ(applied.scales.size(), 2u);
+  EXPECT_EQ(applied.scales[0], 0.5f);
+  EXPECT_EQ(applied.scales[1], 0.5f);
+  // Three trainers, one of them with no key at all.
+  t.Accumulate(k1, g1);
+  EXPECT_EQ(t.ApplyAccumulated(1, 3), 1);
+  EXPECT_FLOAT_EQ(Row(t, 1)[0], -3.0f - 4.0f / 3.0f);
 }
 
 TEST(SparseTableTest, ConcurrentUpdatesAreAllApplied) {
@@ -242,7 +267,8 @@ TEST(SparseTableTest, BatchesEqualOneKeyAtATime) {
       single.Accumulate(absl::MakeConstSpan(&keys[i], 1),
                         absl::MakeConstSpan(&grads[i * 3], 3));
     }
-    EXPECT_EQ(batched.ApplyAccumulated(step), single.ApplyAccumulated(step));
+    EXPECT_EQ(batched.ApplyAccumulated(step, 2),
+              single.ApplyAccumulated(step, 2));
   }
   std::vector<uint64_t> all(5000);  // 1000 never pushed: initial values
   for (size_t i = 0; i < all.size(); ++i) all[i] = i * 7919 + 1;
