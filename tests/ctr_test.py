@@ -50,32 +50,45 @@ class CtrTest(testlib.ProcessTestCase):
         self.assertEqual(evals[0]["test_auc"], evals[1]["test_auc"])
         return evals[0]
 
+    def baseline(self, train, test, batch_size):
+        """tools/lr_baseline with configs/ctr_lr.pbtxt's optimizer."""
+        r = subprocess.run([tool("lr_baseline"), "--train=" + train,
+                            "--test=" + test, "--batch_size=%d" % batch_size,
+                            "--learning_rate=1",
+                            "--initial_accumulator=0.001"],
+                           stdout=subprocess.PIPE, universal_newlines=True,
+                           check=True, timeout=120)
+        return json.loads(r.stdout)
+
     def test_ctr_lr_matches_truth_and_single_process_lr(self):
         train, test, truth = self.generate()
         self.assertGreaterEqual(truth["train_distinct_ids"], 1000000)
         self.assertEqual(truth["num_train"], 300000)
         sync = self.train(train, test, "sync")
-        # A key pushed by one trainer gets that trainer's gradient (the
-        # mean over the trainers that pushed it), so the single-process
-        # reference uses the per-trainer batch.
-        r = subprocess.run([tool("lr_baseline"), "--train=" + train,
-                            "--test=" + test, "--batch_size=256",
-                            # configs/ctr_lr.pbtxt's optimizer
-                            "--learning_rate=1",
-                            "--initial_accumulator=0.01"],
-                           stdout=subprocess.PIPE, universal_newlines=True,
-                           check=True, timeout=120)
-        baseline = json.loads(r.stdout)
+        # gradient_mean STEP_TRAINERS (the config's): 2 trainers of 256
+        # train as one process with batch 512, to float rounding (measured:
+        # equal to 1e-7).
+        one = self.baseline(train, test, 512)
+        # KEY_PUSHERS (DESIGN.md's mean): a key pushed by one trainer gets
+        # that trainer's gradient, so the nearest single-process run is the
+        # per-trainer batch.
+        per_key = self.train(
+            train, test, "sync",
+            ["--config_set=sparse_input.gradient_mean=KEY_PUSHERS"])
+        per_trainer = self.baseline(train, test, 256)
         async_ = self.train(train, test, "async")
         sys.stderr.write(
-            "[true AUC %.4f, sync %.4f, async %.4f, single-process LR %.4f, "
-            "%d distinct ids] " % (truth["true_test_auc"], sync["test_auc"],
-                                   async_["test_auc"], baseline["test_auc"],
-                                   truth["train_distinct_ids"]))
+            "[true AUC %.4f; sync %.6f, single-process LR at 512 %.6f; "
+            "per-key mean %.4f, at 256 %.4f; async %.4f; %d distinct ids] " %
+            (truth["true_test_auc"], sync["test_auc"], one["test_auc"],
+             per_key["test_auc"], per_trainer["test_auc"], async_["test_auc"],
+             truth["train_distinct_ids"]))
+        self.assertAlmostEqual(sync["test_auc"], one["test_auc"], delta=1e-5)
         self.assertGreaterEqual(sync["test_auc"],
                                 truth["true_test_auc"] - 0.06)
-        self.assertLessEqual(abs(sync["test_auc"] - baseline["test_auc"]),
-                             0.01)
+        self.assertNotEqual(per_key["test_auc"], sync["test_auc"])
+        self.assertLessEqual(
+            abs(per_key["test_auc"] - per_trainer["test_auc"]), 0.01)
         self.assertGreaterEqual(async_["test_auc"],
                                 truth["true_test_auc"] - 0.06)
 
