@@ -326,6 +326,15 @@ void Trainer::SwapGradients() {
   }
 }
 
+void Trainer::CancelIfFatal(const absl::Status& why) {
+  if (sync() && absl::IsAborted(why)) return;  // Run recovers from it
+  LOG(WARNING) << "trainer " << options_.trainer_id << ": step " << step_
+               << " failed, stopping: " << why
+               << "; cancelling the calls still in flight";
+  for (PsClientInterface* s : servers_) s->CancelCalls();
+  for (PsClientInterface* s : options_.failover_servers) s->CancelCalls();
+}
+
 absl::Status Trainer::DrainTransfers() {
   if (next_pull_ != nullptr) {
     next_pull_->Wait().IgnoreError();  // its step is pulled again

@@ -94,6 +94,11 @@ class Trainer {
   // Waits for the transfers still in flight: the prefetched pull is
   // dropped, the push in flight counted; returns the push's status.
   absl::Status DrainTransfers();
+  // After a step failed with `why`: unless the run recovers from it (a sync
+  // ABORTED), logs it and cancels the pserver calls in flight, so that the
+  // transfers DrainTransfers waits for end now rather than after their
+  // retries (up to --rpc_retry_s).
+  void CancelIfFatal(const absl::Status& why);
   // Whether this job's steps go layer by layer (options_.layer_pipeline).
   bool LayerPipeline() const;
   // Layer pipeline: forward and backward of the loaded batch, waiting for

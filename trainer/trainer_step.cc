@@ -76,6 +76,7 @@ absl::StatusOr<BatchStats> Trainer::TrainLayered(
     next_pull_step_ = step_ + 1;
   }
   if (!bs.ok()) {
+    CancelIfFatal(bs.status());
     TransferStats unused;
     WaitAll(*pushes, &unused).IgnoreError();
     DrainTransfers().IgnoreError();
@@ -205,12 +206,14 @@ absl::Status Trainer::Step(int pass, int64_t index) {
   absl::Status pushed = layered ? WaitAll(layer_pushes, &push)
                                 : PushDense(tag, prefetch && overlap, &push);
   if (!pushed.ok()) {
+    CancelIfFatal(pushed);
     DrainTransfers().IgnoreError();
     return pushed;
   }
   if (!lars_tables_.empty()) {
     pushed = params_->ExchangeTableNorms(tag, lars_tables_);
     if (!pushed.ok()) {
+      CancelIfFatal(pushed);
       DrainTransfers().IgnoreError();
       return pushed;
     }

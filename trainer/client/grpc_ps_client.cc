@@ -20,7 +20,8 @@ struct GrpcPsClient::Call {
   std::shared_ptr<const grpc::ByteBuffer> raw_req;
   google::protobuf::Message* resp;
   StatusCallback done;
-  std::unique_ptr<grpc::ClientContext> ctx;
+  std::shared_ptr<grpc::ClientContext> ctx;
+  int64_t epoch = 0;  // GrpcPsClient::cancel_epoch_ when it started
   absl::Time start;
   absl::Time last_log = absl::InfinitePast();
   absl::Duration backoff;
@@ -90,30 +91,85 @@ void GrpcPsClient::Start(PsRpc rpc, const google::protobuf::Message* req,
   call->done = std::move(done);
   call->start = absl::Now();
   call->backoff = options_.initial_backoff;
+  {
+    absl::MutexLock l(&mu_);
+    call->epoch = cancel_epoch_;
+  }
   Attempt(std::move(call));
 }
 
+void GrpcPsClient::CancelCalls() {
+  std::vector<std::shared_ptr<grpc::ClientContext>> in_flight;
+  {
+    absl::MutexLock l(&mu_);
+    ++cancel_epoch_;
+    for (const auto& [call, ctx] : active_) in_flight.push_back(ctx);
+  }
+  // Outside the lock: gRPC may run a call's callback inside TryCancel, and
+  // the callback takes mu_. Calls waiting for a retry see the epoch when
+  // their timer fires.
+  for (const auto& ctx : in_flight) ctx->TryCancel();
+}
+
+void GrpcPsClient::Finish(Call* call, absl::Status s) {
+  // This closure, and the Call it holds, may be destroyed on a gRPC thread
+  // after `done` has let the owner destroy this client. Drop the context
+  // (and its reference to the channel) now, while the client still holds
+  // the channel: a channel released last on a gRPC callback thread can
+  // abort gRPC 1.51 when it shuts its callback completion queue down.
+  call->ctx.reset();
+  StatusCallback done = std::move(call->done);
+  done(std::move(s));
+}
+
 void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
-  call->ctx = std::make_unique<grpc::ClientContext>();
-  call->ctx->set_deadline(
-      std::chrono::system_clock::now() +
-      absl::ToChronoMilliseconds(options_.attempt_deadline));
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(options_.attempt_deadline));
   // No wait_for_ready: while a pserver is down a call fails at once with
   // UNAVAILABLE, and the retry loop below logs whom it waits for.
-  call->ctx->set_wait_for_ready(false);
+  ctx->set_wait_for_ready(false);
   if (!authorization_.empty()) {
-    call->ctx->AddMetadata(kAuthorizationMetadataKey, authorization_);
+    ctx->AddMetadata(kAuthorizationMetadataKey, authorization_);
   }
   if (!options_.job_id.empty()) {
-    call->ctx->AddMetadata(kJobMetadataKey, options_.job_id);
+    ctx->AddMetadata(kJobMetadataKey, options_.job_id);
+  }
+  bool cancelled;
+  {
+    // Registered before the call starts: a TryCancel before the start
+    // cancels it as it starts.
+    absl::MutexLock l(&mu_);
+    cancelled = call->epoch != cancel_epoch_;
+    if (!cancelled) {
+      call->ctx = ctx;
+      active_[call.get()] = std::move(ctx);
+    }
+  }
+  if (cancelled) {
+    Finish(call.get(),
+           absl::CancelledError(absl::StrCat(
+               PsRpcMethod(call->rpc).name(), " to pserver ", address_,
+               ": cancelled (the trainer is stopping) after ", call->attempt,
+               " attempt(s)")));
+    return;
   }
   ++call->attempt;
   auto on_done = [this, call](grpc::Status gs) {
     absl::Status s = FromGrpcStatus(gs);
+    bool cancelled;
+    {
+      absl::MutexLock l(&mu_);
+      active_.erase(call.get());
+      cancelled = call->epoch != cancel_epoch_;
+    }
     const bool transient = s.code() == absl::StatusCode::kUnavailable ||
                            s.code() == absl::StatusCode::kDeadlineExceeded;
     const absl::Time now = absl::Now();
-    if (transient && now - call->start < options_.retry_budget) {
+    if (cancelled && !s.ok()) {
+      s = absl::CancelledError(absl::StrCat(
+          "cancelled (the trainer is stopping); last: ", s.message()));
+    } else if (transient && now - call->start < options_.retry_budget) {
       if (now - call->last_log >= absl::Seconds(10)) {
         call->last_log = now;
         LOG(WARNING) << PsRpcMethod(call->rpc).name() << " to pserver "
@@ -135,14 +191,7 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
           s.code(), absl::StrCat(PsRpcMethod(call->rpc).name(), " to pserver ",
                                  address_, ": ", s.message()));
     }
-    // This closure, and the Call it holds, may be destroyed on a gRPC thread
-    // after `done` has let the owner destroy this client. Drop the context
-    // (and its reference to the channel) now, while the client still holds
-    // the channel: a channel released last on a gRPC callback thread can
-    // abort gRPC 1.51 when it shuts its callback completion queue down.
-    call->ctx.reset();
-    StatusCallback done = std::move(call->done);
-    done(std::move(s));
+    Finish(call.get(), std::move(s));
   };
   if (call->raw_req != nullptr) {
     grpc::internal::CallbackUnaryCall<

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/transport_security.h"
 #include "grpcpp/grpcpp.h"
@@ -50,6 +52,7 @@ class GrpcPsClient final : public PsClientInterface {
                std::string auth_token = "");
 
   const std::string& address() const override { return address_; }
+  void CancelCalls() override;
 
   void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
                  google::protobuf::Message* resp, StatusCallback done) override;
@@ -63,6 +66,8 @@ class GrpcPsClient final : public PsClientInterface {
              std::shared_ptr<const grpc::ByteBuffer> raw_req,
              google::protobuf::Message* resp, StatusCallback done);
   void Attempt(std::shared_ptr<Call> call);
+  // Ends `call` with `s` (its `done`), having let go of its context.
+  static void Finish(Call* call, absl::Status s);
 
   const std::string address_;
   const RpcOptions options_;
@@ -76,6 +81,14 @@ class GrpcPsClient final : public PsClientInterface {
   // serialized as the generated stub would.
   std::array<std::string, kNumPsRpcs> paths_;
   std::vector<grpc::internal::RpcMethod> methods_;
+
+  absl::Mutex mu_;
+  // CancelCalls' count: a call started before the last one ends CANCELLED.
+  int64_t cancel_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // The contexts of the attempts in flight, for CancelCalls (shared, so
+  // that TryCancel never meets a context its call has let go).
+  absl::flat_hash_map<Call*, std::shared_ptr<grpc::ClientContext>> active_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardps

@@ -61,6 +61,13 @@ class PsClientInterface {
   // host:port, for messages.
   virtual const std::string& address() const = 0;
 
+  // Ends the calls started before it, in flight or waiting to be retried,
+  // as soon as it can, with CANCELLED; calls started after it go ahead. A
+  // trainer that stops on an error calls it rather than wait for its other
+  // calls' retries. The default does nothing, for clients whose calls end
+  // by themselves without retrying (in-process, tests).
+  virtual void CancelCalls() {}
+
   // Starts `rpc`. `req` and `resp` are its request and response messages
   // (PushRequest and PushResponse for kPush; PsRpcMethod names them): the
   // typed calls below guarantee it.
