@@ -77,6 +77,17 @@ class GrpcPsClientCancelTest : public ::testing::Test {
     return r;
   }
 
+  // `r` has not ended after a second; CancelCalls ends it CANCELLED within
+  // one more.
+  static void ExpectCancelledAtOnce(GrpcPsClient* c, Result* r) {
+    EXPECT_FALSE(r->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
+    const absl::Time t = absl::Now();
+    c->CancelCalls();
+    ASSERT_TRUE(r->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_LT(absl::Now() - t, absl::Seconds(1));
+    EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled) << r->status;
+  }
+
   RetryTimer timer_;
   const GetStatusRequest req_;  // kept by the calls until they end
   GetStatusResponse resp_;
@@ -84,23 +95,15 @@ class GrpcPsClientCancelTest : public ::testing::Test {
 
 TEST_F(GrpcPsClientCancelTest, RetryingCallEndsAtOnce) {
   auto client = Client(UnusedPort());
-  auto r = Start(client.get());
   // UNAVAILABLE, retried for up to 60 s.
-  EXPECT_FALSE(r->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
-  const absl::Time t = absl::Now();
-  client->CancelCalls();
-  ASSERT_TRUE(r->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-  EXPECT_LT(absl::Now() - t, absl::Seconds(1));
-  EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled) << r->status;
+  auto r = Start(client.get());
+  ExpectCancelledAtOnce(client.get(), r.get());
   EXPECT_NE(r->status.message().find("GetStatus to pserver 127.0.0.1:"),
             std::string::npos)
       << r->status;
   // A call started after the cancel goes on retrying.
   auto later = Start(client.get());
-  EXPECT_FALSE(later->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
-  client->CancelCalls();
-  ASSERT_TRUE(later->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-  EXPECT_EQ(later->status.code(), absl::StatusCode::kCancelled);
+  ExpectCancelledAtOnce(client.get(), later.get());
 }
 
 TEST_F(GrpcPsClientCancelTest, HeldCallEndsAtOnce) {
@@ -113,12 +116,7 @@ TEST_F(GrpcPsClientCancelTest, HeldCallEndsAtOnce) {
   ASSERT_NE(server, nullptr);
   auto client = Client(port);
   auto r = Start(client.get());
-  EXPECT_FALSE(r->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
-  const absl::Time t = absl::Now();
-  client->CancelCalls();
-  ASSERT_TRUE(r->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-  EXPECT_LT(absl::Now() - t, absl::Seconds(1));
-  EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled) << r->status;
+  ExpectCancelledAtOnce(client.get(), r.get());
   server->Shutdown();
 }
 
