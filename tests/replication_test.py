@@ -138,8 +138,12 @@ class ReplicationTest(testlib.ProcessTestCase):
 
     def test_async_primary_killed_mid_pass(self):
         """Async: a kill -9 mid-pass is survived; the final accuracy is
-        within run-to-run noise of the run without it (1 pass of async on
-        3 pservers ends between 0.794 and 0.824 without failures: 0.05)."""
+        within run-to-run noise of the run without it. 1 pass of async on
+        3 pservers ends between 0.777 and 0.835, with or without the kill
+        (10 runs on the 2-core machine, 2026-11-24; 0.794 to 0.824 in
+        earlier, fewer runs), so two runs may differ by 0.06: 0.08. A
+        shard whose updates were lost at the failover would end far
+        lower."""
         args = ["--num_passes=1", "--replication=2", "--mode=async"]
         self.run_job("abase", args)
         self.run_job("akill", args, kill_at_step=150, victim=2)
@@ -147,7 +151,7 @@ class ReplicationTest(testlib.ProcessTestCase):
         for k in (0, 1):
             ev = final_eval(self.metrics("akill", k), k)
             self.assertEqual(ev["step"], STEPS_PER_PASS)
-            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.05)
+            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.08)
             self.assertIn("failover from pserver 2",
                           self.trainer_log("akill", k))
         sys.stderr.write("[async accuracy %.4f without, %.4f with the kill] "
