@@ -58,6 +58,15 @@ SETTINGS = {
                target_ctr=0.12, weight_stddev=0.4, signal_ranks=800),
     "H6": dict(num_fields=8, vocab_per_field=5000000, zipf_exponent=1.1,
                target_ctr=0.2, weight_stddev=0.9, signal_ranks=1500),
+    # Round 5's held-out settings, written down before its choice: one
+    # shaped like Avazu (22 fields), one like Criteo (39 fields), one with a
+    # low click rate and a large vocabulary.
+    "H7": dict(num_fields=22, vocab_per_field=500000, zipf_exponent=1.05,
+               target_ctr=0.17, weight_stddev=0.6, signal_ranks=2500),
+    "H8": dict(num_fields=39, vocab_per_field=200000, zipf_exponent=1.2,
+               target_ctr=0.25, weight_stddev=0.5, signal_ranks=1200),
+    "H9": dict(num_fields=14, vocab_per_field=4000000, zipf_exponent=1.3,
+               target_ctr=0.04, weight_stddev=0.8, signal_ranks=4000),
 }
 TUNE = ["T1", "T2", "T3", "T4", "H1", "H2", "H3"]
 HOLD_OUT = ["H4", "H5", "H6"]
