@@ -131,8 +131,9 @@ absl::StatusOr<SparseTrainData> LoadSparseTrainData(const DataConfig& config,
   }
   SparseTrainData out;
   if (files.size() == 1) {
-    ASSIGN_OR_RETURN(int64_t total, CountLibsvmRecords(files[0]));
-    out.records_per_trainer = RecordsPerTrainer(total, num_trainers);
+    RETURN_IF_ERROR(SummarizeLibsvm(files[0], &out.summary));
+    out.records_per_trainer =
+        RecordsPerTrainer(out.summary.records, num_trainers);
     LibsvmReadOptions options;
     options.shard_index = trainer_id;
     options.num_shards = num_trainers;
@@ -143,8 +144,10 @@ absl::StatusOr<SparseTrainData> LoadSparseTrainData(const DataConfig& config,
   out.records_per_trainer.assign(num_trainers, 0);
   for (const auto& f : files) {
     ASSIGN_OR_RETURN(int shard, ParseShardSuffix(f));
-    ASSIGN_OR_RETURN(int64_t n, CountLibsvmRecords(f));
-    out.records_per_trainer[shard % num_trainers] += n;
+    const int64_t before = out.summary.records;
+    RETURN_IF_ERROR(SummarizeLibsvm(f, &out.summary));
+    out.records_per_trainer[shard % num_trainers] +=
+        out.summary.records - before;
   }
   ASSIGN_OR_RETURN(auto mine_files,
                    FilesForTrainer(files, trainer_id, num_trainers));

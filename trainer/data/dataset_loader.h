@@ -8,6 +8,7 @@
 #include "proto/model_config.pb.h"
 #include "trainer/data/data_shard.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/data/libsvm_reader.h"
 #include "trainer/data/sparse_dataset.h"
 
 namespace shardps {
@@ -35,6 +36,9 @@ absl::StatusOr<IdxData> LoadTestData(const DataConfig& config);
 struct SparseTrainData {
   std::unique_ptr<SparseDataset> shard;
   std::vector<int64_t> records_per_trainer;
+  // All the training files, not only this trainer's: the same on every
+  // trainer.
+  LibsvmSummary summary;
 };
 absl::StatusOr<SparseTrainData> LoadSparseTrainData(const DataConfig& config,
                                                     int trainer_id,

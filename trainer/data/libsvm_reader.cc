@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -179,32 +180,68 @@ absl::StatusOr<SparseData> ReadLibsvm(const std::string& path,
   return ReadLibsvmFiles({path}, options);
 }
 
-absl::StatusOr<int64_t> CountLibsvmRecords(const std::string& path) {
+absl::Status SummarizeLibsvm(const std::string& path, LibsvmSummary* summary) {
   absl::StatusOr<GzFile> file = OpenGz(path, kGzBufferBytes);
   if (!file.ok()) return file.status();
-  enum { kLineStart, kRecord, kComment } state = kLineStart;
-  int64_t records = 0;
+  // kLabel: in a record's first token; kToken: in a later one.
+  enum { kLineStart, kLabel, kRecord, kToken, kComment } state = kLineStart;
+  std::string label;
+  bool counted = false;  // the current token is a counted feature
+  bool qid = false;      // the current token is a qid
+  uint64_t id = 0;       // its digits so far
+  auto end_label = [&] {
+    double raw = 0;
+    if (absl::SimpleAtod(label, &raw) && raw > 0) ++summary->positives;
+  };
   std::unique_ptr<char[]> buf(new char[kGzBufferBytes]);
   while (true) {
     const int n = gzread(file->get(), buf.get(), kGzBufferBytes);
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
       const char c = buf[i];
+      if (state == kLabel && (c == '\n' || c == '#' || IsSpace(c))) {
+        end_label();
+        state = kRecord;
+      }
       if (c == '\n') {
         state = kLineStart;
-      } else if (state == kLineStart && !IsSpace(c)) {
-        if (c == '#') {
-          state = kComment;
-        } else {
-          state = kRecord;
-          ++records;
-        }
+      } else if (state == kComment) {
+        continue;
+      } else if (c == '#') {
+        state = kComment;
+      } else if (IsSpace(c)) {
+        if (state == kToken) state = kRecord;
+      } else if (state == kLineStart) {
+        ++summary->records;
+        label.assign(1, c);
+        state = kLabel;
+      } else if (state == kLabel) {
+        if (label.size() < 64) label.push_back(c);
+      } else if (state == kRecord) {
+        state = kToken;
+        counted = false;
+        qid = c == 'q';
+        id = c >= '0' && c <= '9' ? static_cast<uint64_t>(c - '0') : 0;
+      } else if (counted || qid) {
+        continue;
+      } else if (c == ':') {
+        ++summary->features;
+        summary->ids.Add(id);
+        counted = true;
+      } else if (c >= '0' && c <= '9') {
+        id = id * 10 + static_cast<uint64_t>(c - '0');
       }
     }
   }
-  absl::Status s = CheckGzError(file->get(), path, "");
+  if (state == kLabel) end_label();
+  return CheckGzError(file->get(), path, "");
+}
+
+absl::StatusOr<int64_t> CountLibsvmRecords(const std::string& path) {
+  LibsvmSummary summary;
+  absl::Status s = SummarizeLibsvm(path, &summary);
   if (!s.ok()) return s;
-  return records;
+  return summary.records;
 }
 
 absl::StatusOr<SparseData> SelectSparseRecords(const SparseData& data,

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainer/data/distinct_counter.h"
 
 // Readers for libsvm / svmlight text files, gzip-compressed or plain:
 //
@@ -68,10 +70,21 @@ absl::StatusOr<SparseData> ReadLibsvmFiles(
     const std::vector<std::string>& paths,
     const LibsvmReadOptions& options = {});
 
-// The number of records of `path`: its lines that are neither blank nor
-// comment-only. Cheap: scans bytes without parsing or checking the tokens,
-// so it can be less strict than ReadLibsvm. NotFound, PermissionDenied and
-// DataLoss as for ReadLibsvm.
+// What scans of libsvm files tell without storing them.
+struct LibsvmSummary {
+  int64_t records = 0;    // lines that are neither blank nor comment-only
+  int64_t features = 0;   // id:value tokens (qid tokens not counted)
+  int64_t positives = 0;  // records whose label reads as a number > 0
+  DistinctCounter ids;    // the feature ids
+};
+
+// Adds `path` to `*summary`. Cheap: scans bytes without checking the
+// tokens, so it can be less strict than ReadLibsvm (a label that is not a
+// number counts as not positive). NotFound, PermissionDenied and DataLoss
+// as for ReadLibsvm.
+absl::Status SummarizeLibsvm(const std::string& path, LibsvmSummary* summary);
+
+// The records of `path` (SummarizeLibsvm's count).
 absl::StatusOr<int64_t> CountLibsvmRecords(const std::string& path);
 
 // The records r of `data` with r % num_trainers == trainer_id, in order.

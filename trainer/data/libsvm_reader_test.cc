@@ -61,7 +61,32 @@ TEST_F(LibsvmReaderTest, ReadsPlainAndGzip) {
     absl::StatusOr<int64_t> count = CountLibsvmRecords(path);
     ASSERT_TRUE(count.ok()) << count.status();
     EXPECT_EQ(*count, 5);
+    LibsvmSummary summary;
+    ASSERT_TRUE(SummarizeLibsvm(path, &summary).ok());
+    EXPECT_EQ(summary.records, 5);
+    EXPECT_EQ(summary.features, 9);   // qid:4 is not a feature
+    EXPECT_EQ(summary.positives, 3);  // +1, 1 and 1.0
+    // 1 3 7 2 3 18446744073709551615 0 1099511627776 5: 3 is there twice.
+    EXPECT_EQ(summary.ids.Estimate(), 8);
   }
+}
+
+TEST_F(LibsvmReaderTest, SummaryReadsLabelsAtLineAndFileEnds) {
+  // Labels ended by a newline, a comment and the end of the file; a label
+  // that is not a number is not positive (ReadLibsvm refuses it).
+  const std::string path =
+      Write("labels", "1\n0 1:1\n2#c\nyes 3:1 4:1\n-1 5:1\n0.5");
+  LibsvmSummary summary;
+  ASSERT_TRUE(SummarizeLibsvm(path, &summary).ok());
+  EXPECT_EQ(summary.records, 6);
+  EXPECT_EQ(summary.features, 4);
+  EXPECT_EQ(summary.positives, 3);  // 1, 2 and 0.5
+  // A second file adds to the first.
+  ASSERT_TRUE(SummarizeLibsvm(Write("more", "1 1:1 9:1\n"), &summary).ok());
+  EXPECT_EQ(summary.records, 7);
+  EXPECT_EQ(summary.features, 6);
+  EXPECT_EQ(summary.positives, 4);
+  EXPECT_EQ(summary.ids.Estimate(), 5);  // 1, 3, 4, 5 and 9
 }
 
 TEST_F(LibsvmReaderTest, EmptyFileHasNoRecords) {
