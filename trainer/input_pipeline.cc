@@ -4,8 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "glog/logging.h"
 #include "trainer/data/dataset_loader.h"
 #include "trainer/model/sparse_input.h"
+#include "trainer/optimizer_adaptation.h"
 
 namespace shardps {
 namespace {
@@ -136,8 +138,8 @@ class SparseInputPipeline final : public InputPipeline {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InputPipeline>> InputPipeline::Create(
-    const ModelConfig& config, int trainer_id, int num_trainers,
-    int batch_size) {
+    ModelConfig* config_io, int trainer_id, int num_trainers, int batch_size) {
+  const ModelConfig& config = *config_io;
   const DataConfig& data = config.data();
   if (data.format() == DataConfig::LIBSVM) {
     const SparseInputConfig& si = config.sparse_input();
@@ -152,12 +154,19 @@ absl::StatusOr<std::unique_ptr<InputPipeline>> InputPipeline::Create(
     }
     ASSIGN_OR_RETURN(SparseTrainData train,
                      LoadSparseTrainData(data, trainer_id, num_trainers));
+    if (si.adapt_optimizer_to_data()) {
+      ASSIGN_OR_RETURN(DataStatistics stats, StatisticsOf(train.summary));
+      ASSIGN_OR_RETURN(std::string line,
+                       AdaptOptimizersToData(stats, config_io));
+      LOG(INFO) << "trainer " << trainer_id << ": " << line;
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<SparseDataset> test,
                      LoadSparseTestData(data));
     return std::unique_ptr<InputPipeline>(
         new SparseInputPipeline(config, std::move(train), std::move(test)));
   }
-  if (config.sparse_input().dim() > 0) {
+  if (config.sparse_input().dim() > 0 ||
+      config.sparse_input().adapt_optimizer_to_data()) {
     return absl::InvalidArgumentError(
         "config: sparse_input needs LIBSVM data (data { format: LIBSVM })");
   }

@@ -22,10 +22,11 @@ class InputPipeline {
  public:
   virtual ~InputPipeline() = default;
 
-  // Reads this trainer's shard of the training data and the test set.
+  // Reads this trainer's shard of the training data and the test set. With
+  // sparse_input.adapt_optimizer_to_data, moves the optimizers of `*config`
+  // to the training data's statistics (optimizer_adaptation.h) and logs it.
   static absl::StatusOr<std::unique_ptr<InputPipeline>> Create(
-      const ModelConfig& config, int trainer_id, int num_trainers,
-      int batch_size);
+      ModelConfig* config, int trainer_id, int num_trainers, int batch_size);
 
   virtual int model_input_dim() const = 0;
   virtual int num_classes() const = 0;

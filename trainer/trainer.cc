@@ -67,8 +67,9 @@ absl::Status Trainer::Setup() {
                      "], got ", o.config.block_size()));
   }
   const absl::Time load_start = absl::Now();
+  config_ = o.config;
   ASSIGN_OR_RETURN(
-      input_, InputPipeline::Create(o.config, k, o.num_trainers, o.batch_size));
+      input_, InputPipeline::Create(&config_, k, o.num_trainers, o.batch_size));
   if (input_->has_sparse_table() && !o.save_dir.empty()) {
     return absl::InvalidArgumentError(
         "--save_dir saves dense tables only; a model with a sparse input "
@@ -82,7 +83,7 @@ absl::Status Trainer::Setup() {
   }
   LOG(INFO) << "trainer " << k << ": layers on " << backend->name();
   ASSIGN_OR_RETURN(model_,
-                   Model::Create(o.config, input_->model_input_dim(),
+                   Model::Create(config_, input_->model_input_dim(),
                                  input_->num_classes(), std::move(backend)));
   const std::vector<int64_t>& records = input_->records_per_trainer();
   steps_per_pass_ = ShardedDataset::StepsPerPass(records, o.batch_size);
@@ -170,9 +171,8 @@ absl::Status Trainer::DescribeJob() {
   for (ParamTable& t : model_->tables()) {
     names.push_back(t.name);
     shapes.push_back(t.shape);
-    optimizers.push_back(t.layer->has_optimizer()
-                             ? t.layer->optimizer()
-                             : options_.config.optimizer());
+    optimizers.push_back(t.layer->has_optimizer() ? t.layer->optimizer()
+                                                  : config_.optimizer());
     values_.push_back(t.value.data());
     grads_.push_back(t.grad.data());
     sizes.push_back(t.value.size());

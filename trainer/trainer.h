@@ -121,6 +121,9 @@ class Trainer {
       TransferStats* stats);
 
   const TrainerOptions options_;
+  // options_.config, its optimizers adapted to the data where it asks
+  // (InputPipeline::Create).
+  ModelConfig config_;
   const std::vector<PsClientInterface*> servers_;
   TrainerResult result_;
 
