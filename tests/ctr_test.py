@@ -11,6 +11,7 @@ file of Debian's liblinear-tools.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -48,14 +49,28 @@ class CtrTest(testlib.ProcessTestCase):
             self.assertIn("test_auc", ev)
             self.assertIn("test_logloss", ev)
         self.assertEqual(evals[0]["test_auc"], evals[1]["test_auc"])
+        # The optimizer settings each trainer adapted to the data
+        # (sparse_input.adapt_optimizer_to_data): the same on both.
+        adapted = []
+        for t in summary["trainers"]:
+            with open(t["log"]) as f:
+                m = re.search(r"optimizer adapted to the training data .*: "
+                              r"learning rate \S+ -> (\S+), initial "
+                              r"accumulator \S+ -> (\S+)", f.read())
+            adapted.append(m.groups() if m else None)
+        self.assertEqual(adapted[0], adapted[1])
+        self.adapted = adapted[0]
         return evals[0]
 
     def baseline(self, train, test, batch_size):
-        """tools/lr_baseline with configs/ctr_lr.pbtxt's optimizer."""
+        """tools/lr_baseline with the optimizer settings the last train()
+        adapted configs/ctr_lr.pbtxt's to."""
+        self.assertIsNotNone(self.adapted)
+        lr, acc = self.adapted
         r = subprocess.run([tool("lr_baseline"), "--train=" + train,
                             "--test=" + test, "--batch_size=%d" % batch_size,
-                            "--learning_rate=1",
-                            "--initial_accumulator=0.001"],
+                            "--learning_rate=" + lr,
+                            "--initial_accumulator=" + acc],
                            stdout=subprocess.PIPE, universal_newlines=True,
                            check=True, timeout=120)
         return json.loads(r.stdout)
@@ -65,6 +80,11 @@ class CtrTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(truth["train_distinct_ids"], 1000000)
         self.assertEqual(truth["num_train"], 300000)
         sync = self.train(train, test, "sync")
+        # The generator's defaults are the data the config's settings are
+        # for: the adapted ones stay near them.
+        lr, acc = map(float, self.adapted)
+        self.assertAlmostEqual(lr, 0.22, delta=0.01)
+        self.assertAlmostEqual(acc / 2e-5, 1, delta=0.25)
         # gradient_mean STEP_TRAINERS (the config's): 2 trainers of 256
         # train as one process with batch 512, to float rounding (measured:
         # equal to 1e-7).
