@@ -293,6 +293,11 @@ class CliTest(testlib.ProcessTestCase):
         self.assertRefused(run([pserver_bin(), "--keep_checkpoints=0"]),
                            "--keep_checkpoints", prefix="pserver")
 
+    def test_threshold_flags(self):
+        for bad in ("-1", "nan", "inf"):
+            self.assertRefused(trainer("--updates_threshold=" + bad),
+                               "--updates_threshold", prefix="trainer")
+
     def test_empty_pservers(self):
         for value in ("", ",", " , "):
             self.assertRefused(trainer("--pservers=" + value), "--pservers",
