@@ -298,6 +298,31 @@ class CliTest(testlib.ProcessTestCase):
             self.assertRefused(trainer("--updates_threshold=" + bad),
                                "--updates_threshold", prefix="trainer")
 
+    def test_adapt_optimizer_to_data_refusals(self):
+        """sparse_input.adapt_optimizer_to_data: what it cannot adapt stops
+        the trainer at start (status 1) with the reason as its last line."""
+        both = os.path.join(self.tmp, "both.svm")
+        ones = os.path.join(self.tmp, "ones.svm")
+        with open(both, "w") as f:
+            f.write("1 1:1 2:1\n0 3:1\n")
+        with open(ones, "w") as f:
+            f.write("1 1:1\n1 3:1\n")
+        ctr = ["--config=" + os.path.join(testlib.REPO, "configs",
+                                          "ctr_lr.pbtxt"),
+               "--test_data=" + both, "--batch_size=1"]
+        for flags, why in (
+                (ctr + ["--train_data=" + both,
+                        "--config_set=optimizer.type=SGD"],
+                 "the rule is for ADAGRAD; an optimizer of the config is SGD"),
+                (ctr + ["--train_data=" + ones],
+                 "2 of the 2 training records are positive"),
+                (["--config_set=sparse_input.adapt_optimizer_to_data=true"],
+                 "sparse_input needs LIBSVM data")):
+            r = trainer(*flags)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertTrue(r.lines[-1].startswith("trainer: "), r.stderr)
+            self.assertIn(why, r.lines[-1])
+
     def test_empty_pservers(self):
         for value in ("", ",", " , "):
             self.assertRefused(trainer("--pservers=" + value), "--pservers",
