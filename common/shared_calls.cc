@@ -297,12 +297,14 @@ void SharedCaller::Loop() {
         } else if (code != 0) {
           s = absl::Status(static_cast<absl::StatusCode>(code),
                            absl::string_view(in, message));
-        } else if (!pending_[i].reply->ParseFromArray(
+        } else if (pending_[i].reply != nullptr &&
+                   !pending_[i].reply->ParseFromArray(
                        in, static_cast<int>(bytes))) {
           s = absl::DataLossError("shared call: a reply that does not parse");
         }
         Store(Control(area, i, kState), kFree);
         busy_[i] = false;
+        if (pending_[i].done == nullptr) continue;  // cancelled
         ended.emplace_back(std::move(pending_[i].done), std::move(s));
       }
     }
@@ -335,10 +337,28 @@ void SharedCaller::FailAll(const absl::Status& status) {
     for (int i = 0; i < kSlots; ++i) {
       if (!busy_[i]) continue;
       busy_[i] = false;
-      ended.push_back(std::move(pending_[i].done));
+      if (pending_[i].done != nullptr) {
+        ended.push_back(std::move(pending_[i].done));
+      }
     }
   }
   for (auto& done : ended) done(status);
+}
+
+void SharedCaller::CancelPending() {
+  std::vector<std::function<void(absl::Status)>> ended;
+  {
+    absl::MutexLock l(&mu_);
+    for (int i = 0; i < kSlots; ++i) {
+      if (!busy_[i] || pending_[i].done == nullptr) continue;
+      ended.push_back(std::move(pending_[i].done));
+      pending_[i].done = nullptr;
+      pending_[i].reply = nullptr;
+    }
+  }
+  for (auto& done : ended) {
+    done(absl::CancelledError("shared call: cancelled by the trainer"));
+  }
 }
 
 }  // namespace shardps

@@ -132,8 +132,14 @@ class SharedCaller {
                std::function<void(absl::Status)> done);
   // False once the pserver went away or stopped answering.
   bool usable() const { return !failed_.load(); }
+  // Ends the calls posted so far CANCELLED at once, without waiting for the
+  // pserver: their replies are not written and their `done` does not run
+  // again. Each slot stays taken until the pserver answers it (a held pull
+  // within --max_pull_wait_s); calls posted later go ahead.
+  void CancelPending();
 
  private:
+  // A slot's call; `reply` and `done` are null once it was cancelled.
   struct Pending {
     google::protobuf::MessageLite* reply = nullptr;
     std::function<void(absl::Status)> done;

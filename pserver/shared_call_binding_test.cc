@@ -126,6 +126,27 @@ TEST_F(SharedCallBindingTest, PushesAndPullsGoThroughTheRegion) {
   EXPECT_EQ(client_->over_grpc.load(), 0);
 }
 
+// Trainer::CancelIfFatal's path for shared calls: a pull the pserver holds
+// (its version needs a push that never comes) ends CANCELLED at once, not
+// at --max_pull_wait_s, and calls made afterwards go ahead.
+TEST_F(SharedCallBindingTest, CancelSharedCallsEndsAHeldPullAtOnce) {
+  ASSERT_EQ(params_->UseSharedMemory(), 1);
+  std::vector<float> out(6);
+  std::unique_ptr<DenseTransfer> pull = params_->StartPull(1, 1, {out.data()});
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(pull->Done());
+  const absl::Time start = absl::Now();
+  params_->CancelSharedCalls();
+  absl::Status s = pull->Wait();
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  // The push applies step 0, which also answers the held pull into its
+  // slot, where nothing reads it.
+  EXPECT_EQ(Step(0, std::vector<float>(6, 1.0f)),
+            (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(client_->over_grpc.load(), 0);
+}
+
 TEST_F(SharedCallBindingTest, WithoutCallsOnlyTheValuesGoThroughTheRegion) {
   ASSERT_EQ(params_->UseSharedMemory(/*calls=*/false), 1);
   EXPECT_EQ(Step(0, std::vector<float>(6, 1.0f)),

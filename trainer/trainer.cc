@@ -333,6 +333,7 @@ void Trainer::CancelIfFatal(const absl::Status& why) {
                << "; cancelling the calls still in flight";
   for (PsClientInterface* s : servers_) s->CancelCalls();
   for (PsClientInterface* s : options_.failover_servers) s->CancelCalls();
+  if (params_ != nullptr) params_->CancelSharedCalls();
 }
 
 absl::Status Trainer::DrainTransfers() {

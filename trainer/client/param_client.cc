@@ -154,6 +154,14 @@ StatusCallback DenseTransfer::OneDone() {
   };
 }
 
+void ParamClient::CancelSharedCalls() {
+  for (const std::unique_ptr<SharedLane>& lane : lanes_) {
+    if (lane != nullptr && lane->caller != nullptr) {
+      lane->caller->CancelPending();
+    }
+  }
+}
+
 ParamClient::SharedLane* ParamClient::PushLane(size_t s) const {
   if (s >= lanes_.size() || lanes_[s] == nullptr || lanes_[s]->lost.load() ||
       lanes_[s]->push_at.empty() || threshold_ != nullptr ||

@@ -155,6 +155,11 @@ class ParamClient {
   int UseSharedMemory(bool calls = true);
   // How many pservers use shared memory now.
   int shared_servers() const;
+  // Ends the calls in flight through shared regions CANCELLED at once
+  // (SharedCaller::CancelPending), as PsClientInterface::CancelCalls does
+  // for gRPC calls; later calls go ahead. Call from the thread that made
+  // the regions.
+  void CancelSharedCalls();
 
  private:
   // A region shared with one pserver: where each block of each of its
