@@ -43,6 +43,7 @@ void DenseTableBlock::Apply(int64_t step, float scale,
     AppliedUpdate u = UpdateRecord(step, sync);
     u.scales = {scale};
     u.grad.assign(grad.begin(), grad.end());
+    u.trust_ratio = trust_ratio;
     update_sink_(std::move(u));
   }
   std::vector<absl::Span<float>> spans;
@@ -102,7 +103,22 @@ absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
                      " values and ", update.scales.size(), " scales, for ",
                      size_, " values and 1 scale"));
   }
-  Apply(update.step, update.scales[0], update.grad, update.sync);
+  if (optimizer_->needs_table_norms()) {
+    if (!update.sync) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": an async replicated update of a LARS block"));
+    }
+    // The norms the primary gave out for this step, so that a trainer that
+    // asks for them after a failover gets the same bits.
+    norms_ = Optimizer::Partials(update.scales[0], update.grad, value);
+    norms_step_ = update.step;
+  } else if (update.trust_ratio != 1.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": a replicated update with trust ratio ",
+                     update.trust_ratio, " for a block without LARS"));
+  }
+  Apply(update.step, update.scales[0], update.grad, update.sync,
+        update.trust_ratio);
   if (update.sync) {
     barrier.Advance(ready);
   } else {
@@ -126,7 +142,9 @@ absl::StatusOr<bool> DenseTableBlock::CanApplyTrust(int64_t step) const {
         absl::StrCat(name(), " is not a LARS block: no trust ratio to apply"));
   }
   if (step == barrier.version() && barrier.assembled()) return true;
-  if (step == barrier.version() - 1 && norms_step_ == step) return true;
+  // Applied already: here, or by the primary this backup took over from
+  // (a trainer's norms sent again after a failover); nothing to do.
+  if (step < barrier.version()) return true;
   return absl::FailedPreconditionError(absl::StrCat(
       name(), ": the trust ratio of step ", step, " came at version ",
       barrier.version(),

@@ -59,8 +59,9 @@ class DenseTableBlock final : public BarrierUnit {
   // for ApplyTrust.
   absl::StatusOr<bool> NormsReady(int64_t step) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Whether ApplyTrust(step) may apply (the step is assembled) or has (it
-  // is the last step applied); FAILED_PRECONDITION otherwise.
+  // Whether ApplyTrust(step) may apply (the step is assembled) or has (an
+  // earlier step); FAILED_PRECONDITION, saying "not assembled yet", when
+  // the step's pushes are still coming.
   absl::StatusOr<bool> CanApplyTrust(int64_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Applies the assembled step with the table's trust ratio and advances
@@ -71,7 +72,8 @@ class DenseTableBlock final : public BarrierUnit {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // A backup's block (BarrierUnit::ApplyReplicated): one gradient of the
-  // block's size, one scale.
+  // block's size, one scale; LARS: the primary's trust ratio, and the
+  // step's norms kept as the primary's (NormsReady answers them).
   absl::Status ApplyReplicated(const AppliedUpdate& update,
                                std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

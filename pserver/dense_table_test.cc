@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -128,6 +129,92 @@ TEST(DenseTableBlockTest, ABackupApplyingTheUpdatesHoldsTheSameBits) {
         << "slot " << s;
   }
   EXPECT_NE(primary.value, init) << "nothing was applied: the test is void";
+}
+
+// LARS with replication: the primary's steps wait for their trust ratio;
+// the updates it forwards carry the ratio, so the backup ends with the same
+// bits, and keep the step's norms, so that the backup, once primary,
+// answers a norms pull and a late ratio of a step it applied.
+TEST(DenseTableBlockTest, ABackupOfALarsBlockTakesTheRatioAndKeepsTheNorms) {
+  Membership m(2, true);
+  OptimizerConfig c;
+  c.set_type(OptimizerConfig::LARS);
+  c.set_learning_rate(0.5f);
+  c.set_momentum(0.9f);
+  c.set_trust_coefficient(0.02f);
+  auto lars = Make(c);
+  DenseTableBlock primary(0, 0, 4, "w", lars.get(), &m, 0);
+  DenseTableBlock backup(0, 0, 4, "w", lars.get(), &m, 0);
+  std::vector<AppliedUpdate> sent;
+  std::vector<WaiterPtr> ready;
+  const std::vector<float> init = {1, -2, 3, 4};
+  {
+    absl::MutexLock lp(&primary.mu);
+    absl::MutexLock lb(&backup.mu);
+    primary.SetInitialValue(init);
+    backup.SetInitialValue(init);
+    primary.set_update_sink(
+        [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> noise;
+  for (int step = 0; step < 10; ++step) {
+    {
+      absl::MutexLock lp(&primary.mu);
+      absl::MutexLock lb(&backup.mu);
+      std::vector<float> g0(4), g1(4);
+      for (int i = 0; i < 4; ++i) {
+        g0[i] = noise(rng);
+        g1[i] = noise(rng);
+      }
+      primary.Accumulate(PushPayload{g0, {}, 1}, true);
+      primary.Accumulate(PushPayload{g1, {}, 1}, false);
+      primary.barrier.Receive(0, 1);
+      primary.barrier.Receive(1, 1);
+      PushPayload last{g1, {}, 1};
+      primary.ApplyStep(&last, &ready);  // assembled, not applied
+      ASSERT_EQ(primary.barrier.version(), step);
+      // A ratio where the step's pushes have not all come: refused.
+      absl::Status early = backup.CanApplyTrust(step).status();
+      EXPECT_TRUE(absl::IsFailedPrecondition(early));
+      EXPECT_NE(early.message().find("not assembled yet"), std::string::npos)
+          << early;
+      ASSERT_TRUE(*primary.CanApplyTrust(step));
+      const float ratio = 0.5f + 0.1f * static_cast<float>(step);
+      primary.ApplyTrust(step, ratio, &ready);
+      ASSERT_EQ(sent.size(), static_cast<size_t>(step + 1));
+      EXPECT_EQ(sent.back().trust_ratio, ratio);
+      ASSERT_TRUE(backup.ApplyReplicated(sent.back(), &ready).ok());
+      EXPECT_TRUE(*backup.NormsReady(step));
+      // A ratio of a step the backup applied changes nothing.
+      ASSERT_TRUE(*backup.CanApplyTrust(step));
+      const std::vector<float> before = backup.value;
+      backup.ApplyTrust(step, 100.0f, &ready);
+      EXPECT_EQ(backup.value, before);
+    }
+    // The backup answers the step's norms with the primary's bits.
+    double p_norms[3], b_norms[3];
+    PullTarget pt;
+    pt.norms_out = p_norms;
+    primary.Read(pt, nullptr);
+    pt.norms_out = b_norms;
+    backup.Read(pt, nullptr);
+    EXPECT_EQ(std::memcmp(p_norms, b_norms, sizeof(p_norms)), 0) << step;
+    EXPECT_EQ(b_norms[2], step);
+  }
+  absl::MutexLock lp(&primary.mu);
+  absl::MutexLock lb(&backup.mu);
+  EXPECT_EQ(backup.barrier.version(), 10);
+  EXPECT_EQ(std::memcmp(backup.value.data(), primary.value.data(),
+                        primary.value.size() * sizeof(float)),
+            0);
+  EXPECT_NE(primary.value, init);
+  // A ratio on a block without LARS is refused.
+  auto sgd = Make(testing::Sgd(1.0f));
+  DenseTableBlock plain(0, 0, 4, "w", sgd.get(), &m, 0);
+  absl::MutexLock l(&plain.mu);
+  plain.SetInitialValue(init);
+  EXPECT_TRUE(absl::IsInvalidArgument(plain.ApplyReplicated(sent[0], &ready)));
 }
 
 TEST(DenseTableBlockTest, AReplicatedUpdateMustFollowTheVersion) {

@@ -105,14 +105,14 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
   }
   if ((*opt)->needs_table_norms()) {
     // The trust ratio's norms meet through the trainers at sync step
-    // boundaries (docs/tuning.md, "LARS"); async pushes, K of N and
-    // replicated updates have none.
+    // boundaries (docs/tuning.md, "LARS"); async pushes and K of N have
+    // none.
     if (spec.kind() != TableSpec::DENSE || job.mode() != SYNC ||
-        job.replicas_to_aggregate() > 0 || job.replication() > 1) {
+        job.replicas_to_aggregate() > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "InitJob: table ", spec.name(),
           " has LARS, which needs a dense table in a SYNC job without "
-          "replicas_to_aggregate or replication"));
+          "replicas_to_aggregate"));
     }
   }
   t->spec = spec;

@@ -224,6 +224,10 @@ class ParameterStore {
     uint32_t table_id = 0;
     double weights = 0;   // the whole table's weights' norm
     double gradient = 0;  // and its gradient's
+    // The blocks to apply, each held here once (NOT_FOUND, or
+    // INVALID_ARGUMENT for one named twice); empty: every block of the
+    // table held here.
+    std::vector<uint32_t> blocks;
   };
   absl::Status ApplyTrust(int trainer_id, int64_t step,
                           absl::Span<const TableNorm> tables,
@@ -232,7 +236,7 @@ class ParameterStore {
   absl::Status ApplyTrust(int trainer_id, int64_t step, uint32_t table_id,
                           double weights_norm, double gradient_norm,
                           uint64_t generation = kAnyGeneration) {
-    const TableNorm t{table_id, weights_norm, gradient_norm};
+    const TableNorm t{table_id, weights_norm, gradient_norm, {}};
     return ApplyTrust(trainer_id, step, absl::MakeConstSpan(&t, 1), generation);
   }
 

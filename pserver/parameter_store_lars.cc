@@ -63,8 +63,24 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
                          " has two norms in one push"));
       }
     }
-    for (DenseTableBlock* b : tables_->blocks()) {
-      if (b->table_id() == t.table_id) units[i].push_back(b);
+    if (t.blocks.empty()) {
+      for (DenseTableBlock* b : tables_->blocks()) {
+        if (b->table_id() == t.table_id) units[i].push_back(b);
+      }
+    }
+    for (size_t k = 0; st.ok() && k < t.blocks.size(); ++k) {
+      absl::StatusOr<DenseTableBlock*> b =
+          tables_->FindBlock(t.table_id, t.blocks[k]);
+      if (!b.ok()) {
+        st = b.status();
+      } else if (std::find(units[i].begin(), units[i].end(), *b) !=
+                 units[i].end()) {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("table ", tables_->spec(t.table_id).name(), " block ",
+                         t.blocks[k], " is named twice in one push"));
+      } else {
+        units[i].push_back(*b);
+      }
     }
     if (st.ok() && units[i].empty()) {
       st = absl::NotFoundError(absl::StrCat("no block of table ",
@@ -95,6 +111,9 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
         }
         if (!st.ok()) break;
       }
+      // Replicated: the steps applied go to the backups (with the ratio)
+      // before the blocks' locks are released.
+      UpdateCollector collect;
       for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
         const float ratio =
             tables_->optimizer(tables[i].table_id)
@@ -104,6 +123,7 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
           static_cast<DenseTableBlock*>(u)->ApplyTrust(step, ratio, &ready);
         }
       }
+      if (st.ok()) st = ForwardCollected(collect, -1, 0, 0);
     }
   }
   if (!st.ok()) {

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -108,6 +109,109 @@ TEST(ParameterStoreReplicationTest, ABackupHoldsWhatItsPrimaryApplied) {
   AppliedUpdate gap = f.forwarded[0];
   gap.version = 5;
   EXPECT_TRUE(absl::IsFailedPrecondition(backup->ApplyReplicated({gap})));
+}
+
+// LARS in a replicated job: the primary's ApplyTrust forwards the steps it
+// applies, with the ratio, before answering; the backup holds the same
+// bits, and once primary it answers the step's norms and takes the late
+// norms of a trainer as a no-op.
+TEST(ParameterStoreReplicationTest, LarsStepsGoToTheBackupWithTheirRatio) {
+  OptimizerConfig lars;
+  lars.set_type(OptimizerConfig::LARS);
+  lars.set_learning_rate(0.5f);
+  lars.set_momentum(0.9f);
+  lars.set_trust_coefficient(0.02f);
+  auto make = [&lars](UpdateForwarder* f) {
+    auto store = std::make_unique<ParameterStore>(StoreOptions());
+    JobSpec job = testing::MakeJobSpec(
+        SYNC, 1, {testing::DenseTableSpec("w", 8, 4, lars)},
+        testing::JobOptions());
+    job.set_replication(2);
+    CHECK(store->InitJob(job, {{0, 0}, {0, 1}}).ok());
+    if (f != nullptr) store->set_forwarder(f);
+    std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
+    CHECK(store->SetInitialValues({{0, 0, a}, {0, 1, b}}).ok());
+    CHECK(store->CommitInit().ok());
+    return store;
+  };
+  FakeForwarder f;
+  auto primary = make(&f);
+  auto backup = make(nullptr);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g = {0.5f * step, -1, 2, 0.25f};
+    ASSERT_TRUE(primary->Push(0, step, {{0, 0, g}, {0, 1, g}}).ok());
+    EXPECT_EQ(f.forwarded.size(), 2u * step);  // waits for the ratio
+    ASSERT_TRUE(primary->ApplyTrust(0, step, 0, 3.0 + step, 1.5).ok());
+    ASSERT_EQ(f.forwarded.size(), 2u * step + 2);
+    EXPECT_NE(f.forwarded.back().trust_ratio, 1.0f);
+  }
+  ASSERT_TRUE(backup->ApplyReplicated(f.forwarded).ok());
+  for (uint32_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(backup->TEST_BlockValues(0, b), primary->TEST_BlockValues(0, b));
+    EXPECT_EQ(backup->TEST_BlockVersion(0, b), 3);
+  }
+  // The backup as primary: the last step's norms, and its norms again.
+  std::vector<double> out(6);
+  absl::Notification pulled;
+  absl::Status pull_status;
+  const std::vector<BlockId> blocks = {{0, 0}, {0, 1}};
+  backup->PullNorms(0, 2, blocks, out.data(),
+                    [&](absl::Status st, absl::Duration) {
+                      pull_status = std::move(st);
+                      pulled.Notify();
+                    });
+  ASSERT_TRUE(pulled.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(pull_status.ok()) << pull_status;
+  EXPECT_EQ(out[2], 2);
+  EXPECT_GT(out[0], 0);
+  const std::vector<float> before = backup->TEST_BlockValues(0, 0);
+  ASSERT_TRUE(backup->ApplyTrust(0, 2, 0, 5.0, 1.5).ok());
+  EXPECT_EQ(backup->TEST_BlockValues(0, 0), before);
+  // A forward the backups refuse (a newer view) fails the ratio's push.
+  f.status = absl::FailedPreconditionError("is not the primary of shard 0");
+  std::vector<float> g = {1, 1, 1, 1};
+  ASSERT_TRUE(primary->Push(0, 3, {{0, 0, g}, {0, 1, g}}).ok());
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(primary->ApplyTrust(0, 3, 0, 3.0, 1.5)));
+}
+
+// A pserver holds the blocks of the shards it backs up too: a replicated
+// trainer's norms name the blocks they are for, and only those move.
+TEST(ParameterStoreReplicationTest, LarsNormsNameTheirBlocks) {
+  OptimizerConfig lars;
+  lars.set_type(OptimizerConfig::LARS);
+  lars.set_learning_rate(0.5f);
+  lars.set_trust_coefficient(0.02f);
+  FakeForwarder f;
+  f.served = 1;  // block 1 is backed up here, served elsewhere
+  auto store = std::make_unique<ParameterStore>(StoreOptions());
+  JobSpec job =
+      testing::MakeJobSpec(SYNC, 1, {testing::DenseTableSpec("w", 8, 4, lars)},
+                           testing::JobOptions());
+  job.set_replication(2);
+  ASSERT_TRUE(store->InitJob(job, {{0, 0}, {0, 1}}).ok());
+  store->set_forwarder(&f);
+  std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
+  ASSERT_TRUE(store->SetInitialValues({{0, 0, a}, {0, 1, b}}).ok());
+  ASSERT_TRUE(store->CommitInit().ok());
+  std::vector<float> g = {1, 1, 1, 1};
+  ASSERT_TRUE(store->Push(0, 0, {{0, 0, g}}).ok());
+  using TableNorm = ParameterStore::TableNorm;
+  // Every block of the table held here: block 1 is not served.
+  std::vector<TableNorm> all = {{0, 3.0, 1.5, {}}};
+  absl::Status s = store->ApplyTrust(0, 0, all);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  std::vector<TableNorm> twice = {{0, 3.0, 1.5, {0, 0}}};
+  EXPECT_TRUE(absl::IsInvalidArgument(store->ApplyTrust(0, 0, twice)));
+  std::vector<TableNorm> unknown = {{0, 3.0, 1.5, {7}}};
+  EXPECT_TRUE(absl::IsNotFound(store->ApplyTrust(0, 0, unknown)));
+  EXPECT_EQ(store->TEST_BlockVersion(0, 0), 0);
+  std::vector<TableNorm> mine = {{0, 3.0, 1.5, {0}}};
+  ASSERT_TRUE(store->ApplyTrust(0, 0, mine).ok());
+  EXPECT_EQ(store->TEST_BlockVersion(0, 0), 1);
+  EXPECT_EQ(store->TEST_BlockValues(0, 1), b);
+  ASSERT_EQ(f.forwarded.size(), 1u);
+  EXPECT_EQ(f.forwarded[0].block, 0u);
 }
 
 }  // namespace

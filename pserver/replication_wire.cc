@@ -1,5 +1,6 @@
 #include "pserver/replication_wire.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -87,6 +88,7 @@ void ToMessage(const AppliedUpdate& u, ReplicatedUpdate* out) {
   out->mutable_scales()->Assign(u.scales.begin(), u.scales.end());
   out->set_grad(reinterpret_cast<const char*>(u.grad.data()),
                 u.grad.size() * sizeof(float));
+  if (u.trust_ratio != 1.0f) out->set_trust_ratio(u.trust_ratio);
 }
 
 absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
@@ -104,6 +106,11 @@ absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
       (keys == 0 || static_cast<size_t>(m.scales_size()) != keys)) {
     return bad(absl::StrCat(m.scales_size(), " scales for ", keys, " keys"));
   }
+  if (!(m.trust_ratio() >= 0) || !std::isfinite(m.trust_ratio()) ||
+      (m.trust_ratio() != 0 && keys != 0)) {
+    return bad(absl::StrCat("trust ratio ", m.trust_ratio(),
+                            " (finite, >= 0, dense units only)"));
+  }
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(keys);
   for (uint64_t k : m.keys()) {
@@ -120,6 +127,7 @@ absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
   u.job_step = m.job_step();
   u.keys.assign(m.keys().begin(), m.keys().end());
   u.scales.assign(m.scales().begin(), m.scales().end());
+  u.trust_ratio = m.trust_ratio() == 0 ? 1.0f : m.trust_ratio();
   u.grad.resize(m.grad().size() / sizeof(float));
   std::memcpy(u.grad.data(), m.grad().data(), m.grad().size());
   return u;

@@ -1,6 +1,7 @@
 #include "pserver/replication_wire.h"
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,20 @@ TEST(ReplicationWireTest, UpdatesRoundTripToTheBit) {
   EXPECT_EQ(std::memcmp(back->grad.data(), u.grad.data(),
                         u.grad.size() * sizeof(float)),
             0);
+  EXPECT_EQ(back->trust_ratio, 1.0f);  // none set: 1
+  EXPECT_EQ(m.trust_ratio(), 0.0f);    // not on the wire
+}
+
+TEST(ReplicationWireTest, TheTrustRatioOfALarsStepRoundTrips) {
+  AppliedUpdate u;
+  u.scales = {0.5f};
+  u.grad = {1, 2};
+  u.trust_ratio = 0.0123f;
+  ReplicatedUpdate m;
+  ToMessage(u, &m);
+  auto back = FromMessage(m);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->trust_ratio, 0.0123f);
 }
 
 TEST(ReplicationWireTest, MalformedUpdatesAreRefused) {
@@ -90,6 +105,18 @@ TEST(ReplicationWireTest, MalformedUpdatesAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(FromMessage(m).status()));
   m.clear_scales();  // none
   EXPECT_TRUE(absl::IsInvalidArgument(FromMessage(m).status()));
+  // Trust ratios: finite, >= 0, dense units only.
+  ReplicatedUpdate d;
+  d.add_scales(1.0f);
+  for (float r : {-1.0f, std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::infinity()}) {
+    d.set_trust_ratio(r);
+    EXPECT_TRUE(absl::IsInvalidArgument(FromMessage(d).status())) << r;
+  }
+  d.set_trust_ratio(2.0f);
+  EXPECT_TRUE(FromMessage(d).ok());
+  d.add_keys(7);
+  EXPECT_TRUE(absl::IsInvalidArgument(FromMessage(d).status()));
 }
 
 }  // namespace

@@ -69,7 +69,10 @@ absl::Status RequestHandler::PushTableNorms(const PushRequest& req) {
   std::vector<ParameterStore::TableNorm> tables;
   tables.reserve(req.table_norms_size());
   for (const TableNorms& t : req.table_norms()) {
-    tables.push_back({t.table_id(), t.weights(), t.gradient()});
+    tables.push_back({t.table_id(),
+                      t.weights(),
+                      t.gradient(),
+                      {t.blocks().begin(), t.blocks().end()}});
   }
   return store_->ApplyTrust(req.trainer_id(), req.step(), tables,
                             req.generation());

@@ -142,6 +142,7 @@ struct AppliedUpdate {
   std::vector<uint64_t> keys;  // sparse only
   std::vector<float> scales;   // 1 (dense) or one per key
   std::vector<float> grad;
+  float trust_ratio = 1.0f;  // LARS: the table's ratio the step applied
 };
 
 // Receives a pulled dense block, under that block's lock.

@@ -136,6 +136,32 @@ class ReplicationTest(testlib.ProcessTestCase):
         self.assertRegex(self.ps_log("kill", 0) + self.ps_log("kill", 2),
                          r"view 1 \{0,2\}")
 
+    def test_sync_lars_primary_killed_mid_pass(self):
+        """LARS (docs/tuning.md), whose steps wait for the trainers to bring
+        the whole table's norms: kill -9 pserver 1 at step 150 of 468. The
+        backup that takes its shard was forwarded each applied step with
+        its trust ratio and kept the step's norms; a step caught half-way
+        is assembled again from the pushes the trainers send again, and a
+        trainer whose norms reach the new primary before that waits for it.
+        The job ends with the accuracy and loss, to the last digit, of the
+        same job without the failure."""
+        args = ["--num_passes=1", "--replication=2",
+                "--config_set=optimizer.type=LARS,optimizer.learning_rate=1,"
+                "optimizer.momentum=0.9,optimizer.trust_coefficient=0.001"]
+        self.run_job("lbase", args)
+        self.run_job("lkill", args, kill_at_step=150)
+        base = final_eval(self.metrics("lbase", 0), 0)
+        for k in (0, 1):
+            ev = final_eval(self.metrics("lkill", k), k)
+            self.assertEqual(ev["step"], STEPS_PER_PASS)
+            self.assertEqual(ev["test_accuracy"], base["test_accuracy"])
+            self.assertEqual(ev["test_loss"], base["test_loss"])
+            self.assertIn("failover from pserver 1", self.trainer_log(
+                "lkill", k))
+        # Measured: 0.8282 (1 pass, 2 trainers of 64).
+        self.assertGreaterEqual(base["test_accuracy"], 0.80)
+        sys.stderr.write("[LARS accuracy %.4f both] " % base["test_accuracy"])
+
     def test_async_primary_killed_mid_pass(self):
         """Async: a kill -9 mid-pass is survived; the final accuracy is
         within run-to-run noise of the run without it. 1 pass of async on

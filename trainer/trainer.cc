@@ -146,7 +146,6 @@ absl::Status Trainer::CheckLars(
     if (optimizers[t].type() != OptimizerConfig::LARS) continue;
     const char* why = !sync()                       ? "--mode=async"
                       : o.replicas_to_aggregate > 0 ? "--replicas_to_aggregate"
-                      : o.replication > 1           ? "--replication > 1"
                       : o.compression == Compression::kThreshold
                           ? "--compression=threshold"
                           : nullptr;

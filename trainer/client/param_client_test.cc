@@ -1,8 +1,10 @@
 #include "trainer/client/param_client.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/wire_limits.h"
@@ -95,6 +97,92 @@ TEST(ParamClientTest, MismatchedPullReplyIsDataLoss) {
   std::vector<float> w(4);
   EXPECT_EQ(client.Pull(0, 0, {w.data()}, nullptr).code(),
             absl::StatusCode::kDataLoss);
+}
+
+// A pserver holding LARS blocks that took over a shard after a failover:
+// its first norms push of the step comes before the step is assembled
+// again and is refused; the trainer then waits with a norms pull and sends
+// the norms again.
+class ReassemblingServer : public testing::FakePsClient {
+ public:
+  ReassemblingServer() : FakePsClient("new primary") {}
+  void PullAsync(const PullRequest& req, PullResponse* resp,
+                 StatusCallback done) override {
+    {
+      absl::MutexLock l(&mu_);
+      ++norms_pulls;
+      assembled = norms_pulls >= 2;  // the pushes came again meanwhile
+    }
+    for (const BlockRef& r : req.blocks()) {
+      BlockNorms* n = resp->add_norms();
+      n->set_table_id(r.table_id());
+      n->set_block(r.block());
+      n->set_weights(4);
+      n->set_gradient(1);
+    }
+    done(absl::OkStatus());
+  }
+  void PushAsync(const PushRequest& req, PushResponse*,
+                 StatusCallback done) override {
+    absl::Status s;
+    {
+      absl::MutexLock l(&mu_);
+      norms_pushes.push_back(req);
+      if (!assembled) {
+        s = absl::FailedPreconditionError(
+            "table w block 0: the trust ratio of step 5 came at version 5 "
+            "(step not assembled yet)");
+      }
+    }
+    done(s);
+  }
+  absl::Mutex mu_;
+  int norms_pulls = 0;
+  bool assembled = false;
+  std::vector<PushRequest> norms_pushes;
+};
+
+TEST(ParamClientTest, LarsNormsWaitForAStepAssembledAgain) {
+  ReassemblingServer server;
+  RequestStamp stamp(0);
+  ParamClient client({&server}, &stamp, {{"w", 6, 4}});
+  ASSERT_TRUE(client.ExchangeTableNorms(5, {true}).ok());
+  absl::MutexLock l(&server.mu_);
+  EXPECT_EQ(server.norms_pulls, 2);  // the step's, then the wait
+  ASSERT_EQ(server.norms_pushes.size(), 2u);
+  const TableNorms& n = server.norms_pushes[1].table_norms(0);
+  EXPECT_EQ(n.weights(), std::sqrt(8.0));  // 4 + 4 over both blocks
+  EXPECT_EQ(n.gradient(), std::sqrt(2.0));
+  EXPECT_EQ(n.blocks_size(), 2);  // the blocks the norms are for
+  EXPECT_NE(server.norms_pushes[0].request_id(),
+            server.norms_pushes[1].request_id());
+}
+
+TEST(ParamClientTest, LarsNormsRefusedForAnotherReasonFail) {
+  class Refusing : public testing::FakePsClient {
+   public:
+    Refusing() : FakePsClient("refusing") {}
+    void PullAsync(const PullRequest& req, PullResponse* resp,
+                   StatusCallback done) override {
+      for (const BlockRef& r : req.blocks()) {
+        BlockNorms* n = resp->add_norms();
+        n->set_table_id(r.table_id());
+        n->set_block(r.block());
+      }
+      done(absl::OkStatus());
+    }
+    void PushAsync(const PushRequest&, PushResponse*,
+                   StatusCallback done) override {
+      ++pushes;
+      done(absl::FailedPreconditionError("no table 0 here"));
+    }
+    int pushes = 0;
+  } server;
+  RequestStamp stamp(0);
+  ParamClient client({&server}, &stamp, {{"w", 6, 4}});
+  absl::Status s = client.ExchangeTableNorms(5, {true});
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_EQ(server.pushes, 1);  // not sent again
 }
 
 }  // namespace

@@ -5,12 +5,13 @@
 #include <cmath>
 #include <map>
 #include <memory>
-#include <set>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "glog/logging.h"
 #include "trainer/client/param_client.h"
 
 namespace shardps {
@@ -25,7 +26,9 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
   };
   // One pull per pserver holding LARS blocks, of all of them.
   std::vector<std::unique_ptr<Call>> pulls;
-  std::vector<std::set<uint32_t>> tables_of(servers_.size());
+  // Per pserver, the LARS tables it holds blocks of, and those blocks.
+  std::vector<std::map<uint32_t, std::vector<uint32_t>>> tables_of(
+      servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
     auto call = std::make_unique<Call>();
     for (const std::vector<BlockPlacement>& chunk : chunks_[s]) {
@@ -34,7 +37,7 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
         BlockRef* r = call->req.add_blocks();
         r->set_table_id(b.table_id);
         r->set_block(b.block);
-        tables_of[s].insert(b.table_id);
+        tables_of[s][b.table_id].push_back(b.block);
       }
     }
     if (call->req.blocks_size() == 0) continue;
@@ -99,23 +102,63 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
     stamp_->Stamp(&call->req);
     call->req.set_step(step);
     call->req.set_request_id(stamp_->NextRequestId());
-    for (uint32_t t : tables_of[s]) {
+    for (const auto& [t, blocks] : tables_of[s]) {
       TableNorms* n = call->req.add_table_norms();
       n->set_table_id(t);
       n->set_weights(std::sqrt(sums[t].first));
       n->set_gradient(std::sqrt(sums[t].second));
+      n->mutable_blocks()->Assign(blocks.begin(), blocks.end());
     }
     pushes.push_back(std::move(call));
   }
-  absl::BlockingCounter pushed(static_cast<int>(pushes.size()));
-  for (auto& c : pushes) {
-    PushCall* p = c.get();
-    p->server->PushAsync(p->req, &p->resp, [p, &pushed](absl::Status st) {
-      p->status = std::move(st);
-      pushed.DecrementCount();
-    });
+  // The pulls' requests by pserver, to wait with after a failover.
+  std::map<PsClientInterface*, const PullRequest*> pull_of;
+  for (const auto& c : pulls) pull_of[c->server] = &c->req;
+  std::vector<PushCall*> to_send;
+  for (auto& c : pushes) to_send.push_back(c.get());
+  for (int round = 0;; ++round) {
+    absl::BlockingCounter pushed(static_cast<int>(to_send.size()));
+    for (PushCall* p : to_send) {
+      p->resp.Clear();
+      p->server->PushAsync(p->req, &p->resp, [p, &pushed](absl::Status st) {
+        p->status = std::move(st);
+        pushed.DecrementCount();
+      });
+    }
+    pushed.Wait();
+    // Replicated: a shard's new primary, after a failover, assembles the
+    // step again from the pushes the trainers send it again; norms that
+    // reach it before the last of them are refused "not assembled yet".
+    // Its norms pull waits for the step; then the norms go again (a new
+    // request id: the refused one applied nothing).
+    std::vector<PushCall*> again;
+    for (PushCall* p : to_send) {
+      if (absl::IsFailedPrecondition(p->status) &&
+          absl::StrContains(p->status.message(), "not assembled yet")) {
+        again.push_back(p);
+      }
+    }
+    if (again.empty() || round >= 3) break;
+    to_send.clear();
+    for (PushCall* p : again) {
+      LOG(WARNING) << "LARS norms of step " << step << " to "
+                   << p->server->address()
+                   << ": the step is being assembled again there (after a "
+                      "failover); waiting for it";
+      PullResponse resp;
+      absl::Status st = p->server->Pull(*pull_of[p->server], &resp);
+      if (!st.ok()) {
+        p->status = absl::Status(
+            st.code(), absl::StrCat("waiting for the step to be assembled "
+                                    "again: ",
+                                    st.message()));
+        continue;
+      }
+      p->req.set_request_id(stamp_->NextRequestId());
+      to_send.push_back(p);
+    }
+    if (to_send.empty()) break;
   }
-  pushed.Wait();
   for (const auto& c : pushes) {
     if (!c->status.ok()) {
       return absl::Status(
