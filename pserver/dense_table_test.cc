@@ -18,6 +18,26 @@ std::unique_ptr<Optimizer> Make(const OptimizerConfig& c) {
   return std::move(*Optimizer::Create(c, 1));
 }
 
+// Two trainers' random gradients of one sync step into `b`, which then
+// completes the step (ApplyStep).
+void PushRandomStep(DenseTableBlock& b, std::mt19937& rng,
+                    std::vector<WaiterPtr>* ready)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+  std::normal_distribution<float> noise;
+  const size_t n = b.value.size();
+  std::vector<float> g0(n), g1(n);
+  for (size_t i = 0; i < n; ++i) {
+    g0[i] = noise(rng);
+    g1[i] = noise(rng);
+  }
+  b.Accumulate(PushPayload{g0, {}, 1}, true);
+  b.Accumulate(PushPayload{g1, {}, 1}, false);
+  b.barrier.Receive(0, 1);
+  b.barrier.Receive(1, 1);
+  PushPayload last{g1, {}, 1};
+  b.ApplyStep(&last, ready);
+}
+
 TEST(DenseTableBlockTest, SyncStepAppliesTheMeanOfTheTrainers) {
   Membership m(2, true);
   auto sgd = Make(testing::Sgd(1.0f));
@@ -89,20 +109,7 @@ TEST(DenseTableBlockTest, ABackupApplyingTheUpdatesHoldsTheSameBits) {
   primary.set_update_sink(
       [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
   std::mt19937 rng(5);
-  std::normal_distribution<float> noise;
-  for (int step = 0; step < 30; ++step) {
-    std::vector<float> g0(5), g1(5);
-    for (int i = 0; i < 5; ++i) {
-      g0[i] = noise(rng);
-      g1[i] = noise(rng);
-    }
-    primary.Accumulate(PushPayload{g0, {}, 1}, true);
-    primary.Accumulate(PushPayload{g1, {}, 1}, false);
-    primary.barrier.Receive(0, 1);
-    primary.barrier.Receive(1, 1);
-    PushPayload last{g1, {}, 1};
-    primary.ApplyStep(&last, &ready);
-  }
+  for (int step = 0; step < 30; ++step) PushRandomStep(primary, rng, &ready);
   // Then async-style pushes, applied as they are.
   for (int k = 0; k < 5; ++k) {
     const std::vector<float> g(5, 0.25f * k);
@@ -157,22 +164,11 @@ TEST(DenseTableBlockTest, ABackupOfALarsBlockTakesTheRatioAndKeepsTheNorms) {
         [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
   }
   std::mt19937 rng(7);
-  std::normal_distribution<float> noise;
   for (int step = 0; step < 10; ++step) {
     {
       absl::MutexLock lp(&primary.mu);
       absl::MutexLock lb(&backup.mu);
-      std::vector<float> g0(4), g1(4);
-      for (int i = 0; i < 4; ++i) {
-        g0[i] = noise(rng);
-        g1[i] = noise(rng);
-      }
-      primary.Accumulate(PushPayload{g0, {}, 1}, true);
-      primary.Accumulate(PushPayload{g1, {}, 1}, false);
-      primary.barrier.Receive(0, 1);
-      primary.barrier.Receive(1, 1);
-      PushPayload last{g1, {}, 1};
-      primary.ApplyStep(&last, &ready);  // assembled, not applied
+      PushRandomStep(primary, rng, &ready);  // assembled, not applied
       ASSERT_EQ(primary.barrier.version(), step);
       // A ratio where the step's pushes have not all come: refused.
       absl::Status early = backup.CanApplyTrust(step).status();

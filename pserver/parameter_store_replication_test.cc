@@ -36,13 +36,16 @@ class FakeForwarder : public UpdateForwarder {
   std::vector<PushRef> refs;
 };
 
-// Table "w": 8 values in blocks of 4, on a store of `trainers`.
-std::unique_ptr<ParameterStore> MakeStore(TrainingMode mode, int trainers,
-                                          UpdateForwarder* f) {
+// Table "w": 8 values in blocks of 4, on a store of `trainers` of a job
+// with 2 copies; SGD lr 1 unless `optimizer` says otherwise.
+std::unique_ptr<ParameterStore> MakeStore(
+    TrainingMode mode, int trainers, UpdateForwarder* f,
+    const OptimizerConfig& optimizer = testing::Sgd(1.0f)) {
   auto store = std::make_unique<ParameterStore>(StoreOptions());
   JobSpec job = testing::MakeJobSpec(
-      mode, trainers, {testing::DenseTableSpec("w", 8, 4, testing::Sgd(1.0f))},
+      mode, trainers, {testing::DenseTableSpec("w", 8, 4, optimizer)},
       testing::JobOptions());
+  job.set_replication(2);
   CHECK(store->InitJob(job, {{0, 0}, {0, 1}}).ok());
   if (f != nullptr) store->set_forwarder(f);
   std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
@@ -121,22 +124,9 @@ TEST(ParameterStoreReplicationTest, LarsStepsGoToTheBackupWithTheirRatio) {
   lars.set_learning_rate(0.5f);
   lars.set_momentum(0.9f);
   lars.set_trust_coefficient(0.02f);
-  auto make = [&lars](UpdateForwarder* f) {
-    auto store = std::make_unique<ParameterStore>(StoreOptions());
-    JobSpec job = testing::MakeJobSpec(
-        SYNC, 1, {testing::DenseTableSpec("w", 8, 4, lars)},
-        testing::JobOptions());
-    job.set_replication(2);
-    CHECK(store->InitJob(job, {{0, 0}, {0, 1}}).ok());
-    if (f != nullptr) store->set_forwarder(f);
-    std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
-    CHECK(store->SetInitialValues({{0, 0, a}, {0, 1, b}}).ok());
-    CHECK(store->CommitInit().ok());
-    return store;
-  };
   FakeForwarder f;
-  auto primary = make(&f);
-  auto backup = make(nullptr);
+  auto primary = MakeStore(SYNC, 1, &f, lars);
+  auto backup = MakeStore(SYNC, 1, nullptr, lars);
   for (int step = 0; step < 3; ++step) {
     std::vector<float> g = {0.5f * step, -1, 2, 0.25f};
     ASSERT_TRUE(primary->Push(0, step, {{0, 0, g}, {0, 1, g}}).ok());
@@ -184,16 +174,8 @@ TEST(ParameterStoreReplicationTest, LarsNormsNameTheirBlocks) {
   lars.set_trust_coefficient(0.02f);
   FakeForwarder f;
   f.served = 1;  // block 1 is backed up here, served elsewhere
-  auto store = std::make_unique<ParameterStore>(StoreOptions());
-  JobSpec job =
-      testing::MakeJobSpec(SYNC, 1, {testing::DenseTableSpec("w", 8, 4, lars)},
-                           testing::JobOptions());
-  job.set_replication(2);
-  ASSERT_TRUE(store->InitJob(job, {{0, 0}, {0, 1}}).ok());
-  store->set_forwarder(&f);
-  std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
-  ASSERT_TRUE(store->SetInitialValues({{0, 0, a}, {0, 1, b}}).ok());
-  ASSERT_TRUE(store->CommitInit().ok());
+  auto store = MakeStore(SYNC, 1, &f, lars);
+  const std::vector<float> b = {5, 6, 7, 8};
   std::vector<float> g = {1, 1, 1, 1};
   ASSERT_TRUE(store->Push(0, 0, {{0, 0, g}}).ok());
   using TableNorm = ParameterStore::TableNorm;

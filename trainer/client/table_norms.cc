@@ -16,6 +16,66 @@
 
 namespace shardps {
 
+namespace {
+
+// A push of tables' norms to one pserver.
+struct NormsPush {
+  PsClientInterface* server = nullptr;
+  PushRequest req;
+  PushResponse resp;
+  absl::Status status;
+};
+
+// Sends `to_send`, each ending with its status. Replicated: a shard's new
+// primary, after a failover, assembles the step again from the pushes the
+// trainers send it again, and norms that reach it before the last of them
+// are refused "not assembled yet"; its norms pull (`pull_of`) waits for the
+// step, then the norms go again (a new request id: the refused one applied
+// nothing), a few times at most.
+void SendNorms(int64_t step, std::vector<NormsPush*> to_send,
+               const std::map<PsClientInterface*, const PullRequest*>& pull_of,
+               RequestStamp* stamp) {
+  for (int round = 0; !to_send.empty(); ++round) {
+    absl::BlockingCounter pushed(static_cast<int>(to_send.size()));
+    for (NormsPush* p : to_send) {
+      p->resp.Clear();
+      p->server->PushAsync(p->req, &p->resp, [p, &pushed](absl::Status st) {
+        p->status = std::move(st);
+        pushed.DecrementCount();
+      });
+    }
+    pushed.Wait();
+    std::vector<NormsPush*> again;
+    for (NormsPush* p : to_send) {
+      if (absl::IsFailedPrecondition(p->status) &&
+          absl::StrContains(p->status.message(), "not assembled yet")) {
+        again.push_back(p);
+      }
+    }
+    to_send.clear();
+    if (round >= 3) break;
+    for (NormsPush* p : again) {
+      LOG(WARNING) << "LARS norms of step " << step << " to "
+                   << p->server->address()
+                   << ": the step is being assembled again there (after a "
+                      "failover); waiting for it";
+      PullResponse resp;
+      absl::Status st = p->server->Pull(*pull_of.at(p->server), &resp);
+      if (!st.ok()) {
+        p->status = absl::Status(
+            st.code(),
+            absl::StrCat("waiting for the step to be assembled again: ",
+                         st.message()));
+        continue;
+      }
+      p->req.set_request_id(stamp->NextRequestId());
+      to_send.push_back(p);
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status ParamClient::ExchangeTableNorms(int64_t step,
                                              const std::vector<bool>& lars) {
   struct Call {
@@ -88,16 +148,10 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
     }
   }
   // The table norms, to every pserver holding blocks of the tables.
-  struct PushCall {
-    PsClientInterface* server = nullptr;
-    PushRequest req;
-    PushResponse resp;
-    absl::Status status;
-  };
-  std::vector<std::unique_ptr<PushCall>> pushes;
+  std::vector<std::unique_ptr<NormsPush>> pushes;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (tables_of[s].empty()) continue;
-    auto call = std::make_unique<PushCall>();
+    auto call = std::make_unique<NormsPush>();
     call->server = servers_[s];
     stamp_->Stamp(&call->req);
     call->req.set_step(step);
@@ -114,51 +168,9 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
   // The pulls' requests by pserver, to wait with after a failover.
   std::map<PsClientInterface*, const PullRequest*> pull_of;
   for (const auto& c : pulls) pull_of[c->server] = &c->req;
-  std::vector<PushCall*> to_send;
+  std::vector<NormsPush*> to_send;
   for (auto& c : pushes) to_send.push_back(c.get());
-  for (int round = 0;; ++round) {
-    absl::BlockingCounter pushed(static_cast<int>(to_send.size()));
-    for (PushCall* p : to_send) {
-      p->resp.Clear();
-      p->server->PushAsync(p->req, &p->resp, [p, &pushed](absl::Status st) {
-        p->status = std::move(st);
-        pushed.DecrementCount();
-      });
-    }
-    pushed.Wait();
-    // Replicated: a shard's new primary, after a failover, assembles the
-    // step again from the pushes the trainers send it again; norms that
-    // reach it before the last of them are refused "not assembled yet".
-    // Its norms pull waits for the step; then the norms go again (a new
-    // request id: the refused one applied nothing).
-    std::vector<PushCall*> again;
-    for (PushCall* p : to_send) {
-      if (absl::IsFailedPrecondition(p->status) &&
-          absl::StrContains(p->status.message(), "not assembled yet")) {
-        again.push_back(p);
-      }
-    }
-    if (again.empty() || round >= 3) break;
-    to_send.clear();
-    for (PushCall* p : again) {
-      LOG(WARNING) << "LARS norms of step " << step << " to "
-                   << p->server->address()
-                   << ": the step is being assembled again there (after a "
-                      "failover); waiting for it";
-      PullResponse resp;
-      absl::Status st = p->server->Pull(*pull_of[p->server], &resp);
-      if (!st.ok()) {
-        p->status = absl::Status(
-            st.code(), absl::StrCat("waiting for the step to be assembled "
-                                    "again: ",
-                                    st.message()));
-        continue;
-      }
-      p->req.set_request_id(stamp_->NextRequestId());
-      to_send.push_back(p);
-    }
-    if (to_send.empty()) break;
-  }
+  SendNorms(step, std::move(to_send), pull_of, stamp_);
   for (const auto& c : pushes) {
     if (!c->status.ok()) {
       return absl::Status(

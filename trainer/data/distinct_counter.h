@@ -6,6 +6,8 @@
 #include <iterator>
 #include <set>
 
+#include "common/shard_map.h"
+
 namespace shardps {
 
 // Estimates how many distinct 64-bit ids a stream holds from the k smallest
@@ -20,7 +22,7 @@ class DistinctCounter {
   explicit DistinctCounter(size_t k = 16384) : k_(k < 2 ? 2 : k) {}
 
   void Add(uint64_t id) {
-    const uint64_t h = Mix(id);
+    const uint64_t h = Mix64(id);
     if (smallest_.size() == k_ && h >= *smallest_.rbegin()) return;
     if (!smallest_.insert(h).second || smallest_.size() <= k_) return;
     smallest_.erase(std::prev(smallest_.end()));
@@ -36,16 +38,6 @@ class DistinctCounter {
   }
 
  private:
-  // splitmix64's finalizer: a bijection of the 64-bit integers.
-  static uint64_t Mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-  }
-
   const size_t k_;
   std::set<uint64_t> smallest_;  // at most k_
 };
