@@ -247,21 +247,25 @@ TEST(LarsStoreMultiTableTest, NormsOfSeveralTablesAreAllOrNothing) {
   ASSERT_TRUE(store.CommitInit().ok());
   // Step 0 assembled for w only.
   ASSERT_TRUE(store.Push(0, 0, {{0, 0, g}}).ok());
-  const ParameterStore::TableNorm both[] = {{0, 5.0, 1.0}, {1, 5.0, 1.0}};
+  const ParameterStore::TableNorm both[] = {{0, 5.0, 1.0, {}},
+                                            {1, 5.0, 1.0, {}}};
   EXPECT_EQ(store.ApplyTrust(0, 0, both).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.TEST_BlockVersion(0, 0), 0);
   ASSERT_TRUE(store.Push(0, 0, {{1, 0, g}}).ok());
-  const ParameterStore::TableNorm twice[] = {{0, 5.0, 1.0}, {0, 5.0, 1.0}};
+  const ParameterStore::TableNorm twice[] = {{0, 5.0, 1.0, {}},
+                                             {0, 5.0, 1.0, {}}};
   EXPECT_EQ(store.ApplyTrust(0, 0, twice).code(),
             absl::StatusCode::kInvalidArgument);
-  const ParameterStore::TableNorm bad[] = {{0, 5.0, 1.0}, {1, NAN, 1.0}};
+  const ParameterStore::TableNorm bad[] = {{0, 5.0, 1.0, {}},
+                                           {1, NAN, 1.0, {}}};
   EXPECT_EQ(store.ApplyTrust(0, 0, bad).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.TEST_BlockVersion(0, 0), 0);
   EXPECT_EQ(store.TEST_BlockVersion(1, 0), 0);
   // Both assembled, in either order: both apply.
-  const ParameterStore::TableNorm reversed[] = {{1, 5.0, 1.0}, {0, 5.0, 1.0}};
+  const ParameterStore::TableNorm reversed[] = {{1, 5.0, 1.0, {}},
+                                                {0, 5.0, 1.0, {}}};
   ASSERT_TRUE(store.ApplyTrust(0, 0, reversed).ok());
   EXPECT_EQ(store.TEST_BlockVersion(0, 0), 1);
   EXPECT_EQ(store.TEST_BlockVersion(1, 0), 1);
