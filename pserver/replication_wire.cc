@@ -106,8 +106,8 @@ absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
       (keys == 0 || static_cast<size_t>(m.scales_size()) != keys)) {
     return bad(absl::StrCat(m.scales_size(), " scales for ", keys, " keys"));
   }
-  if (!(m.trust_ratio() >= 0) || !std::isfinite(m.trust_ratio()) ||
-      (m.trust_ratio() != 0 && keys != 0)) {
+  if (m.has_trust_ratio() && (!(m.trust_ratio() >= 0) ||
+                              !std::isfinite(m.trust_ratio()) || keys != 0)) {
     return bad(absl::StrCat("trust ratio ", m.trust_ratio(),
                             " (finite, >= 0, dense units only)"));
   }
@@ -127,7 +127,7 @@ absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
   u.job_step = m.job_step();
   u.keys.assign(m.keys().begin(), m.keys().end());
   u.scales.assign(m.scales().begin(), m.scales().end());
-  u.trust_ratio = m.trust_ratio() == 0 ? 1.0f : m.trust_ratio();
+  u.trust_ratio = m.has_trust_ratio() ? m.trust_ratio() : 1.0f;
   u.grad.resize(m.grad().size() / sizeof(float));
   std::memcpy(u.grad.data(), m.grad().data(), m.grad().size());
   return u;

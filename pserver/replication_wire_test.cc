@@ -72,7 +72,7 @@ TEST(ReplicationWireTest, UpdatesRoundTripToTheBit) {
                         u.grad.size() * sizeof(float)),
             0);
   EXPECT_EQ(back->trust_ratio, 1.0f);  // none set: 1
-  EXPECT_EQ(m.trust_ratio(), 0.0f);    // not on the wire
+  EXPECT_FALSE(m.has_trust_ratio());   // not on the wire
 }
 
 TEST(ReplicationWireTest, TheTrustRatioOfALarsStepRoundTrips) {
@@ -85,6 +85,22 @@ TEST(ReplicationWireTest, TheTrustRatioOfALarsStepRoundTrips) {
   auto back = FromMessage(m);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->trust_ratio, 0.0123f);
+}
+
+// Norms far enough apart give a ratio that rounds to 0 in float; the backup
+// must apply the step with 0, as the primary did, not with "no ratio".
+TEST(ReplicationWireTest, AZeroTrustRatioIsNotTakenForNone) {
+  AppliedUpdate u;
+  u.scales = {1.0f};
+  u.grad = {1, 2};
+  u.trust_ratio = 0.0f;
+  ReplicatedUpdate m;
+  ToMessage(u, &m);
+  ReplicatedUpdate parsed;
+  ASSERT_TRUE(parsed.ParseFromString(m.SerializeAsString()));
+  auto back = FromMessage(parsed);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->trust_ratio, 0.0f);
 }
 
 TEST(ReplicationWireTest, MalformedUpdatesAreRefused) {
