@@ -313,7 +313,8 @@ class CliTest(testlib.ProcessTestCase):
         for flags, why in (
                 (ctr + ["--train_data=" + both,
                         "--config_set=optimizer.type=SGD"],
-                 "the rule is for ADAGRAD; an optimizer of the config is SGD"),
+                 "the rule is for ADAGRAD; the model's optimizer is SGD (it is "
+                 "the default of every table"),
                 (ctr + ["--train_data=" + ones],
                  "2 of the 2 training records are positive"),
                 (["--config_set=sparse_input.adapt_optimizer_to_data=true"],

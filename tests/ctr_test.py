@@ -10,6 +10,7 @@ file of Debian's liblinear-tools.
 """
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -54,12 +55,16 @@ class CtrTest(testlib.ProcessTestCase):
         adapted = []
         for t in summary["trainers"]:
             with open(t["log"]) as f:
-                m = re.search(r"optimizer adapted to the training data .*: "
+                m = re.search(r"optimizer adapted to the training data "
+                              r"\((\S+) features a record, click rate "
+                              r"(\S+), (\S+) of features distinct\): "
                               r"learning rate \S+ -> (\S+), initial "
                               r"accumulator \S+ -> (\S+)", f.read())
             adapted.append(m.groups() if m else None)
         self.assertEqual(adapted[0], adapted[1])
-        self.adapted = adapted[0]
+        # None for a config without the option (ctr_dnn).
+        self.statistics = adapted[0] and tuple(map(float, adapted[0][:3]))
+        self.adapted = adapted[0] and adapted[0][3:]
         return evals[0]
 
     def baseline(self, train, test, batch_size):
@@ -80,11 +85,18 @@ class CtrTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(truth["train_distinct_ids"], 1000000)
         self.assertEqual(truth["num_train"], 300000)
         sync = self.train(train, test, "sync")
-        # The generator's defaults are the data the config's settings are
-        # for: the adapted ones stay near them.
+        # The rule (trainer/optimizer_adaptation.h) on the statistics the
+        # trainers logged (6 significant digits), which match the data's.
+        f, c, u = self.statistics
+        self.assertEqual(f, 20)  # the generator's default field count
+        self.assertAlmostEqual(c, truth["train_ctr"], delta=1e-4)
+        exact_u = truth["train_distinct_ids"] / (f * truth["num_train"])
+        self.assertAlmostEqual(u / exact_u, 1, delta=0.03)  # the sketch's
         lr, acc = map(float, self.adapted)
-        self.assertAlmostEqual(lr, 0.22, delta=0.01)
-        self.assertAlmostEqual(acc / 2e-5, 1, delta=0.25)
+        self.assertAlmostEqual(lr / (0.22 * math.sqrt(20 * 0.15 / (f * c))),
+                               1, delta=1e-4)
+        self.assertAlmostEqual(acc / (2e-5 * (u / 0.2) * (0.15 / c)), 1,
+                               delta=1e-4)
         # gradient_mean STEP_TRAINERS (the config's): 2 trainers of 256
         # train as one process with batch 512, to float rounding (measured:
         # equal to 1e-7).

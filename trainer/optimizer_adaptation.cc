@@ -1,6 +1,7 @@
 #include "trainer/optimizer_adaptation.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -42,18 +43,25 @@ absl::StatusOr<DataStatistics> StatisticsOf(const LibsvmSummary& summary) {
 absl::StatusOr<std::string> AdaptOptimizersToData(const DataStatistics& stats,
                                                   ModelConfig* config) {
   std::vector<OptimizerConfig*> optimizers = {config->mutable_optimizer()};
+  std::vector<std::string> names = {"the model's optimizer"};
   if (config->sparse_input().has_optimizer()) {
     optimizers.push_back(config->mutable_sparse_input()->mutable_optimizer());
+    names.push_back("sparse_input's optimizer");
   }
   for (LayerConfig& layer : *config->mutable_layers()) {
-    if (layer.has_optimizer()) optimizers.push_back(layer.mutable_optimizer());
+    if (layer.has_optimizer()) {
+      optimizers.push_back(layer.mutable_optimizer());
+      names.push_back(absl::StrCat("layer ", layer.name(), "'s optimizer"));
+    }
   }
-  for (const OptimizerConfig* o : optimizers) {
-    if (o->type() != OptimizerConfig::ADAGRAD) {
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (optimizers[i]->type() != OptimizerConfig::ADAGRAD) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "adapt_optimizer_to_data: the rule is for ADAGRAD; an optimizer "
-          "of the config is ",
-          OptimizerConfig::Type_Name(o->type())));
+          "adapt_optimizer_to_data: the rule is for ADAGRAD; ", names[i],
+          " is ", OptimizerConfig::Type_Name(optimizers[i]->type()),
+          i == 0 ? " (it is the default of every table without its own, "
+                   "so it must be ADAGRAD too)"
+                 : ""));
     }
   }
   const double lr_scale = std::sqrt(

@@ -21,8 +21,8 @@ struct DataStatistics {
 absl::StatusOr<DataStatistics> StatisticsOf(const LibsvmSummary& summary);
 
 // sparse_input { adapt_optimizer_to_data: true }: the config's optimizer
-// settings are those for data like the CTR generator's defaults (F = 20,
-// C = 0.15, U = 0.2), and each ADAGRAD optimizer of `config` (the model's,
+// settings are those for data with F = 20, C = 0.15, U = 0.2 (near the CTR
+// generator's defaults), and each ADAGRAD optimizer of `config` (the model's,
 // the sparse input's and the layers') is moved to the data's:
 //
 //   learning_rate       *= sqrt(20 * 0.15 / (F * C))
@@ -31,7 +31,7 @@ absl::StatusOr<DataStatistics> StatisticsOf(const LibsvmSummary& summary);
 // The rule was fitted to the best settings of a single-process Adagrad
 // logistic regression on ten generator settings (docs/tuning.md, "CTR
 // defaults", round 5). Returns a line for the log saying what it did.
-// InvalidArgument for an optimizer other than ADAGRAD.
+// InvalidArgument, naming it, for an optimizer other than ADAGRAD.
 absl::StatusOr<std::string> AdaptOptimizersToData(const DataStatistics& stats,
                                                   ModelConfig* config);
 

@@ -88,10 +88,11 @@ TEST(OptimizerAdaptationTest, MovesEveryAdagradOptimizer) {
 TEST(OptimizerAdaptationTest, OnlyAdagrad) {
   ModelConfig c = Parse(
       "optimizer { type: ADAGRAD learning_rate: 0.2 }"
-      "layers { type: BIAS optimizer { type: MOMENTUM learning_rate: 0.1 } }");
+      "layers { name: 'b' type: BIAS optimizer { type: MOMENTUM "
+      "learning_rate: 0.1 } }");
   absl::Status s = AdaptOptimizersToData({20, 0.15, 0.2}, &c).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("MOMENTUM"));
+  EXPECT_THAT(s.message(), HasSubstr("layer b's optimizer is MOMENTUM"));
   EXPECT_FLOAT_EQ(c.optimizer().learning_rate(), 0.2f);  // unchanged
 }
 

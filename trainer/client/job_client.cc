@@ -200,7 +200,9 @@ absl::Status JobClient::WaitUntilReady(const JobSpec& expected,
         return absl::FailedPreconditionError(absl::StrCat(
             "pserver ", servers_[s]->address(),
             " holds a job that differs from this trainer's config (the "
-            "chief's config, mode, trainer count or batch size differ): ",
+            "chief's config, mode, trainer count or batch size differ, or, "
+            "with sparse_input.adapt_optimizer_to_data, the training data "
+            "the optimizer settings were adapted to): ",
             diff.substr(0, 400)));
       }
       ready[s] = true;

@@ -13,9 +13,10 @@ namespace shardps {
 // Estimates how many distinct 64-bit ids a stream holds from the k smallest
 // of their hashes (the k-minimum-values sketch, Bar-Yossef et al. 2002), in
 // O(k) memory however many ids there are: exact while fewer than k distinct
-// ids were added, else within about 1/sqrt(k) (0.8% at k = 16384). The hash
-// is a bijection, so equal estimates come from equal id sets whatever their
-// order: every trainer scanning the same files gets the same figure.
+// ids were added, else with a standard error of about 1/sqrt(k) (0.8% at
+// k = 16384). The hash is a bijection, so equal estimates come from equal
+// id sets whatever their order: every trainer scanning the same files gets
+// the same figure.
 // Requires external synchronization.
 class DistinctCounter {
  public:
