@@ -135,7 +135,11 @@ class SharedCaller {
   // Ends the calls posted so far CANCELLED at once, without waiting for the
   // pserver: their replies are not written and their `done` does not run
   // again. Each slot stays taken until the pserver answers it (a held pull
-  // within --max_pull_wait_s); calls posted later go ahead.
+  // within --max_pull_wait_s); calls posted later go ahead, but the
+  // pserver still writes a cancelled call's values into the region where
+  // it named them, so a later call whose values share those bytes can read
+  // a mix: for a caller that stops using the region's values (a trainer
+  // stopping on a fatal error).
   void CancelPending();
 
  private:

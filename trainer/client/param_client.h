@@ -157,8 +157,9 @@ class ParamClient {
   int shared_servers() const;
   // Ends the calls in flight through shared regions CANCELLED at once
   // (SharedCaller::CancelPending), as PsClientInterface::CancelCalls does
-  // for gRPC calls; later calls go ahead. Call from the thread that made
-  // the regions.
+  // for gRPC calls. For a trainer that stops: a cancelled pull's late
+  // answer still writes the region's values. Call from the thread that
+  // made the regions.
   void CancelSharedCalls();
 
  private:
