@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace shardps {
 namespace {
@@ -107,7 +108,11 @@ absl::Duration SpinTime() {
 
 struct SharedCallServer::State {
   explicit State(std::shared_ptr<const SharedRegion> r)
-      : region(std::move(r)), area(Area(*region)) {}
+      : region(std::move(r)), area(Area(*region)) {
+    CHECK_GE(region->size(),
+             SharedRegion::kHeaderBytes + shared_calls::kAreaBytes)
+        << "a shared region served for calls must hold a call area";
+  }
   // Writes the answer of slot i and hands the slot back to the trainer.
   void Answer(int i, absl::Status status,
               const google::protobuf::MessageLite* reply);

@@ -144,6 +144,10 @@ int main(int argc, char** argv) {
   }
   const shardps::GrpcServerOptions options = OptionsFromFlags(fault_env->get());
   google::InitGoogleLogging(argv[0]);
+  // A crash (SIGSEGV, SIGBUS, ...) logs its signal and stack before the
+  // process dies. SIGTERM, which glog's handler also takes, is blocked
+  // below and taken by the signal thread.
+  google::InstallFailureSignalHandler();
   if (*fault_env != nullptr) {
     LOG(WARNING) << "checkpoint fault injection armed by "
                  << shardps::kCheckpointFaultEnvVar;

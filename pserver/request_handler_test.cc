@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/shared_calls.h"
 #include "common/testing/temp_dir.h"
 #include "compression/threshold_codec.h"
 #include "compression/value_encoding.h"
@@ -160,6 +161,17 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   oreq.set_bytes(64);
   ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
              absl::StatusCode::kInvalidArgument, "bytes asked");
+  // A call area must fit whole: a client asking for one in a smaller region
+  // had the pserver's call loop read past the region's end (SIGBUS).
+  oreq.set_calls(true);
+  oreq.set_bytes(64 + shared_calls::kAreaBytes - 1);
+  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+             absl::StatusCode::kInvalidArgument,
+             std::to_string(64 + shared_calls::kAreaBytes) + " to ");
+  oreq.set_bytes(65);
+  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+             absl::StatusCode::kInvalidArgument, "bytes asked");
+  oreq.set_calls(false);
   oreq.set_bytes(112);
   oreq.set_trainer_id(2);
   ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),

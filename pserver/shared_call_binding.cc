@@ -53,6 +53,12 @@ absl::Status SharedCallBinding::Serve(
   absl::StatusOr<std::shared_ptr<const SharedRegion>> region =
       handler->SharedRegionOf(trainer_id, region_id);
   if (!region.ok()) return region.status();
+  if ((*region)->size() <
+      SharedRegion::kHeaderBytes + shared_calls::kAreaBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared calls: region ", region_id, " of ",
+                     (*region)->size(), " bytes holds no call area"));
+  }
   RpcMetrics* const metrics = metrics_;
   std::weak_ptr<RequestHandler> job = handler;
   auto dispatch = [job, trainer_id, region_id, metrics](

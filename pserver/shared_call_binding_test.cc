@@ -270,5 +270,30 @@ TEST_F(SharedCallBindingTest, AReplacedRegionSendsItsCallsOverTcp) {
   EXPECT_EQ(params_->shared_servers(), 0);
 }
 
+// Found by ps_fuzz against a 3-pserver job: a call area asked for in a
+// region too small to hold it had the pserver's call loop read past the
+// region (SIGBUS or SIGSEGV, 1 run in 3). Refused now, and the pserver
+// goes on serving.
+TEST_F(SharedCallBindingTest, ACallAreaLargerThanItsRegionIsRefused) {
+  for (uint64_t bytes :
+       {uint64_t{SharedRegion::kHeaderBytes + 1},
+        uint64_t{SharedRegion::kHeaderBytes + shared_calls::kAreaBytes - 4}}) {
+    SharedMemoryRequest req;
+    req.set_trainer_id(0);
+    req.set_incarnation(3);
+    req.set_bytes(bytes);
+    req.set_calls(true);
+    SharedMemoryResponse resp;
+    absl::Status s = grpc_->OpenSharedMemory(req, &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bytes << s;
+    EXPECT_FALSE(resp.calls());
+  }
+  SharedMemoryResponse resp;
+  std::unique_ptr<SharedRegion> region;
+  OpenCallRegion(&resp, &region);
+  EXPECT_EQ(Step(0, std::vector<float>(6, 1.0f)),
+            (std::vector<float>{0, 1, 2, 3, 4, 5}));
+}
+
 }  // namespace
 }  // namespace shardps

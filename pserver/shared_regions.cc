@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -25,13 +26,17 @@ absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
                      store->job().num_trainers(), ")"));
   }
   RETURN_IF_ERROR(store->CheckIncarnation(k, req.incarnation()));
-  const uint64_t limit = SharedRegion::kHeaderBytes +
-                         (req.calls() ? shared_calls::kAreaBytes : 0) +
+  const uint64_t area = req.calls() ? shared_calls::kAreaBytes : 0;
+  const uint64_t limit = SharedRegion::kHeaderBytes + area +
                          2 * static_cast<uint64_t>(store->dense_bytes());
-  if (req.bytes() <= SharedRegion::kHeaderBytes || req.bytes() > limit) {
+  // A call area is served where the request says: the region must hold it
+  // whole (a smaller one had the pserver's call loop read past its end).
+  const uint64_t least =
+      SharedRegion::kHeaderBytes + std::max<uint64_t>(area, 1);
+  if (req.bytes() < least || req.bytes() > limit) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "shared memory: ", req.bytes(), " bytes asked; a region holds ",
-        SharedRegion::kHeaderBytes + 1, " to ", limit,
+        "shared memory: ", req.bytes(), " bytes asked; a region holds ", least,
+        " to ", limit,
         " (a header, a call area when asked for, and twice the dense bytes "
         "of this pserver)"));
   }

@@ -27,8 +27,9 @@ class SharedRegions {
   // `resp`, replacing the trainer's previous region (requests that name its
   // id are refused from then on; it stays mapped and counted while one
   // uses it). FAILED_PRECONDITION before the job is ready; INVALID_ARGUMENT
-  // for a trainer id outside the job or a size outside (64, 64 + twice the
-  // dense bytes held); RESOURCE_EXHAUSTED past the budget.
+  // for a trainer id outside the job or a size outside [65, 64 + twice the
+  // dense bytes held] (both plus the call area's bytes when `req.calls()`);
+  // RESOURCE_EXHAUSTED past the budget.
   absl::Status Open(const SharedMemoryRequest& req, ParameterStore* store,
                     SharedMemoryResponse* resp);
   // The region `id` of `trainer_id`; NOT_FOUND, naming "shared region",

@@ -189,6 +189,9 @@ int main(int argc, char** argv) {
   s = shardps::ApplyFlagAliases(*aliases);
   if (!s.ok()) Fail(s.message());
   google::InitGoogleLogging(argv[0]);
+  // A crash (SIGSEGV, SIGBUS, ...) logs its signal and stack before the
+  // process dies; HandleStopSignals below replaces glog's SIGTERM handler.
+  google::InstallFailureSignalHandler();
 
   absl::StatusOr<shardps::TrainerOptions> o =
       shardps::TrainerOptionsFromFlags(shardps::ProcessEnv());
