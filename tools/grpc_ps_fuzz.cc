@@ -6,7 +6,8 @@
 // holds their token.
 //
 //   ps_fuzz --pservers=127.0.0.1:7164 --requests=3000 [--seed=1]
-//           [--without_token] [--expect_code=UNAUTHENTICATED]
+//           [--methods=Push,Pull] [--without_token]
+//           [--expect_code=UNAUTHENTICATED]
 //           [--auth_token_file=PATH] [--tls_ca_file=PATH ...]
 //
 // Prints a count per method and status code. Exit status: 0; 1 when a
@@ -41,6 +42,10 @@ DEFINE_int64(requests, 3000, "requests to send, spread over the pservers");
 DEFINE_double(duration_s, 0, "stop after this many seconds; 0: no limit");
 DEFINE_uint64(seed, 1, "seed of the requests (the same seed, the same ones)");
 DEFINE_int32(concurrency, 8, "requests in flight at once");
+DEFINE_string(
+    methods, "",
+    "comma-separated methods to fuzz only (as Push,OpenSharedMemory); "
+    "empty: every method of the service");
 DEFINE_int32(deadline_ms, 2000, "deadline of each request");
 DEFINE_bool(without_token, false,
             "send no token even with --auth_token_file (to check that the "
@@ -68,6 +73,10 @@ class Fuzz {
         fuzzer_(PushRequest::descriptor()->file()->FindServiceByName(
                     "ParameterServer"),
                 FLAGS_seed) {}
+
+  absl::Status OnlyMethods(const std::vector<std::string>& names) {
+    return fuzzer_.OnlyMethods(names);
+  }
 
   // Sends the requests; returns how many were sent.
   int64_t Run() {
@@ -207,6 +216,12 @@ int Main(int argc, char** argv) {
           ? ""
           : BearerMetadataValue(security->auth_token);
   Fuzz fuzz(std::move(targets), authorization);
+  absl::Status only = fuzz.OnlyMethods(
+      absl::StrSplit(FLAGS_methods, ',', absl::SkipWhitespace()));
+  if (!only.ok()) {
+    std::cerr << "ps_fuzz: --methods: " << only.message() << "\n";
+    return 2;
+  }
   const absl::Time start = absl::Now();
   const int64_t sent = fuzz.Run();
   const int64_t unexpected = fuzz.Report(FLAGS_expect_code);

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace shardps {
 
@@ -22,7 +24,31 @@ constexpr size_t kBytesBudget = 4 << 20;
 
 RequestFuzzer::RequestFuzzer(const google::protobuf::ServiceDescriptor* service,
                              uint64_t seed)
-    : service_(service), rng_(seed) {}
+    : service_(service), rng_(seed) {
+  for (int i = 0; i < service_->method_count(); ++i) {
+    methods_.push_back(service_->method(i));
+  }
+}
+
+absl::Status RequestFuzzer::OnlyMethods(const std::vector<std::string>& names) {
+  std::vector<const google::protobuf::MethodDescriptor*> methods;
+  for (const std::string& name : names) {
+    const google::protobuf::MethodDescriptor* m =
+        service_->FindMethodByName(name);
+    if (m == nullptr) {
+      std::vector<std::string> all;
+      for (int i = 0; i < service_->method_count(); ++i) {
+        all.push_back(service_->method(i)->name());
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(service_->full_name(), " has no method ", name,
+                       "; it has ", absl::StrJoin(all, ", ")));
+    }
+    methods.push_back(m);
+  }
+  if (!methods.empty()) methods_ = std::move(methods);
+  return absl::OkStatus();
+}
 
 int64_t RequestFuzzer::Int(bool is_signed, int bits) {
   // Half small (ids, steps, indices that name real things), half from the
@@ -226,8 +252,7 @@ void RequestFuzzer::Damage(FuzzRequest* q) {
 
 FuzzRequest RequestFuzzer::Next() {
   FuzzRequest q;
-  q.method =
-      service_->method(static_cast<int>(Uniform(service_->method_count())));
+  q.method = methods_[Uniform(methods_.size())];
   q.path = absl::StrCat("/", service_->full_name(), "/", q.method->name());
   std::unique_ptr<Message> m(
       google::protobuf::MessageFactory::generated_factory()

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -33,6 +35,11 @@ class RequestFuzzer {
   RequestFuzzer(const google::protobuf::ServiceDescriptor* service,
                 uint64_t seed);
 
+  // From now on, requests for `names` only (method names of the service,
+  // as "Push"; empty: every method). INVALID_ARGUMENT, naming it and the
+  // service's methods, for a name the service lacks.
+  absl::Status OnlyMethods(const std::vector<std::string>& names);
+
   FuzzRequest Next();
 
   // Fills `message` with random and boundary values (at most `depth`
@@ -52,6 +59,7 @@ class RequestFuzzer {
   void Damage(FuzzRequest* request);
 
   const google::protobuf::ServiceDescriptor* service_;
+  std::vector<const google::protobuf::MethodDescriptor*> methods_;
   std::mt19937_64 rng_;
   // Bytes that bytes fields may still take in the message being made, so
   // that a request stays under a few MiB and the fuzzer sends many.

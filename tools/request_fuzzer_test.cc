@@ -42,6 +42,23 @@ TEST(RequestFuzzerTest, CoversEveryMethodAndEveryKindOfDamage) {
   EXPECT_EQ(parsed_valid, valid);
 }
 
+TEST(RequestFuzzerTest, OnlyTheMethodsAskedFor) {
+  RequestFuzzer fuzzer(
+      PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
+      1);
+  absl::Status bad = fuzzer.OnlyMethods({"Push", "Pusj"});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("no method Pusj; it has InitJob,"),
+            std::string::npos)
+      << bad.message();
+  ASSERT_TRUE(fuzzer.OnlyMethods({"Push", "OpenSharedMemory"}).ok());
+  std::set<std::string> paths;
+  for (int i = 0; i < 200; ++i) paths.insert(fuzzer.Next().path);
+  EXPECT_EQ(paths, (std::set<std::string>{
+                       "/shardps.ParameterServer/Push",
+                       "/shardps.ParameterServer/OpenSharedMemory"}));
+}
+
 TEST(RequestFuzzerTest, ReachesBoundariesAndRepeats) {
   RequestFuzzer fuzzer(
       PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
