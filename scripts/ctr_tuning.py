@@ -142,10 +142,10 @@ def reference_grid(args, name, train, test):
                            check=True)
         return "%s|%s" % point, json.loads(r.stdout)["test_auc"]
 
-    todo = [p for p in itertools.product(LEARNING_RATES, ACCUMULATORS)
+    missing = [p for p in itertools.product(LEARNING_RATES, ACCUMULATORS)
             if "%s|%s" % p not in done]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for key, auc in pool.map(run, todo):
+        for key, auc in pool.map(run, missing):
             done[key] = auc
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
