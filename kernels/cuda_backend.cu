@@ -3,6 +3,7 @@
 // Synchronize wait for the stream; Upload returns once the host data is in
 // a pinned staging buffer (the copy to the device runs on the stream).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -418,12 +419,53 @@ absl::StatusOr<int> CudaDeviceCount() {
   return n;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+namespace {
+
+absl::Status CheckDevice(int device) {
   ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CUDA device ", device, " does not exist; ", count, " visible"));
   }
+  return absl::OkStatus();
+}
+
+// "13.0" of CUDA's 13000.
+std::string CudaVersion(int v) {
+  return absl::StrCat(v / 1000, ".", (v % 1000) / 10);
+}
+
+// "9.13.0" of cuDNN 9's 91300.
+std::string CudnnVersion(size_t v) {
+  return absl::StrCat(v / 10000, ".", (v % 10000) / 100, ".", v % 100);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DescribeCudaDevice(int device) {
+  RETURN_IF_ERROR(CheckDevice(device));
+  cudaDeviceProp p;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&p, device));
+  int driver = 0, runtime = 0;
+  CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
+  CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
+  int blas[3] = {0, 0, 0};
+  CUBLAS_RETURN_IF_ERROR(cublasGetProperty(MAJOR_VERSION, &blas[0]));
+  CUBLAS_RETURN_IF_ERROR(cublasGetProperty(MINOR_VERSION, &blas[1]));
+  CUBLAS_RETURN_IF_ERROR(cublasGetProperty(PATCH_LEVEL, &blas[2]));
+  return absl::StrCat(
+      "cuda:", device, " ", p.name, " (sm_", p.major, p.minor, ", ",
+      p.multiProcessorCount, " SMs, ",
+      absl::SixDigits(std::round(p.totalGlobalMem / 107374182.4) / 10),
+      " GiB); driver for CUDA ", CudaVersion(driver), ", runtime ",
+      CudaVersion(runtime), ", cuBLAS ", blas[0], ".", blas[1], ".", blas[2],
+      ", cuDNN ", CudnnVersion(cudnnGetVersion()), " (built with CUDA ",
+      CudaVersion(CUDART_VERSION), ", cuDNN ", CudnnVersion(CUDNN_VERSION),
+      ")");
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  RETURN_IF_ERROR(CheckDevice(device));
   auto backend = std::make_unique<CudaBackend>(device);
   RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));

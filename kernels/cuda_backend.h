@@ -17,6 +17,7 @@
 // returned as InternalError with the library's message.
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
@@ -30,6 +31,13 @@ bool CudaBackendBuilt();
 // CUDA-capable device is detected") as InternalError; Unimplemented in a
 // build without CUDA.
 absl::StatusOr<int> CudaDeviceCount();
+
+// One line on `device` and the libraries this process loaded, e.g.
+// "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.2 GiB); driver for CUDA
+// 13.0, runtime 13.0, cuBLAS 13.1.0, cuDNN 9.13.0 (built with CUDA 13.0,
+// cuDNN 9.19.0)". Errors as CudaDeviceCount's; InvalidArgument for a
+// device that does not exist.
+absl::StatusOr<std::string> DescribeCudaDevice(int device);
 
 // A CUDA backend on `device` (in [0, CudaDeviceCount())), with its own
 // stream, cuBLAS and cuDNN handles.

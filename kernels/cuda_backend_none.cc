@@ -18,6 +18,10 @@ bool CudaBackendBuilt() { return false; }
 
 absl::StatusOr<int> CudaDeviceCount() { return NotBuilt(); }
 
+absl::StatusOr<std::string> DescribeCudaDevice(int device) {
+  return NotBuilt();
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   return NotBuilt();
 }

@@ -78,6 +78,9 @@ absl::Status Trainer::Setup() {
   std::unique_ptr<Backend> backend;
   if (o.use_gpu) {
     ASSIGN_OR_RETURN(backend, CreateCudaBackend(o.gpu_id));
+    absl::StatusOr<std::string> gpu = DescribeCudaDevice(o.gpu_id);
+    LOG(INFO) << "trainer " << k << ": "
+              << (gpu.ok() ? *gpu : gpu.status().ToString());
   } else {
     backend = std::make_unique<CpuBackend>(o.cpu_threads);
   }

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""The table of a scripts/gpu_check.sh run, from its logs folder.
+
+    python3 scripts/gpu_check_summary.py LOGS --md summary.md --json s.json
+    python3 scripts/gpu_check_summary.py --one_run LOGS/train/fmnist_mlp-gpu-1
+
+LOGS holds what gpu_check.sh wrote: steps.tsv (one row a step: name,
+PASS/FAIL, seconds, note), MANIFEST, gpu-describe.log, train/NAME/ (a
+local_cluster.py log folder per training run, NAME = CONFIG-BACKEND-N) and
+timing/step_timer.jsonl and timing/torch.jsonl. Tables:
+
+  Steps      every step's status and note.
+  Training   GPU against CPU backend per config and trainer count: the mean
+             training loss over the first 100 steps (trainer 0's step line
+             at step 100), the final test accuracy, the median whole step
+             (trainer 0's step lines' median_step_s) and samples/s.
+  Step time  ShardPS's compute step (tools/step_timer) on the GPU and the
+             CPU against PyTorch's on the same GPU (compute: forward and
+             backward on the device; compute_host: with the parameters and
+             batch copied in and the gradients out, as a parameter-server
+             trainer must; train: compute plus the optimizer).
+
+--one_run prints one line on one training run (for the step table).
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+# GPU and CPU agree when the loss over the first 100 steps differs by at
+# most this much (relative) and the final accuracy by at most this many
+# points: FP32 on both sides, so only rounding differs, but a pass of
+# training lets rounding grow.
+LOSS_REL_TOL = 0.01
+ACC_POINTS_TOL = 1.0
+# The issue's goal: ShardPS's compute step at most this many times
+# PyTorch's on the same GPU.
+GOAL_RATIO = 1.2
+
+
+def read_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def run_stats(run_dir):
+    """What one local_cluster.py run of the check gives, or None."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        summary = None
+    lines = read_jsonl(os.path.join(run_dir, "trainer-0.jsonl"))
+    steps = [l for l in lines if l.get("event") == "step"]
+    evals = [l for l in lines if l.get("event") == "eval"]
+    loss100 = next((l["train_loss"] for l in steps if l.get("step") == 100),
+                   None)
+    medians = [l["median_step_s"] for l in steps if "median_step_s" in l]
+    final = next((e for e in reversed(evals) if e.get("final")), None)
+    if final is None and evals:
+        final = evals[-1]
+    ok = bool(summary) and summary.get("exit_code") == 0
+    if summary is None and not lines:
+        return None
+    return {
+        "ok": ok,
+        "exit_code": summary.get("exit_code") if summary else None,
+        "loss100": loss100,
+        "accuracy": final.get("test_accuracy") if final else None,
+        "steps": final.get("step") if final else None,
+        "step_ms": statistics.median(medians) * 1e3 if medians else None,
+        "samples_per_s": final.get("samples_per_s") if final else None,
+    }
+
+
+def fmt(v, spec="%.4f", none="–"):
+    return none if v is None else spec % v
+
+
+def one_run_line(run_dir):
+    s = run_stats(run_dir)
+    if s is None:
+        return "no logs in %s" % run_dir
+    return ("accuracy %s after %s steps, loss over steps 1-100 %s, median "
+            "step %s ms, %s samples/s" % (
+                fmt(s["accuracy"]), s["steps"], fmt(s["loss100"]),
+                fmt(s["step_ms"], "%.3f"), fmt(s["samples_per_s"], "%.0f")))
+
+
+def read_steps(logs):
+    rows = []
+    try:
+        with open(os.path.join(logs, "steps.tsv")) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) >= 3:
+                    rows.append({"step": parts[0], "status": parts[1],
+                                 "seconds": parts[2],
+                                 "note": parts[3] if len(parts) > 3 else ""})
+    except OSError:
+        pass
+    return rows
+
+
+def first_line(path):
+    try:
+        with open(path) as f:
+            lines = [l.strip() for l in f if l.strip()]
+        return lines[-1] if lines else None
+    except OSError:
+        return None
+
+
+def training_rows(logs):
+    rows = []
+    for config in ("fmnist_mlp", "fmnist_cnn"):
+        for n in (1, 2):
+            cpu = run_stats(os.path.join(logs, "train",
+                                         "%s-cpu-%d" % (config, n)))
+            gpu = run_stats(os.path.join(logs, "train",
+                                         "%s-gpu-%d" % (config, n)))
+            if cpu is None and gpu is None:
+                continue
+            row = {"config": config, "trainers": n, "cpu": cpu, "gpu": gpu,
+                   "loss_rel_diff": None, "accuracy_diff_points": None,
+                   "verdict": "incomplete"}
+            if cpu and gpu and cpu["loss100"] and gpu["loss100"] is not None:
+                row["loss_rel_diff"] = (abs(gpu["loss100"] - cpu["loss100"]) /
+                                        abs(cpu["loss100"]))
+            if (cpu and gpu and cpu["accuracy"] is not None and
+                    gpu["accuracy"] is not None):
+                row["accuracy_diff_points"] = 100 * (gpu["accuracy"] -
+                                                     cpu["accuracy"])
+            if not (cpu and cpu["ok"]) or not (gpu and gpu["ok"]):
+                row["verdict"] = "a run failed"
+            elif (row["loss_rel_diff"] is not None and
+                  row["accuracy_diff_points"] is not None):
+                agree = (row["loss_rel_diff"] <= LOSS_REL_TOL and
+                         abs(row["accuracy_diff_points"]) <= ACC_POINTS_TOL)
+                row["verdict"] = "agree" if agree else "DIFFER"
+            rows.append(row)
+    return rows
+
+
+def timing_rows(logs, training):
+    ours = read_jsonl(os.path.join(logs, "timing", "step_timer.jsonl"))
+    torch = read_jsonl(os.path.join(logs, "timing", "torch.jsonl"))
+    rows = []
+    for config in ("fmnist_mlp", "fmnist_cnn"):
+        gpu = next((l for l in ours if l.get("config") == config and
+                    str(l.get("backend", "")).startswith("cuda")), None)
+        cpu = next((l for l in ours if l.get("config") == config and
+                    l.get("backend") == "cpu"), None)
+        t = {l["kind"]: l for l in torch if l.get("config") == config}
+        if not (gpu or cpu or t):
+            continue
+        whole = next((r["gpu"]["step_ms"] for r in training
+                      if r["config"] == config and r["trainers"] == 1 and
+                      r["gpu"]), None)
+
+        def med(line):
+            return line["median_ms"] if line else None
+
+        row = {"config": config,
+               "batch": (gpu or cpu or next(iter(t.values()), {})).get(
+                   "batch"),
+               "shardps_gpu_ms": med(gpu), "shardps_cpu_ms": med(cpu),
+               "torch_compute_ms": med(t.get("compute")),
+               "torch_compute_host_ms": med(t.get("compute_host")),
+               "torch_train_ms": med(t.get("train")),
+               "shardps_whole_step_gpu_ms": whole}
+        for k in ("compute", "compute_host"):
+            theirs = row["torch_%s_ms" % k]
+            row["ratio_vs_torch_" + k] = (
+                row["shardps_gpu_ms"] / theirs
+                if row["shardps_gpu_ms"] and theirs else None)
+        rows.append(row)
+    return rows
+
+
+def markdown(logs, steps, training, timing):
+    out = []
+    describe = first_line(os.path.join(logs, "gpu-describe.log"))
+    manifest = []
+    try:
+        with open(os.path.join(logs, "MANIFEST")) as f:
+            manifest = [l.rstrip() for l in f][1:6]
+    except OSError:
+        pass
+    out.append("# ShardPS GPU check")
+    out.append("")
+    if describe and describe.startswith("cuda:"):
+        out.append("- GPU: %s" % describe)
+    for m in manifest:
+        out.append("- bundle %s" % m)
+    out.append("")
+    out.append("## Steps")
+    out.append("")
+    out.append("| step | status | s | note |")
+    out.append("|---|---|---|---|")
+    for s in steps:
+        out.append("| %s | %s | %s | %s |" % (
+            s["step"], s["status"], s["seconds"],
+            s["note"].replace("|", "/")[:400]))
+    passed = sum(1 for s in steps if s["status"] == "PASS")
+    out.append("")
+    out.append("%d of %d steps passed." % (passed, len(steps)))
+    if training:
+        out.append("")
+        out.append("## Training: GPU against the CPU backend")
+        out.append("")
+        out.append("1 pserver, sync, 1 pass; trainer 0. Loss: mean training "
+                   "loss over steps 1-100. Agree: loss within %g%%, "
+                   "accuracy within %g point." % (100 * LOSS_REL_TOL,
+                                                   ACC_POINTS_TOL))
+        out.append("")
+        out.append("| config | trainers | loss CPU | loss GPU | rel. diff | "
+                   "accuracy CPU | accuracy GPU | diff (points) | step CPU "
+                   "ms | step GPU ms | samples/s CPU | samples/s GPU | "
+                   "verdict |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in training:
+            c, g = r["cpu"] or {}, r["gpu"] or {}
+            out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | "
+                       "%s | %s | %s |" % (
+                           r["config"], r["trainers"],
+                           fmt(c.get("loss100")), fmt(g.get("loss100")),
+                           fmt(r["loss_rel_diff"], "%.1e"),
+                           fmt(c.get("accuracy")), fmt(g.get("accuracy")),
+                           fmt(r["accuracy_diff_points"], "%+.2f"),
+                           fmt(c.get("step_ms"), "%.3f"),
+                           fmt(g.get("step_ms"), "%.3f"),
+                           fmt(c.get("samples_per_s"), "%.0f"),
+                           fmt(g.get("samples_per_s"), "%.0f"),
+                           r["verdict"]))
+    if timing:
+        out.append("")
+        out.append("## Step time on the same GPU: ShardPS against PyTorch")
+        out.append("")
+        out.append("Medians in ms. ShardPS compute: tools/step_timer "
+                   "(parameters up, forward, backward, gradients down). "
+                   "PyTorch compute: forward and backward on the device; "
+                   "+transfers: with parameters and batch in and gradients "
+                   "out; train: compute and the optimizer. Whole step: a "
+                   "GPU trainer's step with 1 pserver (pull, compute, "
+                   "push). Goal: ShardPS compute at most %gx PyTorch's." %
+                   GOAL_RATIO)
+        out.append("")
+        out.append("| config | batch | ShardPS GPU | ShardPS CPU | PyTorch "
+                   "compute | PyTorch +transfers | PyTorch train | ShardPS "
+                   "/ PyTorch compute | ShardPS / PyTorch +transfers | "
+                   "ShardPS whole step (GPU) |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for r in timing:
+            out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                r["config"], r["batch"], fmt(r["shardps_gpu_ms"], "%.3f"),
+                fmt(r["shardps_cpu_ms"], "%.3f"),
+                fmt(r["torch_compute_ms"], "%.3f"),
+                fmt(r["torch_compute_host_ms"], "%.3f"),
+                fmt(r["torch_train_ms"], "%.3f"),
+                fmt(r["ratio_vs_torch_compute"], "%.2fx"),
+                fmt(r["ratio_vs_torch_compute_host"], "%.2fx"),
+                fmt(r["shardps_whole_step_gpu_ms"], "%.3f")))
+    return "\n".join(out) + "\n"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("logs", nargs="?")
+    p.add_argument("--md")
+    p.add_argument("--json")
+    p.add_argument("--one_run", metavar="RUN_DIR")
+    args = p.parse_args(argv)
+    if args.one_run:
+        print(one_run_line(args.one_run))
+        return 0
+    if not args.logs or not os.path.isdir(args.logs):
+        print("gpu_check_summary: no logs folder %r" % args.logs,
+              file=sys.stderr)
+        return 2
+    steps = read_steps(args.logs)
+    training = training_rows(args.logs)
+    timing = timing_rows(args.logs, training)
+    md = markdown(args.logs, steps, training, timing)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(md)
+    else:
+        sys.stdout.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"steps": steps, "training": training,
+                       "timing": timing,
+                       "gpu": first_line(os.path.join(args.logs,
+                                                      "gpu-describe.log"))},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
