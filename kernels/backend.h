@@ -86,10 +86,20 @@ class Backend {
   // Memory. Allocate returns n zeroed floats (n may be 0).
   virtual absl::StatusOr<float*> Allocate(size_t n) = 0;
   virtual void Free(float* p) = 0;
+  // Queues a copy of n floats from `host` to `dst`; `host` may change as
+  // soon as Upload returns.
   virtual absl::Status Upload(const float* host, size_t n, float* dst) = 0;
-  // Waits for the queued work, then copies n floats to `host`.
+  // Waits for the queued work, then copies n floats to `host` (and delivers
+  // every queued DownloadAsync).
   virtual absl::Status Download(const float* src, size_t n, float* host) = 0;
+  // Queues a copy of n floats to `host`, which receives them when the next
+  // Synchronize or Download returns (and must not be read or written
+  // before). Many queued copies cost one wait instead of one each.
+  virtual absl::Status DownloadAsync(const float* src, size_t n, float* host) {
+    return Download(src, n, host);
+  }
   virtual absl::Status Copy(const float* src, size_t n, float* dst) = 0;
+  // Waits for the queued work and delivers the queued DownloadAsync copies.
   virtual absl::Status Synchronize() = 0;
 
   // C = alpha * op(A) * op(B) + beta * C, row-major, as kernels/blas.h Gemm.

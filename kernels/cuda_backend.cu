@@ -3,8 +3,10 @@
 // Synchronize wait for the stream; Upload returns once the host data is in
 // a pinned staging buffer (the copy to the device runs on the stream).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,9 @@ using cuda_resources::PinnedScratch;
 using cuda_resources::PoolDesc;
 using cuda_resources::TensorDesc;
 
+// A convolution's geometry, as ConvGeometry's fields in order.
+using ConvKey = std::array<int, 9>;
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
@@ -34,7 +39,6 @@ class CudaBackend : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
-    if (staged_ != nullptr) cudaEventDestroy(staged_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -42,8 +46,6 @@ class CudaBackend : public Backend {
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_RETURN_IF_ERROR(
-        cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
     CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
     CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
     // FP32 products without TF32, comparable with the CPU backend.
@@ -84,6 +86,10 @@ class CudaBackend : public Backend {
     return DownloadBytes(src, n * sizeof(float), host);
   }
 
+  absl::Status DownloadAsync(const float* src, size_t n, float* host) override {
+    return QueueDownload(src, n * sizeof(float), host);
+  }
+
   absl::Status Copy(const float* src, size_t n, float* dst) override {
     if (n == 0 || src == dst) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, n * sizeof(float),
@@ -91,10 +97,7 @@ class CudaBackend : public Backend {
     return absl::OkStatus();
   }
 
-  absl::Status Synchronize() override {
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
-  }
+  absl::Status Synchronize() override { return SyncAndDeliver(); }
 
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const float* a, int lda, const float* b,
@@ -153,13 +156,13 @@ class CudaBackend : public Backend {
                              const float* w, const float* b,
                              float* y) override {
     RETURN_IF_ERROR(SetConv(g));
-    ASSIGN_OR_RETURN(const auto best,
-                     ChooseAlgo<cudnnConvolutionFwdAlgoPerf_t>(
-                         "forward", [&](int n, int* found, auto* perf) {
-                           return cudnnGetConvolutionForwardAlgorithm_v7(
-                               cudnn_, x_.d, w_.d, conv_.d, y_.d, n, found,
-                               perf);
-                         }));
+    ASSIGN_OR_RETURN(
+        const auto best,
+        ChooseAlgo<cudnnConvolutionFwdAlgoPerf_t>(
+            g, &forward_algos_, "forward", [&](int n, int* found, auto* perf) {
+              return cudnnGetConvolutionForwardAlgorithm_v7(
+                  cudnn_, x_.d, w_.d, conv_.d, y_.d, n, found, perf);
+            }));
     const float one = 1.0f, zero = 0.0f;
     CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
         cudnn_, &one, x_.d, x, w_.d, w, conv_.d, best.algo, workspace_.get(),
@@ -177,7 +180,8 @@ class CudaBackend : public Backend {
         cudnnConvolutionBackwardBias(cudnn_, &one, y_.d, dy, &zero, b_.d, db));
     ASSIGN_OR_RETURN(const auto fbest,
                      ChooseAlgo<cudnnConvolutionBwdFilterAlgoPerf_t>(
-                         "backward filter", [&](int n, int* found, auto* perf) {
+                         g, &filter_algos_, "backward filter",
+                         [&](int n, int* found, auto* perf) {
                            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                                cudnn_, x_.d, y_.d, conv_.d, w_.d, n, found,
                                perf);
@@ -188,7 +192,8 @@ class CudaBackend : public Backend {
     if (dx == nullptr) return absl::OkStatus();
     ASSIGN_OR_RETURN(const auto dbest,
                      ChooseAlgo<cudnnConvolutionBwdDataAlgoPerf_t>(
-                         "backward data", [&](int n, int* found, auto* perf) {
+                         g, &data_algos_, "backward data",
+                         [&](int n, int* found, auto* perf) {
                            return cudnnGetConvolutionBackwardDataAlgorithm_v7(
                                cudnn_, w_.d, y_.d, conv_.d, x_.d, n, found,
                                perf);
@@ -267,29 +272,67 @@ class CudaBackend : public Backend {
   }
 
  private:
-  // Host -> pinned staging -> device, on the stream. The staging buffer is
-  // reused only after the previous copy out of it has finished.
-  absl::Status UploadBytes(const void* host, size_t bytes, void* dst) {
-    if (bytes == 0) return absl::OkStatus();
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_));
-    RETURN_IF_ERROR(staging_.Reserve(bytes));
-    std::memcpy(staging_.get(), host, bytes);
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, staging_.get(), bytes,
-                                         cudaMemcpyHostToDevice, stream_));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
+  // Transfers go through one pinned staging arena: each upload and queued
+  // download takes the next area of it, and the arena is used from its
+  // start again once the stream has been synchronized (no queued copy
+  // touches it then). So an upload never waits for an earlier one, and a
+  // step's downloads cost one wait. The arena grows (at a synchronization)
+  // while a step's transfers overflow it, up to kMaxStagingBytes; beyond,
+  // an overflow synchronizes and starts over.
+  static constexpr size_t kMinStagingBytes = size_t{1} << 20;
+  static constexpr size_t kMaxStagingBytes = size_t{256} << 20;
+
+  absl::StatusOr<char*> StageArea(size_t bytes) {
+    const size_t need = (bytes + 255) & ~size_t{255};
+    if (staged_bytes_ + need > staging_.size()) {
+      const size_t wanted = std::min(
+          kMaxStagingBytes, std::max({kMinStagingBytes, 2 * staging_.size(),
+                                      staged_bytes_ + need}));
+      RETURN_IF_ERROR(SyncAndDeliver());
+      RETURN_IF_ERROR(staging_.Reserve(std::max(wanted, need)));
+    }
+    char* area = static_cast<char*>(staging_.get()) + staged_bytes_;
+    staged_bytes_ += need;
+    return area;
+  }
+
+  // Waits for the stream, hands the queued downloads to their host
+  // buffers, and frees the staging arena for reuse.
+  absl::Status SyncAndDeliver() {
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    for (const QueuedDownload& d : queued_) {
+      std::memcpy(d.host, d.staged, d.bytes);
+    }
+    queued_.clear();
+    staged_bytes_ = 0;
     return absl::OkStatus();
   }
 
-  // Device -> pinned staging -> host, after everything queued before.
-  absl::Status DownloadBytes(const void* src, size_t bytes, void* host) {
-    if (bytes == 0) return Synchronize();
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_));
-    RETURN_IF_ERROR(staging_.Reserve(bytes));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_.get(), src, bytes,
-                                         cudaMemcpyDeviceToHost, stream_));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    std::memcpy(host, staging_.get(), bytes);
+  // Host -> pinned staging -> device, on the stream.
+  absl::Status UploadBytes(const void* host, size_t bytes, void* dst) {
+    if (bytes == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(char* area, StageArea(bytes));
+    std::memcpy(area, host, bytes);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, area, bytes, cudaMemcpyHostToDevice, stream_));
     return absl::OkStatus();
+  }
+
+  // Device -> pinned staging on the stream; -> host at the next
+  // SyncAndDeliver.
+  absl::Status QueueDownload(const void* src, size_t bytes, void* host) {
+    if (bytes == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(char* area, StageArea(bytes));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(area, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    queued_.push_back(QueuedDownload{area, host, bytes});
+    return absl::OkStatus();
+  }
+
+  // Device -> host, after everything queued before.
+  absl::Status DownloadBytes(const void* src, size_t bytes, void* host) {
+    RETURN_IF_ERROR(QueueDownload(src, bytes, host));
+    return SyncAndDeliver();
   }
 
   // A (1, 1, 1, n) descriptor for elementwise cuDNN calls.
@@ -327,28 +370,39 @@ class CudaBackend : public Backend {
   // Asks cuDNN's heuristics for the convolution's `what` algorithms (`find`
   // is one of the cudnnGetConvolution*Algorithm_v7 calls, given room for
   // `n` answers), takes the first that works and is deterministic, else the
-  // first that works, and makes room for its workspace.
+  // first that works, and makes room for its workspace. The choice is kept
+  // in `cache` per geometry: cuDNN 9 answers such a query in about as long
+  // as a small step's whole compute.
   template <typename Perf, typename Find>
-  absl::StatusOr<Perf> ChooseAlgo(const char* what, Find find) {
-    constexpr int kMaxAlgos = 8;
-    Perf perf[kMaxAlgos];
-    int found = 0;
-    CUDNN_RETURN_IF_ERROR(find(kMaxAlgos, &found, perf));
-    const Perf* best = nullptr;
-    for (int i = 0; i < found && i < kMaxAlgos; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      if (perf[i].determinism == CUDNN_DETERMINISTIC) {
-        best = &perf[i];
-        break;
+  absl::StatusOr<Perf> ChooseAlgo(const ConvGeometry& g,
+                                  std::map<ConvKey, Perf>* cache,
+                                  const char* what, Find find) {
+    const ConvKey key = {g.batch,    g.in_channels,  g.in_height,
+                         g.in_width, g.out_channels, g.kernel_h,
+                         g.kernel_w, g.stride,       g.padding};
+    auto it = cache->find(key);
+    if (it == cache->end()) {
+      constexpr int kMaxAlgos = 8;
+      Perf perf[kMaxAlgos];
+      int found = 0;
+      CUDNN_RETURN_IF_ERROR(find(kMaxAlgos, &found, perf));
+      const Perf* best = nullptr;
+      for (int i = 0; i < found && i < kMaxAlgos; ++i) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        if (perf[i].determinism == CUDNN_DETERMINISTIC) {
+          best = &perf[i];
+          break;
+        }
+        if (best == nullptr) best = &perf[i];
       }
-      if (best == nullptr) best = &perf[i];
+      if (best == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("cuDNN offers no convolution ", what, " algorithm"));
+      }
+      it = cache->emplace(key, *best).first;
     }
-    if (best == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("cuDNN offers no convolution ", what, " algorithm"));
-    }
-    RETURN_IF_ERROR(workspace_.Reserve(best->memory));
-    return *best;
+    RETURN_IF_ERROR(workspace_.Reserve(it->second.memory));
+    return it->second;
   }
 
   // Loss scratch, in one device buffer: 3 float areas of n (log-softmax,
@@ -373,13 +427,14 @@ class CudaBackend : public Backend {
                           float* probabilities, LossSums* sums) {
     std::vector<float> loss(batch);
     std::vector<int32_t> correct(batch);
-    RETURN_IF_ERROR(DownloadBytes(LossFloats(2 * loss_n_),
+    RETURN_IF_ERROR(QueueDownload(LossFloats(2 * loss_n_),
                                   batch * sizeof(float), loss.data()));
     RETURN_IF_ERROR(
-        DownloadBytes(LossCorrect(), batch * sizeof(int32_t), correct.data()));
+        QueueDownload(LossCorrect(), batch * sizeof(int32_t), correct.data()));
     if (probs != nullptr) {
-      RETURN_IF_ERROR(DownloadBytes(probs, n * sizeof(float), probabilities));
+      RETURN_IF_ERROR(QueueDownload(probs, n * sizeof(float), probabilities));
     }
+    RETURN_IF_ERROR(SyncAndDeliver());
     for (int i = 0; i < batch; ++i) {
       sums->loss_sum += loss[i];
       sums->correct += correct[i];
@@ -388,12 +443,24 @@ class CudaBackend : public Backend {
   }
 
   const int device_;
+  // A queued download: `bytes` at `staged` go to `host` at SyncAndDeliver.
+  struct QueuedDownload {
+    const char* staged;
+    void* host;
+    size_t bytes;
+  };
+
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t staged_ = nullptr;  // the last upload left the staging buffer
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
-  PinnedScratch staging_;
+  PinnedScratch staging_;    // the arena of StageArea
+  size_t staged_bytes_ = 0;  // taken since the last SyncAndDeliver
+  std::vector<QueuedDownload> queued_;
   DeviceScratch workspace_;
+  // The algorithms chosen per convolution geometry (ChooseAlgo).
+  std::map<ConvKey, cudnnConvolutionFwdAlgoPerf_t> forward_algos_;
+  std::map<ConvKey, cudnnConvolutionBwdFilterAlgoPerf_t> filter_algos_;
+  std::map<ConvKey, cudnnConvolutionBwdDataAlgoPerf_t> data_algos_;
   DeviceScratch loss_scratch_;
   size_t loss_n_ = 0;
   int loss_batch_ = 0;

@@ -3,6 +3,7 @@
 // with the reason, and ctest lists it as skipped.
 #include "kernels/cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -117,6 +118,79 @@ TEST_F(CudaBackendTest, Convolution) {
     ExpectNear(db, Host(gdb), 1e-4f, "conv bias gradient");
     ExpectNear(dx, Host(gdx), 1e-4f, "conv input gradient");
   }
+}
+
+// The algorithms chosen for a geometry are kept: the same geometry again,
+// after another one, on other data, still matches the CPU.
+TEST_F(CudaBackendTest, ConvolutionRepeatsWithKeptAlgorithms) {
+  ConvGeometry a;
+  a.batch = 4;
+  a.in_channels = 2;
+  a.in_height = a.in_width = 10;
+  a.out_channels = 5;
+  a.kernel_h = a.kernel_w = 3;
+  a.padding = 1;
+  ConvGeometry b = a;
+  b.batch = 2;  // another geometry between the two runs of `a`
+  b.stride = 2;
+  uint32_t seed = 20;
+  for (const ConvGeometry& g : {a, b, a}) {
+    const size_t xn =
+        static_cast<size_t>(g.batch) * g.in_channels * g.in_height * g.in_width;
+    const size_t wn = static_cast<size_t>(g.out_channels) * g.in_channels *
+                      g.kernel_h * g.kernel_w;
+    const size_t yn = static_cast<size_t>(g.batch) * g.out_channels *
+                      g.out_height() * g.out_width();
+    const std::vector<float> x = Random(xn, seed++), w = Random(wn, seed++),
+                             bias = Random(g.out_channels, seed++),
+                             dy = Random(yn, seed++);
+    std::vector<float> y(yn), dw(wn), db(g.out_channels), dx(xn);
+    ASSERT_TRUE(
+        cpu_.Conv2dForward(g, x.data(), w.data(), bias.data(), y.data()).ok());
+    ASSERT_TRUE(cpu_.Conv2dBackward(g, x.data(), w.data(), dy.data(), dw.data(),
+                                    db.data(), dx.data())
+                    .ok());
+    BackendBuffer gx = Dev(x), gw = Dev(w), gb = Dev(bias), gdy = Dev(dy),
+                  gy = Zeros(yn), gdw = Zeros(wn), gdb = Zeros(g.out_channels),
+                  gdx = Zeros(xn);
+    ASSERT_TRUE(
+        gpu_->Conv2dForward(g, gx.data(), gw.data(), gb.data(), gy.data())
+            .ok());
+    ASSERT_TRUE(gpu_->Conv2dBackward(g, gx.data(), gw.data(), gdy.data(),
+                                     gdw.data(), gdb.data(), gdx.data())
+                    .ok());
+    ExpectNear(y, Host(gy), 1e-4f, "conv forward");
+    ExpectNear(dw, Host(gdw), 1e-4f, "conv filter gradient");
+    ExpectNear(dx, Host(gdx), 1e-4f, "conv input gradient");
+  }
+}
+
+// Uploads take the host data at once; queued downloads arrive at the next
+// Synchronize or Download, also when the transfers overflow the staging
+// arena (1 MiB at first) and it grows in between.
+TEST_F(CudaBackendTest, QueuedDownloadsArriveAtSynchronize) {
+  const size_t n = 200000;  // 800 kB: the second transfer overflows 1 MiB
+  std::vector<std::vector<float>> want;
+  std::vector<BackendBuffer> dev;
+  for (uint32_t i = 0; i < 4; ++i) {
+    std::vector<float> h = Random(n, 30 + i);
+    want.push_back(h);
+    dev.push_back(Zeros(n));
+    ASSERT_TRUE(gpu_->Upload(h.data(), n, dev.back().data()).ok());
+    std::fill(h.begin(), h.end(), -7.0f);  // after Upload: not seen
+  }
+  std::vector<std::vector<float>> got(4, std::vector<float>(n, -1.0f));
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(gpu_->DownloadAsync(dev[i].data(), n, got[i].data()).ok());
+  }
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(want[i], got[i]) << i;
+
+  std::vector<float> queued(n, -1.0f), direct(n, -1.0f);
+  ASSERT_TRUE(gpu_->DownloadAsync(dev[2].data(), n, queued.data()).ok());
+  ASSERT_TRUE(gpu_->Download(dev[3].data(), n, direct.data()).ok());
+  EXPECT_EQ(want[2], queued);
+  EXPECT_EQ(want[3], direct);
 }
 
 TEST_F(CudaBackendTest, Pooling) {

@@ -116,6 +116,7 @@ class GrowingBuffer {
     return absl::OkStatus();
   }
   void* get() const { return p_; }
+  size_t size() const { return size_; }
 
  private:
   void* p_ = nullptr;

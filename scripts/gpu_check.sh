@@ -21,12 +21,14 @@
 #   7 train       configs/fmnist_mlp.pbtxt and fmnist_cnn.pbtxt, 1 pass,
 #                 sync, 1 pserver on the CPU, 1 and 2 trainers, with
 #                 --use_gpu (the trainers share the GPU) and on the CPU
-#                 backend: loss over the first 100 steps, test accuracy,
-#                 the whole step's time
+#                 backend, and 1 trainer on the CPU with 4 threads (another
+#                 rounding: the spread that rounding alone gives): loss
+#                 over the first 100 steps, test accuracy, the whole step
 #   8 timing      tools/step_timer (the compute step: parameters up,
-#                 forward, backward, gradients down) on the GPU and the
-#                 CPU, and scripts/torch_step_bench.py (the same models in
-#                 PyTorch on the same GPU)
+#                 forward, backward, gradients down) on the GPU (then with
+#                 --per_call: where the step goes) and the CPU, and
+#                 scripts/torch_step_bench.py (the same models in PyTorch
+#                 on the same GPU)
 # Then scripts/gpu_check_summary.py writes the table.
 #
 # Every step has its own time limit, and the whole check ends within
@@ -257,23 +259,26 @@ data_flags=(--train_data="$DATA/train-images-idx3-ubyte.gz"
 steps_flags=()
 [ "$QUICK" = 1 ] && steps_flags=(--max_steps=120)
 mkdir -p "$LOGS/train"
+# cpu4: the CPU backend with 4 threads, whose other summation order gives
+# the spread that rounding alone causes (the GPU is held to it).
 for config in fmnist_mlp fmnist_cnn; do
-  for backend in gpu cpu; do
-    for n in 1 2; do
-      name="$config-$backend-$n"
-      dev_flags=()
-      [ "$backend" = gpu ] && dev_flags=(--use_gpu)
-      if run "train-$name" 240 python3 "$REPO/scripts/local_cluster.py" \
-          --pservers 1 --trainers "$n" --config "$REPO/configs/$config.pbtxt" \
-          --bin_dir "$B" --log_dir "$LOGS/train/$name" --timeout 220 \
-          -- --mode=sync --num_passes=1 --log_every_steps=100 \
-          --progress=off "${data_flags[@]}" "${steps_flags[@]}" \
-          "${dev_flags[@]}"; then
-        record "train:$name" PASS "$LAST_SECS" "$(python3 "$REPO/scripts/gpu_check_summary.py" --one_run "$LOGS/train/$name" 2>&1)"
-      else
-        record "train:$name" FAIL "$LAST_SECS" "$( (grep -hvE '^(warning|[IW][0-9]{4} )' "$LOGS/train/$name"/trainer-*.log 2>/dev/null || tail -2 "$LOGS/train-$name.log") | tail -3 | cut -c1-300 | tr '\n' ' ')"
-      fi
-    done
+  for run_name in gpu-1 gpu-2 cpu-1 cpu-2 cpu4-1 cpu4-2; do
+    backend="${run_name%-*}"
+    n="${run_name##*-}"
+    name="$config-$run_name"
+    dev_flags=()
+    [ "$backend" = gpu ] && dev_flags=(--use_gpu)
+    [ "$backend" = cpu4 ] && dev_flags=(--num_threads=4)
+    if run "train-$name" 240 python3 "$REPO/scripts/local_cluster.py" \
+        --pservers 1 --trainers "$n" --config "$REPO/configs/$config.pbtxt" \
+        --bin_dir "$B" --log_dir "$LOGS/train/$name" --timeout 220 \
+        -- --mode=sync --num_passes=1 --log_every_steps=100 \
+        --progress=off "${data_flags[@]}" "${steps_flags[@]}" \
+        "${dev_flags[@]}"; then
+      record "train:$name" PASS "$LAST_SECS" "$(python3 "$REPO/scripts/gpu_check_summary.py" --one_run "$LOGS/train/$name" 2>&1)"
+    else
+      record "train:$name" FAIL "$LAST_SECS" "$( (grep -hvE '^(warning|[IW][0-9]{4} )' "$LOGS/train/$name"/trainer-*.log 2>/dev/null || tail -2 "$LOGS/train-$name.log") | tail -3 | cut -c1-300 | tr '\n' ' ')"
+    fi
   done
 done
 
@@ -284,11 +289,13 @@ mkdir -p "$LOGS/timing"
 for config in fmnist_mlp fmnist_cnn; do
   for backend in gpu cpu; do
     dev_flags=()
-    [ "$backend" = gpu ] && dev_flags=(--use_gpu)
+    [ "$backend" = gpu ] && dev_flags=(--use_gpu --per_call)
     if run "time-shardps-$config-$backend" 180 "$B/bin/step_timer" \
         --config="$REPO/configs/$config.pbtxt" "${dev_flags[@]}" \
         --train_images="$DATA/train-images-idx3-ubyte.gz" \
         --train_labels="$DATA/train-labels-idx1-ubyte.gz" \
+        --test_images="$DATA/t10k-images-idx3-ubyte.gz" \
+        --test_labels="$DATA/t10k-labels-idx1-ubyte.gz" \
         --steps="$timed" --warmup_steps=30; then
       grep '^{' "$LOGS/time-shardps-$config-$backend.log" >>"$LOGS/timing/step_timer.jsonl"
       record "time:shardps-$config-$backend" PASS "$LAST_SECS" "$(grep -E '^step_timer:' "$LOGS/time-shardps-$config-$backend.log" | tail -1 | cut -c13-)"

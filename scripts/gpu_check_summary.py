@@ -30,11 +30,16 @@ import os
 import statistics
 import sys
 
-# GPU and CPU agree when the loss over the first 100 steps differs by at
-# most this much (relative) and the final accuracy by at most this many
-# points: FP32 on both sides, so only rounding differs, but a pass of
-# training lets rounding grow.
-LOSS_REL_TOL = 0.01
+# GPU and CPU agree when the mean loss over the first 100 steps differs by
+# at most LOSS_REL_TOL (relative) and the final test accuracy by at most
+# the larger of ACC_POINTS_TOL and the CPU's own rounding spread: the
+# accuracy difference between the CPU backend with 1 and with 4 threads
+# (another summation order, same arithmetic). FP32 on both sides, so only
+# rounding differs; over a pass, rounding differences grow chaotically and
+# the final accuracy of one run moves by points (measured: fmnist_mlp, 1
+# trainer, 0.8064 with 1 thread and 0.8257 with 2 on an AMD EPYC), while
+# the early loss stays within 1e-3.
+LOSS_REL_TOL = 1e-3
 ACC_POINTS_TOL = 1.0
 # The goal: ShardPS's compute step at most this many times
 # PyTorch's on the same GPU.
@@ -133,11 +138,21 @@ def training_rows(logs):
                                          "%s-cpu-%d" % (config, n)))
             gpu = run_stats(os.path.join(logs, "train",
                                          "%s-gpu-%d" % (config, n)))
+            cpu4 = run_stats(os.path.join(logs, "train",
+                                          "%s-cpu4-%d" % (config, n)))
             if cpu is None and gpu is None:
                 continue
             row = {"config": config, "trainers": n, "cpu": cpu, "gpu": gpu,
-                   "loss_rel_diff": None, "accuracy_diff_points": None,
+                   "cpu4": cpu4, "loss_rel_diff": None,
+                   "accuracy_diff_points": None, "cpu_spread_points": None,
+                   "accuracy_tolerance_points": ACC_POINTS_TOL,
                    "verdict": "incomplete"}
+            if (cpu and cpu4 and cpu["accuracy"] is not None and
+                    cpu4["accuracy"] is not None):
+                row["cpu_spread_points"] = 100 * abs(cpu4["accuracy"] -
+                                                     cpu["accuracy"])
+                row["accuracy_tolerance_points"] = max(
+                    ACC_POINTS_TOL, row["cpu_spread_points"])
             if cpu and gpu and cpu["loss100"] and gpu["loss100"] is not None:
                 row["loss_rel_diff"] = (abs(gpu["loss100"] - cpu["loss100"]) /
                                         abs(cpu["loss100"]))
@@ -150,14 +165,17 @@ def training_rows(logs):
             elif (row["loss_rel_diff"] is not None and
                   row["accuracy_diff_points"] is not None):
                 agree = (row["loss_rel_diff"] <= LOSS_REL_TOL and
-                         abs(row["accuracy_diff_points"]) <= ACC_POINTS_TOL)
+                         abs(row["accuracy_diff_points"]) <=
+                         row["accuracy_tolerance_points"])
                 row["verdict"] = "agree" if agree else "DIFFER"
             rows.append(row)
     return rows
 
 
 def timing_rows(logs, training):
-    ours = read_jsonl(os.path.join(logs, "timing", "step_timer.jsonl"))
+    ours = [l for l in read_jsonl(os.path.join(logs, "timing",
+                                                "step_timer.jsonl"))
+            if l.get("event") == "step_timer"]
     torch = read_jsonl(os.path.join(logs, "timing", "torch.jsonl"))
     rows = []
     for config in ("fmnist_mlp", "fmnist_cnn"):
@@ -224,24 +242,31 @@ def markdown(logs, steps, training, timing):
         out.append("## Training: GPU against the CPU backend")
         out.append("")
         out.append("1 pserver, sync, 1 pass; trainer 0. Loss: mean training "
-                   "loss over steps 1-100. Agree: loss within %g%%, "
-                   "accuracy within %g point." % (100 * LOSS_REL_TOL,
-                                                   ACC_POINTS_TOL))
+                   "loss over steps 1-100. CPU spread: the accuracy "
+                   "difference between the CPU backend with 1 and 4 threads "
+                   "(rounding alone). Agree: loss within %g (relative), "
+                   "accuracy within the larger of %g point and the CPU "
+                   "spread. Step: median whole step (pull, compute, push)."
+                   % (LOSS_REL_TOL, ACC_POINTS_TOL))
         out.append("")
         out.append("| config | trainers | loss CPU | loss GPU | rel. diff | "
-                   "accuracy CPU | accuracy GPU | diff (points) | step CPU "
-                   "ms | step GPU ms | samples/s CPU | samples/s GPU | "
-                   "verdict |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                   "accuracy CPU | accuracy CPU 4 threads | accuracy GPU | "
+                   "GPU - CPU (points) | CPU spread | step CPU ms | step "
+                   "GPU ms | samples/s CPU | samples/s GPU | verdict |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+                   "---|")
         for r in training:
             c, g = r["cpu"] or {}, r["gpu"] or {}
+            c4 = r["cpu4"] or {}
             out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | "
-                       "%s | %s | %s |" % (
+                       "%s | %s | %s | %s | %s |" % (
                            r["config"], r["trainers"],
                            fmt(c.get("loss100")), fmt(g.get("loss100")),
                            fmt(r["loss_rel_diff"], "%.1e"),
-                           fmt(c.get("accuracy")), fmt(g.get("accuracy")),
+                           fmt(c.get("accuracy")), fmt(c4.get("accuracy")),
+                           fmt(g.get("accuracy")),
                            fmt(r["accuracy_diff_points"], "%+.2f"),
+                           fmt(r["cpu_spread_points"], "%.2f"),
                            fmt(c.get("step_ms"), "%.3f"),
                            fmt(g.get("step_ms"), "%.3f"),
                            fmt(c.get("samples_per_s"), "%.0f"),
@@ -275,6 +300,24 @@ def markdown(logs, steps, training, timing):
                 fmt(r["ratio_vs_torch_compute"], "%.2fx"),
                 fmt(r["ratio_vs_torch_compute_host"], "%.2fx"),
                 fmt(r["shardps_whole_step_gpu_ms"], "%.3f")))
+    calls = [l for l in read_jsonl(os.path.join(logs, "timing",
+                                                 "step_timer.jsonl"))
+             if l.get("event") == "step_timer_call" and
+             str(l.get("backend", "")).startswith("cuda")]
+    if calls:
+        out.append("")
+        out.append("## Where ShardPS's GPU step goes")
+        out.append("")
+        out.append("tools/step_timer --per_call: each backend call waited "
+                   "for (host overhead and device work, plus a wait each), "
+                   "so the sum exceeds the step.")
+        out.append("")
+        out.append("| config | call | calls/step | ms/step |")
+        out.append("|---|---|---|---|")
+        for l in calls:
+            out.append("| %s | %s | %g | %.3f |" % (
+                l["config"], l["call"], l["calls_per_step"],
+                l["ms_per_step"]))
     return "\n".join(out) + "\n"
 
 

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "gflags/gflags.h"
 #include "google/protobuf/text_format.h"
+#include "kernels/call_timing_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 #include "trainer/data/data_shard.h"
@@ -51,10 +52,19 @@ DEFINE_int32(num_threads, 1, "CPU backend: threads (as the trainer's flag)");
 DEFINE_int32(batch_size, 0, "examples per step; 0 = the config's");
 DEFINE_int32(warmup_steps, 20, "untimed steps first");
 DEFINE_int32(steps, 200, "timed steps");
+DEFINE_bool(per_call, false,
+            "then as many steps again, each backend call waited for and "
+            "timed (kernels/call_timing_backend.h): where the step's time "
+            "goes, printed as one JSON line per kind of call");
 DEFINE_string(train_images, "",
               "IDX training images, replacing the config's data.train_images");
 DEFINE_string(train_labels, "",
               "IDX training labels, replacing the config's data.train_labels");
+DEFINE_string(test_images, "",
+              "IDX test images, replacing the config's data.test_images (the "
+              "data loader reads them too)");
+DEFINE_string(test_labels, "",
+              "IDX test labels, replacing the config's data.test_labels");
 
 namespace shardps {
 namespace {
@@ -105,6 +115,12 @@ int Run() {
   if (!FLAGS_train_labels.empty()) {
     config->mutable_data()->set_train_labels(FLAGS_train_labels);
   }
+  if (!FLAGS_test_images.empty()) {
+    config->mutable_data()->set_test_images(FLAGS_test_images);
+  }
+  if (!FLAGS_test_labels.empty()) {
+    config->mutable_data()->set_test_labels(FLAGS_test_labels);
+  }
   const int batch =
       FLAGS_batch_size > 0 ? FLAGS_batch_size : config->batch_size();
   if (batch <= 0) return Fail(2, "the config has no batch_size; pass one");
@@ -126,8 +142,12 @@ int Run() {
     backend = std::make_unique<CpuBackend>(FLAGS_num_threads);
   }
   const std::string backend_name = backend->name();
+  // Untimed until --per_call's steps.
+  auto timing = std::make_unique<CallTimingBackend>(std::move(backend));
+  timing->set_enabled(false);
+  CallTimingBackend* calls = timing.get();
   auto model = Model::Create(*config, (*input)->model_input_dim(),
-                             (*input)->num_classes(), std::move(backend));
+                             (*input)->num_classes(), std::move(timing));
   if (!model.ok()) return Fail(2, std::string(model.status().message()));
   (*model)->InitializeParameters(config->seed());
   const int64_t batches =
@@ -172,6 +192,31 @@ int Run() {
       .Add("loss_first", loss_first)
       .Add("loss_last", loss_last);
   std::printf("%s\n", line.str().c_str());
+  if (FLAGS_per_call) {
+    calls->set_enabled(true);
+    for (int s = 0; s < FLAGS_steps; ++s) {
+      (*input)->LoadTrainBatch(s % batches, batch);
+      auto stats =
+          (*model)->TrainBatch((*input)->x(), (*input)->labels(), batch);
+      if (!stats.ok()) {
+        return Fail(1, absl::StrCat("per-call step ", s, ": ",
+                                    stats.status().ToString()));
+      }
+    }
+    for (const CallTimingBackend::Calls& c : calls->Report()) {
+      const double per_step = absl::ToDoubleMilliseconds(c.total) / FLAGS_steps;
+      std::fprintf(
+          stderr, "step_timer:   %-20s %5.1f calls/step %8.3f ms/step\n",
+          c.name.c_str(), static_cast<double>(c.count) / FLAGS_steps, per_step);
+      JsonLine call("step_timer_call");
+      call.Add("config", config->name())
+          .Add("backend", backend_name)
+          .Add("call", c.name)
+          .Add("calls_per_step", static_cast<double>(c.count) / FLAGS_steps)
+          .Add("ms_per_step", per_step);
+      std::printf("%s\n", call.str().c_str());
+    }
+  }
   return 0;
 }
 

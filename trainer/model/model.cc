@@ -407,21 +407,24 @@ absl::StatusOr<BatchStats> Model::TrainBatch(const float* x,
     RETURN_IF_ERROR(layers_[i]->Backward(in, acts_[i].data(), grads_[i].data(),
                                          batch, din));
     const std::vector<int>& tables = layer_tables_[i];
+    const bool hook =
+        !tables.empty() && hooks != nullptr && hooks->after_backward;
     if (!host) {
+      // Queued: one wait per hooked layer, else one for the whole step.
       for (int t : tables) {
-        RETURN_IF_ERROR(backend_->Download(
+        RETURN_IF_ERROR(backend_->DownloadAsync(
             params_[t].grad, tables_[t].grad.size(), tables_[t].grad.data()));
       }
+      if (hook) RETURN_IF_ERROR(backend_->Synchronize());
     }
-    if (!tables.empty() && hooks != nullptr && hooks->after_backward) {
-      RETURN_IF_ERROR(hooks->after_backward(tables));
-    }
+    if (hook) RETURN_IF_ERROR(hooks->after_backward(tables));
   }
   if (!host) {
     if (input_grad != nullptr) {
-      RETURN_IF_ERROR(backend_->Download(
+      RETURN_IF_ERROR(backend_->DownloadAsync(
           x_grad, static_cast<size_t>(batch) * input_dim_, input_grad));
     }
+    RETURN_IF_ERROR(backend_->Synchronize());
   }
   return stats;
 }
