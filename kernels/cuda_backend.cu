@@ -1,7 +1,8 @@
 // The CUDA backend (see kernels/cuda_backend.h). Stream contract: every call
-// of a CudaBackend is queued on its stream, in call order; Download and
-// Synchronize wait for the stream; Upload returns once the host data is in
-// a pinned staging buffer (the copy to the device runs on the stream).
+// of a CudaBackend is queued on its stream, in call order; Upload returns
+// once the host data is in the pinned staging arena (the copy to the device
+// runs on the stream); DownloadAsync queues a copy that reaches the host at
+// the next Synchronize or Download, which wait for the stream.
 #include <algorithm>
 #include <array>
 #include <cmath>

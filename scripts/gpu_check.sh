@@ -143,7 +143,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   record preflight FAIL $(( $(date +%s) - s )) "missing: ${missing[*]}"
   finish 2
 fi
-record preflight PASS $(( $(date +%s) - s )) "bundle $(du -h "$BUNDLE" | cut -f1), data in $DATA, $(python3 --version 2>&1)"
+cpu_model="$(lscpu 2>/dev/null | awk -F: '/^Model name/ {sub(/^ +/, "", $2); print $2; exit}')"
+echo "${cpu_model:-unknown CPU}, $(nproc) cores, $(uname -r)" >"$LOGS/host.log"
+record preflight PASS $(( $(date +%s) - s )) "bundle $(du -h "$BUNDLE" | cut -f1), data in $DATA, $(python3 --version 2>&1); host: $(cat "$LOGS/host.log")"
 
 # ---- 2 unpack ----
 if run unpack 120 tar -C "$WORK" -xJf "$BUNDLE"; then

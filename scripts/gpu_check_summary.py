@@ -30,17 +30,21 @@ import os
 import statistics
 import sys
 
-# GPU and CPU agree when the mean loss over the first 100 steps differs by
-# at most LOSS_REL_TOL (relative) and the final test accuracy by at most
-# the larger of ACC_POINTS_TOL and the CPU's own rounding spread: the
-# accuracy difference between the CPU backend with 1 and with 4 threads
-# (another summation order, same arithmetic). FP32 on both sides, so only
-# rounding differs; over a pass, rounding differences grow chaotically and
-# the final accuracy of one run moves by points (measured: fmnist_mlp, 1
-# trainer, 0.8064 with 1 thread and 0.8257 with 2 on an AMD EPYC), while
-# the early loss stays within 1e-3.
+# GPU and CPU agree when the mean training loss over the first 100 steps
+# differs by at most LOSS_REL_TOL (relative), the mean over the whole pass
+# by at most PASS_LOSS_REL_TOL, and the final test accuracy by at most the
+# larger of ACC_POINTS_TOL and the CPU's own rounding spread (the accuracy
+# difference between the CPU backend with 1 and with 4 threads). FP32 on
+# both sides, so only rounding differs. Over a pass, rounding differences
+# grow chaotically, and one run's final accuracy is a poor witness: the CPU
+# backend alone ended fmnist_mlp (1 trainer) at 0.8064 on an AMD EPYC and
+# at 0.8331 on the H100 machine's CPU, while the means of the training loss
+# over the pass differed by 0.45% (docs/cuda.md, "Runs"). The early loss
+# checks the arithmetic, the pass loss the training, and the accuracy bound
+# catches gross failures only.
 LOSS_REL_TOL = 1e-3
-ACC_POINTS_TOL = 1.0
+PASS_LOSS_REL_TOL = 1e-2
+ACC_POINTS_TOL = 3.0
 # The goal: ShardPS's compute step at most this many times
 # PyTorch's on the same GPU.
 GOAL_RATIO = 1.2
@@ -75,6 +79,14 @@ def run_stats(run_dir):
     loss100 = next((l["train_loss"] for l in steps if l.get("step") == 100),
                    None)
     medians = [l["median_step_s"] for l in steps if "median_step_s" in l]
+    # The pass's mean training loss: each line's window, weighted by its
+    # steps.
+    weighted, counted, prev = 0.0, 0, 0
+    for l in steps:
+        if "train_loss" in l and "step" in l and l["step"] > prev:
+            weighted += l["train_loss"] * (l["step"] - prev)
+            counted += l["step"] - prev
+            prev = l["step"]
     final = next((e for e in reversed(evals) if e.get("final")), None)
     if final is None and evals:
         final = evals[-1]
@@ -85,6 +97,7 @@ def run_stats(run_dir):
         "ok": ok,
         "exit_code": summary.get("exit_code") if summary else None,
         "loss100": loss100,
+        "pass_loss": weighted / counted if counted else None,
         "accuracy": final.get("test_accuracy") if final else None,
         "steps": final.get("step") if final else None,
         "step_ms": statistics.median(medians) * 1e3 if medians else None,
@@ -144,6 +157,7 @@ def training_rows(logs):
                 continue
             row = {"config": config, "trainers": n, "cpu": cpu, "gpu": gpu,
                    "cpu4": cpu4, "loss_rel_diff": None,
+                   "pass_loss_rel_diff": None,
                    "accuracy_diff_points": None, "cpu_spread_points": None,
                    "accuracy_tolerance_points": ACC_POINTS_TOL,
                    "verdict": "incomplete"}
@@ -156,6 +170,11 @@ def training_rows(logs):
             if cpu and gpu and cpu["loss100"] and gpu["loss100"] is not None:
                 row["loss_rel_diff"] = (abs(gpu["loss100"] - cpu["loss100"]) /
                                         abs(cpu["loss100"]))
+            if cpu and gpu and cpu["pass_loss"] and \
+                    gpu["pass_loss"] is not None:
+                row["pass_loss_rel_diff"] = (
+                    abs(gpu["pass_loss"] - cpu["pass_loss"]) /
+                    abs(cpu["pass_loss"]))
             if (cpu and gpu and cpu["accuracy"] is not None and
                     gpu["accuracy"] is not None):
                 row["accuracy_diff_points"] = 100 * (gpu["accuracy"] -
@@ -163,8 +182,10 @@ def training_rows(logs):
             if not (cpu and cpu["ok"]) or not (gpu and gpu["ok"]):
                 row["verdict"] = "a run failed"
             elif (row["loss_rel_diff"] is not None and
+                  row["pass_loss_rel_diff"] is not None and
                   row["accuracy_diff_points"] is not None):
                 agree = (row["loss_rel_diff"] <= LOSS_REL_TOL and
+                         row["pass_loss_rel_diff"] <= PASS_LOSS_REL_TOL and
                          abs(row["accuracy_diff_points"]) <=
                          row["accuracy_tolerance_points"])
                 row["verdict"] = "agree" if agree else "DIFFER"
@@ -223,6 +244,9 @@ def markdown(logs, steps, training, timing):
     out.append("")
     if describe and describe.startswith("cuda:"):
         out.append("- GPU: %s" % describe)
+    host = first_line(os.path.join(logs, "host.log"))
+    if host:
+        out.append("- host (the CPU backend's figures): %s" % host)
     for m in manifest:
         out.append("- bundle %s" % m)
     out.append("")
@@ -241,37 +265,38 @@ def markdown(logs, steps, training, timing):
         out.append("")
         out.append("## Training: GPU against the CPU backend")
         out.append("")
-        out.append("1 pserver, sync, 1 pass; trainer 0. Loss: mean training "
-                   "loss over steps 1-100. CPU spread: the accuracy "
-                   "difference between the CPU backend with 1 and 4 threads "
-                   "(rounding alone). Agree: loss within %g (relative), "
-                   "accuracy within the larger of %g point and the CPU "
-                   "spread. Step: median whole step (pull, compute, push)."
-                   % (LOSS_REL_TOL, ACC_POINTS_TOL))
+        out.append("1 pserver, sync, 1 pass; trainer 0. Loss 1-100: mean "
+                   "training loss over steps 1-100; pass loss: over the "
+                   "pass. CPU spread: the accuracy difference between the "
+                   "CPU backend with 1 and 4 threads (rounding alone). "
+                   "Agree: loss 1-100 within %g and pass loss within %g "
+                   "(relative), accuracy within the larger of %g points "
+                   "and the CPU spread. Step: median whole step (pull, "
+                   "compute, push)." % (LOSS_REL_TOL, PASS_LOSS_REL_TOL,
+                                        ACC_POINTS_TOL))
         out.append("")
-        out.append("| config | trainers | loss CPU | loss GPU | rel. diff | "
-                   "accuracy CPU | accuracy CPU 4 threads | accuracy GPU | "
-                   "GPU - CPU (points) | CPU spread | step CPU ms | step "
-                   "GPU ms | samples/s CPU | samples/s GPU | verdict |")
+        out.append("| config | trainers | loss 1-100 CPU | GPU | rel. diff | "
+                   "pass loss CPU | GPU | rel. diff | accuracy CPU | CPU 4 "
+                   "threads | GPU | GPU - CPU (points) | step CPU ms | GPU "
+                   "ms | samples/s CPU | GPU | verdict |")
         out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-                   "---|")
+                   "---|---|---|")
         for r in training:
             c, g = r["cpu"] or {}, r["gpu"] or {}
             c4 = r["cpu4"] or {}
-            out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | "
-                       "%s | %s | %s | %s | %s |" % (
-                           r["config"], r["trainers"],
-                           fmt(c.get("loss100")), fmt(g.get("loss100")),
-                           fmt(r["loss_rel_diff"], "%.1e"),
-                           fmt(c.get("accuracy")), fmt(c4.get("accuracy")),
-                           fmt(g.get("accuracy")),
-                           fmt(r["accuracy_diff_points"], "%+.2f"),
-                           fmt(r["cpu_spread_points"], "%.2f"),
-                           fmt(c.get("step_ms"), "%.3f"),
-                           fmt(g.get("step_ms"), "%.3f"),
-                           fmt(c.get("samples_per_s"), "%.0f"),
-                           fmt(g.get("samples_per_s"), "%.0f"),
-                           r["verdict"]))
+            cells = [r["config"], str(r["trainers"]),
+                     fmt(c.get("loss100")), fmt(g.get("loss100")),
+                     fmt(r["loss_rel_diff"], "%.1e"),
+                     fmt(c.get("pass_loss")), fmt(g.get("pass_loss")),
+                     fmt(r["pass_loss_rel_diff"], "%.1e"),
+                     fmt(c.get("accuracy")), fmt(c4.get("accuracy")),
+                     fmt(g.get("accuracy")),
+                     fmt(r["accuracy_diff_points"], "%+.2f"),
+                     fmt(c.get("step_ms"), "%.3f"),
+                     fmt(g.get("step_ms"), "%.3f"),
+                     fmt(c.get("samples_per_s"), "%.0f"),
+                     fmt(g.get("samples_per_s"), "%.0f"), r["verdict"]]
+            out.append("| " + " | ".join(cells) + " |")
     if timing:
         out.append("")
         out.append("## Step time on the same GPU: ShardPS against PyTorch")

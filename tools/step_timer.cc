@@ -93,6 +93,36 @@ double Percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
+// --per_call: FLAGS_steps more steps with every backend call waited for
+// and timed; a line per kind of call.
+int TimeCalls(Model* model, InputPipeline* input, CallTimingBackend* calls,
+              int batch, int64_t batches, const std::string& config,
+              const std::string& backend_name) {
+  calls->set_enabled(true);
+  for (int s = 0; s < FLAGS_steps; ++s) {
+    input->LoadTrainBatch(s % batches, batch);
+    auto stats = model->TrainBatch(input->x(), input->labels(), batch);
+    if (!stats.ok()) {
+      return Fail(1, absl::StrCat("per-call step ", s, ": ",
+                                  stats.status().ToString()));
+    }
+  }
+  for (const CallTimingBackend::Calls& c : calls->Report()) {
+    const double per_step = absl::ToDoubleMilliseconds(c.total) / FLAGS_steps;
+    const double count = static_cast<double>(c.count) / FLAGS_steps;
+    std::fprintf(stderr, "step_timer:   %-20s %5.1f calls/step %8.3f ms/step\n",
+                 c.name.c_str(), count, per_step);
+    JsonLine line("step_timer_call");
+    line.Add("config", config)
+        .Add("backend", backend_name)
+        .Add("call", c.name)
+        .Add("calls_per_step", count)
+        .Add("ms_per_step", per_step);
+    std::printf("%s\n", line.str().c_str());
+  }
+  return 0;
+}
+
 int Run() {
   if (FLAGS_describe) {
     absl::StatusOr<std::string> d = DescribeCudaDevice(FLAGS_gpu_id);
@@ -193,29 +223,8 @@ int Run() {
       .Add("loss_last", loss_last);
   std::printf("%s\n", line.str().c_str());
   if (FLAGS_per_call) {
-    calls->set_enabled(true);
-    for (int s = 0; s < FLAGS_steps; ++s) {
-      (*input)->LoadTrainBatch(s % batches, batch);
-      auto stats =
-          (*model)->TrainBatch((*input)->x(), (*input)->labels(), batch);
-      if (!stats.ok()) {
-        return Fail(1, absl::StrCat("per-call step ", s, ": ",
-                                    stats.status().ToString()));
-      }
-    }
-    for (const CallTimingBackend::Calls& c : calls->Report()) {
-      const double per_step = absl::ToDoubleMilliseconds(c.total) / FLAGS_steps;
-      std::fprintf(
-          stderr, "step_timer:   %-20s %5.1f calls/step %8.3f ms/step\n",
-          c.name.c_str(), static_cast<double>(c.count) / FLAGS_steps, per_step);
-      JsonLine call("step_timer_call");
-      call.Add("config", config->name())
-          .Add("backend", backend_name)
-          .Add("call", c.name)
-          .Add("calls_per_step", static_cast<double>(c.count) / FLAGS_steps)
-          .Add("ms_per_step", per_step);
-      std::printf("%s\n", call.str().c_str());
-    }
+    return TimeCalls(model->get(), input->get(), calls, batch, batches,
+                     config->name(), backend_name);
   }
   return 0;
 }
