@@ -23,12 +23,14 @@ TEST(CallTimingBackendTest, ForwardsAndCountsCalls) {
   CpuBackend plain;
   const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {1, 0, 2, 1, 0, 3};
   std::vector<float> want(4, 0.0f), got(4, 0.0f);
-  ASSERT_TRUE(plain.Gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(),
-                         2, 0.0f, want.data(), 2)
+  ASSERT_TRUE(plain
+                  .Gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2,
+                        0.0f, want.data(), 2)
                   .ok());
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(timed.Gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(),
-                           2, 0.0f, got.data(), 2)
+    ASSERT_TRUE(timed
+                    .Gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2,
+                          0.0f, got.data(), 2)
                     .ok());
   }
   EXPECT_EQ(want, got);
@@ -48,8 +50,9 @@ TEST(CallTimingBackendTest, ForwardsAndCountsCalls) {
 
   timed.Reset();
   timed.set_enabled(false);
-  ASSERT_TRUE(timed.Gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(),
-                         2, 0.0f, got.data(), 2)
+  ASSERT_TRUE(timed
+                  .Gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2,
+                        0.0f, got.data(), 2)
                   .ok());
   EXPECT_TRUE(timed.Report().empty());
   EXPECT_EQ(timed.name(), "cpu");
