@@ -18,7 +18,41 @@ namespace {
 using testing_cuda::CudaTest;
 using testing_cuda::Random;
 
-using CudaBackendTest = CudaTest;
+class CudaBackendTest : public CudaTest {
+ protected:
+  // Convolution forward and backward of `g` on random data (seeds `seed` to
+  // `seed` + 3) on both backends.
+  void ExpectConvolutionMatches(const ConvGeometry& g, uint32_t seed) {
+    const size_t xn =
+        static_cast<size_t>(g.batch) * g.in_channels * g.in_height * g.in_width;
+    const size_t wn = static_cast<size_t>(g.out_channels) * g.in_channels *
+                      g.kernel_h * g.kernel_w;
+    const size_t yn = static_cast<size_t>(g.batch) * g.out_channels *
+                      g.out_height() * g.out_width();
+    const std::vector<float> x = Random(xn, seed), w = Random(wn, seed + 1),
+                             b = Random(g.out_channels, seed + 2),
+                             dy = Random(yn, seed + 3);
+    std::vector<float> y(yn), dw(wn), db(g.out_channels), dx(xn);
+    ASSERT_TRUE(
+        cpu_.Conv2dForward(g, x.data(), w.data(), b.data(), y.data()).ok());
+    ASSERT_TRUE(cpu_.Conv2dBackward(g, x.data(), w.data(), dy.data(), dw.data(),
+                                    db.data(), dx.data())
+                    .ok());
+    BackendBuffer gx = Dev(x), gw = Dev(w), gb = Dev(b), gdy = Dev(dy),
+                  gy = Zeros(yn), gdw = Zeros(wn), gdb = Zeros(g.out_channels),
+                  gdx = Zeros(xn);
+    ASSERT_TRUE(
+        gpu_->Conv2dForward(g, gx.data(), gw.data(), gb.data(), gy.data())
+            .ok());
+    ASSERT_TRUE(gpu_->Conv2dBackward(g, gx.data(), gw.data(), gdy.data(),
+                                     gdw.data(), gdb.data(), gdx.data())
+                    .ok());
+    ExpectNear(y, Host(gy), 1e-4f, "conv forward");
+    ExpectNear(dw, Host(gdw), 1e-4f, "conv filter gradient");
+    ExpectNear(db, Host(gdb), 1e-4f, "conv bias gradient");
+    ExpectNear(dx, Host(gdx), 1e-4f, "conv input gradient");
+  }
+};
 
 TEST_F(CudaBackendTest, Gemm) {
   const int m = 7, n = 5, k = 9;
@@ -92,31 +126,7 @@ TEST_F(CudaBackendTest, Convolution) {
     g.kernel_h = g.kernel_w = c.k;
     g.stride = c.stride;
     g.padding = c.pad;
-    const size_t xn = static_cast<size_t>(g.batch) * c.c * c.h * c.w;
-    const size_t wn = static_cast<size_t>(c.f) * c.c * c.k * c.k;
-    const size_t yn =
-        static_cast<size_t>(g.batch) * c.f * g.out_height() * g.out_width();
-    const std::vector<float> x = Random(xn, 1), w = Random(wn, 2),
-                             b = Random(c.f, 3), dy = Random(yn, 4);
-    std::vector<float> y(yn), dw(wn), db(c.f), dx(xn);
-    ASSERT_TRUE(
-        cpu_.Conv2dForward(g, x.data(), w.data(), b.data(), y.data()).ok());
-    ASSERT_TRUE(cpu_.Conv2dBackward(g, x.data(), w.data(), dy.data(), dw.data(),
-                                    db.data(), dx.data())
-                    .ok());
-    BackendBuffer gx = Dev(x), gw = Dev(w), gb = Dev(b), gdy = Dev(dy),
-                  gy = Zeros(yn), gdw = Zeros(wn), gdb = Zeros(c.f),
-                  gdx = Zeros(xn);
-    ASSERT_TRUE(
-        gpu_->Conv2dForward(g, gx.data(), gw.data(), gb.data(), gy.data())
-            .ok());
-    ASSERT_TRUE(gpu_->Conv2dBackward(g, gx.data(), gw.data(), gdy.data(),
-                                     gdw.data(), gdb.data(), gdx.data())
-                    .ok());
-    ExpectNear(y, Host(gy), 1e-4f, "conv forward");
-    ExpectNear(dw, Host(gdw), 1e-4f, "conv filter gradient");
-    ExpectNear(db, Host(gdb), 1e-4f, "conv bias gradient");
-    ExpectNear(dx, Host(gdx), 1e-4f, "conv input gradient");
+    ExpectConvolutionMatches(g, 1);
   }
 }
 
@@ -133,36 +143,9 @@ TEST_F(CudaBackendTest, ConvolutionRepeatsWithKeptAlgorithms) {
   ConvGeometry b = a;
   b.batch = 2;  // another geometry between the two runs of `a`
   b.stride = 2;
-  uint32_t seed = 20;
-  for (const ConvGeometry& g : {a, b, a}) {
-    const size_t xn =
-        static_cast<size_t>(g.batch) * g.in_channels * g.in_height * g.in_width;
-    const size_t wn = static_cast<size_t>(g.out_channels) * g.in_channels *
-                      g.kernel_h * g.kernel_w;
-    const size_t yn = static_cast<size_t>(g.batch) * g.out_channels *
-                      g.out_height() * g.out_width();
-    const std::vector<float> x = Random(xn, seed++), w = Random(wn, seed++),
-                             bias = Random(g.out_channels, seed++),
-                             dy = Random(yn, seed++);
-    std::vector<float> y(yn), dw(wn), db(g.out_channels), dx(xn);
-    ASSERT_TRUE(
-        cpu_.Conv2dForward(g, x.data(), w.data(), bias.data(), y.data()).ok());
-    ASSERT_TRUE(cpu_.Conv2dBackward(g, x.data(), w.data(), dy.data(), dw.data(),
-                                    db.data(), dx.data())
-                    .ok());
-    BackendBuffer gx = Dev(x), gw = Dev(w), gb = Dev(bias), gdy = Dev(dy),
-                  gy = Zeros(yn), gdw = Zeros(wn), gdb = Zeros(g.out_channels),
-                  gdx = Zeros(xn);
-    ASSERT_TRUE(
-        gpu_->Conv2dForward(g, gx.data(), gw.data(), gb.data(), gy.data())
-            .ok());
-    ASSERT_TRUE(gpu_->Conv2dBackward(g, gx.data(), gw.data(), gdy.data(),
-                                     gdw.data(), gdb.data(), gdx.data())
-                    .ok());
-    ExpectNear(y, Host(gy), 1e-4f, "conv forward");
-    ExpectNear(dw, Host(gdw), 1e-4f, "conv filter gradient");
-    ExpectNear(dx, Host(gdx), 1e-4f, "conv input gradient");
-  }
+  ExpectConvolutionMatches(a, 20);
+  ExpectConvolutionMatches(b, 24);
+  ExpectConvolutionMatches(a, 28);
 }
 
 // Uploads take the host data at once; queued downloads arrive at the next

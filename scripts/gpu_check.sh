@@ -300,7 +300,7 @@ for config in fmnist_mlp fmnist_cnn; do
         --test_labels="$DATA/t10k-labels-idx1-ubyte.gz" \
         --steps="$timed" --warmup_steps=30; then
       grep '^{' "$LOGS/time-shardps-$config-$backend.log" >>"$LOGS/timing/step_timer.jsonl"
-      record "time:shardps-$config-$backend" PASS "$LAST_SECS" "$(grep -E '^step_timer:' "$LOGS/time-shardps-$config-$backend.log" | tail -1 | cut -c13-)"
+      record "time:shardps-$config-$backend" PASS "$LAST_SECS" "$(grep -E '^step_timer: [a-z_0-9]+ on ' "$LOGS/time-shardps-$config-$backend.log" | tail -1 | cut -c13-)"
     else
       record "time:shardps-$config-$backend" FAIL "$LAST_SECS" "$(tail -1 "$LOGS/time-shardps-$config-$backend.log" | cut -c1-300)"
     fi

@@ -45,8 +45,8 @@ LAYERS = {
     "trainer/client": ["base", "common", "compression", "proto", "pserver"],
     "trainer": ["base", "common", "compression", "kernels", "optimizer",
                 "proto", "trainer/data", "trainer/model", "trainer/client"],
-    "tools": ["base", "common", "proto", "trainer/data", "trainer/model",
-              "trainer/client"],
+    "tools": ["base", "common", "kernels", "proto", "trainer",
+              "trainer/data", "trainer/model", "trainer/client"],
 }
 # Within trainer/client, only the in-process client reaches the pserver.
 PSERVER_FROM_CLIENT = {"trainer/client/in_process_ps_client.h",
