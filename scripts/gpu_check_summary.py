@@ -231,118 +231,103 @@ def timing_rows(logs, training):
     return rows
 
 
+def section(out, title, intro, headers, rows):
+    """Appends a "## title" section: an intro paragraph (if any) and a
+    table of `rows`, lists of cells."""
+    out += ["", "## " + title, ""]
+    if intro:
+        out += [intro, ""]
+    out.append("| " + " | ".join(headers) + " |")
+    out.append("|" + "---|" * len(headers))
+    for cells in rows:
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+
+
+def training_cells(r):
+    c, g, c4 = r["cpu"] or {}, r["gpu"] or {}, r["cpu4"] or {}
+    return [r["config"], r["trainers"],
+            fmt(c.get("loss100")), fmt(g.get("loss100")),
+            fmt(r["loss_rel_diff"], "%.1e"),
+            fmt(c.get("pass_loss")), fmt(g.get("pass_loss")),
+            fmt(r["pass_loss_rel_diff"], "%.1e"),
+            fmt(c.get("accuracy")), fmt(c4.get("accuracy")),
+            fmt(g.get("accuracy")),
+            fmt(r["accuracy_diff_points"], "%+.2f"),
+            fmt(c.get("step_ms"), "%.3f"), fmt(g.get("step_ms"), "%.3f"),
+            fmt(c.get("samples_per_s"), "%.0f"),
+            fmt(g.get("samples_per_s"), "%.0f"), r["verdict"]]
+
+
+def timing_cells(r):
+    return [r["config"], r["batch"]] + [
+        fmt(r[k], "%.3f") for k in ("shardps_gpu_ms", "shardps_cpu_ms",
+                                    "torch_compute_ms",
+                                    "torch_compute_host_ms",
+                                    "torch_train_ms")] + [
+        fmt(r["ratio_vs_torch_compute"], "%.2fx"),
+        fmt(r["ratio_vs_torch_compute_host"], "%.2fx"),
+        fmt(r["shardps_whole_step_gpu_ms"], "%.3f")]
+
+
 def markdown(logs, steps, training, timing):
-    out = []
+    out = ["# ShardPS GPU check", ""]
     describe = first_line(os.path.join(logs, "gpu-describe.log"))
-    manifest = []
-    try:
-        with open(os.path.join(logs, "MANIFEST")) as f:
-            manifest = [l.rstrip() for l in f][1:6]
-    except OSError:
-        pass
-    out.append("# ShardPS GPU check")
-    out.append("")
     if describe and describe.startswith("cuda:"):
         out.append("- GPU: %s" % describe)
     host = first_line(os.path.join(logs, "host.log"))
     if host:
         out.append("- host (the CPU backend's figures): %s" % host)
-    for m in manifest:
-        out.append("- bundle %s" % m)
-    out.append("")
-    out.append("## Steps")
-    out.append("")
-    out.append("| step | status | s | note |")
-    out.append("|---|---|---|---|")
-    for s in steps:
-        out.append("| %s | %s | %s | %s |" % (
-            s["step"], s["status"], s["seconds"],
-            s["note"].replace("|", "/")[:400]))
+    try:
+        with open(os.path.join(logs, "MANIFEST")) as f:
+            out += ["- bundle %s" % l.rstrip() for l in f][1:6]
+    except OSError:
+        pass
+    section(out, "Steps", None, ["step", "status", "s", "note"],
+            [[s["step"], s["status"], s["seconds"],
+              s["note"].replace("|", "/")[:400]] for s in steps])
     passed = sum(1 for s in steps if s["status"] == "PASS")
-    out.append("")
-    out.append("%d of %d steps passed." % (passed, len(steps)))
+    out += ["", "%d of %d steps passed." % (passed, len(steps))]
     if training:
-        out.append("")
-        out.append("## Training: GPU against the CPU backend")
-        out.append("")
-        out.append("1 pserver, sync, 1 pass; trainer 0. Loss 1-100: mean "
-                   "training loss over steps 1-100; pass loss: over the "
-                   "pass. CPU spread: the accuracy difference between the "
-                   "CPU backend with 1 and 4 threads (rounding alone). "
-                   "Agree: loss 1-100 within %g and pass loss within %g "
-                   "(relative), accuracy within the larger of %g points "
-                   "and the CPU spread. Step: median whole step (pull, "
-                   "compute, push)." % (LOSS_REL_TOL, PASS_LOSS_REL_TOL,
-                                        ACC_POINTS_TOL))
-        out.append("")
-        out.append("| config | trainers | loss 1-100 CPU | GPU | rel. diff | "
-                   "pass loss CPU | GPU | rel. diff | accuracy CPU | CPU 4 "
-                   "threads | GPU | GPU - CPU (points) | step CPU ms | GPU "
-                   "ms | samples/s CPU | GPU | verdict |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-                   "---|---|---|")
-        for r in training:
-            c, g = r["cpu"] or {}, r["gpu"] or {}
-            c4 = r["cpu4"] or {}
-            cells = [r["config"], str(r["trainers"]),
-                     fmt(c.get("loss100")), fmt(g.get("loss100")),
-                     fmt(r["loss_rel_diff"], "%.1e"),
-                     fmt(c.get("pass_loss")), fmt(g.get("pass_loss")),
-                     fmt(r["pass_loss_rel_diff"], "%.1e"),
-                     fmt(c.get("accuracy")), fmt(c4.get("accuracy")),
-                     fmt(g.get("accuracy")),
-                     fmt(r["accuracy_diff_points"], "%+.2f"),
-                     fmt(c.get("step_ms"), "%.3f"),
-                     fmt(g.get("step_ms"), "%.3f"),
-                     fmt(c.get("samples_per_s"), "%.0f"),
-                     fmt(g.get("samples_per_s"), "%.0f"), r["verdict"]]
-            out.append("| " + " | ".join(cells) + " |")
+        section(out, "Training: GPU against the CPU backend",
+                "1 pserver, sync, 1 pass; trainer 0. Loss 1-100: mean "
+                "training loss over steps 1-100; pass loss: over the pass. "
+                "CPU spread: the accuracy difference between the CPU backend "
+                "with 1 and 4 threads (rounding alone). Agree: loss 1-100 "
+                "within %g and pass loss within %g (relative), accuracy "
+                "within the larger of %g points and the CPU spread. Step: "
+                "median whole step (pull, compute, push)." % (
+                    LOSS_REL_TOL, PASS_LOSS_REL_TOL, ACC_POINTS_TOL),
+                ["config", "trainers", "loss 1-100 CPU", "GPU", "rel. diff",
+                 "pass loss CPU", "GPU", "rel. diff", "accuracy CPU",
+                 "CPU 4 threads", "GPU", "GPU - CPU (points)", "step CPU ms",
+                 "GPU ms", "samples/s CPU", "GPU", "verdict"],
+                [training_cells(r) for r in training])
     if timing:
-        out.append("")
-        out.append("## Step time on the same GPU: ShardPS against PyTorch")
-        out.append("")
-        out.append("Medians in ms. ShardPS compute: tools/step_timer "
-                   "(parameters up, forward, backward, gradients down). "
-                   "PyTorch compute: forward and backward on the device; "
-                   "+transfers: with parameters and batch in and gradients "
-                   "out; train: compute and the optimizer. Whole step: a "
-                   "GPU trainer's step with 1 pserver (pull, compute, "
-                   "push). Goal: ShardPS compute at most %gx PyTorch's." %
-                   GOAL_RATIO)
-        out.append("")
-        out.append("| config | batch | ShardPS GPU | ShardPS CPU | PyTorch "
-                   "compute | PyTorch +transfers | PyTorch train | ShardPS "
-                   "/ PyTorch compute | ShardPS / PyTorch +transfers | "
-                   "ShardPS whole step (GPU) |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
-        for r in timing:
-            out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                r["config"], r["batch"], fmt(r["shardps_gpu_ms"], "%.3f"),
-                fmt(r["shardps_cpu_ms"], "%.3f"),
-                fmt(r["torch_compute_ms"], "%.3f"),
-                fmt(r["torch_compute_host_ms"], "%.3f"),
-                fmt(r["torch_train_ms"], "%.3f"),
-                fmt(r["ratio_vs_torch_compute"], "%.2fx"),
-                fmt(r["ratio_vs_torch_compute_host"], "%.2fx"),
-                fmt(r["shardps_whole_step_gpu_ms"], "%.3f")))
+        section(out, "Step time on the same GPU: ShardPS against PyTorch",
+                "Medians in ms. ShardPS compute: tools/step_timer "
+                "(parameters up, forward, backward, gradients down). PyTorch "
+                "compute: forward and backward on the device; +transfers: "
+                "with parameters and batch in and gradients out; train: "
+                "compute and the optimizer. Whole step: a GPU trainer's step "
+                "with 1 pserver (pull, compute, push). Goal: ShardPS compute "
+                "at most %gx PyTorch's." % GOAL_RATIO,
+                ["config", "batch", "ShardPS GPU", "ShardPS CPU",
+                 "PyTorch compute", "PyTorch +transfers", "PyTorch train",
+                 "ShardPS / PyTorch compute", "ShardPS / PyTorch +transfers",
+                 "ShardPS whole step (GPU)"],
+                [timing_cells(r) for r in timing])
     calls = [l for l in read_jsonl(os.path.join(logs, "timing",
                                                  "step_timer.jsonl"))
              if l.get("event") == "step_timer_call" and
              str(l.get("backend", "")).startswith("cuda")]
     if calls:
-        out.append("")
-        out.append("## Where ShardPS's GPU step goes")
-        out.append("")
-        out.append("tools/step_timer --per_call: each backend call waited "
-                   "for (host overhead and device work, plus a wait each), "
-                   "so the sum exceeds the step.")
-        out.append("")
-        out.append("| config | call | calls/step | ms/step |")
-        out.append("|---|---|---|---|")
-        for l in calls:
-            out.append("| %s | %s | %g | %.3f |" % (
-                l["config"], l["call"], l["calls_per_step"],
-                l["ms_per_step"]))
+        section(out, "Where ShardPS's GPU step goes",
+                "tools/step_timer --per_call: each backend call waited for "
+                "(host overhead and device work, plus a wait each), so the "
+                "sum exceeds the step.",
+                ["config", "call", "calls/step", "ms/step"],
+                [[l["config"], l["call"], "%g" % l["calls_per_step"],
+                  "%.3f" % l["ms_per_step"]] for l in calls])
     return "\n".join(out) + "\n"
 
 
