@@ -560,7 +560,19 @@ class SlurmTest(testlib.ProcessTestCase):
             self.assertEqual(ev["step"], 100)
             self.assertEqual(t["final"]["test_accuracy"],
                              ev["test_accuracy"])
-        _, queue = self.cluster.command(["squeue", "--noheader"])
+        # Nothing left running: a job the sweep cancelled may still be
+        # COMPLETING (CG) for a moment while slurmd cleans up; no job may
+        # still be pending or running, and the queue must empty.
+        deadline = time.monotonic() + 15
+        while True:
+            _, queue = self.cluster.command(
+                ["squeue", "--noheader", "--format=%i %j %t"])
+            states = [line.split()[-1] for line in queue.strip().splitlines()]
+            self.assertEqual([st for st in states if st != "CG"], [],
+                             "left in the queue: " + queue)
+            if not states or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         self.assertEqual(queue.strip(), "", "left in the queue")
 
 
