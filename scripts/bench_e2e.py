@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""End-to-end benchmark of the canonical dense workload (../shared/
-BENCHMARKS.md): Fashion-MNIST, MLP 784-256-128-10, momentum 0.9, lr 0.05,
+"""End-to-end benchmark of the canonical dense workload (docs/
+benchmarks.md): Fashion-MNIST, MLP 784-256-128-10, momentum 0.9, lr 0.05,
 batch 64 per trainer, 2 trainers, 3 passes.
 
-Runs ShardPS (1 and 2 pservers, sync and async) and, when Debian's
-python3-torch and the peer script are there, PyTorch DDP on the same machine,
-interleaved over --repeats rounds, and prints the medians as a markdown table:
-samples/s over the training loop (both trainers together) and the test
-accuracy after each pass.
+Runs ShardPS (1 and 2 pservers, sync and async) and, when the interpreter
+of --torch_python has torch (Debian's python3-torch), PyTorch single-process
+and DDP (scripts/torch_fmnist.py) on the same machine, interleaved over
+--repeats rounds, and prints the medians as a markdown table: samples/s over
+the training loop (both trainers together) and the test accuracy after each
+pass. With --baseline_bin_dir, every ShardPS run is also run with the
+binaries there (another build, say of the commit before a change), in the
+same rounds, so that before and after compare within one run.
 
     python3 scripts/bench_e2e.py [--repeats 3] [--passes 3] [--bin_dir build]
+        [--baseline_bin_dir /tmp/before/build] [--only sync] [--no_torch]
 """
 
 import argparse
@@ -22,8 +26,7 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER = os.path.join(os.path.dirname(REPO), "shared", "peers",
-                    "torch_fmnist.py")
+TORCH_SCRIPT = os.path.join(REPO, "scripts", "torch_fmnist.py")
 
 
 def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900,
@@ -64,9 +67,9 @@ def exposed_comm(steps):
     return comm / total if total > 0 else None
 
 
-def run_shardps(args, pservers, mode, tmp, extra=()):
+def run_shardps(bin_dir, args, pservers, mode, tmp, extra=()):
     steps = []
-    evals = run_cluster(args.bin_dir, pservers,
+    evals = run_cluster(bin_dir, pservers,
                         ["--mode=" + mode, "--num_passes=%d" % args.passes] +
                         list(extra), tmp, steps=steps)
     # Samples/s of the job: both trainers' samples over the longer loop.
@@ -78,9 +81,10 @@ def run_shardps(args, pservers, mode, tmp, extra=()):
 
 
 def run_torch(args, mode):
-    """PyTorch from the peer script: `ddp` (2 processes, gloo) or `single`
-    (one process with one thread, the figure ShardPS aims at in the end)."""
-    cmd = ["/usr/bin/python3", PEER, "--mode", mode,
+    """PyTorch from scripts/torch_fmnist.py: `ddp` (2 processes, gloo) or
+    `single` (one process with one thread, the figure ShardPS aims at in the
+    end)."""
+    cmd = [args.torch_python, TORCH_SCRIPT, "--mode", mode,
            "--epochs", str(args.passes), "--port", "29517"]
     if mode == "single":
         cmd += ["--threads", "1"]
@@ -92,39 +96,77 @@ def run_torch(args, mode):
             samples = sum(e["samples"] for e in epochs)
             seconds = sum(e["wall_s"] for e in epochs)
             return samples / seconds, [e["test_acc"] for e in epochs], None
-    raise RuntimeError("no RESULT line from " + PEER)
+    raise RuntimeError("no RESULT line from " + TORCH_SCRIPT)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+SHARDPS_RUNS = [  # name, pservers, mode, trainer flags
+    ("ShardPS sync, 1 pserver", 1, "sync", []),
+    ("ShardPS sync, 1 pserver, TCP (--shared_memory=false)", 1, "sync",
+     ["--shared_memory=false"]),
+    ("ShardPS sync, 1 pserver, --layer_pipeline", 1, "sync",
+     ["--layer_pipeline"]),
+    ("ShardPS async, 1 pserver", 1, "async", []),
+    ("ShardPS async, 1 pserver, --async_overlap", 1, "async",
+     ["--async_overlap"]),
+    ("ShardPS async, 1 pserver, --async_prefetch", 1, "async",
+     ["--async_prefetch"]),
+    ("ShardPS sync, 2 pservers", 2, "sync", []),
+    ("ShardPS async, 2 pservers", 2, "async", []),
+]
+
+
+def parse_args():
+    p = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--bin_dir", default=os.path.join(REPO, "build"))
+    p.add_argument("--baseline_bin_dir", default=None,
+                   help="a second build whose pserver and trainer run each "
+                        "ShardPS row again, in the same rounds")
+    p.add_argument("--only", default=None,
+                   help="run only the ShardPS rows whose name contains this")
+    p.add_argument("--torch_python", default="/usr/bin/python3",
+                   help="the interpreter that runs scripts/torch_fmnist.py")
     p.add_argument("--no_torch", action="store_true")
     args = p.parse_args()
+    for d in [args.bin_dir] + ([args.baseline_bin_dir]
+                               if args.baseline_bin_dir else []):
+        for b in ("pserver/pserver", "trainer/trainer"):
+            if not os.access(os.path.join(d, b), os.X_OK):
+                p.error(f"no {b} in {d}")
+    if args.repeats < 1 or args.passes < 1:
+        p.error("--repeats and --passes must be at least 1")
+    return args
 
-    runs = [("ShardPS sync, 1 pserver", lambda t: run_shardps(args, 1, "sync", t)),
-            ("ShardPS sync, 1 pserver, TCP (--shared_memory=false)",
-             lambda t: run_shardps(args, 1, "sync", t,
-                                   ["--shared_memory=false"])),
-            ("ShardPS sync, 1 pserver, --layer_pipeline",
-             lambda t: run_shardps(args, 1, "sync", t, ["--layer_pipeline"])),
-            ("ShardPS async, 1 pserver", lambda t: run_shardps(args, 1, "async", t)),
-            ("ShardPS async, 1 pserver, --async_overlap",
-             lambda t: run_shardps(args, 1, "async", t, ["--async_overlap"])),
-            ("ShardPS async, 1 pserver, --async_prefetch",
-             lambda t: run_shardps(args, 1, "async", t, ["--async_prefetch"])),
-            ("ShardPS sync, 2 pservers", lambda t: run_shardps(args, 2, "sync", t)),
-            ("ShardPS async, 2 pservers", lambda t: run_shardps(args, 2, "async", t))]
-    have_torch = (not args.no_torch and os.path.exists(PEER) and
-                  subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+
+def make_runs(args):
+    """[(name, fn(tmp))] in the order each round runs them."""
+    runs = []
+    for name, pservers, mode, flags in SHARDPS_RUNS:
+        if args.only and args.only not in name:
+            continue
+        runs.append((name, lambda t, p=pservers, m=mode, f=flags:
+                     run_shardps(args.bin_dir, args, p, m, t, f)))
+        if args.baseline_bin_dir:
+            runs.append((name + " (baseline)",
+                         lambda t, p=pservers, m=mode, f=flags:
+                         run_shardps(args.baseline_bin_dir, args, p, m, t, f)))
+    have_torch = (not args.no_torch and
+                  subprocess.run([args.torch_python, "-c", "import torch"],
                                  capture_output=True).returncode == 0)
     if have_torch:
         runs.append(("PyTorch, 1 process, 1 thread",
                      lambda t: run_torch(args, "single")))
         runs.append(("PyTorch DDP (gloo), 2 processes",
                      lambda t: run_torch(args, "ddp")))
+    return runs, have_torch
+
+
+def main():
+    args = parse_args()
+    runs, have_torch = make_runs(args)
     results = {name: [] for name, _ in runs}
     with tempfile.TemporaryDirectory(prefix="shardps-bench-") as tmp:
         for r in range(args.repeats):

@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""The PyTorch baseline of the canonical dense workload (docs/benchmarks.md,
+"Canonical dense workload"): Fashion-MNIST, MLP 784-256-128-10 with ReLU,
+SGD with momentum 0.9 and learning rate 0.05, a global batch of 128 (64 per
+process with DDP), PyTorch's default initialisation from --seed, the last
+partial batch of each epoch dropped.
+
+  single: one process with --threads intra-op threads (default 2).
+  ddp:    DistributedDataParallel over gloo, 2 processes on 127.0.0.1,
+          1 thread each; gradients are averaged by the all-reduce.
+
+Prints one line, "RESULT " and JSON: per epoch its wall seconds (training
+loop only), samples, mean training loss and test accuracy.
+scripts/bench_e2e.py runs it beside ShardPS. Needs Debian's python3-torch
+and python3-numpy (run it with /usr/bin/python3):
+
+  /usr/bin/python3 scripts/torch_fmnist.py --mode single
+  /usr/bin/python3 scripts/torch_fmnist.py --mode ddp --port 29517
+"""
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+GLOBAL_BATCH = 128
+LR = 0.05
+MOMENTUM = 0.9
+WORKERS = 2
+DATA_DIR = "/usr/share/datasets/fashion-mnist"  # dataset-fashion-mnist
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["single", "ddp"], required=True)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="intra-op threads per process (default: 2 for "
+                        "single, 1 for ddp)")
+    p.add_argument("--port", type=int, default=29511,
+                   help="the gloo rendezvous port on 127.0.0.1 (ddp)")
+    p.add_argument("--data_dir", default=DATA_DIR,
+                   help="the folder of the four IDX files (gzip)")
+    a = p.parse_args(argv)
+    if a.epochs < 1:
+        p.error("--epochs must be at least 1")
+    if a.threads is None:
+        a.threads = 2 if a.mode == "single" else 1
+    return a
+
+
+def read_idx(path):
+    """An IDX file (gzip) as a numpy array of its dimensions."""
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big")
+            for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load_data(d):
+    import numpy as np
+    import torch
+
+    def images(name):
+        x = read_idx(os.path.join(d, name)).reshape(-1, 784)
+        return torch.from_numpy(x.astype(np.float32) / 255.0)
+
+    def labels(name):
+        return torch.from_numpy(read_idx(os.path.join(d, name)).astype(np.int64))
+
+    return (images("train-images-idx3-ubyte.gz"),
+            labels("train-labels-idx1-ubyte.gz"),
+            images("t10k-images-idx3-ubyte.gz"),
+            labels("t10k-labels-idx1-ubyte.gz"))
+
+
+def epoch_batches(n, seed, epoch):
+    """The global batches of an epoch: a permutation seeded by
+    seed * 1000 + epoch, cut into full batches of GLOBAL_BATCH."""
+    import torch
+    g = torch.Generator()
+    g.manual_seed(seed * 1000 + epoch)
+    perm = torch.randperm(n, generator=g)
+    return [perm[i * GLOBAL_BATCH:(i + 1) * GLOBAL_BATCH]
+            for i in range(n // GLOBAL_BATCH)]
+
+
+def make_model(seed):
+    import torch
+    from torch import nn
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(),
+                         nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def accuracy(model, x, y):
+    import torch
+    with torch.no_grad():
+        correct = sum((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000])
+                      .sum().item() for i in range(0, x.shape[0], 1000))
+    return correct / x.shape[0]
+
+
+def train(a, rank, barrier):
+    """Trains `a.epochs` epochs as process `rank` of WORKERS (rank None: one
+    process takes whole batches); returns the epochs' figures."""
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(a.threads)
+    xtr, ytr, xte, yte = load_data(a.data_dir)
+    model = make_model(a.seed)
+    if rank is not None:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    local = GLOBAL_BATCH if rank is None else GLOBAL_BATCH // WORKERS
+    epochs = []
+    for ep in range(a.epochs):
+        batches = epoch_batches(xtr.shape[0], a.seed, ep)
+        loss_sum = 0.0
+        barrier()
+        t0 = time.perf_counter()
+        for idx in batches:
+            mine = idx if rank is None else idx[rank * local:(rank + 1) * local]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xtr[mine]), ytr[mine])
+            loss.backward()
+            opt.step()
+            loss_sum += loss.item()
+        barrier()
+        wall = time.perf_counter() - t0
+        plain = model if rank is None else model.module
+        epochs.append(dict(epoch=ep, wall_s=wall,
+                           samples=len(batches) * GLOBAL_BATCH,
+                           train_loss=loss_sum / len(batches),
+                           test_acc=accuracy(plain, xte, yte)))
+    return epochs
+
+
+def ddp_worker(rank, a, queue):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}",
+                            rank=rank, world_size=WORKERS)
+    try:
+        queue.put((rank, train(a, rank, dist.barrier)))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ddp(a):
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    procs = [ctx.Process(target=ddp_worker, args=(r, a, queue))
+             for r in range(WORKERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=3600)
+    failed = [p.exitcode for p in procs if p.exitcode != 0]
+    if failed:
+        sys.exit(f"torch_fmnist: a DDP process failed (exit codes {failed})")
+    results = dict(queue.get() for _ in procs)
+    return results[0]
+
+
+def main(argv):
+    a = parse_args(argv)
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[k] = str(a.threads)
+    if not os.path.exists(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz")):
+        sys.exit(f"torch_fmnist: no Fashion-MNIST IDX files in {a.data_dir} "
+                 "(Debian's dataset-fashion-mnist, or --data_dir)")
+    import torch
+    t0 = time.perf_counter()
+    epochs = train(a, None, lambda: None) if a.mode == "single" else run_ddp(a)
+    for e in epochs:
+        e["samples_per_s"] = e["samples"] / e["wall_s"]
+    print("RESULT " + json.dumps(dict(
+        mode=a.mode, threads=a.threads, epochs=epochs,
+        final_test_acc=epochs[-1]["test_acc"], torch=torch.__version__,
+        total_wall_s=time.perf_counter() - t0)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
