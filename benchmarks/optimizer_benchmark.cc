@@ -98,7 +98,7 @@ void Sizes(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
 }
 
-// 64M floats (256 MiB): the size of BENCHMARKS.md's memcpy figure, to tell
+// 64M floats (256 MiB): the size of docs/benchmarks.md's memcpy figure, to tell
 // how this machine compares with the one the peers were measured on.
 BENCHMARK(BM_Memcpy)->Apply(Sizes)->Arg(64 << 20);
 BENCHMARK(BM_Sgd)->Apply(Sizes);

@@ -27,7 +27,7 @@
 // same process and run (benchmarks/grpc_baseline.h): plain gRPC synchronous
 // unary calls carrying one protobuf `bytes` field of the payload size to a
 // server in this process that answers at once (no store, no optimizer, no
-// chunking). They are the "plain gRPC" row of /work/shared/BENCHMARKS.md
+// chunking). They are the "plain gRPC" row of docs/benchmarks.md
 // ("Transport ceilings"), so ShardPS can be divided by a figure taken on the
 // same machine at the same time.
 
@@ -43,10 +43,10 @@
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
 #include "benchmarks/grpc_baseline.h"
-#include "common/malloc_tuning.h"
+#include "common/launch/malloc_tuning.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/grpc_server.h"
+#include "pserver/service/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"

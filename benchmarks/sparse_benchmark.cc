@@ -19,10 +19,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "benchmark/benchmark.h"
-#include "common/malloc_tuning.h"
-#include "common/shard_map.h"
+#include "common/launch/malloc_tuning.h"
+#include "common/placement/shard_map.h"
 #include "glog/logging.h"
-#include "pserver/grpc_server.h"
+#include "pserver/service/grpc_server.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/sparse_client.h"

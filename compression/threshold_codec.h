@@ -2,7 +2,7 @@
 #define SHARDPS_COMPRESSION_THRESHOLD_CODEC_H_
 
 // Threshold and bitmap gradient codecs (Strom 2015, DL4J's wire layouts), as
-// /work/shared/COMPRESSION.md section 2 specifies them.
+// docs/compression.md ("Specification") specifies them.
 //
 // A message is a little-endian int32 array with a 16-byte header
 //   {count_or_N, N, f32bits(t), fmt}

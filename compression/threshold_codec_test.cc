@@ -40,7 +40,8 @@ std::vector<float> Decoded(const std::vector<int32_t>& msg, size_t n) {
 int32_t Bits(float f) { return static_cast<int32_t>(codec::FloatBits(f)); }
 
 // ---------------------------------------------------------------------------
-// Upstream vectors (nd4j CompressionTests), COMPRESSION.md section 1.
+// Upstream vectors (nd4j CompressionTests), docs/compression.md, "How
+// Deeplearning4j does it".
 
 TEST(ThresholdCodecUpstreamTest, ThresholdEncodeDecode) {
   std::vector<float> x = {1, 2, 0, 0, -1, -1};

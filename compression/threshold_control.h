@@ -3,7 +3,7 @@
 
 // Per-tensor state around the threshold codec (common/threshold_codec.h):
 // threshold algorithms, residual clipping and the worker's compression step,
-// as /work/shared/COMPRESSION.md section 2 specifies them (DL4J's
+// as docs/compression.md ("Specification") specifies them (DL4J's
 // AdaptiveThresholdAlgorithm, FixedThresholdAlgorithm and
 // ResidualClippingPostProcessor).
 

@@ -333,7 +333,8 @@ TEST(GradientCompressorTest, AdaptiveThresholdFollowsSparsity) {
 TEST(GradientCompressorTest, AdaptiveThresholdSettlesInTheBand) {
   // Gaussian updates far below the initial threshold, as late in training:
   // the threshold falls until the residual's tail crosses it, then the
-  // sparsity stays in [1e-4, 1e-2] (COMPRESSION.md E2's pass criterion).
+  // sparsity stays in [1e-4, 1e-2] (the pass criterion of E2,
+  // docs/compression.md).
   const size_t n = 50000;
   auto c = Compressor(n, Adaptive());
   std::mt19937 rng(11);

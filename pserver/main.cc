@@ -6,18 +6,20 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <vector>
 
-#include "common/address.h"
-#include "common/env.h"
-#include "common/fault_injection_env.h"
-#include "common/flags.h"
-#include "common/launch_env.h"
-#include "common/malloc_tuning.h"
-#include "common/monitoring.h"
-#include "common/transport_security.h"
+#include "common/launch/address.h"
+#include "common/launch/flag_help.h"
+#include "common/launch/flags.h"
+#include "common/launch/launch_env.h"
+#include "common/launch/malloc_tuning.h"
+#include "common/monitoring/monitoring.h"
+#include "common/storage/env.h"
+#include "common/storage/fault_injection_env.h"
+#include "common/transport/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "pserver/grpc_server.h"
+#include "pserver/service/grpc_server.h"
 
 DEFINE_int32(port, shardps::kDefaultPort,
              "TCP port to serve on; 0 picks a free port");
@@ -108,12 +110,29 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   return options;
 }
 
+// The pserver's flags as --help groups, in the order --help shows them.
+std::vector<shardps::FlagGroup> PserverFlagGroups() {
+  return {{"Server",
+           {"port", "port_file", "host", "num_gradient_servers",
+            "max_pull_wait_s", "trainer_timeout"}},
+          {"Jobs and memory", {"max_jobs", "job_retention", "max_memory_mb"}},
+          {"Checkpoints (docs/checkpoint_format.md)",
+           {"checkpoint_dir", "keep_checkpoints"}},
+          shardps::SecurityFlagGroup(),
+          shardps::MonitoringFlagGroup()};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   shardps::TuneMallocForLargeMessages();
-  gflags::SetUsageMessage(
-      "pserver --port=7164 --num_gradient_servers=N [--port_file=PATH]");
+  constexpr char kUsage[] =
+      "pserver --port=7164 --num_gradient_servers=N [--port_file=PATH]";
+  if (shardps::HelpRequested(argc, argv)) {
+    shardps::PrintFlagHelp(kUsage, PserverFlagGroups(), std::cout);
+    return 0;
+  }
+  gflags::SetUsageMessage(kUsage);
   FLAGS_logtostderr = true;
   absl::Status s =
       shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
@@ -135,7 +154,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Fault injection for the multi-process tests (kill during a checkpoint
-  // write): SHARDPS_TEST_CHECKPOINT_FAULT, see common/fault_injection_env.h.
+  // write): SHARDPS_TEST_CHECKPOINT_FAULT, see
+  // common/storage/fault_injection_env.h.
   auto fault_env = shardps::CheckpointFaultEnvFromEnvironment(
       shardps::Env::Default(), shardps::ProcessEnv());
   if (!fault_env.ok()) {

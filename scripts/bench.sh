@@ -2,7 +2,7 @@
 # Builds and runs the transport and optimizer benchmarks and prints them as
 # markdown tables. ShardPS's push and pull are divided by plain gRPC's,
 # measured in the same run and processes (BM_PlainGrpc* in
-# push_pull_benchmark); the figures of /work/shared/BENCHMARKS.md, taken on
+# push_pull_benchmark); the figures of docs/benchmarks.md, taken on
 # another day and machine, are shown only as a reference.
 #
 #   scripts/bench.sh                 # build dir ./build, 3 repetitions
@@ -81,7 +81,7 @@ import re
 import sys
 
 # Reference only: peer figures, MiB/s of payload, copied from
-# /work/shared/BENCHMARKS.md ("Transport ceilings and a peer parameter
+# docs/benchmarks.md ("Transport ceilings and a peer parameter
 # server"), measured 2026-11-21 on another machine of this kind, not side by
 # side with this run. The ratios use plain gRPC measured in this run
 # (BM_PlainGrpcPush / BM_PlainGrpcPull). Absent: not measured there.
@@ -97,7 +97,7 @@ REF_PS_LITE = {  # ZeroMQ over TCP, empty server handler, 1 worker
     16 << 20: (2520, 1700),
     64 << 20: (1210, 1080),
 }
-MEMCPY_PEER_GIBS = 8.2  # memcpy, one core, 256 MiB (BENCHMARKS.md)
+MEMCPY_PEER_GIBS = 8.2  # memcpy, one core, 256 MiB (docs/benchmarks.md)
 
 
 def load(*paths):
@@ -141,16 +141,16 @@ for name, b in opt.items():
     m = re.match(r"BM_(\w+)/floats:(\d+)", name)
     if m:
         gbs[(m.group(1), int(m.group(2)))] = b["GB/s"]
-# memcpy of 256 MiB here against BENCHMARKS.md's figure: the peers' numbers
+# memcpy of 256 MiB here against docs/benchmarks.md's figure: the peers' numbers
 # were not measured side by side with these, so say how the machines differ.
 calib = gbs.get(("Memcpy", 64 << 20))
 calib_gibs = None if calib is None else calib * 1e9 / 2 / (1 << 30)
 calib_note = (
     "memcpy of 256 MiB runs at " + fmt(calib_gibs, 1) + " GiB/s copied here, "
-    f"{MEMCPY_PEER_GIBS} GiB/s in BENCHMARKS.md"
+    f"{MEMCPY_PEER_GIBS} GiB/s in docs/benchmarks.md"
     + ("" if calib_gibs is None else
        f" ({calib_gibs / MEMCPY_PEER_GIBS:.1f}x)")
-    + "; BENCHMARKS.md's figures were measured on another day and machine, "
+    + "; docs/benchmarks.md's figures were measured on another day and machine, "
     "not side by side with this run.")
 
 transfer, ctx = load(*sys.argv[2:])
@@ -177,7 +177,7 @@ print("ShardPS: in-process pservers and one ASYNC trainer over 127.0.0.1, "
       "unary calls carrying one protobuf `bytes` field of the payload to a "
       "server that answers at once (no store, optimizer or chunking). "
       "÷ gRPC: ShardPS / plain gRPC of this run. Reference columns: "
-      "BENCHMARKS.md's figures (plain gRPC unary `bytes`; ps-lite 1 worker, "
+      "docs/benchmarks.md's figures (plain gRPC unary `bytes`; ps-lite 1 worker, "
       "empty handler), push / pull, from another day and machine; do not "
       "divide by them. \"shared memory\": the values go through a region "
       "the trainer and the pserver map (--shared_memory, trainers on the "
@@ -189,7 +189,7 @@ print("Calibration: " + calib_note)
 print()
 print("| payload | pservers | push | pull | round | plain gRPC push "
       "| plain gRPC pull | push ÷ gRPC | pull ÷ gRPC "
-      "| ref. plain gRPC, BENCHMARKS.md | ref. ps-lite, BENCHMARKS.md |")
+      "| ref. plain gRPC, docs/benchmarks.md | ref. ps-lite, docs/benchmarks.md |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 
 

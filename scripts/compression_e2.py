@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Experiment E2 of ../shared/COMPRESSION.md: bytes pushed and final test
+"""Experiment E2 of docs/compression.md: bytes pushed and final test
 accuracy of the canonical dense workload (configs/fmnist_mlp.pbtxt, 2
 pservers, 2 sync trainers) under each push encoding.
 

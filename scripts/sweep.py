@@ -72,8 +72,7 @@ STOPPED_AT = re.compile(r"stopped by a signal at step (\d+)")
 ENDED = ("done", "stopped", "failed")
 
 
-def parse_args(argv):
-    own, extra = split_at_dashes(argv)
+def make_parser():
     p = argparse.ArgumentParser(
         prog="sweep.py", description=__doc__.split("\n\n")[0],
         epilog="Example: %(prog)s --config configs/fmnist_mlp.pbtxt "
@@ -107,6 +106,12 @@ def parse_args(argv):
                    "stopped (default 0.1)")
     p.add_argument("--min_references", type=int, default=2,
                    help="other trials needed at the same point to stop one")
+    add_launch_args(p)
+    return p
+
+
+def add_launch_args(p):
+    """Where the trials run: the launcher, the pservers, the binaries."""
     p.add_argument("--launcher", choices=("local", "slurm", "k8s"),
                    default="local")
     p.add_argument("--k8s_job_template",
@@ -135,6 +140,11 @@ def parse_args(argv):
                    "(default 0: no limit)")
     p.add_argument("--no_plot", action="store_true",
                    help="do not draw curves.png")
+
+
+def parse_args(argv):
+    own, extra = split_at_dashes(argv)
+    p = make_parser()
     a = p.parse_args(own)
     a.extra = extra
     if a.trainers_per_trial < 1:

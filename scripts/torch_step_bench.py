@@ -214,7 +214,27 @@ def main(argv):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(int(config.get("seed", 1)))
-    model = model.to(device)
+    steps = make_steps(torch, model.to(device), config, in_shape, batch,
+                       device)
+    name = config.get("name", args.config)
+    for kind in args.kinds.split(","):
+        if kind not in steps:
+            print("torch_step_bench: unknown kind %r" % kind, file=sys.stderr)
+            return 2
+        ms = time_steps(torch, device, steps[kind], args.warmup_steps,
+                        args.steps)
+        line = step_line(torch, device, name, kind, batch, args.steps, ms)
+        print(json.dumps(line), flush=True)
+        print("torch_step_bench: %s %s on %s, batch %d: median %.3f ms" %
+              (name, kind, line["device"], batch, line["median_ms"]),
+              file=sys.stderr)
+    return 0
+
+
+def make_steps(torch, model, config, in_shape, batch, device):
+    """{kind: step(i)}: compute (forward and backward on the device),
+    compute_host (with parameters in and gradients out through pageable
+    host memory) and train (compute and the optimizer)."""
     model.train()
     loss_fn = torch.nn.CrossEntropyLoss()
     params = list(model.parameters())
@@ -252,32 +272,24 @@ def main(argv):
         fwd_bwd(dev_x[i % n_batches], dev_y[i % n_batches])
         opt.step()
 
-    steps = {"compute": compute, "compute_host": compute_host, "train": train}
-    name = config.get("name", args.config)
-    for kind in args.kinds.split(","):
-        if kind not in steps:
-            print("torch_step_bench: unknown kind %r" % kind, file=sys.stderr)
-            return 2
-        ms = time_steps(torch, device, steps[kind], args.warmup_steps,
-                        args.steps)
-        ms_sorted = sorted(ms)
-        line = {
-            "event": "torch_step", "config": name, "kind": kind,
-            "device": (torch.cuda.get_device_name(device)
-                       if device.type == "cuda" else "cpu"),
-            "torch": torch.__version__, "batch": batch, "steps": args.steps,
-            "median_ms": statistics.median(ms),
-            "mean_ms": statistics.fmean(ms),
-            "p10_ms": ms_sorted[int(0.1 * len(ms))],
-            "p90_ms": ms_sorted[min(len(ms) - 1, int(0.9 * len(ms)))],
-            "min_ms": ms_sorted[0],
-            "samples_per_s": batch / statistics.median(ms) * 1e3,
-        }
-        print(json.dumps(line), flush=True)
-        print("torch_step_bench: %s %s on %s, batch %d: median %.3f ms" %
-              (name, kind, line["device"], batch, line["median_ms"]),
-              file=sys.stderr)
-    return 0
+    return {"compute": compute, "compute_host": compute_host, "train": train}
+
+
+def step_line(torch, device, name, kind, batch, steps, ms):
+    """The JSON line of one kind's timings `ms`."""
+    ms_sorted = sorted(ms)
+    return {
+        "event": "torch_step", "config": name, "kind": kind,
+        "device": (torch.cuda.get_device_name(device)
+                   if device.type == "cuda" else "cpu"),
+        "torch": torch.__version__, "batch": batch, "steps": steps,
+        "median_ms": statistics.median(ms),
+        "mean_ms": statistics.fmean(ms),
+        "p10_ms": ms_sorted[int(0.1 * len(ms))],
+        "p90_ms": ms_sorted[min(len(ms) - 1, int(0.9 * len(ms)))],
+        "min_ms": ms_sorted[0],
+        "samples_per_s": batch / statistics.median(ms) * 1e3,
+    }
 
 
 if __name__ == "__main__":

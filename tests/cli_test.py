@@ -86,6 +86,38 @@ class CliTest(testlib.ProcessTestCase):
 
     # pserver ---------------------------------------------------------------
 
+    def assertOwnHelp(self, r, program, first_group, flags):
+        """--help: exit 0, the program's own flags first and grouped, no
+        flag left ungrouped, the libraries' flags behind --helpfull."""
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("usage: " + program + " "),
+                        r.stdout)
+        self.assertEqual(lines[2], first_group + ":", r.stdout)
+        for flag in flags:
+            self.assertIn("\n  --" + flag + "=", r.stdout)
+        for absent in ("error:", "Other flags", "Flags from", "--logtostderr"):
+            self.assertNotIn(absent, r.stdout)
+        self.assertNotRegex(r.stdout, r"/[\w/.-]+\.cc")  # no build paths
+        self.assertIn("--helpfull", lines[-1])
+        self.assertTrue(all(len(l) <= 78 for l in lines[1:]), r.stdout)
+
+    def test_pserver_help_shows_its_own_flags_first(self):
+        self.assertOwnHelp(run([pserver_bin(), "--help"]), "pserver", "Server",
+                           ["port", "num_gradient_servers", "checkpoint_dir",
+                            "auth_token_file", "monitoring_port"])
+
+    def test_trainer_help_shows_its_own_flags_first(self):
+        self.assertOwnHelp(run([trainer_bin(), "--help"]), "trainer",
+                           "Cluster", ["pservers", "config", "mode",
+                                       "compression", "health_port",
+                                       "tls_ca_file", "monitoring_port"])
+
+    def test_helpfull_still_lists_the_libraries_flags(self):
+        r = run([pserver_bin(), "--helpfull"])
+        self.assertIn("-logtostderr", r.stdout + r.stderr)
+
+
     def test_pserver_port_out_of_range(self):
         for port in ("70000", "-1", "65536"):
             r = run([pserver_bin(), "--port=" + port])

@@ -101,7 +101,7 @@ class CtrTest(testlib.ProcessTestCase):
         # train as one process with batch 512, to float rounding (measured:
         # equal to 1e-7).
         one = self.baseline(train, test, 512)
-        # KEY_PUSHERS (DESIGN.md's mean): a key pushed by one trainer gets
+        # KEY_PUSHERS (docs/design.md's mean): a key pushed by one trainer gets
         # that trainer's gradient, so the nearest single-process run is the
         # per-trainer batch.
         per_key = self.train(

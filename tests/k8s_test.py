@@ -14,7 +14,7 @@
   binary (as its own --helpxml lists them, binaries from --bin_dir), with a
   value of the flag's type; the binary is then started with that command
   line and environment plus --helpxml, so that its own parser accepts them.
-  Other variables must be ones the binaries read (common/flags.cc). A
+  Other variables must be ones the binaries read (common/launch/flags.cc). A
   self-check makes sure a made-up flag or variable is caught.
 - Consistency: the Service selects the StatefulSet's pods, --pservers
   names every pserver pod, the trainer count agrees everywhere, the
@@ -205,8 +205,8 @@ def binary_flags(name):
 
 def scheduler_variables():
     """The variables other than SHARDPS_* that the binaries read: the
-    quoted upper-case names in common/flags.cc (OMPI_COMM_WORLD_RANK, ...,
-    JOB_COMPLETION_INDEX) and common/launch_env.cc (TF_CONFIG, ...)."""
+    quoted upper-case names in common/launch/flags.cc (OMPI_COMM_WORLD_RANK, ...,
+    JOB_COMPLETION_INDEX) and common/launch/launch_env.cc (TF_CONFIG, ...)."""
     names = set()
     for path in ENV_SOURCES:
         if os.path.exists(path):

@@ -1,28 +1,43 @@
 #!/usr/bin/env python3
 """Checks of the code's shape (docs/architecture.md, "Rules"), as a test.
 
-- No source file outside tests is longer than 600 lines.
-- No function (C++ or Python, tests included) is longer than 120 lines.
+- Parts are folders, and dependencies point one way: a folder's non-test
+  sources include only the folders LAYERS allows it (pserver/store below
+  pserver/checkpoint and pserver/replication, all three below
+  pserver/service; common/ one folder a concern).
+- Sizes by design, not by file: no class over 700 lines, counted over its
+  declaration and every member function it defines in any file; no function
+  (C++ or Python, tests included) over 80 lines; no folder over 40 files.
+- Files are named for what they hold: a member function of class C is
+  defined in a file whose header (the file's own, or the header its name
+  extends: parameter_store_lars.cc -> parameter_store.h) declares C.
 - gRPC headers (grpcpp/, grpc/, *.grpc.pb.h) are included only by files
   whose names say they are a gRPC binding, server or client.
-- Dependencies point one way: the include rules of LAYERS below.
 - The core libraries link without gRPC: their test programs do not load
   libgrpc (and the gRPC binding's test does, so the check can fail).
+
+Every check runs on a planted violation too (PlantedViolationTest), so none
+of them can pass by seeing nothing.
 
 Standard library only:  python3 tests/structure_test.py --bin_dir build
 """
 
 import argparse
 import ast
+import collections
+import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAX_FILE_LINES = 600
-MAX_FUNCTION_LINES = 120
+MAX_CLASS_LINES = 700
+MAX_FUNCTION_LINES = 80
+MAX_FOLDER_FILES = 40
 BIN_DIR = None
 
 SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
@@ -30,35 +45,73 @@ SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
                "trainer", "tools", "benchmarks", "scripts", "tests"]
 CPP_EXT = (".h", ".cc", ".cu")
 
+COMMON = ["common/launch", "common/placement", "common/storage",
+          "common/transport", "common/monitoring"]
+PSERVER_BASE = ["base", "compression", "kernels", "optimizer", "proto"] + COMMON
 # Folder -> folders (and absl, std, third-party headers) its non-test
 # sources may include. A folder may always include itself.
 LAYERS = {
     "base": [],
     "kernels": ["base"],
     "compression": ["base", "kernels", "proto"],
-    "common": ["base", "proto"],
+    "common/launch": ["base", "proto"],
+    "common/placement": ["base", "proto"],
+    "common/storage": ["base"],
+    "common/transport": ["base", "proto", "common/launch"],
+    "common/monitoring": ["base", "common/launch"],
     "optimizer": ["base", "kernels", "proto"],
-    "pserver": ["base", "common", "compression", "kernels", "optimizer",
-                "proto"],
-    "trainer/data": ["base", "common", "proto"],
-    "trainer/model": ["base", "common", "kernels", "proto", "trainer/data"],
-    "trainer/client": ["base", "common", "compression", "proto", "pserver"],
-    "trainer": ["base", "common", "compression", "kernels", "optimizer",
-                "proto", "trainer/data", "trainer/model", "trainer/client"],
-    "tools": ["base", "common", "kernels", "proto", "trainer",
-              "trainer/data", "trainer/model", "trainer/client"],
+    "pserver/store": PSERVER_BASE,
+    "pserver/checkpoint": PSERVER_BASE + ["pserver/store"],
+    "pserver/replication": PSERVER_BASE + ["pserver/store"],
+    "pserver/service": PSERVER_BASE + ["pserver/store", "pserver/checkpoint",
+                                       "pserver/replication"],
+    "pserver": PSERVER_BASE + ["pserver/service"],
+    "trainer/data": ["base", "proto"] + COMMON,
+    "trainer/model": ["base", "kernels", "proto", "trainer/data"] + COMMON,
+    "trainer/client": ["base", "compression", "proto", "pserver/service"] +
+                      COMMON,
+    "trainer": ["base", "compression", "kernels", "optimizer", "proto",
+                "trainer/data", "trainer/model", "trainer/client"] + COMMON,
+    "tools": ["base", "kernels", "proto", "trainer", "trainer/data",
+              "trainer/model", "trainer/client"] + COMMON,
 }
 # Within trainer/client, only the in-process client reaches the pserver.
 PSERVER_FROM_CLIENT = {"trainer/client/in_process_ps_client.h",
                        "trainer/client/in_process_ps_client.cc"}
 
+# What issue 31 has yet to take apart: each entry must still be over its
+# limit (the test fails when one is fixed and left here), and nothing else
+# may be. The list only shrinks.
+KNOWN_LONG_FUNCTIONS = {
+    "compression/cuda_threshold_encoder.cu Encode": 82,
+    "pserver/service/request_handler.cc RequestHandler::StartPull": 117,
+    "pserver/service/request_handler_test.cc TEST_F": 112,
+    "pserver/service/shared_call_binding.cc SharedCallBinding::Serve": 85,
+    "pserver/store/parameter_store_lars.cc ParameterStore::ApplyTrust": 97,
+    "tools/step_timer.cc Run": 105,
+    "trainer/client/grpc_ps_client.cc GrpcPsClient::Attempt": 85,
+    "trainer/client/param_client.cc ParamClient::StartPull": 98,
+    "trainer/client/param_client.cc ParamClient::StartPush": 110,
+    "trainer/client/table_norms.cc ParamClient::ExchangeTableNorms": 105,
+    "trainer/model/model.cc Model::Create": 87,
+    "trainer/trainer.cc Trainer::Setup": 82,
+    "trainer/trainer_step.cc Trainer::Step": 108,
+}
+KNOWN_LARGE_CLASSES = {
+    "ParameterStore": 1330,
+    "RequestHandler": 716,
+    "Trainer": 818,
+}
+# LARS's norms: a part of their own, not ParamClient's (issue 31, item 1).
+KNOWN_MISPLACED = ["trainer/client/table_norms.cc: ParamClient"]
 
-def rel(path):
-    return os.path.relpath(path, ROOT)
+
+def rel(path, root=None):
+    return os.path.relpath(path, root or ROOT)
 
 
-def is_test(path):
-    r = rel(path)
+def is_test(path, root=None):
+    r = rel(path, root)
     return (r.startswith("tests/") or "/testing/" in r or
             re.search(r"_test\.(cc|py)$", r) is not None)
 
@@ -68,9 +121,10 @@ def read(path):
         return f.read()
 
 
-def source_files(exts):
+def source_files(exts, root=None):
+    root = root or ROOT
     for d in SOURCE_DIRS:
-        for dirpath, _, files in os.walk(os.path.join(ROOT, d)):
+        for dirpath, _, files in os.walk(os.path.join(root, d)):
             for f in sorted(files):
                 if f.endswith(exts):
                     yield os.path.join(dirpath, f)
@@ -110,12 +164,30 @@ def strip_cpp(code):
     return "".join(out)
 
 
+def parameter_list_start(head):
+    """The index of the "(" that opens the last parenthesised group of
+    `head` (a function's parameters, whatever parentheses they hold, as in
+    std::function<void(int)>); the last "(" when they do not balance (a
+    constructor's initialisers cut by a brace); -1 without one."""
+    close = head.rfind(")")
+    depth = 0
+    for i in range(close, -1, -1):
+        if head[i] == ")":
+            depth += 1
+        elif head[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return i
+    return head.rfind("(")
+
+
 CONTROL = {"if", "for", "while", "switch", "catch", "return", "else", "do"}
 FUNCTION_HEAD = re.compile(
     r"\)\s*(const)?\s*(noexcept)?\s*(override|final)?\s*"
     r"(ABSL_[A-Z_]+\([^()]*\)\s*)*(->\s*[\w:<>,\s\*&]+)?\s*$")
 
 
+@functools.lru_cache(maxsize=None)
 def cpp_functions(path):
     """(first line, last line, name) of each outermost function body."""
     code = strip_cpp(read(path))
@@ -128,7 +200,7 @@ def cpp_functions(path):
             head = code[last_stop:i]
             is_function = False
             if depth_in_function == 0:
-                paren = head.rfind("(")
+                paren = parameter_list_start(head)
                 name = re.findall(r"([~\w:]+)\s*$", head[:paren]) if paren >= 0 else []
                 is_function = (FUNCTION_HEAD.search(head) is not None and
                                bool(name) and name[0] not in CONTROL and
@@ -162,87 +234,274 @@ def py_functions(path):
             yield node.lineno, node.end_lineno, node.name
 
 
+def long_functions(root=None):
+    """{"path name": lines} of every function over MAX_FUNCTION_LINES."""
+    found = {}
+    for path in source_files(CPP_EXT, root):
+        for start, end, name in cpp_functions(path):
+            if end - start + 1 > MAX_FUNCTION_LINES:
+                found[f"{rel(path, root)} {name}"] = end - start + 1
+    for path in source_files((".py",), root):
+        for start, end, name in py_functions(path):
+            if end - start + 1 > MAX_FUNCTION_LINES:
+                found[f"{rel(path, root)} {name}"] = end - start + 1
+    return found
+
+
+CLASS_HEAD = re.compile(
+    r"\b(?:class|struct)\s+(?:ABSL_\w+(?:\([^()]*\))?\s+)?(\w+)"
+    r"(?:\s+final)?\s*(?::[^;{]*)?\{")
+
+
+def class_declarations(code):
+    """(name, lines) of each class or struct body in stripped `code`."""
+    for m in CLASS_HEAD.finditer(code):
+        depth, i = 0, m.end() - 1
+        while i < len(code):
+            if code[i] == "{":
+                depth += 1
+            elif code[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        yield m.group(1), code.count("\n", m.start(), i) + 1
+
+
+def class_sizes(root=None):
+    """{class: lines} over its declarations and the member functions it
+    defines outside them, in every non-test file."""
+    sizes = collections.Counter()
+    for path in source_files(CPP_EXT, root):
+        if is_test(path, root):
+            continue
+        if path.endswith(".h"):
+            for name, lines in class_declarations(strip_cpp(read(path))):
+                sizes[name] += lines
+        for start, end, name in cpp_functions(path):
+            parts = name.split("::")
+            if len(parts) >= 2 and parts[-2][:1].isupper():
+                sizes[parts[-2]] += end - start + 1
+    return sizes
+
+
+def large_classes(root=None):
+    return {c: n for c, n in class_sizes(root).items() if n > MAX_CLASS_LINES}
+
+
+def full_folders(root=None):
+    """{folder: files} of every source folder over MAX_FOLDER_FILES."""
+    root = root or ROOT
+    found = {}
+    for d in SOURCE_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(root, d)):
+            if len(files) > MAX_FOLDER_FILES:
+                found[rel(dirpath, root)] = len(files)
+    return found
+
+
+def misplaced_definitions(root=None):
+    """Member functions defined in a file that is not named for their
+    class: "file: Class" for each."""
+    found = set()
+    for path in source_files((".cc", ".cu"), root):
+        if is_test(path, root):
+            continue
+        folder, base = os.path.split(path)
+        parts = base.rsplit(".", 1)[0].split("_")
+        homes = [path] + [os.path.join(folder, "_".join(parts[:i]) + ".h")
+                          for i in range(len(parts), 0, -1)]
+        declared = "".join(read(h) for h in homes if os.path.exists(h))
+        for _, _, name in cpp_functions(path):
+            names = name.split("::")
+            if len(names) < 2 or not names[-2][:1].isupper():
+                continue
+            pattern = r"\b(class|struct)\s+(ABSL_\w+\s+)?%s\b" % names[-2]
+            if not re.search(pattern, declared):
+                found.add(f"{rel(path, root)}: {names[-2]}")
+    return sorted(found)
+
+
+def layer_violations(root=None):
+    bad = []
+    include = re.compile(r'#include\s+"([^"]+)"')
+    for path in source_files(CPP_EXT, root):
+        if is_test(path, root):
+            continue
+        r = rel(path, root)
+        folder = os.path.dirname(r)
+        if folder not in LAYERS:
+            if folder.split("/")[0] in ("base", "common", "pserver", "trainer",
+                                        "kernels", "compression", "optimizer"):
+                bad.append(f"{r}: its folder has no rule in LAYERS")
+            continue
+        allowed = set(LAYERS[folder]) | {folder}
+        for target in include.findall(read(path)):
+            target_folder = os.path.dirname(target)
+            if target.split("/")[0] not in SOURCE_DIRS:
+                continue  # a library's header, not a layer of ours
+            if (target_folder.startswith("pserver") and
+                    folder == "trainer/client"):
+                if r not in PSERVER_FROM_CLIENT:
+                    bad.append(f"{r} includes {target}")
+                continue
+            if target_folder not in allowed:
+                bad.append(f"{r} includes {target}")
+    return bad
+
+
+def grpc_outside_grpc_files(root=None):
+    bad = []
+    pattern = re.compile(r'#include\s+[<"](grpcpp/|grpc/|[^">]*\.grpc\.pb\.h)')
+    for path in source_files(CPP_EXT, root):
+        if pattern.search(read(path)) and "grpc" not in os.path.basename(path):
+            bad.append(rel(path, root))
+    return bad
+
+
+def known(found, known_list, what):
+    """The message for `found` against a known list: new entries, and
+    entries fixed but still listed."""
+    new = {k: v for k, v in found.items() if k not in known_list}
+    grown = {k: v for k, v in found.items()
+             if k in known_list and v > known_list[k]}
+    fixed = [k for k in known_list if k not in found]
+    msg = []
+    if new:
+        msg.append(f"{what} over the limit: {new}")
+    if grown:
+        msg.append(f"known {what} grown past their listed size: {grown}")
+    if fixed:
+        msg.append(f"listed as known but no longer over the limit (take "
+                   f"them off the list): {fixed}")
+    return "; ".join(msg)
+
+
 class StructureTest(unittest.TestCase):
 
-    def test_no_source_file_over_600_lines(self):
-        long = []
-        for path in source_files(CPP_EXT + (".py", ".sh", ".proto")):
-            if is_test(path):
-                continue
-            n = read(path).count("\n")
-            if n > MAX_FILE_LINES:
-                long.append(f"{rel(path)}: {n} lines")
-        self.assertEqual(long, [], "files over %d lines" % MAX_FILE_LINES)
+    def test_no_function_over_80_lines(self):
+        msg = known(long_functions(), KNOWN_LONG_FUNCTIONS, "functions")
+        self.assertEqual(msg, "")
 
-    def test_no_function_over_120_lines(self):
-        long = []
-        for path in source_files(CPP_EXT):
-            for start, end, name in cpp_functions(path):
-                if end - start + 1 > MAX_FUNCTION_LINES:
-                    long.append(f"{rel(path)}:{start} {name}: {end - start + 1}")
-        for path in source_files((".py",)):
-            for start, end, name in py_functions(path):
-                if end - start + 1 > MAX_FUNCTION_LINES:
-                    long.append(f"{rel(path)}:{start} {name}: {end - start + 1}")
-        self.assertEqual(long, [], "functions over %d lines" % MAX_FUNCTION_LINES)
+    def test_no_class_over_700_lines(self):
+        msg = known(large_classes(), KNOWN_LARGE_CLASSES, "classes")
+        self.assertEqual(msg, "")
+
+    def test_no_folder_over_40_files(self):
+        self.assertEqual(full_folders(), {})
+
+    def test_files_named_for_what_they_hold(self):
+        self.assertEqual(misplaced_definitions(), KNOWN_MISPLACED)
 
     def test_function_finder_sees_a_known_function(self):
         # The heuristic must find what it checks.
-        found = cpp_functions(os.path.join(ROOT, "pserver/parameter_store.cc"))
+        found = cpp_functions(
+            os.path.join(ROOT, "pserver/store/parameter_store.cc"))
         names = [name for _, _, name in found]
         self.assertIn("ParameterStore::ApplyPushLocked", names)
         self.assertGreater(len(found), 20)
 
     def test_grpc_headers_only_in_grpc_files(self):
-        bad = []
-        pattern = re.compile(
-            r'#include\s+[<"](grpcpp/|grpc/|[^">]*\.grpc\.pb\.h)')
-        for path in source_files(CPP_EXT):
-            if pattern.search(read(path)) and "grpc" not in os.path.basename(path):
-                bad.append(rel(path))
-        self.assertEqual(bad, [], "gRPC headers in files not named grpc")
+        self.assertEqual(grpc_outside_grpc_files(), [],
+                         "gRPC headers in files not named grpc")
 
     def test_dependencies_point_one_way(self):
-        bad = []
-        include = re.compile(r'#include\s+"([^"]+)"')
-        for path in source_files(CPP_EXT):
-            if is_test(path):
-                continue
-            r = rel(path)
-            folder = os.path.dirname(r)
-            if folder not in LAYERS:
-                continue
-            allowed = set(LAYERS[folder]) | {folder}
-            for target in include.findall(read(path)):
-                target_folder = os.path.dirname(target)
-                if target.split("/")[0] not in SOURCE_DIRS:
-                    continue  # a library's header, not a layer of ours
-                if target_folder == "pserver" and folder == "trainer/client":
-                    if r not in PSERVER_FROM_CLIENT:
-                        bad.append(f"{r} includes {target}")
-                    continue
-                if target_folder not in allowed:
-                    bad.append(f"{r} includes {target}")
-        self.assertEqual(bad, [], "includes against the layering")
+        self.assertEqual(layer_violations(), [],
+                         "includes against the layering")
 
     def test_core_libraries_link_without_grpc(self):
         if BIN_DIR is None:
             self.skipTest("no --bin_dir")
-        core = ["pserver/parameter_store_test", "pserver/pserver_service_test",
+        core = ["pserver/store/parameter_store_test",
+                "pserver/checkpoint/pserver_checkpoint_test",
+                "pserver/replication/pserver_replication_test",
+                "pserver/service/pserver_service_test",
                 "trainer/trainer_test", "trainer/client/client_test",
                 "trainer/client/sparse_client_test",
                 "trainer/sync_equivalence_test"]
         linked = {}
-        for b in core + ["pserver/pserver_grpc_test"]:
+        for b in core + ["pserver/service/pserver_grpc_test"]:
             path = os.path.join(BIN_DIR, b)
             self.assertTrue(os.path.exists(path), path)
             libs = subprocess.run(["ldd", path], capture_output=True,
                                   text=True, check=True).stdout
             linked[b] = "libgrpc" in libs
-        self.assertTrue(linked["pserver/pserver_grpc_test"],
+        self.assertTrue(linked["pserver/service/pserver_grpc_test"],
                         "the check cannot see gRPC: ldd shows none anywhere")
         self.assertEqual([b for b in core if linked[b]], [],
                          "core libraries that link gRPC")
+
+
+class PlantedViolationTest(unittest.TestCase):
+    """Each check on a small tree that breaks its rule once."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="structure_test.")
+        self.addCleanup(shutil.rmtree, self.root)
+
+    def write(self, path, text):
+        full = os.path.join(self.root, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w") as f:
+            f.write(text)
+
+    def test_store_including_the_service(self):
+        self.write("pserver/store/table.h",
+                   '#include "pserver/service/request_handler.h"\n')
+        self.write("pserver/service/handler.h",
+                   '#include "pserver/store/table.h"\n')
+        self.assertEqual(layer_violations(self.root), [
+            "pserver/store/table.h includes pserver/service/request_handler.h"])
+
+    def test_folder_without_a_rule(self):
+        self.write("pserver/extra/thing.h", "")
+        self.assertEqual(layer_violations(self.root),
+                         ["pserver/extra/thing.h: its folder has no rule in "
+                          "LAYERS"])
+
+    def test_function_of_81_lines(self):
+        body = "  x++;\n" * 79
+        self.write("base/f.cc", "void F() {\n" + body + "}\n"
+                   "void G() {\n" + body[8:] + "}\n")
+        self.assertEqual(long_functions(self.root), {"base/f.cc F": 81})
+
+    def test_class_over_its_files(self):
+        # 402 lines declared, 300 more in two files: over 700 in none.
+        decl = "class Big {\n" + "  int a;\n" * 400 + "};\n"
+        method = "void Big::M%d() {\n" + "  x++;\n" * 73 + "}\n"
+        self.write("base/big.h", decl)
+        self.write("base/big.cc", "".join(method % i for i in range(2)))
+        self.write("base/big_more.cc",
+                   "".join(method % i for i in range(2, 4)))
+        self.assertEqual(large_classes(self.root), {"Big": 402 + 4 * 75})
+
+    def test_folder_of_41_files(self):
+        for i in range(41):
+            self.write(f"base/f{i}.h", "")
+        self.assertEqual(full_folders(self.root), {"base": 41})
+
+    def test_method_in_a_file_named_for_another_class(self):
+        self.write("trainer/client/param_client.h", "class ParamClient {};\n")
+        self.write("trainer/client/param_client_io.cc",
+                   "void ParamClient::Io() {\n}\n")
+        self.write("trainer/client/table_norms.cc",
+                   "void ParamClient::Norms() {\n}\n")
+        self.assertEqual(misplaced_definitions(self.root),
+                         ["trainer/client/table_norms.cc: ParamClient"])
+
+    def test_grpc_header_in_a_plain_file(self):
+        self.write("pserver/service/handler.cc", "#include <grpcpp/grpcpp.h>\n")
+        self.write("pserver/service/grpc_binding.cc",
+                   "#include <grpcpp/grpcpp.h>\n")
+        self.assertEqual(grpc_outside_grpc_files(self.root),
+                         ["pserver/service/handler.cc"])
+
+    def test_known_list_both_ways(self):
+        self.assertIn("over the limit", known({"a": 90}, {}, "functions"))
+        self.assertIn("no longer over", known({}, {"a": 90}, "functions"))
+        self.assertIn("grown past", known({"a": 91}, {"a": 90}, "functions"))
+        self.assertEqual(known({"a": 85}, {"a": 90}, "functions"), "")
+        self.assertEqual(known({"a": 90}, {"a": 90}, "functions"), "")
 
 
 def main():

@@ -23,10 +23,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "common/address.h"
-#include "common/flags.h"
-#include "common/grpc_health.h"
-#include "common/transport_security.h"
+#include "common/launch/address.h"
+#include "common/launch/flags.h"
+#include "common/transport/grpc_health.h"
+#include "common/transport/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
@@ -59,6 +59,52 @@ int CheckHealth(const std::vector<std::string>& addrs,
     if (*status != "SERVING") ++bad;
   }
   return bad;
+}
+
+}  // namespace
+
+namespace {
+
+// One pserver's line of GetStatus, and its replication line.
+void PrintStatus(const std::string& addr,
+                 const shardps::GetStatusResponse& resp) {
+  const std::string where =
+      FLAGS_job_id == "default"
+          ? addr
+          : absl::StrCat(addr, " (job ", FLAGS_job_id, ")");
+  if (!resp.job_ready()) {
+    std::cout << where << ": no job yet (waiting for the chief)\n";
+    return;
+  }
+  std::cout
+      << absl::StrCat(
+             where, ": ", resp.job().mode() == shardps::SYNC ? "sync" : "async",
+             ", ", resp.job().num_trainers(),
+             " trainers (live: ", absl::StrJoin(resp.live_trainers(), ","),
+             "), versions ", resp.min_version(), "-", resp.max_version(),
+             ", generation ", resp.generation(), " from step ",
+             resp.base_step(), ", checkpoints ",
+             resp.checkpoints_enabled()
+                 ? absl::StrCat(
+                       "[", absl::StrJoin(resp.checkpoint_steps(), ","), "]")
+                 : "off")
+      << "\n";
+  if (resp.has_view()) {
+    // Replication (docs/replication.md): the agreed view and the roles.
+    const auto& v = resp.view();
+    std::cout << absl::StrCat(
+                     "  replication ", resp.job().replication(), ", view ",
+                     v.number(), " {", absl::StrJoin(v.members(), ","), "}",
+                     v.joining_size() > 0
+                         ? absl::StrCat(" joining {",
+                                        absl::StrJoin(v.joining(), ","), "}")
+                         : "",
+                     ": primary of shards {",
+                     absl::StrJoin(resp.primary_shards(), ","),
+                     "}, backup of {", absl::StrJoin(resp.backup_shards(), ","),
+                     "}")
+              << "\n";
+  }
 }
 
 }  // namespace
@@ -112,44 +158,7 @@ int main(int argc, char** argv) {
       ++unreachable;
       continue;
     }
-    const std::string where =
-        FLAGS_job_id == "default"
-            ? addr
-            : absl::StrCat(addr, " (job ", FLAGS_job_id, ")");
-    if (!resp.job_ready()) {
-      std::cout << where << ": no job yet (waiting for the chief)\n";
-      continue;
-    }
-    std::cout << absl::StrCat(
-                     where, ": ",
-                     resp.job().mode() == shardps::SYNC ? "sync" : "async",
-                     ", ", resp.job().num_trainers(), " trainers (live: ",
-                     absl::StrJoin(resp.live_trainers(), ","), "), versions ",
-                     resp.min_version(), "-", resp.max_version(),
-                     ", generation ", resp.generation(), " from step ",
-                     resp.base_step(), ", checkpoints ",
-                     resp.checkpoints_enabled()
-                         ? absl::StrCat(
-                               "[", absl::StrJoin(resp.checkpoint_steps(), ","),
-                               "]")
-                         : "off")
-              << "\n";
-    if (resp.has_view()) {
-      // Replication (docs/replication.md): the agreed view and the roles.
-      const auto& v = resp.view();
-      std::cout << absl::StrCat(
-                       "  replication ", resp.job().replication(), ", view ",
-                       v.number(), " {", absl::StrJoin(v.members(), ","), "}",
-                       v.joining_size() > 0
-                           ? absl::StrCat(" joining {",
-                                          absl::StrJoin(v.joining(), ","), "}")
-                           : "",
-                       ": primary of shards {",
-                       absl::StrJoin(resp.primary_shards(), ","),
-                       "}, backup of {",
-                       absl::StrJoin(resp.backup_shards(), ","), "}")
-                << "\n";
-    }
+    PrintStatus(addr, resp);
   }
   return unreachable > 0 ? 1 : 0;
 }

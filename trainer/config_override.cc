@@ -121,6 +121,45 @@ absl::Status ParseInt(const std::string& v, T* out) {
       absl::StrCat("\"", v, "\" is not an integer in range"));
 }
 
+// A double or float field from `v`: finite, and in a float's range for one.
+absl::Status SetFloating(Message* m, const FieldDescriptor* f,
+                         const std::string& v) {
+  double x = 0;
+  if (!absl::SimpleAtod(v, &x) || !std::isfinite(x)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", v, "\" is not a finite number"));
+  }
+  if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+    m->GetReflection()->SetDouble(m, f, x);
+  } else if (std::fabs(x) > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", v, "\" is out of a float's range"));
+  } else {
+    m->GetReflection()->SetFloat(m, f, static_cast<float>(x));
+  }
+  return absl::OkStatus();
+}
+
+// An enum field from a value's name or number; the error lists the names.
+absl::Status SetEnum(Message* m, const FieldDescriptor* f,
+                     const std::string& v) {
+  const EnumValueDescriptor* e = f->enum_type()->FindValueByName(v);
+  int32_t number = 0;
+  if (e == nullptr && absl::SimpleAtoi(v, &number)) {
+    e = f->enum_type()->FindValueByNumber(number);
+  }
+  if (e == nullptr) {
+    std::vector<std::string> names;
+    for (int i = 0; i < f->enum_type()->value_count(); ++i) {
+      names.push_back(f->enum_type()->value(i)->name());
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", v, "\" is not one of ", absl::StrJoin(names, ", ")));
+  }
+  m->GetReflection()->SetEnum(m, f, e);
+  return absl::OkStatus();
+}
+
 absl::Status SetScalar(Message* m, const FieldDescriptor* f,
                        const std::string& v) {
   const Reflection* r = m->GetReflection();
@@ -150,22 +189,8 @@ absl::Status SetScalar(Message* m, const FieldDescriptor* f,
       return s;
     }
     case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      double x = 0;
-      if (!absl::SimpleAtod(v, &x) || !std::isfinite(x)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("\"", v, "\" is not a finite number"));
-      }
-      if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-        r->SetDouble(m, f, x);
-      } else if (std::fabs(x) > std::numeric_limits<float>::max()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("\"", v, "\" is out of a float's range"));
-      } else {
-        r->SetFloat(m, f, static_cast<float>(x));
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return SetFloating(m, f, v);
     case FieldDescriptor::CPPTYPE_BOOL:
       if (v == "true" || v == "1") {
         r->SetBool(m, f, true);
@@ -176,23 +201,8 @@ absl::Status SetScalar(Message* m, const FieldDescriptor* f,
             absl::StrCat("\"", v, "\" is not true or false"));
       }
       return absl::OkStatus();
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const EnumValueDescriptor* e = f->enum_type()->FindValueByName(v);
-      int32_t number = 0;
-      if (e == nullptr && absl::SimpleAtoi(v, &number)) {
-        e = f->enum_type()->FindValueByNumber(number);
-      }
-      if (e == nullptr) {
-        std::vector<std::string> names;
-        for (int i = 0; i < f->enum_type()->value_count(); ++i) {
-          names.push_back(f->enum_type()->value(i)->name());
-        }
-        return absl::InvalidArgumentError(absl::StrCat(
-            "\"", v, "\" is not one of ", absl::StrJoin(names, ", ")));
-      }
-      r->SetEnum(m, f, e);
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return SetEnum(m, f, v);
     case FieldDescriptor::CPPTYPE_STRING:
       r->SetString(m, f, v);
       return absl::OkStatus();

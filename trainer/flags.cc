@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/job_id.h"
 #include "base/status_macros.h"
-#include "common/address.h"
-#include "common/job_id.h"
-#include "common/launch_env.h"
+#include "common/launch/address.h"
+#include "common/launch/launch_env.h"
 #include "gflags/gflags.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -435,6 +435,32 @@ absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags() {
   }
   c.job_id = FLAGS_job_id;
   return c;
+}
+
+std::vector<FlagGroup> TrainerFlagGroups() {
+  return {
+      {"Cluster",
+       {"pservers", "trainer_id", "num_gradient_servers", "job_id",
+        "ready_timeout_s", "rpc_retry_s", "shared_memory"}},
+      {"Model and data",
+       {"config", "config_set", "train_data", "test_data", "train_labels",
+        "test_labels", "num_passes", "max_steps", "batch_size", "shuffle",
+        "seed", "load_dir", "save_dir"}},
+      {"Synchronisation (docs/design.md, \"Synchronous SGD\")",
+       {"mode", "max_staleness", "replicas_to_aggregate", "overlap",
+        "layer_pipeline", "async_overlap", "async_prefetch"}},
+      {"Compression (docs/compression.md)",
+       {"compression", "updates_threshold", "adaptive_threshold",
+        "threshold_min_sparsity", "threshold_max_sparsity", "momentum_masking",
+        "residual_clipping", "shake_frequency", "residual"}},
+      {"Faults and checkpoints (docs/fault_tolerance.md)",
+       {"replication", "failover_after_ms", "heartbeat_interval_s",
+        "checkpoint_every_steps"}},
+      {"Compute", {"num_threads", "use_gpu", "gpu_id"}},
+      {"Output",
+       {"metrics_file", "log_every_steps", "progress", "health_port",
+        "health_port_file"}},
+  };
 }
 
 }  // namespace shardps

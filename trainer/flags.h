@@ -6,8 +6,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/flags.h"
-#include "common/transport_security.h"
+#include "common/launch/flag_help.h"
+#include "common/launch/flags.h"
+#include "common/transport/transport_security.h"
 #include "trainer/options.h"
 
 namespace shardps {
@@ -30,6 +31,10 @@ struct ConnectionOptions {
   std::string job_id;                  // --job_id
 };
 absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
+
+// The trainer's own flags as --help groups, in the order --help shows
+// them (main.cc adds the security and monitoring groups).
+std::vector<FlagGroup> TrainerFlagGroups();
 
 // The model config of --config (protobuf text format).
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);

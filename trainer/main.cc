@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/flags.h"
-#include "common/grpc_health.h"
-#include "common/launch_env.h"
-#include "common/malloc_tuning.h"
-#include "common/monitoring.h"
-#include "common/port_file.h"
+#include "common/launch/flags.h"
+#include "common/launch/launch_env.h"
+#include "common/launch/malloc_tuning.h"
+#include "common/launch/port_file.h"
+#include "common/monitoring/monitoring.h"
+#include "common/transport/grpc_health.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/blas.h"
@@ -174,9 +174,17 @@ void HandleStopSignals() {
 
 int main(int argc, char** argv) {
   shardps::TuneMallocForLargeMessages();
-  gflags::SetUsageMessage(
+  constexpr char kUsage[] =
       "trainer --pservers=host1:7164,host2:7164 --trainer_id=k "
-      "--num_gradient_servers=N --config=configs/fmnist_mlp.pbtxt");
+      "--num_gradient_servers=N --config=configs/fmnist_mlp.pbtxt";
+  if (shardps::HelpRequested(argc, argv)) {
+    std::vector<shardps::FlagGroup> groups = shardps::TrainerFlagGroups();
+    groups.push_back(shardps::SecurityFlagGroup());
+    groups.push_back(shardps::MonitoringFlagGroup());
+    shardps::PrintFlagHelp(kUsage, groups, std::cout);
+    return 0;
+  }
+  gflags::SetUsageMessage(kUsage);
   FLAGS_logtostderr = true;
   absl::Status s =
       shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());

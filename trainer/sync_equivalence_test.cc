@@ -1,7 +1,7 @@
-// DESIGN.md's sync equivalence: N trainers with local batch b and record
-// sharding, shuffling off, end with the same parameters as one trainer with
-// batch N*b, up to float rounding. Pservers and trainers run in this process
-// and talk through InProcessPsClient (the request handler, no gRPC).
+// The sync equivalence of docs/design.md: N trainers with local batch b and
+// record sharding, shuffling off, end with the same parameters as one trainer
+// with batch N*b, up to float rounding. Pservers and trainers run in this
+// process and talk through InProcessPsClient (the request handler, no gRPC).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pserver/pserver.h"
+#include "pserver/service/pserver.h"
 #include "trainer/client/in_process_ps_client.h"
 #include "trainer/model/model.h"
 #include "trainer/model/saved_model.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "common/wire_limits.h"
+#include "common/transport/wire_limits.h"
 #include "glog/logging.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
@@ -24,7 +24,7 @@ constexpr int64_t kDefaultBlockSize = 65536;
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 // The job spec of `o` over dense tables with these names, shapes and
-// optimizers (DESIGN.md, "Job start").
+// optimizers (docs/design.md, "Job start").
 JobSpec MakeJobSpec(const TrainerOptions& o,
                     const std::vector<std::string>& names,
                     const std::vector<std::vector<int64_t>>& shapes,

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/env.h"
+#include "common/storage/env.h"
 #include "gtest/gtest.h"
 
 namespace shardps {

@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "pserver/parameter_store.h"
+#include "pserver/store/parameter_store.h"
 
 namespace shardps {
 namespace testing {

@@ -9,7 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "pserver/request_handler.h"
+#include "pserver/service/request_handler.h"
 
 namespace shardps {
 namespace testing {

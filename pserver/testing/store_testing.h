@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/parameter_store.h"
+#include "pserver/store/parameter_store.h"
 
 namespace shardps {
 namespace testing {

@@ -5,11 +5,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/grpc_credentials.h"
-#include "common/grpc_status.h"
-#include "common/grpc_wire.h"
-#include "common/job_id.h"
-#include "common/wire_limits.h"
+#include "base/job_id.h"
+#include "common/transport/grpc_credentials.h"
+#include "common/transport/grpc_status.h"
+#include "common/transport/grpc_wire.h"
+#include "common/transport/wire_limits.h"
 #include "glog/logging.h"
 
 namespace shardps {

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/transport_security.h"
+#include "common/transport/transport_security.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // serializes any Message
 #include "grpcpp/impl/rpc_method.h"
@@ -32,7 +32,7 @@ struct RpcOptions {
   // Defaults: 50 ms and 5 s.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(5);
-  // The job every call names (`shardps-job` metadata, common/job_id.h).
+  // The job every call names (`shardps-job` metadata, base/job_id.h).
   // Empty: none, which the pserver takes as the default job.
   std::string job_id;
 };
@@ -56,7 +56,7 @@ class GrpcPsClient final : public PsClientInterface {
 
   void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
                  google::protobuf::Message* resp, StatusCallback done) override;
-  // Sends the values from where `push` points (common/grpc_wire.h).
+  // Sends the values from where `push` points (common/transport/grpc_wire.h).
   void PushDenseAsync(const DensePush& push, PushResponse* resp,
                       StatusCallback done) override;
 

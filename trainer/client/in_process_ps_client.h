@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "pserver/request_handler.h"
+#include "pserver/service/request_handler.h"
 #include "trainer/client/ps_client_interface.h"
 
 namespace shardps {

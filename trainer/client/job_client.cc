@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "common/shard_map.h"
+#include "common/placement/shard_map.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "trainer/client/fanout.h"
@@ -106,7 +106,7 @@ InitJobRequest JobClient::InitRequest(
   req.set_trainer_id(stamp_->trainer_id());
   *req.mutable_job() = job;
   // The shards this pserver holds: its own, and with replication those it
-  // backs (common/shard_map.h, ReplicaServers).
+  // backs (common/placement/shard_map.h, ReplicaServers).
   for (size_t shard = 0; shard < servers_.size(); ++shard) {
     const std::vector<int> r =
         ReplicaServers(static_cast<int>(shard), std::max(1, replication_),

@@ -11,7 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
-#include "pserver/pserver.h"
+#include "pserver/service/pserver.h"
 #include "pserver/testing/store_testing.h"
 #include "trainer/client/in_process_ps_client.h"
 

@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "common/wire_limits.h"
+#include "common/transport/wire_limits.h"
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
 

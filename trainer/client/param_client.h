@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/shared_calls.h"
-#include "common/shared_region.h"
+#include "common/transport/shared_calls.h"
+#include "common/transport/shared_region.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/fanout.h"
@@ -140,8 +140,8 @@ class ParamClient {
   // Defined in table_norms.cc.
   absl::Status ExchangeTableNorms(int64_t step, const std::vector<bool>& lars);
 
-  // Moves dense values through shared memory (common/shared_region.h) with
-  // every pserver on this host that offers it: float32 pushes and pulls
+  // Moves dense values through shared memory (common/transport/shared_region.h)
+  // with every pserver on this host that offers it: float32 pushes and pulls
   // then carry only offsets over gRPC, and the values are copied through a
   // region both processes map. Pservers on other hosts (or in other PID
   // namespaces, or of other users) stay on TCP, as do compressed values.
@@ -150,8 +150,8 @@ class ParamClient {
   // restarted) answers NOT_FOUND; the call is then sent again over TCP,
   // which that pserver keeps until the next UseSharedMemory.
   // With `calls`, pushes and pulls that go through a region are also sent
-  // through it (common/shared_calls.h) rather than over gRPC, when the
-  // pserver serves them.
+  // through it (common/transport/shared_calls.h) rather than over gRPC, when
+  // the pserver serves them.
   int UseSharedMemory(bool calls = true);
   // How many pservers use shared memory now.
   int shared_servers() const;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/wire_limits.h"
+#include "common/transport/wire_limits.h"
 #include "gtest/gtest.h"
 #include "trainer/client/testing/fake_ps_client.h"
 

@@ -29,8 +29,8 @@ struct BlockPlacement {
 // lists the blocks of call c to pserver s.
 using ChunkPlan = std::vector<std::vector<std::vector<BlockPlacement>>>;
 
-// Places the blocks of `tables` by the shard map (common/shard_map.h) and
-// cuts them into chunks of at most `max_chunk_bytes` of values (a single
+// Places the blocks of `tables` by the shard map (common/placement/shard_map.h)
+// and cuts them into chunks of at most `max_chunk_bytes` of values (a single
 // larger block gets a call of its own). Pure function.
 ChunkPlan PlanChunks(const std::vector<DenseTableLayout>& tables,
                      int num_servers, size_t max_chunk_bytes);

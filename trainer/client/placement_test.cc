@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/shard_map.h"
-#include "common/wire_limits.h"
+#include "common/placement/shard_map.h"
+#include "common/transport/wire_limits.h"
 #include "gtest/gtest.h"
 
 namespace shardps {

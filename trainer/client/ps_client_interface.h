@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
-#include "common/dense_push.h"
+#include "common/transport/dense_push.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "proto/ps_service.pb.h"

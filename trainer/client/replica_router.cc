@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/shard_map.h"
+#include "common/placement/shard_map.h"
 #include "glog/logging.h"
 
 namespace shardps {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "pserver/pserver.h"
+#include "pserver/service/pserver.h"
 #include "pserver/testing/store_testing.h"
 #include "trainer/client/in_process_ps_client.h"
 #include "trainer/client/job_client.h"

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "common/wire_limits.h"
+#include "common/transport/wire_limits.h"
 #include "trainer/client/placement.h"
 
 namespace shardps {

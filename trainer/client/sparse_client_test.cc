@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "pserver/pserver.h"
+#include "pserver/service/pserver.h"
 #include "trainer/client/in_process_ps_client.h"
 #include "trainer/client/job_client.h"
 

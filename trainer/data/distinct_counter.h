@@ -6,7 +6,7 @@
 #include <iterator>
 #include <set>
 
-#include "common/shard_map.h"
+#include "common/placement/shard_map.h"
 
 namespace shardps {
 

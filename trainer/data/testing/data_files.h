@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "common/env.h"
+#include "common/storage/env.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 

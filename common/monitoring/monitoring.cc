@@ -1,0 +1,105 @@
+#include "common/monitoring/monitoring.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/launch/port_file.h"
+#include "glog/logging.h"
+#include "prometheus/exposer.h"
+
+// civetweb, as Debian builds it, asks for 100 KiB thread stacks
+// (USE_STACK_SIZE), and glibc refuses to create a thread whose stack cannot
+// hold the static TLS of every loaded library: in the trainer, cuBLASLt,
+// cuBLAS, OpenBLAS and glog take about 200 KiB of it, so the /metrics
+// server could not start ("Cannot create threads"). Every stack size asked
+// for in this process is therefore raised to at least kMinThreadStack. The
+// binaries export this symbol (ps_monitoring's link options), so that it
+// takes the place of glibc's for the libraries too.
+namespace {
+constexpr size_t kMinThreadStack = size_t{2} << 20;
+}  // namespace
+
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr,
+                                         size_t stacksize) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn real =
+      reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  return real(attr, std::max(stacksize, kMinThreadStack));
+}
+
+namespace shardps {
+
+absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
+    const MonitoringOptions& options,
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--monitoring_port must be in [0, 65535], got ", options.port));
+  }
+  // civetweb wants an IPv6 host in brackets.
+  const std::string host = options.host.find(':') != std::string::npos
+                               ? absl::StrCat("[", options.host, "]")
+                               : options.host;
+  const std::string addr = absl::StrCat(host, ":", options.port);
+  std::unique_ptr<MonitoringServer> server(new MonitoringServer);
+  try {
+    // One thread: a scrape takes microseconds, and Prometheus scrapes a
+    // target once per interval.
+    server->exposer_ = std::make_unique<prometheus::Exposer>(addr, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("--monitoring_port: cannot listen on ", addr, " (",
+                     e.what(), "; is the port in use?)"));
+  }
+  const std::vector<int> ports = server->exposer_->GetListeningPorts();
+  if (ports.empty() || ports[0] <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--monitoring_port: cannot listen on ", addr));
+  }
+  server->port_ = ports[0];
+  server->collectables_ = std::move(collectables);
+  for (const auto& c : server->collectables_) {
+    server->exposer_->RegisterCollectable(c);
+  }
+  if (!options.port_file.empty()) {
+    absl::Status s = WritePortFile(options.port_file, server->port_,
+                                   "--monitoring_port_file");
+    if (!s.ok()) return s;
+  }
+  LOG(INFO) << "metrics on http://" << host << ":" << server->port_
+            << "/metrics";
+  return server;
+}
+
+MonitoringServer::~MonitoringServer() = default;
+
+FamilyBuilder& FamilyBuilder::Add(
+    std::vector<prometheus::ClientMetric::Label> labels, double value) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  switch (family_.type) {
+    case prometheus::MetricType::Counter:
+      m.counter.value = value;
+      break;
+    case prometheus::MetricType::Gauge:
+      m.gauge.value = value;
+      break;
+    default:
+      m.untyped.value = value;
+      break;
+  }
+  family_.metric.push_back(std::move(m));
+  return *this;
+}
+
+void FamilyBuilder::AppendTo(std::vector<prometheus::MetricFamily>* out) {
+  if (!family_.metric.empty()) out->push_back(family_);
+  family_.metric.clear();
+}
+
+}  // namespace shardps

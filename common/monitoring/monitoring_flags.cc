@@ -1,0 +1,43 @@
+// The monitoring flags, shared by pserver and trainer (docs/monitoring.md).
+// Each also reads SHARDPS_<FLAG>.
+#include "absl/strings/str_cat.h"
+#include "common/monitoring/monitoring.h"
+#include "gflags/gflags.h"
+
+DEFINE_int32(monitoring_port, -1,
+             "serve Prometheus metrics at http://<monitoring_host>:PORT/"
+             "metrics; 0 picks a free port; -1: none");
+DEFINE_string(monitoring_port_file, "",
+              "if set, write the bound monitoring port to this file once "
+              "serving");
+DEFINE_string(monitoring_host, "0.0.0.0",
+              "address the /metrics server listens on");
+
+namespace shardps {
+
+FlagGroup MonitoringFlagGroup() {
+  return {"Monitoring (docs/monitoring.md)",
+          {"monitoring_port", "monitoring_port_file", "monitoring_host"}};
+}
+
+absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags() {
+  if (FLAGS_monitoring_port < -1 || FLAGS_monitoring_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--monitoring_port must be in [-1, 65535], got ",
+                     FLAGS_monitoring_port));
+  }
+  if (FLAGS_monitoring_port < 0 && !FLAGS_monitoring_port_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--monitoring_port_file needs --monitoring_port (0 for a free port)");
+  }
+  if (FLAGS_monitoring_host.empty()) {
+    return absl::InvalidArgumentError("--monitoring_host must not be empty");
+  }
+  MonitoringOptions o;
+  o.host = FLAGS_monitoring_host;
+  o.port = FLAGS_monitoring_port;
+  o.port_file = FLAGS_monitoring_port_file;
+  return o;
+}
+
+}  // namespace shardps

@@ -1,0 +1,117 @@
+#include "common/monitoring/monitoring.h"
+
+#include <fstream>
+
+#include "common/testing/http_get.h"
+#include "common/testing/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+
+// Static TLS as large as the trainer's (cuBLASLt, cuBLAS, OpenBLAS, glog):
+// more than the 100 KiB stacks civetweb asks for.
+thread_local char big_tls[256 << 10];
+
+namespace shardps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::HttpGet;
+using testing::ScopedTempDir;
+using ::testing::StartsWith;
+
+MonitoringOptions Loopback(int port) {
+  MonitoringOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  return o;
+}
+
+// A collector that reads its figure at scrape time, as the pserver's does.
+class OneGauge : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> out;
+    FamilyBuilder("shardps_test_rows", "Rows.", prometheus::MetricType::Gauge)
+        .Add({{"job_id", "a"}}, value)
+        .Add({{"job_id", "b"}}, 2 * value)
+        .AppendTo(&out);
+    FamilyBuilder("shardps_test_empty", "No samples.",
+                  prometheus::MetricType::Counter)
+        .AppendTo(&out);
+    return out;
+  }
+  double value = 0;
+};
+
+TEST(MonitoringServerTest, ServesRegistriesAndCollectorsOnAFreePort) {
+  ScopedTempDir dir("monitoring");
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& pushes = prometheus::BuildCounter()
+                     .Name("shardps_test_pushes_total")
+                     .Help("Pushes.")
+                     .Register(*registry)
+                     .Add({});
+  auto gauge = std::make_shared<OneGauge>();
+  MonitoringOptions o = Loopback(0);
+  o.port_file = dir.Path("port");
+  auto server = MonitoringServer::Start(o, {registry, gauge});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  ASSERT_GT(port, 0);
+  std::ifstream f(o.port_file);
+  int written = 0;
+  f >> written;
+  EXPECT_EQ(written, port);
+
+  pushes.Increment(3);
+  gauge->value = 7;
+  const std::string page = HttpGet(port, "/metrics");
+  EXPECT_THAT(page, StartsWith("HTTP/1.1 200 "));
+  EXPECT_THAT(page, HasSubstr("# TYPE shardps_test_pushes_total counter"));
+  EXPECT_THAT(page, HasSubstr("shardps_test_pushes_total 3"));
+  EXPECT_THAT(page, HasSubstr("shardps_test_rows{job_id=\"a\"} 7"));
+  EXPECT_THAT(page, HasSubstr("shardps_test_rows{job_id=\"b\"} 14"));
+  // A family without samples is left out rather than written empty.
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("shardps_test_empty")));
+  EXPECT_THAT(HttpGet(port, "/other"), HasSubstr(" 404 Not Found"));
+}
+
+TEST(MonitoringServerTest, StartsBesideLargeStaticTls) {
+  big_tls[0] = 1;  // keep it
+  auto server = MonitoringServer::Start(
+      Loopback(0), {std::make_shared<prometheus::Registry>()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT(HttpGet((*server)->port(), "/metrics"),
+              StartsWith("HTTP/1.1 200 "));
+}
+
+TEST(MonitoringServerTest, APortInUseIsUnavailableNamingTheAddress) {
+  auto first = MonitoringServer::Start(Loopback(0), {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = MonitoringServer::Start(Loopback((*first)->port()), {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr(absl::StrCat("127.0.0.1:", (*first)->port())));
+}
+
+TEST(MonitoringServerTest, RefusesAPortOutOfRange) {
+  for (int port : {-1, 65536}) {
+    auto s = MonitoringServer::Start(Loopback(port), {});
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << port;
+  }
+}
+
+TEST(MonitoringServerTest, AnUnwritablePortFileIsAnError) {
+  MonitoringOptions o = Loopback(0);
+  o.port_file = "/nonexistent-dir/port";
+  auto s = MonitoringServer::Start(o, {});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("--monitoring_port_file"));
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,40 @@
+// The transport-security flags, shared by every binary that talks to or
+// serves the pservers (docs/security.md). Each also reads SHARDPS_<FLAG>.
+#include "common/transport/transport_security.h"
+#include "gflags/gflags.h"
+
+DEFINE_string(auth_token_file, "",
+              "file holding the shared secret: the pserver refuses calls "
+              "without it (UNAUTHENTICATED); clients send it as "
+              "'authorization: Bearer' metadata. Empty: no token");
+DEFINE_string(tls_cert_file, "",
+              "PEM certificate of this process (pserver: turns TLS on; "
+              "client: offered for mutual TLS)");
+DEFINE_string(tls_key_file, "", "PEM private key of --tls_cert_file");
+DEFINE_string(tls_ca_file, "",
+              "PEM CA certificates. pserver: client certificates must be "
+              "signed by one (mutual TLS). Client: the pserver's must be "
+              "(turns TLS on)");
+DEFINE_string(tls_server_name, "",
+              "client: the name the pserver's certificate must carry, when "
+              "it is not the host in the address dialled");
+
+namespace shardps {
+
+FlagGroup SecurityFlagGroup() {
+  return {"Security (docs/security.md)",
+          {"auth_token_file", "tls_cert_file", "tls_key_file", "tls_ca_file",
+           "tls_server_name"}};
+}
+
+TransportSecurityFiles TransportSecurityFilesFromFlags() {
+  TransportSecurityFiles f;
+  f.auth_token_file = FLAGS_auth_token_file;
+  f.tls_cert_file = FLAGS_tls_cert_file;
+  f.tls_key_file = FLAGS_tls_key_file;
+  f.tls_ca_file = FLAGS_tls_ca_file;
+  f.tls_server_name = FLAGS_tls_server_name;
+  return f;
+}
+
+}  // namespace shardps

@@ -1,0 +1,196 @@
+#include "pserver/checkpoint/checkpointer.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+
+namespace shardps {
+namespace {
+
+constexpr char kAbandonedSuffix[] = ".abandoned";
+
+}  // namespace
+
+Checkpointer::Checkpointer(Env* env, std::string dir, int keep)
+    : env_(env), dir_(std::move(dir)), writer_(env, dir_, keep) {}
+
+Checkpointer::~Checkpointer() {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+}
+
+void Checkpointer::JoinWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Checkpointer::Save(StoreSnapshot snapshot) {
+  absl::MutexLock l(&mu_);
+  const absl::Time wait_start = absl::Now();
+  JoinWriter();
+  const absl::Duration waited = absl::Now() - wait_start;
+  if (waited > absl::Seconds(1)) {
+    LOG(WARNING) << "checkpoint of step " << snapshot.info.step() << " waited "
+                 << absl::FormatDuration(waited)
+                 << " for the previous write to finish";
+  }
+  thread_ = std::thread([this, snap = std::move(snapshot)]() {
+    const absl::Time start = absl::Now();
+    std::vector<CheckpointFileView> views;
+    size_t bytes = 0;
+    for (const auto& [name, data] : snap.files) {
+      views.push_back(CheckpointFileView{name, data});
+      bytes += data.size();
+    }
+    absl::MutexLock w(&write_mu_);
+    absl::Status s = writer_.WriteViews(snap.info.step(),
+                                        snap.info.SerializeAsString(), views);
+    const absl::Time end = absl::Now();
+    {
+      absl::MutexLock st(&stats_mu_);
+      if (s.ok()) {
+        ++stats_.written;
+        stats_.last_step = snap.info.step();
+        stats_.last_bytes = static_cast<int64_t>(bytes);
+        stats_.last_duration = end - start;
+        stats_.last_time = end;
+      } else {
+        ++stats_.failed;
+      }
+    }
+    if (s.ok()) {
+      LOG(INFO) << absl::StrFormat(
+          "checkpoint of step %d written to %s (%.2f MB in %.0f ms)",
+          snap.info.step(), dir_, bytes / 1e6,
+          absl::ToDoubleMilliseconds(end - start));
+    } else {
+      LOG(ERROR) << "checkpoint of step " << snap.info.step()
+                 << " failed: " << s << " (the previous one is kept)";
+    }
+    last_status_ = s;
+  });
+}
+
+absl::Status Checkpointer::Flush() {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  absl::MutexLock w(&write_mu_);
+  return last_status_;
+}
+
+Checkpointer::Stats Checkpointer::stats() const {
+  absl::MutexLock l(&stats_mu_);
+  return stats_;
+}
+
+absl::StatusOr<std::vector<int64_t>> Checkpointer::Steps() const {
+  return CheckpointReader(env_, dir_).ListComplete();
+}
+
+absl::StatusOr<StoreSnapshot> Checkpointer::FromLoaded(
+    LoadedCheckpoint loaded) {
+  StoreSnapshot snap;
+  if (!snap.info.ParseFromString(loaded.metadata) ||
+      snap.info.step() != loaded.step) {
+    return absl::DataLossError(absl::StrCat("checkpoint of step ", loaded.step,
+                                            ": unreadable metadata"));
+  }
+  for (CheckpointFile& f : loaded.files) {
+    snap.files.emplace_back(std::move(f.name), std::move(f.data));
+  }
+  return snap;
+}
+
+absl::StatusOr<StoreSnapshot> Checkpointer::Load(int64_t step) const {
+  auto loaded = CheckpointReader(env_, dir_).Load(step);
+  if (!loaded.ok()) return loaded.status();
+  return FromLoaded(std::move(*loaded));
+}
+
+absl::StatusOr<StoreSnapshot> Checkpointer::LoadNewest() const {
+  auto loaded = CheckpointReader(env_, dir_).LoadNewest();
+  if (!loaded.ok()) return loaded.status();
+  return FromLoaded(std::move(*loaded));
+}
+
+absl::Status Checkpointer::QuarantineNewerThan(int64_t step) {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  auto steps = CheckpointReader(env_, dir_).ListComplete();
+  if (!steps.ok()) return steps.status();
+  bool moved = false;
+  for (int64_t s : *steps) {
+    if (s <= step) continue;
+    moved = true;
+    const std::string from = JoinPath(dir_, CheckpointDirName(s));
+    const std::string to = from + ".damaged";
+    absl::Status st = env_->RenameFile(from, to);
+    if (!st.ok()) return st;
+    LOG(WARNING) << "checkpoint of step " << s << " failed verification: "
+                 << "moved to " << to;
+  }
+  return moved ? env_->SyncDir(dir_) : absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Checkpointer::ReadGeneration() const {
+  const std::string path = JoinPath(dir_, "GENERATION");
+  std::string text;
+  absl::Status s = env_->ReadFileToString(path, &text);
+  if (!s.ok()) return s;
+  uint64_t g = 0;
+  if (!absl::SimpleAtoi(absl::StripSuffix(text, "\n"), &g)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a generation number: '", text, "'"));
+  }
+  return g;
+}
+
+absl::Status Checkpointer::WriteGeneration(uint64_t generation) {
+  absl::Status s = env_->CreateDir(dir_);
+  if (!s.ok()) return s;
+  const std::string path = JoinPath(dir_, "GENERATION");
+  const std::string tmp = path + ".new";
+  auto f = env_->NewWritableFile(tmp);
+  if (!f.ok()) return f.status();
+  s = (*f)->Append(absl::StrCat(generation, "\n"));
+  if (s.ok()) s = (*f)->Sync();
+  absl::Status closed = (*f)->Close();
+  if (s.ok()) s = closed;
+  if (s.ok()) s = env_->RenameFile(tmp, path);
+  if (s.ok()) s = env_->SyncDir(dir_);
+  return s;
+}
+
+absl::Status Checkpointer::SetAsideNewerThan(int64_t step) {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  std::vector<std::string> children;
+  absl::Status st = env_->GetChildren(dir_, &children);
+  if (!st.ok()) return st;
+  for (const std::string& name : children) {
+    if (!absl::EndsWith(name, kAbandonedSuffix)) continue;
+    st = env_->DeleteDir(JoinPath(dir_, name));
+    if (!st.ok()) return st;
+  }
+  auto steps = CheckpointReader(env_, dir_).ListComplete();
+  if (!steps.ok()) return steps.status();
+  for (int64_t s : *steps) {
+    if (s <= step) continue;
+    const std::string from = JoinPath(dir_, CheckpointDirName(s));
+    const std::string to = from + kAbandonedSuffix;
+    st = env_->RenameFile(from, to);
+    if (!st.ok()) return st;
+    LOG(WARNING) << "checkpoint of step " << s << " set aside as " << to
+                 << " (the rollback to step " << step
+                 << " abandoned its timeline; deleted at the next rollback)";
+  }
+  return env_->SyncDir(dir_);
+}
+
+}  // namespace shardps

@@ -1,0 +1,104 @@
+#ifndef SHARDPS_PSERVER_CHECKPOINT_CHECKPOINTER_H_
+#define SHARDPS_PSERVER_CHECKPOINT_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/storage/checkpoint.h"
+#include "common/storage/env.h"
+#include "pserver/store/table_snapshot.h"
+
+namespace shardps {
+
+// A pserver's checkpoints in one directory (--checkpoint_dir): snapshots of
+// the store written in the background through the Env seam
+// (common/storage/checkpoint.h: temporary directory, fsync, rename, manifest
+// with CRCs), and read back for a restart or a rollback. Thread-safe.
+class Checkpointer {
+ public:
+  // `env` must outlive this object. Keeps the newest `keep` checkpoints.
+  Checkpointer(Env* env, std::string dir, int keep = 2);
+  // Waits for the write in progress.
+  ~Checkpointer();
+
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Writes `snapshot` in the background. A write still in progress is
+  // waited for first, so at most one runs (back-pressure on the chief).
+  void Save(StoreSnapshot snapshot);
+  // Waits until no write is in progress; returns the status of the last.
+  absl::Status Flush();
+
+  // Steps of the complete checkpoints, oldest first.
+  absl::StatusOr<std::vector<int64_t>> Steps() const;
+  // The checkpoint of `step`, verified (NotFound, DataLoss).
+  absl::StatusOr<StoreSnapshot> Load(int64_t step) const;
+  // The newest checkpoint that verifies; a damaged newer one is skipped
+  // with a warning. NotFound when there is none.
+  absl::StatusOr<StoreSnapshot> LoadNewest() const;
+  // Sets the checkpoints of steps after `step` aside (an abandoned timeline,
+  // after a rollback to `step`): renamed to ckpt-<step>.abandoned, and
+  // deleted at the next rollback. A rollback someone asked for wrongly
+  // loses no checkpoint for good: an operator can rename them back.
+  absl::Status SetAsideNewerThan(int64_t step);
+
+  // Renames every complete-looking checkpoint of a step after `step` to
+  // ckpt-<step>.damaged, so that it is neither listed nor chosen for a
+  // rollback, yet kept for a post-mortem. Called at start for the ones that
+  // LoadNewest skipped because they failed verification.
+  absl::Status QuarantineNewerThan(int64_t step);
+
+  // The newest timeline generation this pserver has been on (the file
+  // GENERATION in the directory), so that a restart never reuses one:
+  // NotFound before the first WriteGeneration.
+  absl::StatusOr<uint64_t> ReadGeneration() const;
+  // Replaces GENERATION durably (temporary file, fsync, rename, fsync of the
+  // directory).
+  absl::Status WriteGeneration(uint64_t generation);
+
+  const std::string& dir() const { return dir_; }
+
+  // What the background writes did, for monitoring.
+  struct Stats {
+    int64_t written = 0;  // complete checkpoints written
+    int64_t failed = 0;   // writes that failed (the previous one is kept)
+    // The last complete one: its step, payload bytes, how long its write
+    // took, and when it ended (absl::InfinitePast() before the first).
+    int64_t last_step = -1;
+    int64_t last_bytes = 0;
+    absl::Duration last_duration;
+    absl::Time last_time = absl::InfinitePast();
+  };
+  // Never waits for a write in progress.
+  Stats stats() const;
+
+ private:
+  static absl::StatusOr<StoreSnapshot> FromLoaded(LoadedCheckpoint loaded);
+  // Joins the background writer.
+  void JoinWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Env* const env_;
+  const std::string dir_;
+  // mu_: one Save or Flush at a time (each joins the writer thread).
+  absl::Mutex mu_;
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  // write_mu_: held by the writer thread while it writes, and by Flush to
+  // read the outcome after joining it.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  CheckpointWriter writer_ ABSL_GUARDED_BY(write_mu_);
+  absl::Status last_status_ ABSL_GUARDED_BY(write_mu_);
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  Stats stats_ ABSL_GUARDED_BY(stats_mu_);
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_CHECKPOINT_CHECKPOINTER_H_

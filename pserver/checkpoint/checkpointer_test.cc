@@ -1,0 +1,161 @@
+// The Checkpointer over a real directory: background writes and retention,
+// loads, the durable generation, discarding an abandoned timeline, and a
+// failed write that keeps the previous checkpoint.
+#include "pserver/checkpoint/checkpointer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/storage/env.h"
+#include "common/storage/fault_injection_env.h"
+#include "common/testing/temp_dir.h"
+#include "gtest/gtest.h"
+#include "pserver/testing/checkpoint_job.h"
+
+namespace shardps {
+namespace {
+
+using testing::ExpectSameSnapshot;
+using testing::GetState;
+using testing::NewStore;
+using testing::Options;
+using testing::RunStep;
+using testing::State;
+
+class CheckpointerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = NewStore();
+    // Snapshots of steps 1, 2 and 3.
+    for (int64_t step = 0; step < 3; ++step) {
+      ASSERT_TRUE(RunStep(store_.get(), step).ok());
+      auto snap = store_->Snapshot(step + 1);
+      ASSERT_TRUE(snap.ok()) << snap.status();
+      snaps_.push_back(*snap);
+      states_.push_back(GetState(store_.get()));
+    }
+  }
+  std::vector<int64_t> Steps(const Checkpointer& c) {
+    auto steps = c.Steps();
+    EXPECT_TRUE(steps.ok()) << steps.status();
+    return steps.ok() ? *steps : std::vector<int64_t>{-1};
+  }
+
+  testing::ScopedTempDir tmp_{"checkpointer_test"};
+  const std::string dir_ = tmp_.Path("ckpt");
+  std::unique_ptr<ParameterStore> store_;
+  std::vector<StoreSnapshot> snaps_;  // of steps 1, 2, 3
+  std::vector<State> states_;
+};
+
+TEST_F(CheckpointerTest, GenerationIsKeptDurablyAndChecked) {
+  Checkpointer c(Env::Default(), dir_);
+  EXPECT_EQ(c.ReadGeneration().status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(c.WriteGeneration(7).ok());
+  auto g = c.ReadGeneration();
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 7u);
+  ASSERT_TRUE(c.WriteGeneration(8).ok());
+  EXPECT_EQ(*c.ReadGeneration(), 8u);
+  // Checkpoints ignore the file, and it survives their retention.
+  c.Save(snaps_[0]);
+  c.Save(snaps_[1]);
+  c.Save(snaps_[2]);
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(*c.ReadGeneration(), 8u);
+  // A damaged file is DataLoss, not a silent 0.
+  auto f = Env::Default()->NewWritableFile(JoinPath(dir_, "GENERATION"));
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->Append("eight\n").ok());
+  ASSERT_TRUE((*f)->Close().ok());
+  EXPECT_EQ(c.ReadGeneration().status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
+  Checkpointer c(Env::Default(), dir_, /*keep=*/2);
+  EXPECT_EQ(Steps(c), std::vector<int64_t>{});
+  EXPECT_EQ(c.LoadNewest().status().code(), absl::StatusCode::kNotFound);
+  c.Save(snaps_[0]);
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
+  c.Save(snaps_[1]);
+  c.Save(snaps_[2]);  // waits for the write of step 2
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{2, 3}));
+
+  auto newest = c.LoadNewest();
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  ExpectSameSnapshot(*newest, snaps_[2]);
+  auto two = c.Load(2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ExpectSameSnapshot(*two, snaps_[1]);
+  EXPECT_EQ(c.Load(1).status().code(), absl::StatusCode::kNotFound);
+
+  // What was loaded restores a fresh store to that step.
+  ParameterStore fresh(Options());
+  ASSERT_TRUE(fresh.Restore(*two, 1).ok());
+  EXPECT_EQ(GetState(&fresh), states_[1]);
+
+  // Another Checkpointer over the same directory sees the same.
+  Checkpointer reader(Env::Default(), dir_);
+  EXPECT_EQ(Steps(reader), (std::vector<int64_t>{2, 3}));
+}
+
+TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheAbandonedTimelineOnce) {
+  Checkpointer c(Env::Default(), dir_, /*keep=*/3);
+  for (const StoreSnapshot& s : snaps_) c.Save(s);
+  ASSERT_TRUE(c.Flush().ok());
+  ASSERT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_TRUE(c.SetAsideNewerThan(3).ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_TRUE(c.SetAsideNewerThan(1).ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
+  const std::string three = JoinPath(dir_, CheckpointDirName(3));
+  EXPECT_TRUE(Env::Default()->FileExists(three + ".abandoned").ok());
+  auto newest = c.LoadNewest();
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  ExpectSameSnapshot(*newest, snaps_[0]);
+  EXPECT_EQ(c.Load(3).status().code(), absl::StatusCode::kNotFound);
+  // The new timeline writes step 2 again.
+  c.Save(snaps_[1]);
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2}));
+  // The next rollback deletes what the one before set aside.
+  ASSERT_TRUE(c.SetAsideNewerThan(1).ok());
+  EXPECT_FALSE(Env::Default()->FileExists(three + ".abandoned").ok());
+  EXPECT_TRUE(
+      Env::Default()
+          ->FileExists(JoinPath(dir_, CheckpointDirName(2)) + ".abandoned")
+          .ok());
+}
+
+TEST_F(CheckpointerTest, FailedSyncKeepsThePreviousCheckpoint) {
+  FaultInjectionEnv env(Env::Default());
+  Checkpointer c(&env, dir_, /*keep=*/2);
+  c.Save(snaps_[0]);
+  ASSERT_TRUE(c.Flush().ok());
+
+  env.FailNth(FaultOp::kSync, 1, absl::InternalError("injected EIO"));
+  c.Save(snaps_[1]);
+  absl::Status st = c.Flush();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_NE(st.message().find("injected EIO"), std::string::npos) << st;
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
+  auto newest = c.LoadNewest();
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  ExpectSameSnapshot(*newest, snaps_[0]);
+  ParameterStore fresh(Options());
+  ASSERT_TRUE(fresh.Restore(*newest, 1).ok());
+  EXPECT_EQ(GetState(&fresh), states_[0]);
+
+  // The fault was one-off: the next write succeeds and Flush says so.
+  c.Save(snaps_[2]);
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 3}));
+}
+
+}  // namespace
+}  // namespace shardps

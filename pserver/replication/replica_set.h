@@ -1,0 +1,182 @@
+#ifndef SHARDPS_PSERVER_REPLICATION_REPLICA_SET_H_
+#define SHARDPS_PSERVER_REPLICATION_REPLICA_SET_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/storage/env.h"
+#include "proto/replication.pb.h"
+#include "pserver/replication/view_consensus.h"
+#include "pserver/store/update_forwarder.h"
+
+namespace shardps {
+
+// How a pserver reaches another one's replication calls (the gRPC binding:
+// pserver/replication/grpc_replica_peer.h; direct calls in tests). Thread-safe.
+class ReplicaPeer : public ViewPeer {
+ public:
+  // UNAVAILABLE or DEADLINE_EXCEEDED when the pserver does not answer.
+  virtual absl::StatusOr<ForwardResponse> Forward(
+      const ForwardRequest& req) = 0;
+  virtual absl::Status Install(const InstallUnitRequest& req) = 0;
+};
+
+struct ReplicaSetOptions {
+  int self = 0;         // this pserver's index in the job's pserver list
+  int num_servers = 1;  // P
+  int replication = 1;  // R, 1 <= R <= P
+  // Where the acceptor's state is saved
+  // (pserver/replication/view_state_file.h), in an existing directory; empty:
+  // kept in memory only (a pserver restarted then takes no part in views until
+  // it has learned the current one).
+  std::string state_path;
+  Env* env = nullptr;  // null: Env::Default()
+  // Forward keeps trying this long to reach the backups or agree a view
+  // without them, logging, before it gives up UNAVAILABLE (the blocks stay
+  // locked meanwhile).
+  absl::Duration max_forward_wait = absl::Seconds(10);
+  // Rounds of one view proposal before it gives up UNAVAILABLE.
+  int max_view_rounds = 5;
+};
+
+// One job's replication on one pserver (docs/replication.md): which shards
+// it is primary or backup of in the agreed view, its acceptor in the view
+// agreement (view_consensus.h), the forwarding of applied updates to the
+// backups, and the taking of a primary's updates as a backup. Plain C++:
+// the peers carry the messages. Thread-safe.
+class ReplicaSet : public UpdateForwarder {
+ public:
+  static constexpr uint64_t kSparseTable = ~uint64_t{0};
+  // What it needs of the job's store (and the handler's record of
+  // answered pushes). Set before any call comes.
+  struct StoreHooks {
+    // Takes forwarded updates (a backup).
+    std::function<absl::Status(const std::vector<AppliedUpdate>&,
+                               const std::vector<PushRef>&)>
+        apply;
+    // The state of unit (table, unit) as a one-block dense blob; the
+    // caller holds the unit's lock (a primary's Forward).
+    std::function<absl::StatusOr<std::string>(uint32_t, uint32_t)> image_held;
+    // Loads a unit's state (a joining backup), and the job's timeline.
+    std::function<absl::Status(uint32_t, uint32_t, const std::string&,
+                               uint64_t)>
+        install;
+    std::function<uint64_t()> generation;
+  };
+  using UnitKey = std::pair<uint32_t, uint32_t>;  // table id, unit
+
+  // `shard_base[t]`: for dense table t, its TableHash (block b is on shard
+  // (base + b) % P); kSparseTable for a sparse one (its unit index is the
+  // shard). `peers[i]`: pserver i (null at options.self). Loads
+  // the acceptor state from state_path: DATA_LOSS for a damaged file.
+  static absl::StatusOr<std::unique_ptr<ReplicaSet>> Create(
+      ReplicaSetOptions options, std::vector<uint64_t> shard_base,
+      std::vector<std::unique_ptr<ReplicaPeer>> peers);
+
+  ~ReplicaSet() override;
+
+  void set_hooks(StoreHooks hooks) { hooks_ = std::move(hooks); }
+
+  // This pserver came back (a rejoin): its `units` are empty until their
+  // primaries install them. A thread asks the pservers for a view in which
+  // it is joining, waits until every unit is installed, then for one in
+  // which it is a member again.
+  void StartJoining(std::vector<UnitKey> units);
+  // The pserver is shutting down: Forward gives up (UNAVAILABLE) instead
+  // of waiting on other pservers, and joining stops.
+  void Stop();
+  // Units installed so far, and of how many (joining; tests, status).
+  std::pair<size_t, size_t> JoinProgress() const;
+
+  int self() const { return options_.self; }
+  int num_servers() const { return options_.num_servers; }
+  int replication() const { return options_.replication; }
+  // The shard of unit `unit` of table `table_id`.
+  int ShardOf(uint32_t table_id, uint32_t unit) const;
+  // The newest view this pserver knows decided.
+  View view() const;
+  // The shards this pserver is primary of, and backs, in view().
+  std::vector<int> PrimaryShards() const;
+  std::vector<int> BackupShards() const;
+
+  // UpdateForwarder.
+  absl::Status CheckServes(uint32_t table_id, uint32_t unit) const override;
+  absl::Status Forward(const std::vector<AppliedUpdate>& updates,
+                       const std::vector<PushRef>& pushes) override;
+
+  // The calls of other pservers and trainers.
+  absl::Status HandleForward(const ForwardRequest& req, ForwardResponse* resp);
+  absl::Status HandlePrepare(const ViewPrepareRequest& req,
+                             ViewPrepareResponse* resp);
+  absl::Status HandleAccept(const ViewAcceptRequest& req,
+                            ViewAcceptResponse* resp);
+  absl::Status HandleCommit(const ViewCommitRequest& req);
+  absl::Status HandleInstall(const InstallUnitRequest& req);
+  // Agrees with the pservers a view without `remove`, with `join` joining
+  // and `promote` moved from joining to members (none: answers the view
+  // known here). Primaries stay where they are while they live; a shard
+  // whose primary left goes to its first member replica. UNAVAILABLE when
+  // no majority answers.
+  absl::StatusOr<View> ChangeView(const std::vector<int>& remove,
+                                  const std::vector<int>& join,
+                                  const std::vector<int>& promote = {});
+  // The primary of `shard` in `v` (-1: none).
+  int PrimaryOf(int shard, const View& v) const;
+
+ private:
+  class LocalPeer;
+  ReplicaSet(ReplicaSetOptions options, std::vector<uint64_t> shard_base,
+             std::vector<std::unique_ptr<ReplicaPeer>> peers,
+             AcceptorState state);
+  // Saves the acceptor's state (before an answer that depends on it).
+  absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Learns a decided view (kept when newer).
+  void Learn(const View& v);
+  std::string NotPrimary(int shard, const View& v) const;
+  // Sends backup `b` the state of the units it asked for (under their
+  // locks, which the caller holds).
+  absl::Status InstallOn(int b, const View& v, const ForwardResponse& asked);
+  void JoinLoop();
+  absl::StatusOr<View> Propose(const ViewChange& change);
+  // One round of Forward in view `v`: OK when every backup took its
+  // updates; `*retry` when the view changed (learned, or proposed
+  // without a backup that did not answer).
+  absl::Status ForwardOnce(const View& v,
+                           const std::vector<AppliedUpdate>& updates,
+                           const std::vector<PushRef>& pushes, bool* retry);
+
+  const ReplicaSetOptions options_;
+  Env* const env_;
+  const std::vector<uint64_t> shard_base_;
+  const std::vector<std::unique_ptr<ReplicaPeer>> peers_;
+  std::unique_ptr<LocalPeer> local_;
+  StoreHooks hooks_;
+
+  mutable absl::Mutex mu_;
+  ViewAcceptor acceptor_ ABSL_GUARDED_BY(mu_);
+  // One proposal at a time from this pserver (its ballots carry its id).
+  absl::Mutex propose_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  // Joining (after a rejoin): the units still to be installed.
+  mutable absl::Mutex join_mu_;
+  bool joining_ ABSL_GUARDED_BY(join_mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(join_mu_) = false;
+  absl::flat_hash_set<UnitKey> expected_ ABSL_GUARDED_BY(join_mu_);
+  absl::flat_hash_set<UnitKey> installed_ ABSL_GUARDED_BY(join_mu_);
+  std::thread joiner_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_REPLICATION_REPLICA_SET_H_

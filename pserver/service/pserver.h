@@ -1,0 +1,160 @@
+#ifndef SHARDPS_PSERVER_SERVICE_PSERVER_H_
+#define SHARDPS_PSERVER_SERVICE_PSERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/storage/env.h"
+#include "pserver/checkpoint/checkpointer.h"
+#include "pserver/replication/replica_set.h"
+#include "pserver/service/request_handler.h"
+#include "pserver/store/memory_budget.h"
+#include "pserver/store/parameter_store.h"
+
+namespace shardps {
+
+struct PserverOptions {
+  // Passed to each job's store (trainer count, wait limits, clock); its
+  // max_memory_bytes bounds all jobs together.
+  StoreOptions store;
+  // How often the stores are swept for stalled pulls and silent trainers,
+  // and idle jobs freed. Default: 1 s.
+  absl::Duration sweep_interval = absl::Seconds(1);
+  // Where checkpoints go (docs/fault_tolerance.md), a folder per job:
+  // <checkpoint_dir>/<job>/. Start loads each job's newest complete one.
+  // Empty: no checkpoints. Default: empty.
+  std::string checkpoint_dir;
+  // Complete checkpoints kept per job. Default: 2.
+  int keep_checkpoints = 2;
+  // The file-system seam for checkpoints; null means Env::Default(). Must
+  // outlive the pserver.
+  Env* env = nullptr;
+  // Jobs held at once (--max_jobs); a request for another is refused
+  // RESOURCE_EXHAUSTED. Default: 16.
+  int max_jobs = 16;
+  // A job no request has named for this long is freed, after its final
+  // checkpoint (--job_retention); the default job never is. Default: 10 min.
+  absl::Duration job_retention = absl::Minutes(10);
+  // How a replicated job (docs/replication.md) reaches pserver `address`
+  // in job `job_id` (the gRPC binding sets it). Null: jobs with
+  // replication > 1 are refused. Default: null.
+  std::function<std::unique_ptr<ReplicaPeer>(const std::string& job_id,
+                                             const std::string& address)>
+      replica_peers;
+};
+
+// What one job holds and has done on a pserver (Pserver::Stats), for
+// monitoring.
+struct JobStats {
+  std::string id;
+  bool ready = false;  // its chief has initialised it
+  StoreCounters counters;
+  int live_trainers = 0;
+  size_t waiting_pulls = 0;
+  std::vector<ParameterStore::TableProgress> tables;
+  std::vector<ParameterStore::SparseTableStats> sparse;
+  int64_t dense_bytes = 0;
+  bool checkpoints = false;  // with --checkpoint_dir
+  Checkpointer::Stats checkpoint;
+};
+
+// Where the transport finds a job's request handler.
+class JobDirectory {
+ public:
+  virtual ~JobDirectory() = default;
+  // The handler of job `job_id`, alive while the caller holds it. A job
+  // this pserver does not hold is made: restored from its checkpoints, or
+  // empty, waiting for its chief. INVALID_ARGUMENT for a bad id (see
+  // base/job_id.h), RESOURCE_EXHAUSTED when max_jobs are held.
+  virtual absl::StatusOr<std::shared_ptr<RequestHandler>> Job(
+      absl::string_view job_id) = 0;
+};
+
+// A pserver without its transport: one store, checkpointer and request
+// handler per job (jobs share nothing but the memory budget), and the
+// sweeper thread that times out pulls, drops silent trainers and frees idle
+// jobs. A transport (GrpcPsServer, or a trainer's in-process client) asks
+// Job() for a job's handler. Thread-safe.
+class Pserver : public JobDirectory {
+ public:
+  // INVALID_ARGUMENT for a negative trainer count, checkpoint count or job
+  // count.
+  static absl::StatusOr<std::unique_ptr<Pserver>> Create(
+      PserverOptions options);
+  // Stop()s.
+  ~Pserver() override;
+
+  Pserver(const Pserver&) = delete;
+  Pserver& operator=(const Pserver&) = delete;
+
+  // Restores every job found under checkpoint_dir (a checkpoint_dir of the
+  // single-job layout, ckpt-* at its top, is moved to default/ first), makes
+  // the default job, and starts the sweeper.
+  absl::Status Start();
+  // The first step of a shutdown, before the transport drains: tells the
+  // sweeper to stop (no trainer is dropped while the transport drains), and
+  // answers every waiting pull with UNAVAILABLE, and every later one that
+  // would wait. Idempotent.
+  void BeginShutdown();
+  // BeginShutdown()s if that has not been done, waits for the sweeper,
+  // writes each job's final checkpoint (with checkpoint_dir; in SYNC mode
+  // only at a step boundary) and logs the counters. Idempotent.
+  void Stop();
+
+  absl::StatusOr<std::shared_ptr<RequestHandler>> Job(
+      absl::string_view job_id) override;
+  // The default job's handler and store (in-process clients, tests and
+  // benchmarks): the default job lives as long as the pserver.
+  RequestHandler* handler();
+  ParameterStore* store();
+  // The ids of the jobs held now, sorted.
+  std::vector<std::string> JobIds() const;
+  // Every job held now, sorted by id. Takes no lock that a request holds
+  // while it waits.
+  std::vector<JobStats> Stats() const;
+  // What all jobs' tables hold, and the --max_memory_mb limit (0: none).
+  int64_t memory_used_bytes() const { return budget_.used(); }
+  int64_t memory_limit_bytes() const { return budget_.limit(); }
+
+ private:
+  struct JobSlot;
+  explicit Pserver(PserverOptions options);
+  absl::StatusOr<std::shared_ptr<JobSlot>> FindOrAdd(absl::string_view job_id);
+  absl::StatusOr<std::shared_ptr<JobSlot>> NewJob(const std::string& job_id);
+  absl::Status MoveSingleJobLayout();
+  // Whether `path` holds a job's checkpoints.
+  bool IsJobFolder(const std::string& path) const;
+  void Sweep();
+  std::vector<std::shared_ptr<JobSlot>> Slots() const;
+  static void FinalCheckpoint(JobSlot& job);
+  static void LogCounters(const JobSlot& job);
+  // The ReplicaSet of job `job_id` from its InitJob.
+  absl::StatusOr<std::unique_ptr<ReplicaSet>> MakeReplicaSet(
+      const std::string& job_id, const InitJobRequest& req) const;
+
+  const PserverOptions options_;
+  Env* const env_;
+  MemoryBudget budget_;
+  mutable absl::Mutex jobs_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<JobSlot>> jobs_
+      ABSL_GUARDED_BY(jobs_mu_);
+  // Jobs freed whose final checkpoint is being written.
+  absl::flat_hash_set<std::string> closing_ ABSL_GUARDED_BY(jobs_mu_);
+  absl::Notification stop_sweeping_;  // notified under stop_mu_
+  std::thread sweeper_;
+  absl::Mutex stop_mu_;
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_SERVICE_PSERVER_H_

@@ -1,0 +1,525 @@
+#include "pserver/service/request_handler.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "common/transport/wire_limits.h"
+#include "compression/value_encoding.h"
+#include "glog/logging.h"
+#include "pserver/checkpoint/recovery.h"
+
+namespace shardps {
+namespace {
+
+// Views little-endian uint64 keys in `bytes` (protobuf keeps `bytes` in
+// buffers aligned for them).
+absl::StatusOr<absl::Span<const uint64_t>> ViewKeys(const std::string& bytes) {
+  if (bytes.size() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keys have ", bytes.size(),
+                     " bytes, not a whole number of uint64 keys"));
+  }
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0) {
+    return absl::InternalError("misaligned keys buffer");
+  }
+  return absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(bytes.data()),
+                             bytes.size() / sizeof(uint64_t));
+}
+
+// An allocation that failed while a request was handled: refused, with
+// nothing applied.
+absl::Status OutOfMemoryError(absl::string_view what) {
+  LOG(WARNING) << what << ": out of memory; refused";
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, ": the pserver is out of memory (see --max_memory_mb)"));
+}
+
+// What one pull or push may name: each dense block once, and at most
+// kMaxChunkBytes of float32 values in all (the trainer's chunk plan,
+// trainer/client/placement.cc), or a single block. Checked before anything
+// is decoded or allocated for the answer: a request of a few bytes naming a
+// large block many times would otherwise cost its size each time.
+template <typename Refs>
+absl::Status CheckDenseRefs(const Refs& refs, const ParameterStore& store) {
+  if (refs.size() <= 1) return absl::OkStatus();
+  if (static_cast<size_t>(refs.size()) > kMaxChunkBytes / sizeof(float)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request names ", refs.size(), " dense blocks; at most ",
+                     kMaxChunkBytes / sizeof(float), " fit in one"));
+  }
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
+  seen.reserve(refs.size());
+  size_t bytes = 0;
+  for (const auto& r : refs) {
+    if (!seen.insert({r.table_id(), r.block()}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table id ", r.table_id(), " block ", r.block(),
+                       " is named twice in one request"));
+    }
+    absl::StatusOr<int64_t> size = store.BlockSize(r.table_id(), r.block());
+    if (!size.ok()) return size.status();
+    bytes += static_cast<size_t>(*size) * sizeof(float);
+  }
+  if (bytes > kMaxChunkBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request names ", refs.size(), " dense blocks of ",
+                     bytes, " bytes; one request carries at most ",
+                     kMaxChunkBytes, " (or a single block)"));
+  }
+  return absl::OkStatus();
+}
+
+// The dense blocks of a request as the store takes them, decoded into
+// `scratch` where they are not float32 (one vector per block).
+absl::Status ToBlockData(
+    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
+    const ParameterStore& store, std::vector<BlockData>* out,
+    std::vector<std::vector<float>>* scratch) {
+  out->reserve(blocks.size());
+  scratch->resize(blocks.size());
+  for (int i = 0; i < blocks.size(); ++i) {
+    const DenseBlock& b = blocks[i];
+    // A threshold message does not say how long its block is.
+    absl::StatusOr<int64_t> size = 0;
+    if (b.encoding() == THRESHOLD)
+      size = store.BlockSize(b.table_id(), b.block());
+    absl::StatusOr<absl::Span<const float>> values =
+        size.ok()
+            ? DecodeBlockValues(b.encoding(), b.values(), *size, &(*scratch)[i])
+            : size.status();
+    if (!values.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table id ", b.table_id(), " block ", b.block(), ": ",
+                       values.status().message()));
+    }
+    out->push_back(BlockData{b.table_id(), b.block(), *values});
+  }
+  return absl::OkStatus();
+}
+
+std::vector<BlockId> ToBlockIds(
+    const google::protobuf::RepeatedPtrField<BlockRef>& refs) {
+  std::vector<BlockId> ids;
+  ids.reserve(refs.size());
+  for (const BlockRef& r : refs)
+    ids.push_back(BlockId{r.table_id(), r.block()});
+  return ids;
+}
+
+}  // namespace
+
+RequestHandler::RequestHandler(ParameterStore* store,
+                               Checkpointer* checkpointer, const Clock* clock)
+    : store_(store), checkpointer_(checkpointer), clock_(clock) {}
+
+absl::Status RequestHandler::InitJob(const InitJobRequest& req,
+                                     InitJobResponse* resp) {
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("InitJob from trainer ", req.trainer_id(),
+                     ": only the chief (trainer 0) initialises the job"));
+  }
+  auto ready =
+      store_->InitJob(req.job(), ToBlockIds(req.blocks()), SparseShardsOf(req));
+  if (ready.ok() && !*ready && req.rejoin()) {
+    RETURN_IF_ERROR(FillForRejoin(req));
+  }
+  if (ready.ok() && req.job().replication() > 1) {
+    RETURN_IF_ERROR(StartReplication(req));
+  }
+  if (ready.ok()) resp->set_already_ready(*ready);
+  return ready.status();
+}
+
+absl::Status RequestHandler::SetInitialValues(
+    const SetInitialValuesRequest& req, SetInitialValuesResponse* resp) {
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("SetInitialValues from trainer ", req.trainer_id(),
+                     ": only the chief (trainer 0) sets the initial values"));
+  }
+  std::vector<BlockData> blocks;
+  std::vector<std::vector<float>> scratch;
+  absl::Status s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+  if (s.ok()) s = store_->SetInitialValues(blocks);
+  return s;
+}
+
+absl::Status RequestHandler::CommitInit(const CommitInitRequest& req,
+                                        CommitInitResponse* resp) {
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("CommitInit from trainer ", req.trainer_id(),
+                     ": only the chief (trainer 0) commits the job"));
+  }
+  return store_->CommitInit();
+}
+
+absl::Status RequestHandler::Register(const RegisterRequest& req,
+                                      RegisterResponse* resp,
+                                      absl::string_view peer) {
+  if (req.trainer_id() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative trainer_id ", req.trainer_id()));
+  }
+  if (store_->ready() && req.trainer_id() >= store_->job().num_trainers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_id ", req.trainer_id(), " is out of range: the job has ",
+        store_->job().num_trainers(), " trainers"));
+  }
+  if (req.confirm()) {
+    absl::Status s = store_->ConfirmJoin(req.trainer_id(), req.incarnation(),
+                                         req.start_step());
+    resp->set_job_ready(store_->ready());
+    resp->set_join_step(req.start_step());
+    resp->set_generation(store_->generation());
+    return s;
+  }
+  auto r = store_->Register(req.trainer_id(), req.incarnation(), clock_->Now());
+  if (!r.ok()) return r.status();
+  LOG(INFO) << "trainer " << req.trainer_id() << " registered (incarnation "
+            << req.incarnation() << ", from " << peer << ")";
+  resp->set_job_ready(r->job_ready);
+  resp->set_join_step(r->join_step);
+  resp->set_generation(r->generation);
+  return absl::OkStatus();
+}
+
+absl::Status RequestHandler::Heartbeat(const HeartbeatRequest& req,
+                                       HeartbeatResponse* resp) {
+  return store_->Heartbeat(req.trainer_id(), req.incarnation(), clock_->Now());
+}
+
+absl::Status RequestHandler::Leave(const LeaveRequest& req,
+                                   LeaveResponse* resp) {
+  return store_->Leave(req.trainer_id(), req.incarnation());
+}
+
+absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
+                                        CheckpointResponse* resp) {
+  if (checkpointer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "checkpoint requested, but this pserver was started without "
+        "--checkpoint_dir");
+  }
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        "only the chief (trainer 0) asks for checkpoints");
+  }
+  if (req.step() < 0 || req.step() > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint step ", req.step(), " out of range"));
+  }
+  absl::MutexLock l(&rollback_mu_);
+  if (absl::Status s = store_->CheckGeneration("checkpoint", req.generation());
+      !s.ok()) {
+    return s;
+  }
+  auto snap = store_->Snapshot(req.step());
+  if (!snap.ok()) return snap.status();
+  checkpointer_->Save(std::move(*snap));
+  return absl::OkStatus();
+}
+
+constexpr uint64_t kMaxGenerationStep = 1 << 16;
+
+absl::Status RequestHandler::Rollback(const RollbackRequest& req,
+                                      RollbackResponse* resp) {
+  if (checkpointer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "rollback requested, but this pserver was started without "
+        "--checkpoint_dir");
+  }
+  absl::MutexLock l(&rollback_mu_);
+  if (store_->ready() && store_->generation() == req.generation() &&
+      store_->base_step() == req.step()) {
+    return absl::OkStatus();  // done already, by another trainer
+  }
+  if (store_->ready() && req.generation() <= store_->generation()) {
+    // Generations only grow; this trainer saw an older state.
+    return absl::AbortedError(
+        absl::StrCat("rollback to generation ", req.generation(),
+                     ": this pserver is on generation ", store_->generation(),
+                     " already; look again"));
+  }
+  if (req.generation() > store_->generation() + kMaxGenerationStep) {
+    // Trainers choose one above the highest they saw: never far above
+    // this pserver's. A generation near 2^64 would leave no room for the
+    // recoveries after it.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollback to generation ", req.generation(), ": this pserver is on ",
+        "generation ", store_->generation(),
+        ", and a rollback moves it by "
+        "at most ",
+        kMaxGenerationStep, "; refused"));
+  }
+  RecoveryTarget target;
+  target.kind = RecoveryTarget::Kind::kRollback;
+  target.step = req.step();
+  target.generation = req.generation();
+  const absl::Status s =
+      RecoverFromCheckpoint(checkpointer_, store_, target).status();
+  LOG(WARNING) << "rollback to step " << req.step() << " (generation "
+               << req.generation() << ") asked by trainer " << req.trainer_id()
+               << ": " << (s.ok() ? "done" : s.ToString());
+  return s;
+}
+
+absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
+                                       GetStatusResponse* resp) {
+  resp->set_job_ready(store_->ready());
+  if (store_->ready()) {
+    *resp->mutable_job() = store_->job();
+    const auto v = store_->Versions();
+    resp->set_min_version(v.min);
+    resp->set_max_version(v.max);
+    for (int k : store_->LiveTrainers()) resp->add_live_trainers(k);
+  }
+  resp->set_generation(store_->generation());
+  resp->set_base_step(store_->base_step());
+  resp->set_checkpoints_enabled(checkpointer_ != nullptr);
+  AddReplicationStatus(resp);
+  if (checkpointer_ != nullptr) {
+    auto steps = checkpointer_->Steps();
+    if (!steps.ok()) return steps.status();
+    for (int64_t s : *steps) resp->add_checkpoint_steps(s);
+  }
+  return absl::OkStatus();
+}
+
+void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
+                          std::function<void(absl::Status)> done) {
+  try {
+    StartPull(req, resp, done);
+  } catch (const std::bad_alloc&) {
+    // Thrown while the pull was set up, before the store held it.
+    resp->Clear();
+    done(OutOfMemoryError("pull"));
+  }
+}
+
+void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
+                               std::function<void(absl::Status)>& done) {
+  if (req.lars_norms()) {
+    PullNorms(req, resp, done);
+    return;
+  }
+  const ValueEncoding encoding = req.encoding();
+  if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16) {
+    done(absl::InvalidArgumentError(
+        absl::StrCat("pull encoding ", ValueEncoding_Name(encoding),
+                     ": pulls come as FLOAT32, FLOAT16 or BFLOAT16")));
+    return;
+  }
+  if (absl::Status s =
+          store_->CheckIncarnation(req.trainer_id(), req.incarnation());
+      !s.ok()) {
+    done(s);
+    return;
+  }
+  if (absl::Status s = CheckDenseRefs(req.blocks(), *store_); !s.ok()) {
+    done(s);
+    return;
+  }
+  // Sparse rows are written straight into the reply's buffers: at most
+  // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
+  // splits them.
+  size_t sparse_bytes = 0, sparse_keys = 0;
+  absl::InlinedVector<int, 4> dims;
+  for (const SparseRows& r : req.sparse()) {
+    auto dim = store_->SparseDim(r.table_id());
+    if (!dim.ok()) {
+      done(dim.status());
+      return;
+    }
+    dims.push_back(*dim);
+    const size_t n = r.keys().size() / sizeof(uint64_t);
+    sparse_keys += n;
+    sparse_bytes += n * (sizeof(uint64_t) + sizeof(float) * *dim);
+  }
+  if (sparse_keys > 1 && sparse_bytes > kMaxChunkBytes) {
+    done(absl::ResourceExhaustedError(absl::StrCat(
+        "a pull asks for ", sparse_keys, " sparse rows, ", sparse_bytes,
+        " bytes with their keys; one pull carries at most ", kMaxChunkBytes,
+        " (or one row)")));
+    return;
+  }
+  // With a shared region: where each block's values go in it.
+  std::shared_ptr<const SharedRegion> region;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> offsets;
+  if (req.shared_region() != 0) {
+    absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
+        regions_.Find(req.trainer_id(), req.shared_region());
+    absl::Status s = r.status();
+    if (s.ok() && encoding != FLOAT32) {
+      s = absl::InvalidArgumentError(
+          "a pull into a shared region asks for FLOAT32 values");
+    }
+    for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
+      const BlockRef& b = req.blocks(i);
+      absl::StatusOr<int64_t> size = store_->BlockSize(b.table_id(), b.block());
+      s = size.ok() ? (*r)->Check(b.shared_offset(),
+                                  static_cast<uint64_t>(*size) * sizeof(float),
+                                  "a shared pull block")
+                    : size.status();
+      offsets[{b.table_id(), b.block()}] = b.shared_offset();
+    }
+    if (!s.ok()) {
+      done(s);
+      return;
+    }
+    region = *std::move(r);
+  }
+  resp->mutable_blocks()->Reserve(req.blocks_size());
+  std::vector<SparsePull> sparse;
+  for (int i = 0; i < req.sparse_size(); ++i) {
+    const SparseRows& r = req.sparse(i);
+    auto keys = ViewKeys(r.keys());
+    if (!keys.ok()) {
+      resp->Clear();
+      done(keys.status());
+      return;
+    }
+    const int dim = dims[i];
+    SparseRows* out = resp->add_sparse();
+    out->set_table_id(r.table_id());
+    out->mutable_values()->resize(keys->size() * dim * sizeof(float));
+    sparse.push_back(SparsePull{
+        r.table_id(), *keys,
+        reinterpret_cast<float*>(out->mutable_values()->data()), r.shard()});
+  }
+  store_->Pull(
+      req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
+      ToBlockIds(req.blocks()), sparse,
+      [resp, encoding, region, offsets = std::move(offsets)](
+          uint32_t table_id, uint32_t block, int64_t version,
+          absl::Span<const float> values) {
+        DenseBlock* b = resp->add_blocks();
+        b->set_table_id(table_id);
+        b->set_block(block);
+        b->set_version(version);
+        b->set_encoding(encoding);
+        if (region != nullptr) {
+          const uint64_t at = offsets.at({table_id, block});
+          b->set_shared_offset(at);
+          std::memcpy(region->data() + at, values.data(),
+                      values.size() * sizeof(float));
+        } else {
+          EncodeValues(values, encoding, b->mutable_values());
+        }
+      },
+      [resp, done](absl::Status s, absl::Duration waited) {
+        if (!s.ok()) resp->Clear();
+        resp->set_wait_micros(absl::ToInt64Microseconds(waited));
+        done(std::move(s));
+      },
+      req.generation(), req.own_clock());
+}
+
+absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
+  if (req.request_id() == 0) {
+    return absl::InvalidArgumentError(
+        "push without request_id: every push carries a non-zero id so that a "
+        "retry is applied once");
+  }
+  absl::Status first;
+  switch (dedup_.Begin(req.request_id(), &first)) {
+    case RequestDedup::Outcome::kDone:
+      return first;
+    case RequestDedup::Outcome::kInFlight:
+      return absl::UnavailableError(absl::StrCat(
+          "push ", req.request_id(), " is still being applied; retry"));
+    case RequestDedup::Outcome::kNew:
+      break;
+  }
+  absl::Status s;
+  try {
+    s = store_->CheckIncarnation(req.trainer_id(), req.incarnation());
+    if (!s.ok()) {
+      // a replaced process: nothing is applied
+    } else if ((req.blocks_size() > 0) + (req.sparse_size() > 0) +
+                   (req.table_norms_size() > 0) >
+               1) {
+      s = absl::InvalidArgumentError(
+          "a push carries dense blocks, sparse rows or table norms, one "
+          "kind only");
+    } else if (req.table_norms_size() > 0) {
+      s = PushTableNorms(req);
+    } else if (req.sparse_size() > 0) {
+      s = PushSparse(req);
+    } else {
+      s = PushDense(req, resp);
+    }
+  } catch (const std::bad_alloc&) {
+    // Decoding happens before anything is applied, and applying allocates
+    // only sparse rows, which --max_memory_mb bounds first.
+    s = OutOfMemoryError("push");
+  }
+  // Never left in flight: a retry gets this answer.
+  dedup_.Finish(req.request_id(), s);
+  return s;
+}
+
+absl::Status RequestHandler::PushDense(const PushRequest& req,
+                                       PushResponse* resp) {
+  std::vector<BlockData> blocks;
+  std::vector<std::vector<float>> scratch;
+  std::unique_ptr<float[]> shared_copy;
+  std::shared_ptr<const SharedRegion> region;
+  absl::Status s = CheckDenseRefs(req.blocks(), *store_);
+  if (s.ok() && req.shared_region() != 0) {
+    absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
+        regions_.Find(req.trainer_id(), req.shared_region());
+    if (r.ok()) {
+      region = *std::move(r);
+    } else {
+      s = r.status();
+    }
+  }
+  if (s.ok()) {
+    s = region != nullptr
+            ? CopyFromRegion(req.blocks(), *store_, *region, &blocks,
+                             &shared_copy)
+            : ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+  }
+  int late = 0;
+  if (s.ok()) {
+    s = store_->Push(req.trainer_id(), req.step(), blocks, req.generation(),
+                     &late, req.request_id());
+  }
+  resp->set_late_blocks(late);
+  return s;
+}
+
+absl::Status RequestHandler::PushSparse(const PushRequest& req) {
+  std::vector<SparseGrads> rows;
+  std::vector<std::vector<float>> scratch(req.sparse_size());
+  for (int i = 0; i < req.sparse_size(); ++i) {
+    const SparseRows& r = req.sparse(i);
+    auto keys = ViewKeys(r.keys());
+    auto grads = ViewFloat32(r.values(), &scratch[i]);
+    if (!keys.ok() || !grads.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse rows of table id ", r.table_id(), ": ",
+                       (keys.ok() ? grads.status() : keys.status()).message()));
+    }
+    rows.push_back(
+        SparseGrads{r.table_id(), *keys, *grads, r.num_chunks(), r.shard()});
+  }
+  return store_->PushSparse(req.trainer_id(), req.step(), rows,
+                            req.generation(), req.request_id());
+}
+
+absl::Status RequestHandler::OpenSharedMemory(const SharedMemoryRequest& req,
+                                              SharedMemoryResponse* resp) {
+  return regions_.Open(req, store_, resp);
+}
+
+}  // namespace shardps

@@ -1,0 +1,144 @@
+#ifndef SHARDPS_PSERVER_SERVICE_REQUEST_HANDLER_H_
+#define SHARDPS_PSERVER_SERVICE_REQUEST_HANDLER_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "base/clock.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/checkpoint/checkpointer.h"
+#include "pserver/replication/replica_set.h"
+#include "pserver/service/request_dedup.h"
+#include "pserver/service/shared_regions.h"
+#include "pserver/store/parameter_store.h"
+
+namespace shardps {
+
+// With replication: the shards of each sparse table a pserver holds (those
+// whose replica list has it, common/placement/shard_map.h); empty without.
+std::vector<int> SparseShardsOf(const InitJobRequest& req);
+
+// The pserver's service on its wire messages, without gRPC
+// (docs/wire_protocol.md): it validates and decodes every request (value
+// encodings, keys, trainer ids), answers a retried push as the first one was
+// answered (RequestDedup), runs the checkpoint and rollback protocol
+// (RecoverFromCheckpoint), and calls the store. The gRPC binding
+// (grpc_service.h) and the trainers' in-process client only forward to it.
+// Every method answers with the status the wire carries. Thread-safe.
+class RequestHandler {
+ public:
+  // `store` must outlive the handler; `checkpointer` is null without
+  // --checkpoint_dir and must outlive the handler otherwise. `clock` gives
+  // the time of registrations and heartbeats.
+  RequestHandler(ParameterStore* store, Checkpointer* checkpointer,
+                 const Clock* clock = Clock::Real());
+
+  // Makes a replicated job's ReplicaSet (docs/replication.md) from its
+  // InitJob: the pserver list, this pserver's index, the peers. Without
+  // one (in-process pservers), InitJob refuses replication > 1.
+  using ReplicaSetFactory =
+      std::function<absl::StatusOr<std::unique_ptr<ReplicaSet>>(
+          const InitJobRequest& req)>;
+  void set_replica_factory(ReplicaSetFactory f) {
+    replica_factory_ = std::move(f);
+  }
+
+  RequestHandler(const RequestHandler&) = delete;
+  RequestHandler& operator=(const RequestHandler&) = delete;
+
+  absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp);
+  absl::Status SetInitialValues(const SetInitialValuesRequest& req,
+                                SetInitialValuesResponse* resp);
+  absl::Status CommitInit(const CommitInitRequest& req,
+                          CommitInitResponse* resp);
+  // `peer` names the caller in the log.
+  absl::Status Register(const RegisterRequest& req, RegisterResponse* resp,
+                        absl::string_view peer);
+  absl::Status GetStatus(const GetStatusRequest& req, GetStatusResponse* resp);
+  // Answers through `done`, at once or later on another thread (a pull that
+  // waits for a step); `req` may go when Pull returns, `resp` must stay
+  // alive until `done`.
+  void Pull(const PullRequest& req, PullResponse* resp,
+            std::function<void(absl::Status)> done);
+  absl::Status Push(const PushRequest& req, PushResponse* resp);
+  absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp);
+  absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp);
+  absl::Status Checkpoint(const CheckpointRequest& req,
+                          CheckpointResponse* resp);
+  absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
+  // Creates a shared region for a trainer on this host (common/
+  // shared_region.h), replacing its previous one: requests that name the
+  // old id are refused from then on. At most one per trainer id, of at
+  // most 64 bytes plus twice the dense bytes held here (plus the call area,
+  // common/transport/shared_calls.h, when the request asks for one).
+  absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
+                                SharedMemoryResponse* resp);
+
+  // Replication (docs/replication.md): FAILED_PRECONDITION for a job
+  // without it. ChangeView comes from trainers, the others from pservers.
+  absl::Status ChangeView(const ChangeViewRequest& req,
+                          ChangeViewResponse* resp);
+  absl::Status Forward(const ForwardRequest& req, ForwardResponse* resp);
+  absl::Status ViewPrepare(const ViewPrepareRequest& req,
+                           ViewPrepareResponse* resp);
+  absl::Status ViewAccept(const ViewAcceptRequest& req,
+                          ViewAcceptResponse* resp);
+  absl::Status ViewCommit(const ViewCommitRequest& req,
+                          ViewCommitResponse* resp);
+  absl::Status InstallUnit(const InstallUnitRequest& req,
+                           InstallUnitResponse* resp);
+  // The job's replication; null without.
+  ReplicaSet* replicas() const;
+
+  // The region `id` of `trainer_id` (SharedRegions::Find), for a binding
+  // that serves its calls.
+  absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegionOf(
+      int trainer_id, uint64_t id) const {
+    return regions_.Find(trainer_id, id);
+  }
+
+  // The store it serves (tests).
+  ParameterStore* store_for_testing() { return store_; }
+
+ private:
+  // Pull after its try: calls `done` on every path but a throw.
+  void StartPull(const PullRequest& req, PullResponse* resp,
+                 std::function<void(absl::Status)>& done);
+  // A push's payload for the store, decoded (dense or sparse).
+  absl::Status PushDense(const PushRequest& req, PushResponse* resp);
+  absl::Status PushSparse(const PushRequest& req);
+  // LARS (request_handler_lars.cc): a pull of blocks' norms, and a push of
+  // tables' norms.
+  void PullNorms(const PullRequest& req, PullResponse* resp,
+                 std::function<void(absl::Status)>& done);
+  absl::Status PushTableNorms(const PushRequest& req);
+  // InitJob of a replicated job: makes its ReplicaSet (once); with
+  // `rejoin`, starts joining.
+  absl::Status StartReplication(const InitJobRequest& req);
+  // A rejoining pserver's blocks, zero until their primaries install them;
+  // the job is then ready (it serves nothing until it is a member again).
+  absl::Status FillForRejoin(const InitJobRequest& req);
+  // Adds the view and this pserver's roles to a status.
+  void AddReplicationStatus(GetStatusResponse* resp) const;
+
+  ParameterStore* const store_;
+  Checkpointer* const checkpointer_;
+  const Clock* const clock_;
+  // One rollback at a time; a checkpoint waits for it, so that a snapshot
+  // of the abandoned timeline is never saved after the rollback discarded
+  // its checkpoints. Taken before the store's locks.
+  absl::Mutex rollback_mu_;
+  RequestDedup dedup_;
+  SharedRegions regions_;
+  ReplicaSetFactory replica_factory_;
+  mutable absl::Mutex replica_mu_;
+  std::unique_ptr<ReplicaSet> replicas_ ABSL_GUARDED_BY(replica_mu_);
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_SERVICE_REQUEST_HANDLER_H_

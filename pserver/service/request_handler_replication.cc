@@ -1,0 +1,209 @@
+// RequestHandler: the calls of replicated jobs (docs/replication.md).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "common/placement/shard_map.h"
+#include "glog/logging.h"
+#include "pserver/replication/replication_wire.h"
+#include "pserver/service/request_handler.h"
+
+namespace shardps {
+namespace {
+
+// The longest pserver list and address an InitJob may carry.
+constexpr int kMaxPservers = 1024;
+constexpr size_t kMaxAddress = 256;
+
+absl::Status NoReplication() {
+  return absl::FailedPreconditionError(
+      "this job has no replication here (JobSpec.replication <= 1, or the "
+      "job is not initialised on this pserver)");
+}
+
+}  // namespace
+
+ReplicaSet* RequestHandler::replicas() const {
+  absl::MutexLock l(&replica_mu_);
+  return replicas_.get();
+}
+
+absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
+  absl::MutexLock l(&replica_mu_);
+  if (replicas_ != nullptr) return absl::OkStatus();
+  const JobSpec& job = req.job();
+
+  if (req.pservers_size() > kMaxPservers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        req.pservers_size(), " pservers listed; at most ", kMaxPservers));
+  }
+  for (const std::string& a : req.pservers()) {
+    if (a.empty() || a.size() > kMaxAddress) {
+      return absl::InvalidArgumentError(absl::StrCat("a pserver address of ",
+                                                     a.size(), " bytes (1 to ",
+                                                     kMaxAddress, ")"));
+    }
+  }
+  if (job.replication() > req.pservers_size() || req.server_index() < 0 ||
+      req.server_index() >= req.pservers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replication ", job.replication(), " with ", req.pservers_size(),
+        " pservers listed and this one at index ", req.server_index(),
+        ": need replication <= pservers and an index among them"));
+  }
+  if (!replica_factory_) {
+    return absl::FailedPreconditionError(
+        "this pserver cannot reach other pservers (in-process): no "
+        "replication");
+  }
+  if (replicas_ == nullptr) {
+    ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
+    ParameterStore* store = store_;
+    RequestDedup* dedup = &dedup_;
+    ReplicaSet::StoreHooks hooks;
+    hooks.apply = [store, dedup](const std::vector<AppliedUpdate>& u,
+                                 const std::vector<PushRef>& pushes) {
+      RETURN_IF_ERROR(store->ApplyReplicated(u));
+      store->ReplicatedPushes(pushes);
+      // A push whose updates a backup holds: answered as a duplicate if
+      // the trainer sends it here after a failover.
+      for (const PushRef& p : pushes) {
+        if (p.request_id == 0) continue;
+        absl::Status first;
+        if (dedup->Begin(p.request_id, &first) == RequestDedup::Outcome::kNew) {
+          dedup->Finish(p.request_id, absl::OkStatus());
+        }
+      }
+      return absl::OkStatus();
+    };
+    hooks.image_held = [store](uint32_t table, uint32_t unit) {
+      return store->UnitImageHeld(table, unit);
+    };
+    hooks.install = [store](uint32_t table, uint32_t unit,
+                            const std::string& image, uint64_t generation) {
+      return store->InstallUnit(table, unit, image, generation);
+    };
+    hooks.generation = [store] { return store->generation(); };
+    replicas_->set_hooks(std::move(hooks));
+    store_->set_forwarder(replicas_.get());
+    LOG(INFO) << "replication " << job.replication() << " among "
+              << req.pservers_size() << " pservers; this is pserver "
+              << req.server_index() << " (" << replicas_->view().DebugString()
+              << ")";
+  }
+  if (req.rejoin()) {
+    std::vector<ReplicaSet::UnitKey> units;
+    for (const BlockRef& b : req.blocks()) {
+      units.emplace_back(b.table_id(), b.block());
+    }
+    for (int t = 0; t < job.tables_size(); ++t) {
+      if (job.tables(t).kind() != TableSpec::SPARSE) continue;
+      for (int shard : SparseShardsOf(req)) units.emplace_back(t, shard);
+    }
+    LOG(WARNING) << "pserver " << req.server_index()
+                 << " rejoins the job: " << units.size()
+                 << " blocks to take from their primaries";
+    replicas_->StartJoining(std::move(units));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> SparseShardsOf(const InitJobRequest& req) {
+  std::vector<int> shards;
+  // A malformed list is refused by StartReplication; nothing here.
+  const int r = req.job().replication(), n = req.pservers_size();
+  if (r <= 1 || r > n || n > kMaxPservers || req.server_index() < 0 ||
+      req.server_index() >= n) {
+    return shards;
+  }
+  for (int s = 0; s < req.pservers_size(); ++s) {
+    const std::vector<int> r =
+        ReplicaServers(s, req.job().replication(), req.pservers_size());
+    if (std::find(r.begin(), r.end(), req.server_index()) != r.end()) {
+      shards.push_back(s);
+    }
+  }
+  return shards;
+}
+
+absl::Status RequestHandler::FillForRejoin(const InitJobRequest& req) {
+  std::vector<std::vector<float>> zeros;
+  std::vector<BlockData> blocks;
+  zeros.reserve(req.blocks_size());
+  for (const BlockRef& b : req.blocks()) {
+    if (b.table_id() >= static_cast<uint32_t>(req.job().tables_size())) {
+      return absl::InvalidArgumentError("rejoin: a block of no table");
+    }
+    const TableSpec& t = req.job().tables(b.table_id());
+    int64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    const int64_t size = std::min<int64_t>(
+        t.block_size(), n - static_cast<int64_t>(b.block()) * t.block_size());
+    if (size <= 0) return absl::InvalidArgumentError("rejoin: no such block");
+    zeros.emplace_back(size, 0.0f);
+    blocks.push_back(BlockData{b.table_id(), b.block(), zeros.back()});
+  }
+  RETURN_IF_ERROR(store_->SetInitialValues(blocks));
+  return store_->CommitInit();
+}
+
+void RequestHandler::AddReplicationStatus(GetStatusResponse* resp) const {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return;
+  ToMessage(r->view(), resp->mutable_view());
+  for (int s : r->PrimaryShards()) resp->add_primary_shards(s);
+  for (int s : r->BackupShards()) resp->add_backup_shards(s);
+}
+
+absl::Status RequestHandler::ChangeView(const ChangeViewRequest& req,
+                                        ChangeViewResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  std::vector<int> remove(req.remove().begin(), req.remove().end());
+  std::vector<int> add(req.add().begin(), req.add().end());
+  if (!remove.empty() || !add.empty()) {
+    LOG(WARNING) << "trainer " << req.trainer_id() << " asks for a view with "
+                 << add.size() << " pservers added and " << remove.size()
+                 << " removed";
+  }
+  ASSIGN_OR_RETURN(const View v, r->ChangeView(remove, add));
+  ToMessage(v, resp->mutable_view());
+  return absl::OkStatus();
+}
+
+absl::Status RequestHandler::Forward(const ForwardRequest& req,
+                                     ForwardResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandleForward(req, resp);
+}
+
+absl::Status RequestHandler::ViewPrepare(const ViewPrepareRequest& req,
+                                         ViewPrepareResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandlePrepare(req, resp);
+}
+
+absl::Status RequestHandler::ViewAccept(const ViewAcceptRequest& req,
+                                        ViewAcceptResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandleAccept(req, resp);
+}
+
+absl::Status RequestHandler::ViewCommit(const ViewCommitRequest& req,
+                                        ViewCommitResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandleCommit(req);
+}
+
+absl::Status RequestHandler::InstallUnit(const InstallUnitRequest& req,
+                                         InstallUnitResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandleInstall(req);
+}
+
+}  // namespace shardps

@@ -1,0 +1,54 @@
+#ifndef SHARDPS_PSERVER_SERVICE_SHARED_CALL_BINDING_H_
+#define SHARDPS_PSERVER_SERVICE_SHARED_CALL_BINDING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/transport/shared_calls.h"
+#include "pserver/service/pserver_metrics.h"
+#include "pserver/service/request_handler.h"
+
+namespace shardps {
+
+// The binding of RequestHandler to the calls of a shared region
+// (common/transport/shared_calls.h), as GrpcPsService is its binding to gRPC:
+// pushes and pulls are parsed and forwarded to the handler of the job that
+// opened the region, and must name the region's trainer and region id
+// (PERMISSION_DENIED otherwise). One server per (job, trainer id): a new
+// region of the same trainer replaces the old one's. Each call is reported
+// to RpcMetrics as "Push" or "Pull". Thread-safe.
+class SharedCallBinding {
+ public:
+  // `metrics` (null: none) must outlive this object.
+  explicit SharedCallBinding(RpcMetrics* metrics) : metrics_(metrics) {}
+  ~SharedCallBinding();
+
+  // Serves the call area of region `region_id` of `trainer_id`, which
+  // `handler` has just opened, in place of that trainer's previous one.
+  absl::Status Serve(const std::string& job_id,
+                     const std::shared_ptr<RequestHandler>& handler,
+                     int trainer_id, uint64_t region_id);
+  // Stops serving the calls of `trainer_id`'s region (it opened one
+  // without calls).
+  void Forget(const std::string& job_id, int trainer_id);
+
+ private:
+  RpcMetrics* const metrics_;
+  absl::Mutex mu_;
+  struct Served {
+    std::weak_ptr<RequestHandler> handler;  // gone: the job ended
+    std::unique_ptr<SharedCallServer> server;
+  };
+  absl::flat_hash_map<std::pair<std::string, int>, Served> servers_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_SERVICE_SHARED_CALL_BINDING_H_

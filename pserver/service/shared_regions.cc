@@ -1,0 +1,132 @@
+#include "pserver/service/shared_regions.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "common/transport/shared_calls.h"
+
+namespace shardps {
+
+absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
+                                 ParameterStore* store,
+                                 SharedMemoryResponse* resp) {
+  const int k = req.trainer_id();
+  if (!store->ready()) {
+    return absl::FailedPreconditionError(
+        "shared memory: the job is not initialized on this pserver yet");
+  }
+  if (k < 0 || k >= store->job().num_trainers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory: trainer id ", k, " is not in [0, ",
+                     store->job().num_trainers(), ")"));
+  }
+  RETURN_IF_ERROR(store->CheckIncarnation(k, req.incarnation()));
+  const uint64_t area = req.calls() ? shared_calls::kAreaBytes : 0;
+  const uint64_t limit = SharedRegion::kHeaderBytes + area +
+                         2 * static_cast<uint64_t>(store->dense_bytes());
+  // A call area is served where the request says: the region must hold it
+  // whole (a smaller one had the pserver's call loop read past its end).
+  const uint64_t least =
+      SharedRegion::kHeaderBytes + std::max<uint64_t>(area, 1);
+  if (req.bytes() < least || req.bytes() > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: ", req.bytes(), " bytes asked; a region holds ", least,
+        " to ", limit,
+        " (a header, a call area when asked for, and twice the dense bytes "
+        "of this pserver)"));
+  }
+  {
+    // The trainer's previous region goes first (its bytes are given back
+    // once no request uses it), so that a new one fits where it did.
+    absl::MutexLock l(&mu_);
+    regions_.erase(k);
+  }
+  // Counted in --max_memory_mb: the pserver writes pulls into it.
+  MemoryBudget* budget = store->budget();
+  const int64_t bytes = static_cast<int64_t>(req.bytes());
+  if (!budget->TryReserve(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared memory: a region of ", bytes,
+        " bytes would pass "
+        "--max_memory_mb (",
+        budget->limit() >> 20, " MiB, ", budget->used() >> 20, " MiB held)"));
+  }
+  absl::StatusOr<std::unique_ptr<SharedRegion>> created =
+      SharedRegion::Create(req.bytes());
+  if (!created.ok()) {
+    budget->Release(bytes);
+    return created.status();
+  }
+  std::shared_ptr<const SharedRegion> region(
+      created->release(), [budget, bytes](const SharedRegion* r) {
+        delete r;
+        budget->Release(bytes);
+      });
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) | rd();
+  resp->set_pid(getpid());
+  resp->set_fd(region->fd());
+  resp->set_bytes(region->size());
+  resp->set_token(region->token());
+  resp->set_region_id(id);
+  absl::MutexLock l(&mu_);
+  // The old region stays mapped (and counted) while a request uses it.
+  regions_[k] = TrainerRegion{id, std::move(region)};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegions::Find(
+    int trainer_id, uint64_t id) const {
+  absl::MutexLock l(&mu_);
+  auto it = regions_.find(trainer_id);
+  if (it == regions_.end() || it->second.id != id) {
+    return absl::NotFoundError(absl::StrCat(
+        "trainer ", trainer_id, " names shared region ", id,
+        ", which this pserver does not hold (replaced, or the pserver "
+        "restarted); send the values in the message"));
+  }
+  return it->second.region;
+}
+
+absl::Status CopyFromRegion(
+    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
+    const ParameterStore& store, const SharedRegion& region,
+    std::vector<BlockData>* out, std::unique_ptr<float[]>* copy) {
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const DenseBlock& b : blocks) {
+    absl::StatusOr<int64_t> size = store.BlockSize(b.table_id(), b.block());
+    if (!size.ok()) return size.status();
+    if (b.encoding() != FLOAT32 || !b.values().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table id ", b.table_id(), " block ", b.block(),
+          ": values in a shared region are FLOAT32 and not in the message"));
+    }
+    RETURN_IF_ERROR(region.Check(b.shared_offset(),
+                                 static_cast<uint64_t>(*size) * sizeof(float),
+                                 "a shared push block"));
+    sizes.push_back(*size);
+    total += *size;
+  }
+  // Not zero-filled: every float is written below.
+  copy->reset(new float[static_cast<size_t>(total)]);
+  float* at = copy->get();
+  for (int i = 0; i < blocks.size(); ++i) {
+    const DenseBlock& b = blocks[i];
+    std::memcpy(at, region.data() + b.shared_offset(),
+                static_cast<size_t>(sizes[i]) * sizeof(float));
+    out->push_back(
+        BlockData{b.table_id(), b.block(),
+                  absl::MakeConstSpan(at, static_cast<size_t>(sizes[i]))});
+    at += sizes[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardps

@@ -1,0 +1,369 @@
+#include "pserver/store/job_tables.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/placement/shard_map.h"
+#include "kernels/finite.h"
+
+namespace shardps {
+namespace {
+
+// The position and kind of the first value of `v` beyond `bound`, for a
+// message.
+std::string FirstOutOfRange(absl::Span<const float> v, float bound) {
+  for (size_t j = 0; j < v.size(); ++j) {
+    if (!std::isfinite(v[j])) {
+      return absl::StrCat(j, " is ", std::isnan(v[j]) ? "NaN" : "Inf");
+    }
+    if (std::fabs(v[j]) > bound) {
+      return absl::StrCat(j, " is ", v[j], ", beyond +-", bound,
+                          " (the sum of every trainer's could overflow)");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status ValidateJob(const JobSpec& job, int expected_trainers) {
+  if (job.mode() != SYNC && job.mode() != ASYNC) {
+    return absl::InvalidArgumentError("InitJob: mode must be SYNC or ASYNC");
+  }
+  if (job.num_trainers() <= 0 || job.num_trainers() > kMaxTrainers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: num_trainers must be in [1, ", kMaxTrainers,
+                     "], got ", job.num_trainers()));
+  }
+  if (job.replicas_to_aggregate() < 0 ||
+      job.replicas_to_aggregate() > job.num_trainers() ||
+      (job.replicas_to_aggregate() > 0 && job.mode() != SYNC)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: replicas_to_aggregate must be in [0, num_trainers = ",
+        job.num_trainers(), "] and needs SYNC mode, got ",
+        job.replicas_to_aggregate()));
+  }
+  if (expected_trainers > 0 && job.num_trainers() != expected_trainers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "InitJob: the job has ", job.num_trainers(),
+        " trainers but this pserver was started with --num_gradient_servers=",
+        expected_trainers));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
+  const TableSpec& spec = job.tables(i);
+  auto opt = Optimizer::Create(spec.optimizer(), job.global_batch_size());
+  if (spec.kind() == TableSpec::SPARSE) {
+    const SparseTableOptions& so = spec.sparse();
+    if (so.dim() <= 0 || so.dim() > (1 << 16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " needs a row dim in [1, 65536], got ", so.dim()));
+    }
+    if (so.admit_after() < 0 || so.evict_after_steps() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " has a negative admit_after or evict_after_steps"));
+    }
+    if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " has unknown gradient_mean ", so.gradient_mean()));
+    }
+  } else if (spec.kind() != TableSpec::DENSE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), " has unknown kind ", spec.kind()));
+  } else {
+    int64_t n = 1;
+    for (int64_t d : spec.shape()) {
+      if (d <= 0 || n > (int64_t{1} << 40) / d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitJob: table ", spec.name(), " has a bad shape"));
+      }
+      n *= d;
+    }
+    if (spec.shape_size() == 0 || n == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", spec.name(), " is empty"));
+    }
+    if (spec.block_size() <= 0 || spec.block_size() > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(), " block_size must be in [1, 2^20]",
+          ", got ", spec.block_size()));
+    }
+    t->num_values = n;
+  }
+  if (!opt.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), ": ", opt.status().message()));
+  }
+  if ((*opt)->needs_table_norms()) {
+    // The trust ratio's norms meet through the trainers at sync step
+    // boundaries (docs/tuning.md, "LARS"); async pushes and K of N have
+    // none.
+    if (spec.kind() != TableSpec::DENSE || job.mode() != SYNC ||
+        job.replicas_to_aggregate() > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", spec.name(),
+          " has LARS, which needs a dense table in a SYNC job without "
+          "replicas_to_aggregate"));
+    }
+  }
+  t->spec = spec;
+  t->optimizer = std::move(*opt);
+  return absl::OkStatus();
+}
+
+int64_t DenseBytesPerValue(const Optimizer& optimizer) {
+  // The value, the step's gradient sum, and the optimizer's state.
+  return static_cast<int64_t>(sizeof(float)) * (2 + optimizer.num_slots());
+}
+
+int64_t UnitOverheadBytes(int num_trainers) {
+  // StepBarrier's per-trainer counters, the unit and its lock.
+  return int64_t{9} * num_trainers + 256;
+}
+
+absl::StatusOr<int64_t> JobTables::SizeBlocks(const std::vector<Table>& tables,
+                                              absl::Span<const BlockId> blocks,
+                                              int num_trainers,
+                                              std::vector<int64_t>* sizes) {
+  sizes->reserve(blocks.size());
+  int64_t bytes = 0;
+  const int64_t per_unit = UnitOverheadBytes(num_trainers);
+  for (const BlockId& id : blocks) {
+    if (id.table_id >= tables.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: block of unknown table id ", id.table_id));
+    }
+    const Table& t = tables[id.table_id];
+    if (t.spec.kind() == TableSpec::SPARSE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", t.spec.name(), " is sparse and has no blocks"));
+    }
+    const int64_t nb = NumBlocks(t.num_values, t.spec.block_size());
+    if (id.block >= nb) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", t.spec.name(), " has ", nb,
+                       " blocks; there is no block ", id.block));
+    }
+    sizes->push_back(
+        std::min(t.spec.block_size(),
+                 t.num_values - int64_t{id.block} * t.spec.block_size()));
+    bytes += sizes->back() * DenseBytesPerValue(*t.optimizer) + per_unit;
+  }
+  for (const Table& t : tables) {
+    if (t.spec.kind() == TableSpec::SPARSE) bytes += per_unit;
+  }
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
+  for (const BlockId& id : blocks) {
+    if (!seen.insert({id.table_id, id.block}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", tables[id.table_id].spec.name(),
+                       " block ", id.block, " listed twice"));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
+    const JobSpec& job, absl::Span<const BlockId> blocks,
+    const Membership* membership, MemoryBudget* budget,
+    absl::Span<const int> sparse_shards) {
+  std::unique_ptr<JobTables> jt(new JobTables);
+  std::vector<Table>& tables = jt->tables_;
+  tables.resize(job.tables_size());
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < job.tables_size(); ++i) {
+    const std::string& name = job.tables(i).name();
+    if (name.empty() || !names.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: table ", i, " has an empty or repeated name '", name, "'"));
+    }
+    if (absl::Status s = DescribeTable(job, i, &tables[i]); !s.ok()) return s;
+  }
+  // Every block checked, and the memory the job will hold here added up,
+  // before anything is allocated.
+  std::vector<int64_t> sizes;
+  absl::StatusOr<int64_t> sized =
+      SizeBlocks(tables, blocks, job.num_trainers(), &sizes);
+  if (!sized.ok()) return sized.status();
+  const int64_t bytes = *sized;
+  if (budget != nullptr && !budget->TryReserve(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "InitJob: the job's dense blocks, optimizer state and per-trainer "
+        "state need ",
+        bytes >> 20, " MiB on this pserver; --max_memory_mb=",
+        budget->limit() >> 20, " and ", budget->used() >> 20, " MiB are held"));
+  }
+  jt->bytes_ = bytes;
+  jt->budget_ = budget;
+  jt->max_gradient_ = std::numeric_limits<float>::max() / job.num_trainers();
+  const int quorum = job.replicas_to_aggregate();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const BlockId& id = blocks[i];
+    Table& t = tables[id.table_id];
+    const int64_t size = sizes[i];
+    auto b = std::make_unique<DenseTableBlock>(id.table_id, id.block, size,
+                                               t.spec.name(), t.optimizer.get(),
+                                               membership, quorum);
+    t.blocks.emplace(id.block, std::move(b));
+  }
+  for (size_t i = 0; i < tables.size(); ++i) {
+    Table& t = tables[i];
+    for (auto& [index, b] : t.blocks) jt->blocks_.push_back(b.get());
+    if (t.spec.kind() == TableSpec::SPARSE) {
+      jt->sharded_sparse_ = !sparse_shards.empty();
+      std::vector<int> shards(sparse_shards.begin(), sparse_shards.end());
+      if (shards.empty()) shards.push_back(0);
+      for (int shard : shards) {
+        t.sparse.push_back(std::make_unique<SparseShard>(
+            static_cast<uint32_t>(i), t.spec, t.optimizer.get(), membership,
+            quorum, budget, static_cast<uint32_t>(shard),
+            !sparse_shards.empty()));
+        jt->sparse_.push_back(t.sparse.back().get());
+      }
+    }
+  }
+  std::sort(jt->blocks_.begin(), jt->blocks_.end(),
+            [](const DenseTableBlock* a, const DenseTableBlock* b) {
+              return a->LockedBefore(*b);
+            });
+  jt->units_.assign(jt->blocks_.begin(), jt->blocks_.end());
+  jt->units_.insert(jt->units_.end(), jt->sparse_.begin(), jt->sparse_.end());
+  return jt;
+}
+
+JobTables::~JobTables() {
+  if (budget_ != nullptr) budget_->Release(bytes_);
+}
+
+absl::Status JobTables::ResolveDensePush(absl::Span<const BlockData> grads,
+                                         int trainer_id, int64_t step,
+                                         std::vector<PushPart>* parts) const {
+  absl::Status st;
+  parts->reserve(grads.size());
+  for (size_t i = 0; st.ok() && i < grads.size(); ++i) {
+    const BlockData& g = grads[i];
+    auto b = FindBlock(g.table_id, g.block);
+    if (!b.ok()) {
+      st = b.status();
+      break;
+    }
+    const std::string& name = spec(g.table_id).name();
+    if (static_cast<int64_t>(g.values.size()) != (*b)->size()) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "table ", name, " block ", g.block, ": gradient has ",
+          g.values.size(), " values, the block has ", (*b)->size()));
+    } else if (!AllWithin(g.values.data(), g.values.size(), max_gradient_)) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("table ", name, " block ", g.block, ": gradient value ",
+                       FirstOutOfRange(g.values, max_gradient_), " (trainer ",
+                       trainer_id, ", step ", step, "); nothing was applied"));
+    }
+    parts->push_back(PushPart{*b, PushPayload{g.values, {}, 1}});
+  }
+  return st;
+}
+
+absl::Status JobTables::ResolveSparsePush(absl::Span<const SparseGrads> rows,
+                                          int trainer_id, int64_t step,
+                                          bool sync,
+                                          std::vector<PushPart>* parts) const {
+  absl::Status st;
+  absl::flat_hash_set<uint64_t> seen;
+  for (size_t i = 0; st.ok() && i < rows.size(); ++i) {
+    const SparseGrads& r = rows[i];
+    auto shard = FindSparse(r.table_id, r.shard);
+    if (!shard.ok()) {
+      st = shard.status();
+      break;
+    }
+    const std::string& name = (*shard)->table_name();
+    const size_t dim = static_cast<size_t>((*shard)->rows().dim());
+    if (r.grads.size() != r.keys.size() * dim) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": ", r.keys.size(), " keys but ",
+                       r.grads.size(), " values; rows have ", dim,
+                       " values each (keys and values of different lengths)"));
+    } else if (sync && (r.num_chunks < 1 || r.num_chunks > kMaxChunksPerStep)) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": num_chunks must be in [1, ",
+                       kMaxChunksPerStep, "], got ", r.num_chunks));
+    } else if (!AllWithin(r.grads.data(), r.grads.size(), max_gradient_)) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", name, ": gradient value ",
+                       FirstOutOfRange(r.grads, max_gradient_), " (trainer ",
+                       trainer_id, ", step ", step, "); nothing was applied"));
+    }
+    seen.clear();
+    seen.reserve(r.keys.size());
+    for (size_t j = 0; st.ok() && j < r.keys.size(); ++j) {
+      if (!seen.insert(r.keys[j]).second) {
+        st = absl::InvalidArgumentError(absl::StrCat(
+            "sparse table ", name, ": key ", r.keys[j],
+            " appears twice in one push (the trainer sums a batch's "
+            "gradients per key)"));
+      }
+    }
+    parts->push_back(
+        PushPart{*shard, PushPayload{r.grads, r.keys, r.num_chunks}});
+  }
+  return st;
+}
+
+absl::StatusOr<DenseTableBlock*> JobTables::FindBlock(uint32_t table_id,
+                                                      uint32_t block) const {
+  if (table_id >= tables_.size()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
+                                            ": the job has ", tables_.size(),
+                                            " tables"));
+  }
+  const Table& t = tables_[table_id];
+  auto it = t.blocks.find(block);
+  if (it == t.blocks.end()) {
+    return absl::NotFoundError(absl::StrCat("table ", t.spec.name(), " block ",
+                                            block,
+                                            " is not held by this pserver"));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<SparseShard*> JobTables::FindSparse(uint32_t table_id,
+                                                   int shard) const {
+  if (table_id >= tables_.size()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id,
+                                            ": the job has ", tables_.size(),
+                                            " tables"));
+  }
+  const Table& t = tables_[table_id];
+  if (t.sparse.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", t.spec.name(), " is dense; it has blocks, not keyed rows"));
+  }
+  // Without replication, or for what every shard shares (its width).
+  if (!sharded_sparse_ || shard < 0) return t.sparse[0].get();
+  for (const auto& s : t.sparse) {
+    if (static_cast<int>(s->index()) == shard) return s.get();
+  }
+  return absl::NotFoundError(absl::StrCat("sparse table ", t.spec.name(),
+                                          " shard ", shard,
+                                          " is not held by this pserver"));
+}
+
+absl::flat_hash_map<uint32_t, int64_t> JobTables::BlockSizes(
+    uint32_t table_id) const {
+  absl::flat_hash_map<uint32_t, int64_t> sizes;
+  for (const auto& [index, b] : tables_[table_id].blocks) {
+    sizes[index] = b->size();
+  }
+  return sizes;
+}
+
+}  // namespace shardps

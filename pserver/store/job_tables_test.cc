@@ -1,0 +1,120 @@
+// A job's tables on one pserver: the spec's checks with their messages,
+// lookups, and the resolution of pushes against the tables.
+#include "pserver/store/job_tables.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pserver/testing/store_testing.h"
+
+namespace shardps {
+namespace {
+
+using testing::DenseTableSpec;
+using testing::MakeJobSpec;
+using testing::Sgd;
+using testing::SparseTableSpec;
+
+JobSpec Job() {
+  return MakeJobSpec(
+      SYNC, 2,
+      {DenseTableSpec("w", 10, 4, Sgd(1)), SparseTableSpec("e", 2, Sgd(1))});
+}
+
+absl::Status CreateError(const JobSpec& job, std::vector<BlockId> blocks) {
+  Membership m(2, true);
+  return JobTables::Create(job, blocks, &m).status();
+}
+
+TEST(JobTablesTest, JobWideChecks) {
+  JobSpec job = Job();
+  EXPECT_TRUE(ValidateJob(job, 0).ok());
+  EXPECT_EQ(ValidateJob(job, 3).code(), absl::StatusCode::kFailedPrecondition);
+  job.set_num_trainers(0);
+  EXPECT_EQ(ValidateJob(job, 0).message(),
+            "InitJob: num_trainers must be in [1, 65536], got 0");
+  job.set_num_trainers(kMaxTrainers + 1);
+  EXPECT_EQ(ValidateJob(job, 0).code(), absl::StatusCode::kInvalidArgument);
+  job = Job();
+  job.set_replicas_to_aggregate(3);
+  EXPECT_EQ(ValidateJob(job, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
+  JobSpec job = Job();
+  job.mutable_tables(1)->set_name("w");
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: table 1 has an empty or repeated name 'w'");
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_dim(0);
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e needs a row dim in [1, 65536], got 0");
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_gradient_mean(
+      static_cast<SparseTableOptions::GradientMean>(7));
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e has unknown gradient_mean 7");
+  job = Job();
+  job.mutable_tables(0)->set_block_size(0);
+  EXPECT_NE(CreateError(job, {}).message().find("block_size must be in"),
+            std::string::npos);
+  EXPECT_EQ(CreateError(Job(), {{0, 3}}).message(),
+            "InitJob: table w has 3 blocks; there is no block 3");
+  EXPECT_EQ(CreateError(Job(), {{1, 0}}).message(),
+            "InitJob: table e is sparse and has no blocks");
+  EXPECT_EQ(CreateError(Job(), {{0, 1}, {0, 1}}).message(),
+            "InitJob: table w block 1 listed twice");
+  EXPECT_EQ(CreateError(Job(), {{5, 0}}).message(),
+            "InitJob: block of unknown table id 5");
+}
+
+TEST(JobTablesTest, UnitsInLockOrderAndLookups) {
+  Membership m(2, true);
+  auto t = JobTables::Create(Job(), {{0, 2}, {0, 0}}, &m);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ((*t)->units().size(), 3u);
+  EXPECT_EQ((*t)->units()[0]->name(), "table w block 0");
+  EXPECT_EQ((*t)->units()[1]->name(), "table w block 2");
+  EXPECT_EQ((*t)->units()[2]->name(), "sparse table e");
+  EXPECT_EQ((*(*t)->FindBlock(0, 2))->size(), 2);  // the last block of 10
+  EXPECT_EQ((*t)->FindBlock(0, 1).status().message(),
+            "table w block 1 is not held by this pserver");
+  EXPECT_EQ((*t)->FindSparse(0).status().message(),
+            "table w is dense; it has blocks, not keyed rows");
+  EXPECT_EQ((*t)->FindSparse(7).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobTablesTest, PushesAreResolvedOrRefusedWhole) {
+  Membership m(2, true);
+  auto t = JobTables::Create(Job(), {{0, 0}, {0, 2}}, &m);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<float> g4 = {1, 1, 1, 1}, g2 = {1, std::nanf("")};
+  std::vector<PushPart> parts;
+  std::vector<BlockData> dense = {{0, 0, g4}, {0, 2, g2}};
+  absl::Status s = (*t)->ResolveDensePush(dense, 1, 5, &parts);
+  EXPECT_EQ(s.message(),
+            "table w block 2: gradient value 1 is NaN (trainer 1, step 5); "
+            "nothing was applied");
+  parts.clear();
+  dense = {{0, 0, g4}};
+  ASSERT_TRUE((*t)->ResolveDensePush(dense, 1, 5, &parts).ok());
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].unit->name(), "table w block 0");
+
+  std::vector<uint64_t> keys = {3, 3};
+  std::vector<float> rows = {1, 1, 2, 2};
+  std::vector<SparseGrads> sparse = {{1, keys, rows, 1}};
+  parts.clear();
+  s = (*t)->ResolveSparsePush(sparse, 0, 0, true, &parts);
+  EXPECT_NE(s.message().find("key 3 appears twice"), std::string::npos) << s;
+  keys = {3, 4};
+  sparse = {{1, keys, rows, 0}};
+  s = (*t)->ResolveSparsePush(sparse, 0, 0, /*sync=*/true, &parts);
+  EXPECT_NE(s.message().find("num_chunks must be in [1, 65536]"),
+            std::string::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace shardps

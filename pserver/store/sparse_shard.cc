@@ -1,0 +1,113 @@
+// SparseShard: a sparse table as a barrier unit.
+#include "pserver/store/sparse_shard.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "pserver/store/sparse_table.h"
+
+namespace shardps {
+
+SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
+                         const Optimizer* optimizer,
+                         const Membership* membership, int quorum,
+                         MemoryBudget* budget, uint32_t shard, bool sharded)
+    : BarrierUnit(
+          table_id, shard,
+          sharded ? absl::StrCat("sparse table ", spec.name(), " shard ", shard)
+                  : absl::StrCat("sparse table ", spec.name()),
+          "table", membership, quorum),
+      name_(spec.name()),
+      evict_after_(spec.sparse().evict_after_steps()),
+      options_(spec.sparse()),
+      optimizer_(optimizer),
+      rows_(spec.sparse(), optimizer, SparseTable::kDefaultStripes, budget) {}
+
+absl::Status SparseShard::Verify(absl::string_view blob) const {
+  // Deserialize empties the table it fails on: load into a scratch one.
+  SparseTable scratch(options_, optimizer_, /*num_stripes=*/1);
+  return scratch.Deserialize(blob);
+}
+
+void SparseShard::Accumulate(const PushPayload& p, bool first) {
+  rows_.Accumulate(p.keys, p.values);
+}
+
+void SparseShard::ApplyStep(const PushPayload* last,
+                            std::vector<WaiterPtr>* ready) {
+  const int64_t version = barrier.version();
+  if (update_sink_) {
+    AppliedUpdate u = UpdateRecord(version, /*sync=*/true);
+    rows_.ApplyAccumulated(version, barrier.num_done(), &u);
+    update_sink_(std::move(u));
+  } else {
+    rows_.ApplyAccumulated(version, barrier.num_done());
+  }
+  barrier.Advance(ready);
+  Evict(barrier.version());
+}
+
+void SparseShard::ApplyNow(int64_t step, const PushPayload& p) {
+  if (update_sink_) {
+    AppliedUpdate u = UpdateRecord(step, /*sync=*/false);
+    u.job_step = p.job_step;
+    u.keys.assign(p.keys.begin(), p.keys.end());
+    u.scales = {1.0f};
+    u.grad.assign(p.values.begin(), p.values.end());
+    update_sink_(std::move(u));
+  }
+  const float one[] = {1.0f};
+  rows_.Apply(step, p.keys, p.values, one);
+  barrier.Bump();
+  PaceEviction(p.job_step);
+}
+
+void SparseShard::PaceEviction(int64_t job_step) {
+  // Paced by the slowest live trainer, not by this push's step: one
+  // client's step cannot evict the others' rows.
+  if (evict_after_ > 0 &&
+      job_step >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
+    last_evict_step_ = job_step;
+    Evict(job_step);
+  }
+}
+
+absl::Status SparseShard::ApplyReplicated(const AppliedUpdate& update,
+                                          std::vector<WaiterPtr>* ready) {
+  RETURN_IF_ERROR(CheckReplicated(update));
+  const size_t n = update.keys.size();
+  if (update.grad.size() != n * static_cast<size_t>(rows_.dim()) ||
+      (update.scales.size() != 1 && update.scales.size() != n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": a replicated update of ", n, " keys with ",
+                     update.grad.size(), " gradient values and ",
+                     update.scales.size(), " scales (dim ", rows_.dim(), ")"));
+  }
+  rows_.Apply(update.step, update.keys, update.grad, update.scales);
+  if (update.sync) {
+    barrier.Advance(ready);
+    Evict(barrier.version());
+  } else {
+    barrier.Bump();
+    PaceEviction(update.job_step);
+  }
+  return absl::OkStatus();
+}
+
+void SparseShard::Evict(int64_t step) {
+  if (evict_after_ <= 0) return;
+  const int64_t n = rows_.Evict(step);
+  if (n > 0) {
+    LOG(INFO) << "sparse table " << name_ << ": evicted " << n
+              << " rows not updated since step " << step - evict_after_;
+  }
+}
+
+void SparseShard::Read(const PullTarget& target, const PullSink& sink) const {
+  rows_.Read(target.keys, target.out);
+}
+
+}  // namespace shardps

@@ -1,0 +1,79 @@
+#ifndef SHARDPS_PSERVER_STORE_SPARSE_SHARD_H_
+#define SHARDPS_PSERVER_STORE_SPARSE_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "pserver/store/sparse_table.h"
+#include "pserver/store/step_barrier.h"
+
+namespace shardps {
+
+// The rows of one sparse table held on this pserver as one barrier unit:
+// a sync step of the table is complete when every trainer has sent all its
+// chunks of it; then each key gets the mean over the trainers that pushed
+// it. ASYNC pushes are applied on arrival. Rows not updated for
+// evict_after_steps are evicted after every sync step, and every
+// evict_after_steps / 2 steps in ASYNC mode. `mu` guards the barrier and
+// the eviction schedule; the rows lock their own stripes. Thread-safe.
+class SparseShard final : public BarrierUnit {
+ public:
+  // `optimizer` and `membership` must outlive the shard.
+  // `shard`: its index among the table's units (replication; named "sparse
+  // table e shard 2" when `sharded`).
+  SparseShard(uint32_t table_id, const TableSpec& spec,
+              const Optimizer* optimizer, const Membership* membership,
+              int quorum, MemoryBudget* budget = nullptr, uint32_t shard = 0,
+              bool sharded = false);
+
+  // Whether `blob` (a checkpoint of this table, SparseTable::Serialize)
+  // would load: DATA_LOSS otherwise. Changes nothing.
+  absl::Status Verify(absl::string_view blob) const;
+
+  SparseTable& rows() { return rows_; }
+  const SparseTable& rows() const { return rows_; }
+  // The table's own name ("e"); BarrierUnit::name() is "sparse table e".
+  const std::string& table_name() const { return name_; }
+
+  // Adds the chunk's rows into the step's per-key sums and counts.
+  void Accumulate(const PushPayload& p, bool first) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies each key's mean over the trainers that pushed it, then evicts.
+  void ApplyStep(const PushPayload* last,
+                 std::vector<WaiterPtr>* ready) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Applies an ASYNC chunk's rows as they are; evicts every
+  // evict_after_steps / 2 steps.
+  void ApplyNow(int64_t step, const PushPayload& p) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Copies the rows of the target's keys to target.out, as SparseTable::Read
+  // (under the stripes' locks, not `mu`).
+  void Read(const PullTarget& target, const PullSink& sink) const override;
+  // A backup's table (BarrierUnit::ApplyReplicated): keys.size() rows of
+  // gradient, one scale or one per key; the keys must be distinct. Evicts
+  // as the primary did.
+  absl::Status ApplyReplicated(const AppliedUpdate& update,
+                               std::vector<WaiterPtr>* ready) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+ private:
+  // ASYNC: evicts every evict_after_steps / 2 steps of `job_step`.
+  void PaceEviction(int64_t job_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Evicts the rows not updated since `step` - evict_after_steps.
+  void Evict(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  const std::string name_;
+  const int64_t evict_after_;
+  const SparseTableOptions options_;
+  const Optimizer* const optimizer_;
+  SparseTable rows_;
+  int64_t last_evict_step_ ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_STORE_SPARSE_SHARD_H_

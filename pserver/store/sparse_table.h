@@ -1,0 +1,193 @@
+#ifndef SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
+#define SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "optimizer/optimizer.h"
+#include "proto/ps_service.pb.h"
+#include "pserver/store/memory_budget.h"
+#include "pserver/store/step_barrier.h"
+
+namespace shardps {
+
+// Counters of a sparse table, cumulative except `rows` and `pending_keys`.
+struct SparseCounters {
+  int64_t rows = 0;             // rows held now
+  int64_t pending_keys = 0;     // keys seen, not yet admitted
+  int64_t created = 0;          // rows created
+  int64_t evicted = 0;          // rows removed by eviction
+  int64_t dropped_updates = 0;  // gradients of keys not yet admitted
+  int64_t refused_rows = 0;     // new rows past --max_memory_mb, dropped
+};
+
+// The rows of one sparse table that one pserver holds: uint64 key to `dim`
+// floats plus the optimizer's per-row state. A row is created on first
+// update from an initializer seeded by (table seed, key) only, so its
+// initial value does not depend on which pserver or trainer touched it
+// first. Memory grows with the keys updated, never with the key space: rows
+// live in chunks of kRowsPerChunk, indexed by an absl::flat_hash_map.
+// Keys are split over stripes by Mix64(key), each with its own mutex; no lock
+// covers the whole table. Thread-safe.
+class SparseTable {
+ public:
+  static constexpr int kDefaultStripes = 64;
+  // Rows are allocated in chunks of at most this many rows and (unless one
+  // row is larger) this many bytes.
+  static constexpr int kMaxRowsPerChunk = 1024;
+  static constexpr int64_t kChunkBytes = 256 << 10;
+
+  // REQUIRES: options.dim() > 0. `optimizer` must outlive the table, and
+  // `budget` (may be null: no limit) too. A row chunk is allocated only
+  // when `budget` has room for it; otherwise new rows are refused (their
+  // gradients dropped and counted as refused_rows, with a warning).
+  SparseTable(const SparseTableOptions& options, const Optimizer* optimizer,
+              int num_stripes = kDefaultStripes,
+              MemoryBudget* budget = nullptr);
+  // Gives back to the budget what the table holds.
+  ~SparseTable();
+
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
+  int dim() const { return dim_; }
+
+  // Copies the rows of `keys` to `out` (keys.size() * dim floats). A key
+  // without a row reads as its initial value; reading creates nothing.
+  void Read(absl::Span<const uint64_t> keys, float* out) const;
+
+  // Applies one update per key: grads holds keys.size() rows of dim floats,
+  // and key i's gradient is multiplied by scales[i] (the 1/count of a sync
+  // mean; a span of size 1 applies to every key). `step` selects the
+  // learning rate and marks the rows updated. A key not yet admitted (see
+  // SparseTableOptions.admit_after) counts a sighting and its gradient is
+  // dropped and counted; at the sighting that admits it, its row is created
+  // and updated.
+  // REQUIRES: keys distinct; grads.size() == keys.size() * dim.
+  void Apply(int64_t step, absl::Span<const uint64_t> keys,
+             absl::Span<const float> grads, absl::Span<const float> scales);
+
+  // SYNC: adds one trainer's gradients for the step being assembled (keys
+  // distinct within a call; each trainer pushes a key at most once a step).
+  // REQUIRES: grads.size() == keys.size() * dim.
+  void Accumulate(absl::Span<const uint64_t> keys,
+                  absl::Span<const float> grads);
+  // SYNC: applies, per key, the mean of the step's gradients (over the
+  // trainers that pushed the key, or with gradient_mean STEP_TRAINERS over
+  // `step_trainers`), and clears the accumulators. Returns the keys updated.
+  // With `applied`, also appends each key, its summed gradient and its scale
+  // there, so that Apply(step, keys, grad, scales) elsewhere does the same.
+  // `step_trainers`: the trainers whose pushes made up the step, the divisor
+  // of every key's sum with gradient_mean STEP_TRAINERS (else each key's
+  // sum is divided by the pushes it had).
+  int64_t ApplyAccumulated(int64_t step, int step_trainers,
+                           AppliedUpdate* applied = nullptr);
+
+  // Removes the rows not updated for evict_after_steps steps before
+  // `current_step`, and forgets pending sightings as old. Returns the rows
+  // removed. A no-op when eviction is off.
+  int64_t Evict(int64_t current_step);
+
+  // The initial value of `key`'s row (dim floats).
+  void InitialRow(uint64_t key, float* out) const;
+
+  // Checkpoints: appends every row (key, value, optimizer state, last
+  // update step and count) and pending admission sightings to `out`, in a
+  // little-endian format of this class. The SYNC accumulators are not
+  // saved: a checkpoint is taken at a step boundary, where they are empty.
+  void Serialize(std::string* out) const;
+  // Replaces every row and sighting with those of `data` (from Serialize of
+  // a table with the same dim and optimizer) and clears the accumulators.
+  // DataLoss when `data` is malformed or its dim or state width differs,
+  // RESOURCE_EXHAUSTED when its rows do not fit in the budget; the table is
+  // then left empty.
+  absl::Status Deserialize(absl::string_view data);
+
+  SparseCounters counters() const;
+  // Bytes held for rows, their state and the indexes.
+  size_t MemoryBytes() const;
+
+ private:
+  struct RowMeta {
+    uint64_t key = 0;
+    int64_t last_step = 0;
+    int64_t updates = 0;  // Adam's t - 1
+  };
+  struct Sighting {
+    int64_t count = 0;
+    int64_t last_step = 0;
+  };
+  struct Stripe {
+    mutable absl::Mutex mu;
+    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
+    std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
+    std::vector<RowMeta> meta ABSL_GUARDED_BY(mu);  // per slot
+    std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<uint64_t, Sighting> sightings ABSL_GUARDED_BY(mu);
+    // SYNC accumulators: key to its position in accum_sums (dim floats) and
+    // accum_counts (trainers that pushed it).
+    absl::flat_hash_map<uint64_t, uint32_t> accum_index ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> accum_keys ABSL_GUARDED_BY(mu);
+    std::vector<float> accum_sums ABSL_GUARDED_BY(mu);
+    std::vector<int32_t> accum_counts ABSL_GUARDED_BY(mu);
+    int64_t created ABSL_GUARDED_BY(mu) = 0;
+    int64_t evicted ABSL_GUARDED_BY(mu) = 0;
+    int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+    int64_t refused ABSL_GUARDED_BY(mu) = 0;
+    // Bytes of chunks and accumulators counted in the budget.
+    int64_t reserved ABSL_GUARDED_BY(mu) = 0;
+  };
+  static constexpr uint32_t kNoRow = UINT32_MAX;
+
+  Stripe& StripeOf(uint64_t key) const;
+  size_t StripeIndex(uint64_t key) const;
+  // Empties `s`, giving its memory back to the budget.
+  void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // The sync accumulators of `s`, emptied.
+  void ClearAccumulators(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // The row's floats: value, then each optimizer slot.
+  float* RowPtr(const Stripe& s, uint32_t slot) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // A new row for `key`, or kNoRow when the budget has no room for the
+  // chunk it needs.
+  uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Applies one update to `key` (admission included).
+  void ApplyOne(Stripe& s, int64_t step, uint64_t key, const float* grad,
+                float scale, std::vector<absl::Span<float>>* slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Applies one update to the row in `slot`.
+  void UpdateRow(Stripe& s, uint32_t slot, int64_t step, const float* grad,
+                 float scale, std::vector<absl::Span<float>>* slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // slots[j] = the slot of keys[j] in `s`, or kNoRow. Lookups run ahead of
+  // use by prefetching the index and the rows' first `row_bytes`: a table
+  // larger than the cache is bound by memory latency, not by work.
+  void FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
+                size_t row_bytes, uint32_t* slots) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // The positions of `keys` grouped by stripe, in the keys' order within a
+  // stripe: stripe i's are order[begin[i]] to order[begin[i + 1] - 1].
+  void GroupByStripe(absl::Span<const uint64_t> keys,
+                     std::vector<uint32_t>* order,
+                     std::vector<uint32_t>* begin) const;
+
+  const int dim_;
+  const int row_floats_;  // dim * (1 + optimizer slots)
+  const int rows_per_chunk_;
+  MemoryBudget* const budget_;
+  const SparseTableOptions options_;
+  const Optimizer* const optimizer_;
+  mutable std::vector<Stripe> stripes_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_

@@ -1,0 +1,275 @@
+#ifndef SHARDPS_PSERVER_STORE_STEP_BARRIER_H_
+#define SHARDPS_PSERVER_STORE_STEP_BARRIER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "pserver/store/membership.h"
+
+namespace shardps {
+
+struct PullWaiter;  // pserver/store/pull_waiters.h
+using WaiterPtr = std::shared_ptr<PullWaiter>;
+
+// The sync step of one barrier unit (a dense block, or the rows of a sparse
+// table held here), the same for both kinds (docs/design.md, "Synchronous
+// SGD"): the unit is at `version` (steps applied) and assembles step `version`.
+// Each trainer sends its part of the step in `num_chunks` pushes (1 for a
+// dense block); the step is complete when every trainer the step waits for
+// (Membership::Required) has sent all its chunks, or, with
+// replicas_to_aggregate = K > 0, when K trainers have. A repeated chunk is
+// a duplicate; with K, a push for a step already applied is late (dropped
+// and counted), and otherwise refused. The barrier also holds the pulls
+// that wait for a later version.
+//
+// Requires external synchronization: its unit's mutex (BarrierUnit::mu).
+class StepBarrier {
+ public:
+  // `unit` names the unit in messages ("table w block 3", "sparse table
+  // e"), `noun` what it is ("block", "table"). `membership` must outlive
+  // the barrier. `quorum`: K, or 0 for every live trainer.
+  StepBarrier(std::string unit, const char* noun, const Membership* membership,
+              int quorum);
+
+  int64_t version() const { return version_; }
+  int num_trainers() const { return static_cast<int>(done_.size()); }
+  // Trainers that have sent all their chunks of the step being assembled.
+  int num_done() const { return num_done_; }
+
+  enum class Admission { kApply, kLate };
+  // Whether trainer k's push of `num_chunks` chunks for `step` may be
+  // applied: kLate when the step went ahead without it (K of N);
+  // FAILED_PRECONDITION when the step was applied already or is ahead of
+  // the unit; INVALID_ARGUMENT when the trainer's chunk count changed within
+  // the step.
+  absl::StatusOr<Admission> Admit(int k, int64_t step,
+                                  int32_t num_chunks) const;
+
+  enum class Arrival { kDuplicate, kPartial, kTrainerDone };
+  struct Received {
+    Arrival arrival;
+    bool first;  // the first chunk of any trainer in this step
+  };
+  // Counts one admitted chunk of trainer k's part.
+  Received Receive(int k, int32_t num_chunks);
+  // Whether the step being assembled has what it needs (false once it is
+  // assembled and waits for its table's norms).
+  bool Complete() const;
+  // A unit whose optimizer needs its table's norms (LARS) does not apply a
+  // complete step at once: it marks it assembled, which answers the pulls
+  // of its norms (HoldForAssembly), and applies it, with Advance, once the
+  // norms come. Pushes of the step are duplicates meanwhile.
+  void Assembled(std::vector<WaiterPtr>* ready);
+  bool assembled() const { return assembled_; }
+  // Holds `w` until the step being assembled is (Assembled or Reset).
+  void HoldForAssembly(WaiterPtr w);
+  // Moves to the next version (the step was applied), forgets the pushes,
+  // and hands the pulls that may now go to *ready.
+  void Advance(std::vector<WaiterPtr>* ready);
+  // ASYNC: one more update applied (no pull waits on versions then).
+  void Bump() { ++version_; }
+
+  // Holds `w` until the unit reaches `min_version`.
+  void Hold(int64_t min_version, WaiterPtr w);
+  // Sets the version (a restore), forgets the pushes, and hands every held
+  // pull to *dropped.
+  void Reset(int64_t version, std::vector<WaiterPtr>* dropped);
+  // Pulls held (tests).
+  size_t held() const { return held_.size(); }
+  // When the first part of the step being assembled arrived (set by the
+  // caller, which has the clock), and whether one has.
+  void set_started(absl::Time t) { started_ = t; }
+  bool assembling() const { return num_received_ > 0; }
+  absl::Time started() const { return started_; }
+  // Adds to *missing the trainers whose part of the current step is
+  // missing.
+  void AppendMissing(std::vector<int>* missing) const;
+
+ private:
+  const std::string unit_;
+  const char* const noun_;
+  const Membership* const membership_;
+  const int quorum_;
+  int64_t version_ = 0;
+  // Per trainer, for the step being assembled: the chunks it announced (0:
+  // none yet) and received, and whether it sent them all.
+  std::vector<int32_t> expected_;
+  std::vector<int32_t> received_;
+  std::vector<uint8_t> done_;
+  int num_done_ = 0;
+  int num_received_ = 0;  // chunks of any trainer
+  absl::Time started_;
+  std::vector<std::pair<int64_t, WaiterPtr>> held_;
+  bool assembled_ = false;
+  std::vector<WaiterPtr> held_for_assembly_;
+};
+
+// One push's data for one unit, as views into the request: a dense block's
+// gradient (`values`), or a sparse chunk's keys and keys.size() * dim
+// gradient values.
+struct PushPayload {
+  absl::Span<const float> values;
+  absl::Span<const uint64_t> keys;
+  int32_t num_chunks = 1;
+  // ASYNC: the step of the slowest live trainer, which paces eviction (a
+  // push's own step is the client's word).
+  int64_t job_step = 0;
+};
+
+// An update as a unit's optimizer applied it (docs/replication.md,
+// "Replication after aggregation"): a backup unit that applies it to the
+// same values and state gets the same bits. A dense block's: its gradient
+// (`grad`, the block's size) times `scales[0]`; a sparse table's: one row
+// of `grad` per key, times that key's scale.
+struct AppliedUpdate {
+  uint32_t table_id = 0;
+  uint32_t block = 0;    // the unit's index (0 for a sparse table)
+  int64_t step = 0;      // the optimizer's step argument
+  int64_t version = 0;   // the unit's version before the update
+  bool sync = true;      // a sync step (the barrier advances) or an async push
+  int64_t job_step = 0;  // ASYNC sparse: what paces eviction
+  std::vector<uint64_t> keys;  // sparse only
+  std::vector<float> scales;   // 1 (dense) or one per key
+  std::vector<float> grad;
+  float trust_ratio = 1.0f;  // LARS: the table's ratio the step applied
+};
+
+// Receives a pulled dense block, under that block's lock.
+using PullSink =
+    std::function<void(uint32_t table_id, uint32_t block, int64_t version,
+                       absl::Span<const float> values)>;
+
+// What a pull reads from one unit: a dense block whole (to the sink), or
+// the rows of `keys` of a sparse table (to `out`, keys.size() * dim floats
+// owned by the caller until the pull is done).
+struct PullTarget;
+
+// A unit that a sync step assembles as a whole, with the mutex that guards
+// its barrier and its values. Units are locked in (table_id, index) order.
+// Thread-safe through `mu`.
+class BarrierUnit {
+ public:
+  BarrierUnit(uint32_t table_id, uint32_t index, std::string name,
+              const char* noun, const Membership* membership, int quorum)
+      : barrier(name, noun, membership, quorum),
+        name_(std::move(name)),
+        table_id_(table_id),
+        index_(index) {}
+  virtual ~BarrierUnit() = default;
+
+  BarrierUnit(const BarrierUnit&) = delete;
+  BarrierUnit& operator=(const BarrierUnit&) = delete;
+
+  // "table w block 3", "sparse table e".
+  const std::string& name() const { return name_; }
+  uint32_t table_id() const { return table_id_; }
+  uint32_t index() const { return index_; }
+  bool LockedBefore(const BarrierUnit& o) const {
+    return std::make_pair(table_id_, index_) <
+           std::make_pair(o.table_id_, o.index_);
+  }
+
+  // SYNC: adds one trainer's chunk of the step being assembled; `first`:
+  // the step's first chunk.
+  virtual void Accumulate(const PushPayload& p, bool first)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // SYNC: applies the step (the mean of what was accumulated; `last` is the
+  // push that completed it, null when a membership change did) and advances
+  // the barrier, handing the pulls it releases to *ready.
+  virtual void ApplyStep(const PushPayload* last, std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // ASYNC: applies one push on arrival.
+  virtual void ApplyNow(int64_t step, const PushPayload& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // Answers a pull: takes what it needs of `mu` itself.
+  virtual void Read(const PullTarget& target, const PullSink& sink) const = 0;
+  // SYNC, LARS (docs/tuning.md, "LARS"): whether the unit has the squared
+  // norms of `step` (it was assembled, or applied as the last step); false
+  // while the step is being assembled; INVALID_ARGUMENT when the unit has
+  // no such norms or the step is not the current or the last one.
+  virtual absl::StatusOr<bool> NormsReady(int64_t step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, " has no table norms (only LARS blocks have)"));
+  }
+
+  // A primary's unit: every update it applies from now on goes to `sink`,
+  // under `mu`, before any pull can see it (null: none).
+  using UpdateSink = std::function<void(AppliedUpdate update)>;
+  void set_update_sink(UpdateSink sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    update_sink_ = std::move(sink);
+  }
+  // A backup's unit: applies its primary's `update` as the primary did,
+  // handing the pulls it releases to *ready. FAILED_PRECONDITION when the
+  // update does not follow this unit's version (a gap or a repeat),
+  // INVALID_ARGUMENT when it names another unit or has the wrong sizes;
+  // nothing is applied then.
+  virtual absl::Status ApplyReplicated(const AppliedUpdate& update,
+                                       std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+
+  mutable absl::Mutex mu;
+  StepBarrier barrier ABSL_GUARDED_BY(mu);
+
+ protected:
+  // The record of an update this unit applies now at `step`: its ids,
+  // version and kind; the caller adds keys, scales and the gradient.
+  AppliedUpdate UpdateRecord(int64_t step, bool sync) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    AppliedUpdate u;
+    u.table_id = table_id_;
+    u.block = index_;
+    u.step = step;
+    u.version = barrier.version();
+    u.sync = sync;
+    return u;
+  }
+  // The checks every ApplyReplicated makes: this unit, this version.
+  absl::Status CheckReplicated(const AppliedUpdate& update) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  UpdateSink update_sink_ ABSL_GUARDED_BY(mu);
+
+ private:
+  const std::string name_;
+  const uint32_t table_id_;
+  const uint32_t index_;
+};
+
+struct PullTarget {
+  BarrierUnit* unit = nullptr;
+  absl::Span<const uint64_t> keys;  // sparse only
+  float* out = nullptr;             // sparse only
+  // A pull of a LARS block's norms (BarrierUnit::NormsReady): the block's
+  // squared sums of weights and gradient go here, not its values.
+  double* norms_out = nullptr;
+};
+
+// Locks a set of units in (table_id, index) order for its lifetime and
+// unlocks them in reverse: the scoped locker of a multi-unit push. The
+// units must be sorted and distinct. Code that uses a unit while the lock
+// is held says so with `unit->mu.AssertHeld()`.
+class UnitLocks {
+ public:
+  explicit UnitLocks(absl::Span<BarrierUnit* const> units);
+  ~UnitLocks();
+  UnitLocks(const UnitLocks&) = delete;
+  UnitLocks& operator=(const UnitLocks&) = delete;
+
+ private:
+  const absl::Span<BarrierUnit* const> units_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_STORE_STEP_BARRIER_H_

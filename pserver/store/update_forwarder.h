@@ -1,0 +1,67 @@
+#ifndef SHARDPS_PSERVER_STORE_UPDATE_FORWARDER_H_
+#define SHARDPS_PSERVER_STORE_UPDATE_FORWARDER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "pserver/store/step_barrier.h"
+
+namespace shardps {
+
+// A push that updates answer: its trainer, request id and step (a backup
+// records the id, so that the push sent again after a failover is a
+// duplicate, and in async mode the trainer's clock).
+struct PushRef {
+  int trainer_id = 0;
+  uint64_t request_id = 0;
+  int64_t step = 0;
+};
+
+// What a ParameterStore of a replicated job (docs/replication.md) asks of
+// its replication: whether this pserver serves a unit's pushes and pulls
+// now, and the sending of its applied updates to the unit's backups.
+// Implemented by ReplicaSet (pserver/replication/replica_set.h); tests use
+// fakes.
+class UpdateForwarder {
+ public:
+  virtual ~UpdateForwarder() = default;
+
+  // OK when this pserver is the primary of the unit's shard in its view;
+  // FAILED_PRECONDITION naming the view and the primary otherwise.
+  virtual absl::Status CheckServes(uint32_t table_id, uint32_t unit) const = 0;
+
+  // Sends `updates` (applied here, in this order, under their units' locks,
+  // which the caller still holds) to every backup of their units in the
+  // view, and returns once each holds them. A backup that does not answer
+  // is taken out of the view first. FAILED_PRECONDITION when this pserver
+  // is no longer the primary of a unit (a newer view: it must not answer
+  // the push or let a pull see the update); UNAVAILABLE when no view
+  // could be agreed.
+  virtual absl::Status Forward(const std::vector<AppliedUpdate>& updates,
+                               const std::vector<PushRef>& pushes) = 0;
+};
+
+// Collects the updates that units apply on this thread while it lives
+// (their update sinks call Add): a push's updates, forwarded before its
+// units' locks are released. Scopes nest; the innermost collects.
+class UpdateCollector {
+ public:
+  UpdateCollector();
+  ~UpdateCollector();
+  UpdateCollector(const UpdateCollector&) = delete;
+  UpdateCollector& operator=(const UpdateCollector&) = delete;
+
+  const std::vector<AppliedUpdate>& updates() const { return updates_; }
+  // Adds `u` to this thread's innermost collector. An update applied with
+  // none would reach no backup: a bug, which stops the pserver.
+  static void Add(AppliedUpdate u);
+
+ private:
+  UpdateCollector* const outer_;
+  std::vector<AppliedUpdate> updates_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_STORE_UPDATE_FORWARDER_H_
