@@ -40,7 +40,7 @@ K8S_DIR = os.path.join(testlib.REPO, "configs", "k8s")
 MODEL_CONFIG = os.path.join(testlib.REPO, "configs", "fmnist_mlp.pbtxt")
 # The sources that read variables other than SHARDPS_*: the schedulers'
 # (flags.cc) and the launchers' (launch_env.cc, where there is one).
-ENV_SOURCES = [os.path.join(testlib.REPO, "common", f)
+ENV_SOURCES = [os.path.join(testlib.REPO, "common", "launch", f)
                for f in ("flags.cc", "launch_env.cc")]
 VENV = os.environ.get("SHARDPS_VENV") or os.path.join(
     os.path.expanduser("~"), ".cache", "shardps", "venv")

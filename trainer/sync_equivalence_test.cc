@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
 #include "trainer/client/in_process_ps_client.h"
 #include "trainer/model/model.h"
@@ -92,12 +93,16 @@ std::vector<std::vector<float>> RunJob(
   std::vector<absl::Status> status(num_trainers);
   std::vector<std::thread> threads;
   // All clients exist before any thread runs; they outlive the threads.
+  std::vector<std::unique_ptr<SingleJobTarget>> targets;
+  for (auto& server : servers) {
+    targets.push_back(std::make_unique<SingleJobTarget>(server->handler()));
+  }
   std::vector<std::vector<std::unique_ptr<InProcessPsClient>>> clients(
       num_trainers);
   for (int k = 0; k < num_trainers; ++k) {
     for (int s = 0; s < num_servers; ++s) {
       clients[k].push_back(std::make_unique<InProcessPsClient>(
-          servers[s]->handler(), "in-process-" + std::to_string(s)));
+          targets[s].get(), "in-process-" + std::to_string(s)));
     }
   }
   for (int k = 0; k < num_trainers; ++k) {

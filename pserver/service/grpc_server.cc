@@ -46,7 +46,7 @@ std::unique_ptr<RpcMetrics> MakeRpcMetrics(
     const std::shared_ptr<prometheus::Registry>& registry) {
   if (options.monitoring.port < 0) return nullptr;
   return std::make_unique<RpcMetrics>(registry.get(),
-                                      GrpcPsService::MethodNames());
+                                      Dispatcher::MethodNames());
 }
 
 }  // namespace

@@ -4,25 +4,34 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 namespace shardps {
 namespace {
 
-// The request of a shared call, parsed and checked against the region it
-// came through.
-template <typename Request>
+// The request of a shared call (a PushRequest or a PullRequest), parsed
+// and checked against the region it came through.
 absl::Status ParseCall(absl::string_view bytes, int trainer_id,
-                       uint64_t region_id, Request* req) {
+                       uint64_t region_id, PsRpc rpc,
+                       google::protobuf::Message* req) {
   if (!req->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError(
         "shared call: a request that does not parse");
   }
-  if (req->trainer_id() != trainer_id || req->shared_region() != region_id) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("shared call: trainer ", req->trainer_id(), " and region ",
-                     req->shared_region(),
-                     " named through the region of trainer ", trainer_id));
+  int named_trainer = 0;
+  uint64_t named_region = 0;
+  if (rpc == PsRpc::kPush) {
+    auto* push = static_cast<PushRequest*>(req);
+    named_trainer = push->trainer_id();
+    named_region = push->shared_region();
+  } else {
+    auto* pull = static_cast<PullRequest*>(req);
+    named_trainer = pull->trainer_id();
+    named_region = pull->shared_region();
+  }
+  if (named_trainer != trainer_id || named_region != region_id) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shared call: trainer ", named_trainer, " and region ", named_region,
+        " named through the region of trainer ", trainer_id));
   }
   return absl::OkStatus();
 }
@@ -59,58 +68,39 @@ absl::Status SharedCallBinding::Serve(
         absl::StrCat("shared calls: region ", region_id, " of ",
                      (*region)->size(), " bytes holds no call area"));
   }
-  RpcMetrics* const metrics = metrics_;
+  Dispatcher* const dispatcher = dispatcher_;
   std::weak_ptr<RequestHandler> job = handler;
-  auto dispatch = [job, trainer_id, region_id, metrics](
+  auto dispatch = [job, trainer_id, region_id, dispatcher](
                       shared_calls::Method method, absl::string_view bytes,
                       SharedCallServer::Reply reply) {
-    const absl::Time start = absl::Now();
+    const PsRpc rpc =
+        method == shared_calls::kPush ? PsRpc::kPush : PsRpc::kPull;
     std::shared_ptr<RequestHandler> h = job.lock();
     if (h == nullptr) {
       reply(absl::NotFoundError("shared region: the job has ended here"),
             nullptr);
       return;
     }
-    auto record = [metrics, start, n = bytes.size()](
-                      const char* name, const absl::Status& s, size_t out) {
-      if (metrics != nullptr) {
-        metrics->Record(name, s.code(), absl::Now() - start, n, out);
-      }
-    };
-    if (method == shared_calls::kPush) {
-      PushRequest req;
-      PushResponse resp;
-      absl::Status s = ParseCall(bytes, trainer_id, region_id, &req);
-      try {
-        if (s.ok()) s = h->Push(req, &resp);
-      } catch (const std::bad_alloc&) {
-        s = absl::ResourceExhaustedError(
-            "the pserver is out of memory (see --max_memory_mb)");
-      }
-      record("Push", s, s.ok() ? resp.ByteSizeLong() : 0);
-      reply(s, &resp);
-      return;
+    // The messages live until the reply has been written to the slot.
+    std::shared_ptr<google::protobuf::Message> req, resp;
+    if (rpc == PsRpc::kPush) {
+      req = std::make_shared<PushRequest>();
+      resp = std::make_shared<PushResponse>();
+    } else {
+      req = std::make_shared<PullRequest>();
+      resp = std::make_shared<PullResponse>();
     }
-    struct Exchange {
-      PullRequest req;
-      PullResponse resp;
-    };
-    auto x = std::make_shared<Exchange>();
-    absl::Status s = ParseCall(bytes, trainer_id, region_id, &x->req);
-    if (!s.ok()) {
-      record("Pull", s, 0);
+    if (absl::Status s =
+            ParseCall(bytes, trainer_id, region_id, rpc, req.get());
+        !s.ok()) {
+      dispatcher->Refused(rpc, s, bytes.size());
       reply(s, nullptr);
       return;
     }
-    h->Pull(
-        x->req, &x->resp,
-        [x, h, record, metrics, reply = std::move(reply)](absl::Status s) {
-          if (s.ok() && metrics != nullptr) {
-            metrics->RecordPullWait(absl::Microseconds(x->resp.wait_micros()));
-          }
-          record("Pull", s, s.ok() ? x->resp.ByteSizeLong() : 0);
-          reply(s, &x->resp);
-        });
+    dispatcher->CallOn(h, rpc, CallContext{}, *req, resp.get(),
+                       [req, resp, reply = std::move(reply)](absl::Status s) {
+                         reply(s, resp.get());
+                       });
   };
   auto server = std::make_unique<SharedCallServer>(*std::move(region),
                                                    std::move(dispatch));

@@ -11,22 +11,23 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transport/shared_calls.h"
-#include "pserver/service/pserver_metrics.h"
+#include "pserver/service/dispatcher.h"
 #include "pserver/service/request_handler.h"
 
 namespace shardps {
 
-// The binding of RequestHandler to the calls of a shared region
-// (common/transport/shared_calls.h), as GrpcPsService is its binding to gRPC:
-// pushes and pulls are parsed and forwarded to the handler of the job that
-// opened the region, and must name the region's trainer and region id
+// The binding of the pserver to the calls of a shared region
+// (common/transport/shared_calls.h), as GrpcPsService is its binding to
+// gRPC: pushes and pulls are parsed and handed to the Dispatcher for the
+// handler of the job that opened the region, on the shared-call server's
+// thread, and must name the region's trainer and region id
 // (PERMISSION_DENIED otherwise). One server per (job, trainer id): a new
-// region of the same trainer replaces the old one's. Each call is reported
-// to RpcMetrics as "Push" or "Pull". Thread-safe.
+// region of the same trainer replaces the old one's. Thread-safe.
 class SharedCallBinding {
  public:
-  // `metrics` (null: none) must outlive this object.
-  explicit SharedCallBinding(RpcMetrics* metrics) : metrics_(metrics) {}
+  // `dispatcher` must outlive this object.
+  explicit SharedCallBinding(Dispatcher* dispatcher)
+      : dispatcher_(dispatcher) {}
   ~SharedCallBinding();
 
   // Serves the call area of region `region_id` of `trainer_id`, which
@@ -39,7 +40,7 @@ class SharedCallBinding {
   void Forget(const std::string& job_id, int trainer_id);
 
  private:
-  RpcMetrics* const metrics_;
+  Dispatcher* const dispatcher_;
   absl::Mutex mu_;
   struct Served {
     std::weak_ptr<RequestHandler> handler;  // gone: the job ended

@@ -9,21 +9,23 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "pserver/service/request_handler.h"
+#include "common/transport/ps_rpc.h"
 #include "trainer/client/ps_client_interface.h"
 
 namespace shardps {
 
-// PsClientInterface over a pserver's RequestHandler in the same process: no
-// gRPC, no serialization. Each call runs the handler on the caller's
-// thread; `done` runs on this client's own thread, in the order the answers
-// came, as gRPC runs it on one of its own (so a caller may hold a lock that
-// its callback takes). Trainer tests and in-process benchmarks use it.
-// Thread-safe.
+// PsClientInterface over a pserver in the same process (a PsCallTarget:
+// the pserver's Dispatcher, or SingleJobTarget over one job's handler,
+// pserver/service/call_table.h): no gRPC, no serialization. Each call is
+// handed to the target on the caller's thread; `done` runs on this client's own
+// thread, in the order the answers came, as gRPC runs it on one of its own (so
+// a caller may hold a lock that its callback takes). Trainer tests and
+// in-process benchmarks use it. Thread-safe.
 class InProcessPsClient final : public PsClientInterface {
  public:
-  // `handler` must outlive the client.
-  InProcessPsClient(RequestHandler* handler, std::string address);
+  // `target` must outlive the client; `address` names it, and this client
+  // as the caller (CallContext::peer).
+  InProcessPsClient(PsCallTarget* target, std::string address);
   // Runs every answer still queued, then stops its thread.
   ~InProcessPsClient() override;
 
@@ -37,7 +39,7 @@ class InProcessPsClient final : public PsClientInterface {
   void Answer(StatusCallback done, absl::Status status);
   void Loop();
 
-  RequestHandler* const handler_;
+  PsCallTarget* const target_;
   const std::string address_;
   absl::Mutex mu_;
   std::deque<std::pair<StatusCallback, absl::Status>> answers_

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
+#include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
 #include "pserver/testing/store_testing.h"
 #include "trainer/client/in_process_ps_client.h"
@@ -27,8 +28,10 @@ class JobClientTest : public ::testing::Test {
       if (checkpoints) o.checkpoint_dir = tmp_.Path(absl::StrCat("ps", s));
       servers_.push_back(std::move(*Pserver::Create(o)));
       ASSERT_TRUE(servers_.back()->Start().ok());
+      targets_.push_back(
+          std::make_unique<SingleJobTarget>(servers_.back()->handler()));
       clients_.push_back(std::make_unique<InProcessPsClient>(
-          servers_.back()->handler(), absl::StrCat("pserver-", s)));
+          targets_.back().get(), absl::StrCat("pserver-", s)));
       ptrs_.push_back(clients_.back().get());
     }
   }
@@ -41,6 +44,7 @@ class JobClientTest : public ::testing::Test {
 
   testing::ScopedTempDir tmp_{"job_client_test"};
   std::vector<std::unique_ptr<Pserver>> servers_;
+  std::vector<std::unique_ptr<SingleJobTarget>> targets_;
   std::vector<std::unique_ptr<InProcessPsClient>> clients_;
   std::vector<PsClientInterface*> ptrs_;
 };

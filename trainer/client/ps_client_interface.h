@@ -8,41 +8,14 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "common/transport/dense_push.h"
+#include "common/transport/ps_rpc.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "proto/ps_service.pb.h"
 
 namespace shardps {
 
-using StatusCallback = std::function<void(absl::Status)>;
-
-// The calls of the ParameterServer service (proto/ps_service.proto).
-enum class PsRpc {
-  kInitJob,
-  kSetInitialValues,
-  kCommitInit,
-  kRegister,
-  kGetStatus,
-  kPull,
-  kPush,
-  kHeartbeat,
-  kLeave,
-  kCheckpoint,
-  kRollback,
-  kOpenSharedMemory,
-  kChangeView,
-  // Between pservers (docs/replication.md); listed for completeness.
-  kForward,
-  kViewPrepare,
-  kViewAccept,
-  kViewCommit,
-  kInstallUnit,
-};
-inline constexpr int kNumPsRpcs = 18;
-
-// The service's method for `rpc`: its name ("Push") and its request and
-// response types. Thread-safe.
-const google::protobuf::MethodDescriptor& PsRpcMethod(PsRpc rpc);
+// StatusCallback, PsRpc and PsRpcMethod: common/transport/ps_rpc.h.
 
 // A connection to one pserver. Each call is asynchronous: `done` runs once,
 // on some other thread, when the call has ended; the request and response

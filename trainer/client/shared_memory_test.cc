@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
 #include "pserver/testing/store_testing.h"
 #include "trainer/client/in_process_ps_client.h"
@@ -24,8 +25,10 @@ class SharedMemoryTest : public ::testing::Test {
     for (int s = 0; s < 2; ++s) {
       servers_.push_back(std::move(*Pserver::Create(PserverOptions{})));
       ASSERT_TRUE(servers_.back()->Start().ok());
+      targets_.push_back(
+          std::make_unique<SingleJobTarget>(servers_.back()->handler()));
       clients_.push_back(std::make_unique<InProcessPsClient>(
-          servers_.back()->handler(), absl::StrCat("pserver-", s)));
+          targets_.back().get(), absl::StrCat("pserver-", s)));
       ptrs_.push_back(clients_.back().get());
     }
     jobs_ = std::make_unique<JobClient>(ptrs_, &stamp_);
@@ -49,6 +52,7 @@ class SharedMemoryTest : public ::testing::Test {
   RequestStamp stamp_{0, /*incarnation=*/3};
   std::vector<float> w_ = {1, 2, 3, 4, 5, 6};
   std::vector<std::unique_ptr<Pserver>> servers_;
+  std::vector<std::unique_ptr<SingleJobTarget>> targets_;
   std::vector<std::unique_ptr<InProcessPsClient>> clients_;
   std::vector<PsClientInterface*> ptrs_;
   std::unique_ptr<JobClient> jobs_;

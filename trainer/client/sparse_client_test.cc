@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
 #include "trainer/client/in_process_ps_client.h"
 #include "trainer/client/job_client.h"
@@ -41,8 +42,10 @@ class SparseClientTest : public ::testing::Test {
     for (int k = 0; k < num_trainers; ++k) {
       std::vector<PsClientInterface*> ptrs;
       for (size_t s = 0; s < servers_.size(); ++s) {
+        targets_.push_back(
+            std::make_unique<SingleJobTarget>(servers_[s]->handler()));
         clients_.push_back(std::make_unique<InProcessPsClient>(
-            servers_[s]->handler(), absl::StrCat("pserver-", s)));
+            targets_.back().get(), absl::StrCat("pserver-", s)));
         ptrs.push_back(clients_.back().get());
       }
       stamps_.push_back(std::make_unique<RequestStamp>(k));
@@ -58,6 +61,7 @@ class SparseClientTest : public ::testing::Test {
 
   JobSpec job_;
   std::vector<std::unique_ptr<Pserver>> servers_;
+  std::vector<std::unique_ptr<SingleJobTarget>> targets_;
   std::vector<std::unique_ptr<InProcessPsClient>> clients_;
   std::vector<std::unique_ptr<RequestStamp>> stamps_;
   std::vector<std::unique_ptr<JobClient>> jobs_;

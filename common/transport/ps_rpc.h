@@ -1,0 +1,66 @@
+#ifndef SHARDPS_COMMON_TRANSPORT_PS_RPC_H_
+#define SHARDPS_COMMON_TRANSPORT_PS_RPC_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+
+namespace shardps {
+
+using StatusCallback = std::function<void(absl::Status)>;
+
+// The calls of the ParameterServer service (proto/ps_service.proto), in the
+// proto's order: the proto is the one list, and PsRpcMethod fails at start
+// if this enum and the service disagree (ps_rpc_test checks each name).
+enum class PsRpc {
+  kInitJob,
+  kSetInitialValues,
+  kCommitInit,
+  kRegister,
+  kGetStatus,
+  kPull,
+  kPush,
+  kHeartbeat,
+  kLeave,
+  kCheckpoint,
+  kRollback,
+  kOpenSharedMemory,
+  kChangeView,
+  // Between pservers (docs/replication.md).
+  kForward,
+  kViewPrepare,
+  kViewAccept,
+  kViewCommit,
+  kInstallUnit,
+};
+inline constexpr int kNumPsRpcs = 18;
+
+// The service's method for `rpc`: its name ("Push") and its request and
+// response types. Thread-safe.
+const google::protobuf::MethodDescriptor& PsRpcMethod(PsRpc rpc);
+
+// What a transport knows of a call besides its messages.
+struct CallContext {
+  std::string job_id;  // the job it names (base/job_id.h)
+  std::string peer;    // who sent it, for the log ("" when unknown)
+};
+
+// Where a transport hands the calls it receives: the pserver's dispatcher
+// (pserver/service/dispatcher.h), whichever transport brought them (gRPC,
+// shared-memory slots, an in-process client). `req` and `resp` are of the
+// types PsRpcMethod(rpc) names and must stay alive until `done`, which
+// runs once, on this thread or another, with the status the call answers.
+class PsCallTarget {
+ public:
+  virtual ~PsCallTarget() = default;
+  virtual void Call(PsRpc rpc, const CallContext& ctx,
+                    const google::protobuf::Message& req,
+                    google::protobuf::Message* resp, StatusCallback done) = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_COMMON_TRANSPORT_PS_RPC_H_
