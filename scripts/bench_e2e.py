@@ -168,16 +168,26 @@ def main():
     args = parse_args()
     runs, have_torch = make_runs(args)
     results = {name: [] for name, _ in runs}
+    failed = {}
     with tempfile.TemporaryDirectory(prefix="shardps-bench-") as tmp:
         for r in range(args.repeats):
             for name, fn in runs:
-                sps, accs, comm = fn(tmp)
+                try:
+                    sps, accs, comm = fn(tmp)
+                except subprocess.CalledProcessError as e:
+                    # A job that fails (a trainer refused for a NaN, say)
+                    # is a result too: the row says how many did.
+                    failed[name] = failed.get(name, 0) + 1
+                    print("round %d %-34s FAILED (%s exited %d)" %
+                          (r + 1, name, os.path.basename(e.cmd[1]),
+                           e.returncode), file=sys.stderr, flush=True)
+                    continue
                 results[name].append((sps, accs, comm))
                 print("round %d %-34s %8.0f samples/s  accuracy %s" %
                       (r + 1, name, sps, " ".join("%.4f" % a for a in accs)),
                       file=sys.stderr, flush=True)
     base = single = None
-    if have_torch:
+    if have_torch and results[runs[-1][0]] and results[runs[-2][0]]:
         base = statistics.median(r[0] for r in results[runs[-1][0]])
         single = statistics.median(r[0] for r in results[runs[-2][0]])
     print("| run | samples/s (median of %d) | vs DDP | vs 1 thread | "
@@ -185,12 +195,20 @@ def main():
           args.repeats)
     print("|---|---|---|---|---|---|")
     for name, _ in runs:
+        if failed.get(name):
+            name_cell = "%s (%d of %d failed)" % (name, failed[name],
+                                                  args.repeats)
+        else:
+            name_cell = name
         rs = sorted(results[name], key=lambda x: x[0])
+        if not rs:
+            print("| %s | - | - | - | - | - |" % name_cell)
+            continue
         sps, accs, comm = rs[len(rs) // 2]
         ratio = "%.2f" % (sps / base) if base else "-"
         ratio1 = "%.2f" % (sps / single) if single else "-"
         print("| %s | %.0f | %s | %s | %s | %s |" % (
-            name, sps, ratio, ratio1,
+            name_cell, sps, ratio, ratio1,
             "%.0f%%" % (100 * comm) if comm is not None else "-",
             " / ".join("%.3f" % a for a in accs if a is not None)))
 

@@ -35,6 +35,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.pb.h"
+#include "proto/replication.pb.h"
 #include "tools/request_fuzzer.h"
 
 DEFINE_string(pservers, "", "comma-separated host:port of the targets");
@@ -70,8 +71,10 @@ class Fuzz {
   Fuzz(std::vector<Target> targets, std::string authorization)
       : targets_(std::move(targets)),
         authorization_(std::move(authorization)),
-        fuzzer_(PushRequest::descriptor()->file()->FindServiceByName(
-                    "ParameterServer"),
+        fuzzer_({PushRequest::descriptor()->file()->FindServiceByName(
+                     "ParameterServer"),
+                 ForwardRequest::descriptor()->file()->FindServiceByName(
+                     "Replication")},
                 FLAGS_seed) {}
 
   absl::Status OnlyMethods(const std::vector<std::string>& names) {

@@ -22,27 +22,33 @@ constexpr size_t kBytesBudget = 4 << 20;
 
 }  // namespace
 
-RequestFuzzer::RequestFuzzer(const google::protobuf::ServiceDescriptor* service,
-                             uint64_t seed)
-    : service_(service), rng_(seed) {
-  for (int i = 0; i < service_->method_count(); ++i) {
-    methods_.push_back(service_->method(i));
+RequestFuzzer::RequestFuzzer(
+    std::vector<const google::protobuf::ServiceDescriptor*> services,
+    uint64_t seed)
+    : services_(std::move(services)), rng_(seed) {
+  for (const google::protobuf::ServiceDescriptor* service : services_) {
+    for (int i = 0; i < service->method_count(); ++i) {
+      methods_.push_back(service->method(i));
+    }
   }
 }
 
 absl::Status RequestFuzzer::OnlyMethods(const std::vector<std::string>& names) {
   std::vector<const google::protobuf::MethodDescriptor*> methods;
   for (const std::string& name : names) {
-    const google::protobuf::MethodDescriptor* m =
-        service_->FindMethodByName(name);
-    if (m == nullptr) {
-      std::vector<std::string> all;
-      for (int i = 0; i < service_->method_count(); ++i) {
-        all.push_back(service_->method(i)->name());
+    const google::protobuf::MethodDescriptor* m = nullptr;
+    std::vector<std::string> all, services;
+    for (const google::protobuf::ServiceDescriptor* service : services_) {
+      if (m == nullptr) m = service->FindMethodByName(name);
+      services.push_back(service->full_name());
+      for (int i = 0; i < service->method_count(); ++i) {
+        all.push_back(service->method(i)->name());
       }
+    }
+    if (m == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat(service_->full_name(), " has no method ", name,
-                       "; it has ", absl::StrJoin(all, ", ")));
+          absl::StrCat(absl::StrJoin(services, " and "), " have no method ",
+                       name, "; they have ", absl::StrJoin(all, ", ")));
     }
     methods.push_back(m);
   }
@@ -253,7 +259,8 @@ void RequestFuzzer::Damage(FuzzRequest* q) {
 FuzzRequest RequestFuzzer::Next() {
   FuzzRequest q;
   q.method = methods_[Uniform(methods_.size())];
-  q.path = absl::StrCat("/", service_->full_name(), "/", q.method->name());
+  q.path = absl::StrCat("/", q.method->service()->full_name(), "/",
+                        q.method->name());
   std::unique_ptr<Message> m(
       google::protobuf::MessageFactory::generated_factory()
           ->GetPrototype(q.method->input_type())

@@ -21,7 +21,7 @@ struct FuzzRequest {
   const char* kind = "";
 };
 
-// Requests for every method of a service, made from its descriptors (so a
+// Requests for every method of some services, made from their descriptors (so a
 // new field or method is fuzzed without a change here): each field set or
 // not, numbers from the boundaries of their type (0, 1, -1, the extremes,
 // 2^31-1, 2^32, ...) or small (ids, steps and indices that name real
@@ -32,12 +32,13 @@ struct FuzzRequest {
 // are random bytes. Deterministic for a seed. Not thread-safe.
 class RequestFuzzer {
  public:
-  RequestFuzzer(const google::protobuf::ServiceDescriptor* service,
-                uint64_t seed);
+  RequestFuzzer(
+      std::vector<const google::protobuf::ServiceDescriptor*> services,
+      uint64_t seed);
 
-  // From now on, requests for `names` only (method names of the service,
+  // From now on, requests for `names` only (method names of the services,
   // as "Push"; empty: every method). INVALID_ARGUMENT, naming it and the
-  // service's methods, for a name the service lacks.
+  // services' methods, for a name no service has.
   absl::Status OnlyMethods(const std::vector<std::string>& names);
 
   FuzzRequest Next();
@@ -58,7 +59,7 @@ class RequestFuzzer {
                  const google::protobuf::FieldDescriptor* field, int depth);
   void Damage(FuzzRequest* request);
 
-  const google::protobuf::ServiceDescriptor* service_;
+  std::vector<const google::protobuf::ServiceDescriptor*> services_;
   std::vector<const google::protobuf::MethodDescriptor*> methods_;
   std::mt19937_64 rng_;
   // Bytes that bytes fields may still take in the message being made, so

@@ -2,17 +2,24 @@
 
 #include <map>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "proto/ps_service.pb.h"
+#include "proto/replication.pb.h"
 
 namespace shardps {
 namespace {
 
-TEST(RequestFuzzerTest, CoversEveryMethodAndEveryKindOfDamage) {
-  RequestFuzzer fuzzer(
+// What ps_fuzz sends: the trainers' service and the pservers'.
+std::vector<const google::protobuf::ServiceDescriptor*> Services() {
+  return {
       PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
-      1);
+      ForwardRequest::descriptor()->file()->FindServiceByName("Replication")};
+}
+
+TEST(RequestFuzzerTest, CoversEveryMethodAndEveryKindOfDamage) {
+  RequestFuzzer fuzzer(Services(), 1);
   std::set<std::string> paths;
   std::map<std::string, int> kinds;
   int parsed_valid = 0, valid = 0;
@@ -30,11 +37,9 @@ TEST(RequestFuzzerTest, CoversEveryMethodAndEveryKindOfDamage) {
     }
   }
   EXPECT_EQ(static_cast<int>(paths.size()),
-            PushRequest::descriptor()
-                ->file()
-                ->FindServiceByName("ParameterServer")
-                ->method_count());
+            Services()[0]->method_count() + Services()[1]->method_count());
   EXPECT_TRUE(paths.count("/shardps.ParameterServer/Push"));
+  EXPECT_TRUE(paths.count("/shardps.Replication/Forward"));
   for (const char* k : {"valid", "truncated", "bit-flipped", "garbage"}) {
     EXPECT_GT(kinds[k], 50) << k;
   }
@@ -43,26 +48,26 @@ TEST(RequestFuzzerTest, CoversEveryMethodAndEveryKindOfDamage) {
 }
 
 TEST(RequestFuzzerTest, OnlyTheMethodsAskedFor) {
-  RequestFuzzer fuzzer(
-      PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
-      1);
+  RequestFuzzer fuzzer(Services(), 1);
   absl::Status bad = fuzzer.OnlyMethods({"Push", "Pusj"});
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find("no method Pusj; it has InitJob,"),
+  EXPECT_NE(bad.message().find("shardps.ParameterServer and "
+                               "shardps.Replication have no method Pusj; they "
+                               "have InitJob,"),
             std::string::npos)
       << bad.message();
-  ASSERT_TRUE(fuzzer.OnlyMethods({"Push", "OpenSharedMemory"}).ok());
+  ASSERT_TRUE(
+      fuzzer.OnlyMethods({"Push", "OpenSharedMemory", "InstallUnit"}).ok());
   std::set<std::string> paths;
-  for (int i = 0; i < 200; ++i) paths.insert(fuzzer.Next().path);
-  EXPECT_EQ(paths, (std::set<std::string>{
-                       "/shardps.ParameterServer/Push",
-                       "/shardps.ParameterServer/OpenSharedMemory"}));
+  for (int i = 0; i < 300; ++i) paths.insert(fuzzer.Next().path);
+  EXPECT_EQ(paths,
+            (std::set<std::string>{"/shardps.ParameterServer/Push",
+                                   "/shardps.ParameterServer/OpenSharedMemory",
+                                   "/shardps.Replication/InstallUnit"}));
 }
 
 TEST(RequestFuzzerTest, ReachesBoundariesAndRepeats) {
-  RequestFuzzer fuzzer(
-      PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
-      7);
+  RequestFuzzer fuzzer(Services(), 7);
   bool max_trainer = false, negative_step = false, many_blocks = false,
        repeated_block = false, nan_lr = false;
   for (int i = 0; i < 3000; ++i) {
@@ -88,12 +93,8 @@ TEST(RequestFuzzerTest, ReachesBoundariesAndRepeats) {
 }
 
 TEST(RequestFuzzerTest, SameSeedSameRequests) {
-  RequestFuzzer a(
-      PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
-      3);
-  RequestFuzzer b(
-      PushRequest::descriptor()->file()->FindServiceByName("ParameterServer"),
-      3);
+  RequestFuzzer a(Services(), 3);
+  RequestFuzzer b(Services(), 3);
   for (int i = 0; i < 100; ++i) {
     FuzzRequest x = a.Next(), y = b.Next();
     EXPECT_EQ(x.path, y.path);

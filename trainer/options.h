@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/transport/ps_client_interface.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/client/ps_client_interface.h"
 #include "trainer/training_observer.h"
 
 namespace shardps {

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
 #include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
-#include "trainer/client/in_process_ps_client.h"
 #include "trainer/model/model.h"
 #include "trainer/model/saved_model.h"
 #include "trainer/trainer.h"

@@ -12,9 +12,11 @@ namespace shardps {
 
 using StatusCallback = std::function<void(absl::Status)>;
 
-// The calls of the ParameterServer service (proto/ps_service.proto), in the
-// proto's order: the proto is the one list, and PsRpcMethod fails at start
-// if this enum and the service disagree (ps_rpc_test checks each name).
+// The calls of the ParameterServer service (proto/ps_service.proto), then
+// those of the Replication service between pservers
+// (proto/replication.proto), in the protos' order: the protos are the one
+// list, and PsRpcMethod fails at start if this enum and the services
+// disagree (ps_rpc_test checks each name).
 enum class PsRpc {
   kInitJob,
   kSetInitialValues,
@@ -29,7 +31,7 @@ enum class PsRpc {
   kRollback,
   kOpenSharedMemory,
   kChangeView,
-  // Between pservers (docs/replication.md).
+  // The Replication service, between pservers (docs/replication.md).
   kForward,
   kViewPrepare,
   kViewAccept,
@@ -37,6 +39,7 @@ enum class PsRpc {
   kInstallUnit,
 };
 inline constexpr int kNumPsRpcs = 18;
+inline constexpr int kFirstReplicationRpc = 13;  // PsRpc::kForward
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.

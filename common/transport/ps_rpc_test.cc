@@ -38,6 +38,12 @@ TEST(PsRpcTest, EnumFollowsTheService) {
   EXPECT_EQ(PsRpcMethod(PsRpc::kPush).input_type(), PushRequest::descriptor());
   EXPECT_EQ(PsRpcMethod(PsRpc::kPull).output_type(),
             PullResponse::descriptor());
+  EXPECT_EQ(PsRpcMethod(PsRpc::kChangeView).service()->full_name(),
+            "shardps.ParameterServer");
+  EXPECT_EQ(PsRpcMethod(PsRpc::kForward).service()->full_name(),
+            "shardps.Replication");
+  EXPECT_EQ(PsRpcMethod(PsRpc::kInstallUnit).service()->full_name(),
+            "shardps.Replication");
 }
 
 }  // namespace

@@ -20,9 +20,8 @@ std::unique_ptr<GrpcReplicaPeer> GrpcReplicaPeer::Create(
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
   auto channel =
       grpc::CreateCustomChannel(address, ChannelCredentialsFor(security), args);
-  return std::unique_ptr<GrpcReplicaPeer>(
-      new GrpcReplicaPeer(ParameterServer::NewStub(channel), job_id,
-                          security.auth_token, deadlines));
+  return std::unique_ptr<GrpcReplicaPeer>(new GrpcReplicaPeer(
+      Replication::NewStub(channel), job_id, security.auth_token, deadlines));
 }
 
 void GrpcReplicaPeer::Prepare(grpc::ClientContext* ctx,

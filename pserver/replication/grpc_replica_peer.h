@@ -6,7 +6,7 @@
 
 #include "absl/time/time.h"
 #include "common/transport/transport_security.h"
-#include "proto/ps_service.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 #include "pserver/replication/replica_set.h"
 
 namespace shardps {
@@ -35,15 +35,15 @@ class GrpcReplicaPeer : public ReplicaPeer {
   absl::Status Commit(const View& view) override;
 
  private:
-  GrpcReplicaPeer(std::unique_ptr<ParameterServer::Stub> stub,
-                  std::string job_id, std::string token, Deadlines deadlines)
+  GrpcReplicaPeer(std::unique_ptr<Replication::Stub> stub, std::string job_id,
+                  std::string token, Deadlines deadlines)
       : stub_(std::move(stub)),
         job_id_(std::move(job_id)),
         token_(std::move(token)),
         deadlines_(deadlines) {}
   void Prepare(grpc::ClientContext* ctx, absl::Duration deadline) const;
 
-  const std::unique_ptr<ParameterServer::Stub> stub_;
+  const std::unique_ptr<Replication::Stub> stub_;
   const std::string job_id_;
   const std::string token_;
   const Deadlines deadlines_;

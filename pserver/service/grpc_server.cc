@@ -117,6 +117,7 @@ absl::Status GrpcPsServer::BuildServer() {
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   service_.SetServing(false);
   builder.RegisterService(&service_);
+  builder.RegisterService(service_.replication_service());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     server_.reset();

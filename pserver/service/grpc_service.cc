@@ -17,16 +17,23 @@ std::string GrpcPsService::JobIdOf(grpc::CallbackServerContext* ctx) {
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Bind(
-    grpc::CallbackServerContext* ctx, PsRpc rpc,
+    Dispatcher* dispatcher, grpc::CallbackServerContext* ctx, PsRpc rpc,
     const google::protobuf::Message& req, google::protobuf::Message* resp,
     std::function<void()> then) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  dispatcher_.Call(rpc, CallContext{JobIdOf(ctx), ctx->peer()}, req, resp,
+  dispatcher->Call(rpc, CallContext{JobIdOf(ctx), ctx->peer()}, req, resp,
                    [reactor, then = std::move(then)](absl::Status s) {
                      if (s.ok() && then) then();
                      reactor->Finish(ToGrpcStatus(s));
                    });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Bind(
+    grpc::CallbackServerContext* ctx, PsRpc rpc,
+    const google::protobuf::Message& req, google::protobuf::Message* resp,
+    std::function<void()> then) {
+  return Bind(&dispatcher_, ctx, rpc, req, resp, std::move(then));
 }
 
 // The unary calls: the dispatcher does the rest.
@@ -47,12 +54,20 @@ SHARDPS_BIND(Leave, LeaveRequest, LeaveResponse)
 SHARDPS_BIND(Checkpoint, CheckpointRequest, CheckpointResponse)
 SHARDPS_BIND(Rollback, RollbackRequest, RollbackResponse)
 SHARDPS_BIND(ChangeView, ChangeViewRequest, ChangeViewResponse)
-SHARDPS_BIND(Forward, ForwardRequest, ForwardResponse)
-SHARDPS_BIND(ViewPrepare, ViewPrepareRequest, ViewPrepareResponse)
-SHARDPS_BIND(ViewAccept, ViewAcceptRequest, ViewAcceptResponse)
-SHARDPS_BIND(ViewCommit, ViewCommitRequest, ViewCommitResponse)
-SHARDPS_BIND(InstallUnit, InstallUnitRequest, InstallUnitResponse)
 #undef SHARDPS_BIND
+
+#define SHARDPS_BIND_PEER(Method, Request, Response)                          \
+  grpc::ServerUnaryReactor* GrpcPsService::ReplicationService::Method(        \
+      grpc::CallbackServerContext* ctx, const Request* req, Response* resp) { \
+    return GrpcPsService::Bind(dispatcher_, ctx, PsRpc::k##Method, *req,      \
+                               resp);                                         \
+  }
+SHARDPS_BIND_PEER(Forward, ForwardRequest, ForwardResponse)
+SHARDPS_BIND_PEER(ViewPrepare, ViewPrepareRequest, ViewPrepareResponse)
+SHARDPS_BIND_PEER(ViewAccept, ViewAcceptRequest, ViewAcceptResponse)
+SHARDPS_BIND_PEER(ViewCommit, ViewCommitRequest, ViewCommitResponse)
+SHARDPS_BIND_PEER(InstallUnit, InstallUnitRequest, InstallUnitResponse)
+#undef SHARDPS_BIND_PEER
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* raw_req,

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 #include "pserver/service/dispatcher.h"
 #include "pserver/service/pserver.h"
 #include "pserver/service/pserver_metrics.h"
@@ -22,7 +23,8 @@ namespace shardps {
 // values go to gRPC as slices over the reply itself
 // (common/transport/grpc_wire.h), not copied again into a buffer. An
 // OpenSharedMemory that asks for calls starts serving them through the
-// region (SharedCallBinding). Thread-safe.
+// region (SharedCallBinding). The calls between pservers are a service of
+// their own (replication_service()), on the same dispatcher. Thread-safe.
 class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                 ParameterServer::CallbackService> {
  public:
@@ -32,6 +34,9 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
 
   // Whether calls are served (true once the pserver has started).
   void SetServing(bool serving) { dispatcher_.SetServing(serving); }
+  // The calls between pservers (proto/replication.proto), through the same
+  // dispatcher: register it on the same server.
+  grpc::Service* replication_service() { return &replication_; }
 
   grpc::ServerUnaryReactor* InitJob(grpc::CallbackServerContext* ctx,
                                     const InitJobRequest* req,
@@ -72,25 +77,16 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* ChangeView(grpc::CallbackServerContext* ctx,
                                        const ChangeViewRequest* req,
                                        ChangeViewResponse* resp) override;
-  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx,
-                                    const ForwardRequest* req,
-                                    ForwardResponse* resp) override;
-  grpc::ServerUnaryReactor* ViewPrepare(grpc::CallbackServerContext* ctx,
-                                        const ViewPrepareRequest* req,
-                                        ViewPrepareResponse* resp) override;
-  grpc::ServerUnaryReactor* ViewAccept(grpc::CallbackServerContext* ctx,
-                                       const ViewAcceptRequest* req,
-                                       ViewAcceptResponse* resp) override;
-  grpc::ServerUnaryReactor* ViewCommit(grpc::CallbackServerContext* ctx,
-                                       const ViewCommitRequest* req,
-                                       ViewCommitResponse* resp) override;
-  grpc::ServerUnaryReactor* InstallUnit(grpc::CallbackServerContext* ctx,
-                                        const InstallUnitRequest* req,
-                                        InstallUnitResponse* resp) override;
 
  private:
-  // Hands call `rpc` to the dispatcher and finishes it with its answer,
+  // Hands call `rpc` to `dispatcher` and finishes it with its answer,
   // after `then` (OK answers only) when given.
+  static grpc::ServerUnaryReactor* Bind(Dispatcher* dispatcher,
+                                        grpc::CallbackServerContext* ctx,
+                                        PsRpc rpc,
+                                        const google::protobuf::Message& req,
+                                        google::protobuf::Message* resp,
+                                        std::function<void()> then = nullptr);
   grpc::ServerUnaryReactor* Bind(grpc::CallbackServerContext* ctx, PsRpc rpc,
                                  const google::protobuf::Message& req,
                                  google::protobuf::Message* resp,
@@ -98,7 +94,33 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // The job id the call names (the default job when none).
   static std::string JobIdOf(grpc::CallbackServerContext* ctx);
 
+  // The Replication service's calls, handed to the same dispatcher.
+  class ReplicationService final : public Replication::CallbackService {
+   public:
+    explicit ReplicationService(Dispatcher* dispatcher)
+        : dispatcher_(dispatcher) {}
+    grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx,
+                                      const ForwardRequest* req,
+                                      ForwardResponse* resp) override;
+    grpc::ServerUnaryReactor* ViewPrepare(grpc::CallbackServerContext* ctx,
+                                          const ViewPrepareRequest* req,
+                                          ViewPrepareResponse* resp) override;
+    grpc::ServerUnaryReactor* ViewAccept(grpc::CallbackServerContext* ctx,
+                                         const ViewAcceptRequest* req,
+                                         ViewAcceptResponse* resp) override;
+    grpc::ServerUnaryReactor* ViewCommit(grpc::CallbackServerContext* ctx,
+                                         const ViewCommitRequest* req,
+                                         ViewCommitResponse* resp) override;
+    grpc::ServerUnaryReactor* InstallUnit(grpc::CallbackServerContext* ctx,
+                                          const InstallUnitRequest* req,
+                                          InstallUnitResponse* resp) override;
+
+   private:
+    Dispatcher* const dispatcher_;
+  };
+
   Dispatcher dispatcher_;
+  ReplicationService replication_{&dispatcher_};
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;
 };

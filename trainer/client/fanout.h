@@ -9,8 +9,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport/ps_client_interface.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/client/ps_client_interface.h"
 
 namespace shardps {
 

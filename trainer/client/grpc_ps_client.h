@@ -10,12 +10,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport/ps_client_interface.h"
 #include "common/transport/transport_security.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // serializes any Message
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/client_callback.h"
-#include "trainer/client/ps_client_interface.h"
 #include "trainer/client/retry_timer.h"
 
 namespace shardps {

@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "trainer/client/ps_client_interface.h"
+#include "common/transport/ps_client_interface.h"
 
 namespace shardps {
 

@@ -8,9 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/transport/ps_client_interface.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/placement.h"
-#include "trainer/client/ps_client_interface.h"
 #include "trainer/client/request_stamp.h"
 
 namespace shardps {

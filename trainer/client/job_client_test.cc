@@ -10,11 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/testing/temp_dir.h"
+#include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
 #include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
 #include "pserver/testing/store_testing.h"
-#include "trainer/client/in_process_ps_client.h"
 
 namespace shardps {
 namespace {

@@ -11,13 +11,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport/ps_client_interface.h"
 #include "common/transport/shared_calls.h"
 #include "common/transport/shared_region.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/fanout.h"
 #include "trainer/client/placement.h"
-#include "trainer/client/ps_client_interface.h"
 #include "trainer/client/request_stamp.h"
 
 namespace shardps {

@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport/ps_client_interface.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/client/ps_client_interface.h"
 
 namespace shardps {
 

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
 #include "pserver/service/call_table.h"
 #include "pserver/service/pserver.h"
 #include "pserver/testing/store_testing.h"
-#include "trainer/client/in_process_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
 

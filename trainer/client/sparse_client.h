@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/transport/ps_client_interface.h"
 #include "trainer/client/fanout.h"
-#include "trainer/client/ps_client_interface.h"
 #include "trainer/client/request_stamp.h"
 
 namespace shardps {

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "trainer/client/ps_client_interface.h"
+#include "common/transport/ps_client_interface.h"
 
 namespace shardps {
 namespace testing {

@@ -1,26 +1,11 @@
-#include "trainer/client/ps_client_interface.h"
+#include "common/transport/ps_client_interface.h"
 
-#include <set>
 #include <string>
 
 #include "gtest/gtest.h"
 
 namespace shardps {
 namespace {
-
-TEST(PsRpcTest, EveryCallOfTheServiceHasOneRpc) {
-  const google::protobuf::ServiceDescriptor* service =
-      PsRpcMethod(PsRpc::kPush).service();
-  EXPECT_EQ(service->full_name(), "shardps.ParameterServer");
-  ASSERT_EQ(service->method_count(), kNumPsRpcs);
-  std::set<std::string> names;
-  for (int i = 0; i < kNumPsRpcs; ++i) {
-    names.insert(PsRpcMethod(static_cast<PsRpc>(i)).name());
-  }
-  EXPECT_EQ(names.size(), static_cast<size_t>(kNumPsRpcs));
-  EXPECT_EQ(PsRpcMethod(PsRpc::kPush).name(), "Push");
-  EXPECT_EQ(PsRpcMethod(PsRpc::kRollback).name(), "Rollback");
-}
 
 // Records what each typed call hands to CallAsync.
 class RecordingClient : public PsClientInterface {

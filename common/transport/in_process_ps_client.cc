@@ -1,4 +1,4 @@
-#include "trainer/client/in_process_ps_client.h"
+#include "common/transport/in_process_ps_client.h"
 
 #include "base/job_id.h"
 #include "glog/logging.h"

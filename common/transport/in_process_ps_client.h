@@ -1,5 +1,5 @@
-#ifndef SHARDPS_TRAINER_CLIENT_IN_PROCESS_PS_CLIENT_H_
-#define SHARDPS_TRAINER_CLIENT_IN_PROCESS_PS_CLIENT_H_
+#ifndef SHARDPS_COMMON_TRANSPORT_IN_PROCESS_PS_CLIENT_H_
+#define SHARDPS_COMMON_TRANSPORT_IN_PROCESS_PS_CLIENT_H_
 
 #include <deque>
 #include <functional>
@@ -9,8 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport/ps_client_interface.h"
 #include "common/transport/ps_rpc.h"
-#include "trainer/client/ps_client_interface.h"
 
 namespace shardps {
 
@@ -50,4 +50,4 @@ class InProcessPsClient final : public PsClientInterface {
 
 }  // namespace shardps
 
-#endif  // SHARDPS_TRAINER_CLIENT_IN_PROCESS_PS_CLIENT_H_
+#endif  // SHARDPS_COMMON_TRANSPORT_IN_PROCESS_PS_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "trainer/client/ps_client_interface.h"
+#include "common/transport/ps_client_interface.h"
 
 #include "glog/logging.h"
 
