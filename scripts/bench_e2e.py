@@ -10,7 +10,8 @@ and DDP (scripts/torch_fmnist.py) on the same machine, interleaved over
 the training loop (both trainers together) and the test accuracy after each
 pass. With --baseline_bin_dir, every ShardPS run is also run with the
 binaries there (another build, say of the commit before a change), in the
-same rounds, so that before and after compare within one run.
+same rounds, so that before and after compare within one run (which of
+the two goes first alternates from round to round).
 
     python3 scripts/bench_e2e.py [--repeats 3] [--passes 3] [--bin_dir build]
         [--baseline_bin_dir /tmp/before/build] [--only sync] [--no_torch]
@@ -164,6 +165,19 @@ def make_runs(args):
     return runs, have_torch
 
 
+def round_order(runs, r):
+    """The runs of round `r`: on odd rounds each ShardPS row's baseline
+    goes first, so that neither build always runs second (on a 2-core
+    machine the second of two runs of a pair came out ~7% faster)."""
+    if r % 2 == 0:
+        return runs
+    out = list(runs)
+    for i in range(len(out) - 1):
+        if out[i + 1][0] == out[i][0] + " (baseline)":
+            out[i], out[i + 1] = out[i + 1], out[i]
+    return out
+
+
 def main():
     args = parse_args()
     runs, have_torch = make_runs(args)
@@ -171,7 +185,7 @@ def main():
     failed = {}
     with tempfile.TemporaryDirectory(prefix="shardps-bench-") as tmp:
         for r in range(args.repeats):
-            for name, fn in runs:
+            for name, fn in round_order(runs, r):
                 try:
                     sps, accs, comm = fn(tmp)
                 except subprocess.CalledProcessError as e:

@@ -81,15 +81,12 @@ LAYERS = {
 KNOWN_LONG_FUNCTIONS = {
     "compression/cuda_threshold_encoder.cu Encode": 82,
     "pserver/service/request_handler.cc RequestHandler::StartPull": 117,
-    "pserver/service/request_handler_test.cc TEST_F": 112,
+    "pserver/service/request_handler_test.cc TEST_F": 96,
     "pserver/store/parameter_store_lars.cc ParameterStore::ApplyTrust": 97,
-    "tools/step_timer.cc Run": 105,
     "trainer/client/grpc_ps_client.cc GrpcPsClient::Attempt": 85,
     "trainer/client/param_client.cc ParamClient::StartPull": 98,
     "trainer/client/param_client.cc ParamClient::StartPush": 110,
     "trainer/client/table_norms.cc ParamClient::ExchangeTableNorms": 105,
-    "trainer/model/model.cc Model::Create": 87,
-    "trainer/trainer.cc Trainer::Setup": 82,
     "trainer/trainer_step.cc Trainer::Step": 108,
 }
 KNOWN_LARGE_CLASSES = {

@@ -123,6 +123,59 @@ int TimeCalls(Model* model, InputPipeline* input, CallTimingBackend* calls,
   return 0;
 }
 
+// --config with the data files the flags name instead of its own.
+absl::StatusOr<ModelConfig> ConfigFromFlags() {
+  absl::StatusOr<ModelConfig> config = ReadConfig(FLAGS_config);
+  if (!config.ok()) return config;
+  DataConfig* data = config->mutable_data();
+  if (!FLAGS_train_images.empty()) data->set_train_images(FLAGS_train_images);
+  if (!FLAGS_train_labels.empty()) data->set_train_labels(FLAGS_train_labels);
+  if (!FLAGS_test_images.empty()) data->set_test_images(FLAGS_test_images);
+  if (!FLAGS_test_labels.empty()) data->set_test_labels(FLAGS_test_labels);
+  return config;
+}
+
+// The CUDA backend with --use_gpu, the CPU backend's --num_threads without.
+absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags() {
+  if (!FLAGS_use_gpu) {
+    return std::unique_ptr<Backend>(
+        std::make_unique<CpuBackend>(FLAGS_num_threads));
+  }
+  auto gpu = CreateCudaBackend(FLAGS_gpu_id);
+  if (!gpu.ok()) {
+    return absl::Status(gpu.status().code(),
+                        absl::StrCat("--use_gpu: ", gpu.status().message()));
+  }
+  return std::unique_ptr<Backend>(std::move(gpu).value());
+}
+
+// The timings `ms` of the steps: a line on stderr, a JSON line on stdout.
+void Report(const std::string& config, const std::string& backend, int batch,
+            const std::vector<double>& ms, double loss_first,
+            double loss_last) {
+  const double median = Percentile(ms, 0.5);
+  const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+  std::fprintf(stderr,
+               "step_timer: %s on %s, batch %d: median %.3f ms, mean %.3f ms "
+               "over %d steps (after %d warm-up), %.0f samples/s\n",
+               config.c_str(), backend.c_str(), batch, median, mean,
+               FLAGS_steps, FLAGS_warmup_steps, batch / median * 1e3);
+  JsonLine line("step_timer");
+  line.Add("config", config)
+      .Add("backend", backend)
+      .Add("batch", batch)
+      .Add("steps", FLAGS_steps)
+      .Add("median_ms", median)
+      .Add("mean_ms", mean)
+      .Add("p10_ms", Percentile(ms, 0.1))
+      .Add("p90_ms", Percentile(ms, 0.9))
+      .Add("min_ms", *std::min_element(ms.begin(), ms.end()))
+      .Add("samples_per_s", batch / median * 1e3)
+      .Add("loss_first", loss_first)
+      .Add("loss_last", loss_last);
+  std::printf("%s\n", line.str().c_str());
+}
+
 int Run() {
   if (FLAGS_describe) {
     absl::StatusOr<std::string> d = DescribeCudaDevice(FLAGS_gpu_id);
@@ -137,20 +190,8 @@ int Run() {
                 "--steps and --num_threads must be positive, --warmup_steps "
                 "and --batch_size not negative");
   }
-  absl::StatusOr<ModelConfig> config = ReadConfig(FLAGS_config);
+  absl::StatusOr<ModelConfig> config = ConfigFromFlags();
   if (!config.ok()) return Fail(2, std::string(config.status().message()));
-  if (!FLAGS_train_images.empty()) {
-    config->mutable_data()->set_train_images(FLAGS_train_images);
-  }
-  if (!FLAGS_train_labels.empty()) {
-    config->mutable_data()->set_train_labels(FLAGS_train_labels);
-  }
-  if (!FLAGS_test_images.empty()) {
-    config->mutable_data()->set_test_images(FLAGS_test_images);
-  }
-  if (!FLAGS_test_labels.empty()) {
-    config->mutable_data()->set_test_labels(FLAGS_test_labels);
-  }
   const int batch =
       FLAGS_batch_size > 0 ? FLAGS_batch_size : config->batch_size();
   if (batch <= 0) return Fail(2, "the config has no batch_size; pass one");
@@ -161,19 +202,11 @@ int Run() {
                 "models with a sparse input need pservers; time a dense "
                 "config");
   }
-  std::unique_ptr<Backend> backend;
-  if (FLAGS_use_gpu) {
-    auto gpu = CreateCudaBackend(FLAGS_gpu_id);
-    if (!gpu.ok()) {
-      return Fail(2, absl::StrCat("--use_gpu: ", gpu.status().message()));
-    }
-    backend = std::move(gpu).value();
-  } else {
-    backend = std::make_unique<CpuBackend>(FLAGS_num_threads);
-  }
-  const std::string backend_name = backend->name();
+  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendFromFlags();
+  if (!backend.ok()) return Fail(2, std::string(backend.status().message()));
+  const std::string backend_name = (*backend)->name();
   // Untimed until --per_call's steps.
-  auto timing = std::make_unique<CallTimingBackend>(std::move(backend));
+  auto timing = std::make_unique<CallTimingBackend>(*std::move(backend));
   timing->set_enabled(false);
   CallTimingBackend* calls = timing.get();
   auto model = Model::Create(*config, (*input)->model_input_dim(),
@@ -201,27 +234,7 @@ int Run() {
     loss_last = loss;
     if (s >= FLAGS_warmup_steps) ms.push_back(absl::ToDoubleMilliseconds(took));
   }
-  const double median = Percentile(ms, 0.5);
-  const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
-  std::fprintf(stderr,
-               "step_timer: %s on %s, batch %d: median %.3f ms, mean %.3f ms "
-               "over %d steps (after %d warm-up), %.0f samples/s\n",
-               config->name().c_str(), backend_name.c_str(), batch, median,
-               mean, FLAGS_steps, FLAGS_warmup_steps, batch / median * 1e3);
-  JsonLine line("step_timer");
-  line.Add("config", config->name())
-      .Add("backend", backend_name)
-      .Add("batch", batch)
-      .Add("steps", FLAGS_steps)
-      .Add("median_ms", median)
-      .Add("mean_ms", mean)
-      .Add("p10_ms", Percentile(ms, 0.1))
-      .Add("p90_ms", Percentile(ms, 0.9))
-      .Add("min_ms", *std::min_element(ms.begin(), ms.end()))
-      .Add("samples_per_s", batch / median * 1e3)
-      .Add("loss_first", loss_first)
-      .Add("loss_last", loss_last);
-  std::printf("%s\n", line.str().c_str());
+  Report(config->name(), backend_name, batch, ms, loss_first, loss_last);
   if (FLAGS_per_call) {
     return TimeCalls(model->get(), input->get(), calls, batch, batches,
                      config->name(), backend_name);

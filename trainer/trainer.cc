@@ -58,6 +58,26 @@ Trainer::Trainer(TrainerOptions options,
 
 Trainer::~Trainer() = default;
 
+namespace {
+
+// The backend the layers run on: the CUDA device of --gpu_id with
+// --use_gpu, the CPU with --num_threads otherwise (logged either way).
+absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const TrainerOptions& o) {
+  std::unique_ptr<Backend> backend;
+  if (o.use_gpu) {
+    ASSIGN_OR_RETURN(backend, CreateCudaBackend(o.gpu_id));
+    absl::StatusOr<std::string> gpu = DescribeCudaDevice(o.gpu_id);
+    LOG(INFO) << "trainer " << o.trainer_id << ": "
+              << (gpu.ok() ? *gpu : gpu.status().ToString());
+  } else {
+    backend = std::make_unique<CpuBackend>(o.cpu_threads);
+  }
+  LOG(INFO) << "trainer " << o.trainer_id << ": layers on " << backend->name();
+  return backend;
+}
+
+}  // namespace
+
 absl::Status Trainer::Setup() {
   const TrainerOptions& o = options_;
   const int k = o.trainer_id;
@@ -75,16 +95,7 @@ absl::Status Trainer::Setup() {
         "--save_dir saves dense tables only; a model with a sparse input "
         "keeps its rows on the pservers");
   }
-  std::unique_ptr<Backend> backend;
-  if (o.use_gpu) {
-    ASSIGN_OR_RETURN(backend, CreateCudaBackend(o.gpu_id));
-    absl::StatusOr<std::string> gpu = DescribeCudaDevice(o.gpu_id);
-    LOG(INFO) << "trainer " << k << ": "
-              << (gpu.ok() ? *gpu : gpu.status().ToString());
-  } else {
-    backend = std::make_unique<CpuBackend>(o.cpu_threads);
-  }
-  LOG(INFO) << "trainer " << k << ": layers on " << backend->name();
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(o));
   ASSIGN_OR_RETURN(model_,
                    Model::Create(config_, input_->model_input_dim(),
                                  input_->num_classes(), std::move(backend)));

@@ -48,7 +48,7 @@ const google::protobuf::MethodDescriptor& PsRpcMethod(PsRpc rpc);
 // What a transport knows of a call besides its messages.
 struct CallContext {
   std::string job_id;  // the job it names (base/job_id.h)
-  std::string peer;    // who sent it, for the log ("" when unknown)
+  std::string peer;    // who sent it, for Register's log line ("": unknown)
 };
 
 // Where a transport hands the calls it receives: the pserver's dispatcher

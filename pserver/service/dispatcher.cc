@@ -75,7 +75,7 @@ void Dispatcher::Call(PsRpc rpc, const CallContext& ctx,
                       const google::protobuf::Message& req,
                       google::protobuf::Message* resp, StatusCallback done) {
   const absl::Time start = absl::Now();
-  const size_t request_bytes = req.ByteSizeLong();
+  const size_t request_bytes = metrics_ != nullptr ? req.ByteSizeLong() : 0;
   absl::StatusOr<std::shared_ptr<RequestHandler>> job;
   try {
     job = Job(ctx.job_id);
@@ -99,7 +99,9 @@ void Dispatcher::Call(PsRpc rpc, const CallContext& ctx,
     Run(e, std::move(job), ctx, req, resp, std::move(done), start,
         request_bytes);
   };
-  if (!pool->TrySchedule(std::move(task), request_bytes)) {
+  if (!pool->TrySchedule(std::move(task), request_bytes > 0
+                                              ? request_bytes
+                                              : req.ByteSizeLong())) {
     Record(rpc, PoolFull(rpc), start, request_bytes, nullptr);
     done(PoolFull(rpc));
   }
@@ -110,7 +112,7 @@ void Dispatcher::CallOn(const std::shared_ptr<RequestHandler>& job, PsRpc rpc,
                         const google::protobuf::Message& req,
                         google::protobuf::Message* resp, StatusCallback done) {
   Run(CallTableEntry(rpc), job, ctx, req, resp, std::move(done), absl::Now(),
-      req.ByteSizeLong());
+      metrics_ != nullptr ? req.ByteSizeLong() : 0);
 }
 
 void Dispatcher::Run(const CallEntry& e, std::shared_ptr<RequestHandler> job,

@@ -16,12 +16,20 @@ std::string GrpcPsService::JobIdOf(grpc::CallbackServerContext* ctx) {
   return std::string(it->second.data(), it->second.size());
 }
 
+CallContext GrpcPsService::ContextOf(grpc::CallbackServerContext* ctx,
+                                     PsRpc rpc) {
+  // The peer's address only where it is used (Register's log line):
+  // gRPC builds the string anew on every call.
+  return CallContext{JobIdOf(ctx),
+                     rpc == PsRpc::kRegister ? ctx->peer() : std::string()};
+}
+
 grpc::ServerUnaryReactor* GrpcPsService::Bind(
     Dispatcher* dispatcher, grpc::CallbackServerContext* ctx, PsRpc rpc,
     const google::protobuf::Message& req, google::protobuf::Message* resp,
     std::function<void()> then) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  dispatcher->Call(rpc, CallContext{JobIdOf(ctx), ctx->peer()}, req, resp,
+  dispatcher->Call(rpc, ContextOf(ctx, rpc), req, resp,
                    [reactor, then = std::move(then)](absl::Status s) {
                      if (s.ok() && then) then();
                      reactor->Finish(ToGrpcStatus(s));
@@ -84,8 +92,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  dispatcher_.Call(PsRpc::kPull, CallContext{JobIdOf(ctx), ctx->peer()}, x->req,
-                   &x->resp, [reactor, x, raw_resp](absl::Status s) {
+  dispatcher_.Call(PsRpc::kPull, ContextOf(ctx, PsRpc::kPull), x->req, &x->resp,
+                   [reactor, x, raw_resp](absl::Status s) {
                      if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
                      reactor->Finish(ToGrpcStatus(s));
                    });

@@ -93,6 +93,8 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                  std::function<void()> then = nullptr);
   // The job id the call names (the default job when none).
   static std::string JobIdOf(grpc::CallbackServerContext* ctx);
+  // What the dispatcher is told of call `rpc` besides its messages.
+  static CallContext ContextOf(grpc::CallbackServerContext* ctx, PsRpc rpc);
 
   // The Replication service's calls, handed to the same dispatcher.
   class ReplicationService final : public Replication::CallbackService {

@@ -144,7 +144,7 @@ TEST_F(RequestHandlerTest, BadRequests) {
 
 // Shared memory: values move through a region the trainer maps; the
 // pserver bounds and checks everything the trainer names.
-TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
+TEST_F(RequestHandlerTest, SharedMemoryOpenRefusesBadSizesAndTrainers) {
   SharedMemoryRequest oreq;
   oreq.set_trainer_id(0);
   oreq.set_bytes(64 + 48);
@@ -165,7 +165,14 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   oreq.set_trainer_id(2);
   ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
              absl::StatusCode::kInvalidArgument, "trainer id 2 is not in");
+}
+
+TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
+  InitJob();
+  SharedMemoryRequest oreq;
   oreq.set_trainer_id(0);
+  oreq.set_bytes(112);
+  SharedMemoryResponse oresp;
   ASSERT_TRUE(handler_->OpenSharedMemory(oreq, &oresp).ok());
   auto region = SharedRegion::Attach(static_cast<pid_t>(oresp.pid()),
                                      oresp.fd(), oresp.bytes(), oresp.token());

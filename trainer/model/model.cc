@@ -137,6 +137,32 @@ absl::Status CheckLoss(const ModelConfig& cfg, const LayerConfig& last,
   return absl::OkStatus();
 }
 
+// The model's output: the last FULLY_CONNECTED or BIAS layer (`last_fc`,
+// whose input shape is in_shapes[last_fc]) gives `dim` values, one per
+// class of the loss; only elementwise layers follow it.
+absl::Status CheckOutput(const ModelConfig& cfg,
+                         const std::vector<TensorShape>& in_shapes, int last_fc,
+                         int dim, int num_classes) {
+  if (last_fc < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", cfg.name(),
+                     ": needs at least one FULLY_CONNECTED or BIAS layer"));
+  }
+  LayerConfig last = cfg.layers(last_fc);
+  if (last.type() == LayerConfig::BIAS) {
+    last.set_output_dim(in_shapes[last_fc].size());
+  }
+  RETURN_IF_ERROR(CheckLoss(cfg, last, num_classes));
+  if (dim != last.output_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", cfg.layers(cfg.layers_size() - 1).name(),
+                     ": the model output has ", dim, " values, but the last ",
+                     "FULLY_CONNECTED or BIAS layer has ", last.output_dim(),
+                     "; only elementwise layers may follow it"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
@@ -188,23 +214,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     if (kind->ends_dense) last_fc = i;
   }
   dim = shape.size();
-  if (last_fc < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", cfg.name(),
-                     ": needs at least one FULLY_CONNECTED or BIAS layer"));
-  }
-  LayerConfig last = cfg.layers(last_fc);
-  if (last.type() == LayerConfig::BIAS) {
-    last.set_output_dim(in_shapes[last_fc].size());
-  }
-  RETURN_IF_ERROR(CheckLoss(cfg, last, num_classes));
-  if (dim != last.output_dim()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", cfg.layers(cfg.layers_size() - 1).name(),
-                     ": the model output has ", dim, " values, but the last ",
-                     "FULLY_CONNECTED or BIAS layer has ", last.output_dim(),
-                     "; only elementwise layers may follow it"));
-  }
+  RETURN_IF_ERROR(CheckOutput(cfg, in_shapes, last_fc, dim, num_classes));
   first_table.push_back(model->tables_.size());
   for (int i = 0; i < cfg.layers_size(); ++i) {
     model->layer_tables_.emplace_back();
