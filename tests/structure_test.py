@@ -86,16 +86,14 @@ KNOWN_LONG_FUNCTIONS = {
     "trainer/client/grpc_ps_client.cc GrpcPsClient::Attempt": 85,
     "trainer/client/param_client.cc ParamClient::StartPull": 98,
     "trainer/client/param_client.cc ParamClient::StartPush": 110,
-    "trainer/client/table_norms.cc ParamClient::ExchangeTableNorms": 105,
     "trainer/trainer_step.cc Trainer::Step": 108,
 }
 KNOWN_LARGE_CLASSES = {
     "ParameterStore": 1330,
     "RequestHandler": 716,
-    "Trainer": 818,
+    "Trainer": 809,
 }
-# LARS's norms: a part of their own, not ParamClient's (issue 31, item 1).
-KNOWN_MISPLACED = ["trainer/client/table_norms.cc: ParamClient"]
+KNOWN_MISPLACED = []
 
 
 def rel(path, root=None):

@@ -10,6 +10,7 @@
 #include "common/transport/wire_limits.h"
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
+#include "trainer/client/table_norms.h"
 
 namespace shardps {
 namespace {
@@ -480,6 +481,11 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
         });
   }
   return t;
+}
+
+absl::Status ParamClient::ExchangeTableNorms(int64_t step,
+                                             const std::vector<bool>& lars) {
+  return TableNormExchange(servers_, chunks_, stamp_).Exchange(step, lars);
 }
 
 }  // namespace shardps

@@ -131,13 +131,8 @@ class ParamClient {
   const ChunkPlan& chunks() const { return chunks_; }
 
   // SYNC, LARS (docs/tuning.md, "LARS"), after this trainer's push of
-  // `step`: asks every pserver for the squared norms of the blocks of the
-  // tables `lars` marks (indexed by table id), answered once each block has
-  // assembled the step; sums them per table in (table, block) order, so
-  // that every trainer gets the same bits; and sends each pserver the norms
-  // of the tables it holds blocks of, which applies the step there. The
-  // pservers take the first trainer's norms; the others' change nothing.
-  // Defined in table_norms.cc.
+  // `step`: the norms of the tables `lars` marks, through the pservers that
+  // hold their blocks (TableNormExchange, table_norms.h).
   absl::Status ExchangeTableNorms(int64_t step, const std::vector<bool>& lars);
 
   // Moves dense values through shared memory (common/transport/shared_region.h)

@@ -1,7 +1,5 @@
-// ParamClient::ExchangeTableNorms: where LARS's norms meet (docs/tuning.md,
-// "LARS"). A table's blocks live on several pservers, and its trust ratio
-// needs the norms of the whole table; the trainers, which know the
-// placement, carry them between the pservers.
+#include "trainer/client/table_norms.h"
+
 #include <cmath>
 #include <map>
 #include <memory>
@@ -12,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "glog/logging.h"
-#include "trainer/client/param_client.h"
 
 namespace shardps {
 
@@ -33,7 +30,7 @@ struct NormsPush {
 // step, then the norms go again (a new request id: the refused one applied
 // nothing), a few times at most.
 void SendNorms(int64_t step, std::vector<NormsPush*> to_send,
-               const std::map<PsClientInterface*, const PullRequest*>& pull_of,
+               const std::map<PsClientInterface*, PullRequest>& pull_of,
                RequestStamp* stamp) {
   for (int round = 0; !to_send.empty(); ++round) {
     absl::BlockingCounter pushed(static_cast<int>(to_send.size()));
@@ -60,7 +57,7 @@ void SendNorms(int64_t step, std::vector<NormsPush*> to_send,
                    << ": the step is being assembled again there (after a "
                       "failover); waiting for it";
       PullResponse resp;
-      absl::Status st = p->server->Pull(*pull_of.at(p->server), &resp);
+      absl::Status st = p->server->Pull(pull_of.at(p->server), &resp);
       if (!st.ok()) {
         p->status = absl::Status(
             st.code(),
@@ -76,65 +73,69 @@ void SendNorms(int64_t step, std::vector<NormsPush*> to_send,
 
 }  // namespace
 
-absl::Status ParamClient::ExchangeTableNorms(int64_t step,
-                                             const std::vector<bool>& lars) {
-  struct Call {
-    PsClientInterface* server = nullptr;
-    PullRequest req;
-    PullResponse resp;
-    absl::Status status;
-  };
+absl::Status TableNormExchange::Exchange(int64_t step,
+                                         const std::vector<bool>& lars) {
+  std::map<PsClientInterface*, PullRequest> pulls;
+  TablesOf tables_of(servers_.size());
+  absl::StatusOr<Sums> sums = PullNorms(step, lars, &pulls, &tables_of);
+  if (!sums.ok()) return sums.status();
+  return PushNorms(step, *sums, tables_of, pulls);
+}
+
+absl::StatusOr<TableNormExchange::Sums> TableNormExchange::PullNorms(
+    int64_t step, const std::vector<bool>& lars,
+    std::map<PsClientInterface*, PullRequest>* pulls, TablesOf* tables_of) {
   // One pull per pserver holding LARS blocks, of all of them.
-  std::vector<std::unique_ptr<Call>> pulls;
-  // Per pserver, the LARS tables it holds blocks of, and those blocks.
-  std::vector<std::map<uint32_t, std::vector<uint32_t>>> tables_of(
-      servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
-    auto call = std::make_unique<Call>();
+    PullRequest req;
     for (const std::vector<BlockPlacement>& chunk : chunks_[s]) {
       for (const BlockPlacement& b : chunk) {
         if (b.table_id >= lars.size() || !lars[b.table_id]) continue;
-        BlockRef* r = call->req.add_blocks();
+        BlockRef* r = req.add_blocks();
         r->set_table_id(b.table_id);
         r->set_block(b.block);
-        tables_of[s][b.table_id].push_back(b.block);
+        (*tables_of)[s][b.table_id].push_back(b.block);
       }
     }
-    if (call->req.blocks_size() == 0) continue;
-    call->server = servers_[s];
-    stamp_->Stamp(&call->req);
-    call->req.set_min_version(step);
-    call->req.set_lars_norms(true);
-    pulls.push_back(std::move(call));
+    if (req.blocks_size() == 0) continue;
+    stamp_->Stamp(&req);
+    req.set_min_version(step);
+    req.set_lars_norms(true);
+    (*pulls)[servers_[s]] = std::move(req);
   }
-  absl::BlockingCounter pulled(static_cast<int>(pulls.size()));
-  for (auto& c : pulls) {
-    Call* p = c.get();
-    p->server->PullAsync(p->req, &p->resp, [p, &pulled](absl::Status st) {
-      p->status = std::move(st);
+  std::map<PsClientInterface*, std::pair<PullResponse, absl::Status>> answers;
+  for (const auto& [server, req] : *pulls) answers[server];
+  absl::BlockingCounter pulled(static_cast<int>(pulls->size()));
+  for (auto& [server, req] : *pulls) {
+    auto* answer = &answers[server];
+    server->PullAsync(req, &answer->first, [answer, &pulled](absl::Status st) {
+      answer->second = std::move(st);
       pulled.DecrementCount();
     });
   }
   pulled.Wait();
   // (table, block) -> squared norms; summed in that order.
   std::map<std::pair<uint32_t, uint32_t>, std::pair<double, double>> parts;
-  for (const auto& c : pulls) {
-    if (!c->status.ok()) {
+  for (PsClientInterface* server : servers_) {  // errors in --pservers order
+    if (answers.count(server) == 0) continue;
+    const auto& [resp, status] = answers.at(server);
+    if (!status.ok()) {
       return absl::Status(
-          c->status.code(),
-          absl::StrCat("LARS norms of step ", step, " from ",
-                       c->server->address(), ": ", c->status.message()));
+          status.code(),
+          absl::StrCat("LARS norms of step ", step, " from ", server->address(),
+                       ": ", status.message()));
     }
-    if (c->resp.norms_size() != c->req.blocks_size()) {
+    const int asked = pulls->at(server).blocks_size();
+    if (resp.norms_size() != asked) {
       return absl::DataLossError(
-          absl::StrCat(c->server->address(), " answered ", c->resp.norms_size(),
-                       " block norms for ", c->req.blocks_size(), " blocks"));
+          absl::StrCat(server->address(), " answered ", resp.norms_size(),
+                       " block norms for ", asked, " blocks"));
     }
-    for (const BlockNorms& n : c->resp.norms()) {
+    for (const BlockNorms& n : resp.norms()) {
       parts[{n.table_id(), n.block()}] = {n.weights(), n.gradient()};
     }
   }
-  std::map<uint32_t, std::pair<double, double>> sums;
+  Sums sums;
   for (const auto& [id, n] : parts) {
     sums[id.first].first += n.first;
     sums[id.first].second += n.second;
@@ -147,7 +148,12 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
           ": squared norms of weights ", n.first, " and gradient ", n.second));
     }
   }
-  // The table norms, to every pserver holding blocks of the tables.
+  return sums;
+}
+
+absl::Status TableNormExchange::PushNorms(
+    int64_t step, Sums sums, const TablesOf& tables_of,
+    const std::map<PsClientInterface*, PullRequest>& pulls) {
   std::vector<std::unique_ptr<NormsPush>> pushes;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (tables_of[s].empty()) continue;
@@ -165,12 +171,9 @@ absl::Status ParamClient::ExchangeTableNorms(int64_t step,
     }
     pushes.push_back(std::move(call));
   }
-  // The pulls' requests by pserver, to wait with after a failover.
-  std::map<PsClientInterface*, const PullRequest*> pull_of;
-  for (const auto& c : pulls) pull_of[c->server] = &c->req;
   std::vector<NormsPush*> to_send;
   for (auto& c : pushes) to_send.push_back(c.get());
-  SendNorms(step, std::move(to_send), pull_of, stamp_);
+  SendNorms(step, std::move(to_send), pulls, stamp_);
   for (const auto& c : pushes) {
     if (!c->status.ok()) {
       return absl::Status(
