@@ -305,6 +305,54 @@ void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
   }
 }
 
+absl::Status RequestHandler::SparsePullDims(
+    const PullRequest& req, absl::InlinedVector<int, 4>* dims) const {
+  // Sparse rows are written straight into the reply's buffers: at most
+  // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
+  // splits them.
+  size_t sparse_bytes = 0, sparse_keys = 0;
+  for (const SparseRows& r : req.sparse()) {
+    auto dim = store_->SparseDim(r.table_id());
+    if (!dim.ok()) return dim.status();
+    dims->push_back(*dim);
+    const size_t n = r.keys().size() / sizeof(uint64_t);
+    sparse_keys += n;
+    sparse_bytes += n * (sizeof(uint64_t) + sizeof(float) * *dim);
+  }
+  if (sparse_keys > 1 && sparse_bytes > kMaxChunkBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a pull asks for ", sparse_keys, " sparse rows, ", sparse_bytes,
+        " bytes with their keys; one pull carries at most ", kMaxChunkBytes,
+        " (or one row)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestHandler::SharedPullTargets(
+    const PullRequest& req, std::shared_ptr<const SharedRegion>* region,
+    SharedOffsets* offsets) const {
+  if (req.shared_region() == 0) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
+      regions_.Find(req.trainer_id(), req.shared_region());
+  absl::Status s = r.status();
+  if (s.ok() && req.encoding() != FLOAT32) {
+    s = absl::InvalidArgumentError(
+        "a pull into a shared region asks for FLOAT32 values");
+  }
+  for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
+    const BlockRef& b = req.blocks(i);
+    absl::StatusOr<int64_t> size = store_->BlockSize(b.table_id(), b.block());
+    s = size.ok() ? (*r)->Check(b.shared_offset(),
+                                static_cast<uint64_t>(*size) * sizeof(float),
+                                "a shared pull block")
+                  : size.status();
+    (*offsets)[{b.table_id(), b.block()}] = b.shared_offset();
+  }
+  if (!s.ok()) return s;
+  *region = *std::move(r);
+  return absl::OkStatus();
+}
+
 void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
                                std::function<void(absl::Status)>& done) {
   if (req.lars_norms()) {
@@ -328,54 +376,17 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     done(s);
     return;
   }
-  // Sparse rows are written straight into the reply's buffers: at most
-  // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
-  // splits them.
-  size_t sparse_bytes = 0, sparse_keys = 0;
   absl::InlinedVector<int, 4> dims;
-  for (const SparseRows& r : req.sparse()) {
-    auto dim = store_->SparseDim(r.table_id());
-    if (!dim.ok()) {
-      done(dim.status());
-      return;
-    }
-    dims.push_back(*dim);
-    const size_t n = r.keys().size() / sizeof(uint64_t);
-    sparse_keys += n;
-    sparse_bytes += n * (sizeof(uint64_t) + sizeof(float) * *dim);
-  }
-  if (sparse_keys > 1 && sparse_bytes > kMaxChunkBytes) {
-    done(absl::ResourceExhaustedError(absl::StrCat(
-        "a pull asks for ", sparse_keys, " sparse rows, ", sparse_bytes,
-        " bytes with their keys; one pull carries at most ", kMaxChunkBytes,
-        " (or one row)")));
+  if (absl::Status s = SparsePullDims(req, &dims); !s.ok()) {
+    done(s);
     return;
   }
   // With a shared region: where each block's values go in it.
   std::shared_ptr<const SharedRegion> region;
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> offsets;
-  if (req.shared_region() != 0) {
-    absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
-        regions_.Find(req.trainer_id(), req.shared_region());
-    absl::Status s = r.status();
-    if (s.ok() && encoding != FLOAT32) {
-      s = absl::InvalidArgumentError(
-          "a pull into a shared region asks for FLOAT32 values");
-    }
-    for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
-      const BlockRef& b = req.blocks(i);
-      absl::StatusOr<int64_t> size = store_->BlockSize(b.table_id(), b.block());
-      s = size.ok() ? (*r)->Check(b.shared_offset(),
-                                  static_cast<uint64_t>(*size) * sizeof(float),
-                                  "a shared pull block")
-                    : size.status();
-      offsets[{b.table_id(), b.block()}] = b.shared_offset();
-    }
-    if (!s.ok()) {
-      done(s);
-      return;
-    }
-    region = *std::move(r);
+  SharedOffsets offsets;
+  if (absl::Status s = SharedPullTargets(req, &region, &offsets); !s.ok()) {
+    done(s);
+    return;
   }
   resp->mutable_blocks()->Reserve(req.blocks_size());
   std::vector<SparsePull> sparse;

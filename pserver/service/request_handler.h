@@ -1,10 +1,14 @@
 #ifndef SHARDPS_PSERVER_SERVICE_REQUEST_HANDLER_H_
 #define SHARDPS_PSERVER_SERVICE_REQUEST_HANDLER_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -108,6 +112,18 @@ class RequestHandler {
   // Pull after its try: calls `done` on every path but a throw.
   void StartPull(const PullRequest& req, PullResponse* resp,
                  std::function<void(absl::Status)>& done);
+  // The dims of the sparse tables a pull reads, into *dims; at most
+  // kMaxChunkBytes of keys and rows in all (or one key).
+  absl::Status SparsePullDims(const PullRequest& req,
+                              absl::InlinedVector<int, 4>* dims) const;
+  // Where a block goes in the pull's shared region, by (table, block).
+  using SharedOffsets =
+      absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t>;
+  // With a shared region: the region and each block's offset in it,
+  // checked (FLOAT32, inside the region); nothing without one.
+  absl::Status SharedPullTargets(const PullRequest& req,
+                                 std::shared_ptr<const SharedRegion>* region,
+                                 SharedOffsets* offsets) const;
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp);
   absl::Status PushSparse(const PushRequest& req);

@@ -315,6 +315,11 @@ class ParameterStore {
   absl::Status CheckReadyAndTrainer(int trainer_id) const;
   // The validated parts of a push: refused unless `step` >= 0.
   absl::Status CheckPushStart(int trainer_id, int64_t step) const;
+  // ApplyTrust's norms checked (known tables, finite, each table and block
+  // once, some block held here) and each table's blocks held here, in the
+  // order of `tables`, into *units.
+  absl::Status TrustUnits(absl::Span<const TableNorm> tables,
+                          std::vector<std::vector<BarrierUnit*>>* units) const;
   // Applies a validated push (sorted, distinct units): the generation, then
   // every unit's admission, then the updates; counts the refusal.
   absl::Status ApplyPush(int trainer_id, int64_t step, uint64_t generation,

@@ -37,12 +37,10 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
   Admit(std::move(st), w, std::move(done), generation);
 }
 
-absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
-                                        absl::Span<const TableNorm> tables,
-                                        uint64_t generation) {
-  absl::Status st = CheckReadyAndTrainer(trainer_id);
-  // Each table's blocks held here, in the order of `tables`.
-  std::vector<std::vector<BarrierUnit*>> units(tables.size());
+absl::Status ParameterStore::TrustUnits(
+    absl::Span<const TableNorm> tables,
+    std::vector<std::vector<BarrierUnit*>>* units) const {
+  absl::Status st;
   for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
     const TableNorm& t = tables[i];
     if (t.table_id >= tables_->num_tables()) {
@@ -65,7 +63,7 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
     }
     if (t.blocks.empty()) {
       for (DenseTableBlock* b : tables_->blocks()) {
-        if (b->table_id() == t.table_id) units[i].push_back(b);
+        if (b->table_id() == t.table_id) (*units)[i].push_back(b);
       }
     }
     for (size_t k = 0; st.ok() && k < t.blocks.size(); ++k) {
@@ -73,21 +71,31 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
           tables_->FindBlock(t.table_id, t.blocks[k]);
       if (!b.ok()) {
         st = b.status();
-      } else if (std::find(units[i].begin(), units[i].end(), *b) !=
-                 units[i].end()) {
+      } else if (std::find((*units)[i].begin(), (*units)[i].end(), *b) !=
+                 (*units)[i].end()) {
         st = absl::InvalidArgumentError(
             absl::StrCat("table ", tables_->spec(t.table_id).name(), " block ",
                          t.blocks[k], " is named twice in one push"));
       } else {
-        units[i].push_back(*b);
+        (*units)[i].push_back(*b);
       }
     }
-    if (st.ok() && units[i].empty()) {
+    if (st.ok() && (*units)[i].empty()) {
       st = absl::NotFoundError(absl::StrCat("no block of table ",
                                             tables_->spec(t.table_id).name(),
                                             " is held here"));
     }
   }
+  return st;
+}
+
+absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
+                                        absl::Span<const TableNorm> tables,
+                                        uint64_t generation) {
+  absl::Status st = CheckReadyAndTrainer(trainer_id);
+  // Each table's blocks held here, in the order of `tables`.
+  std::vector<std::vector<BarrierUnit*>> units(tables.size());
+  if (st.ok()) st = TrustUnits(tables, &units);
   std::vector<WaiterPtr> ready;
   if (st.ok()) {
     absl::ReaderMutexLock g(&gate_);
