@@ -44,38 +44,43 @@ grpc::ServerUnaryReactor* GrpcPsService::Bind(
   return Bind(&dispatcher_, ctx, rpc, req, resp, std::move(then));
 }
 
-// The unary calls: the dispatcher does the rest.
-#define SHARDPS_BIND(Method, Request, Response)                               \
-  grpc::ServerUnaryReactor* GrpcPsService::Method(                            \
-      grpc::CallbackServerContext* ctx, const Request* req, Response* resp) { \
-    return Bind(ctx, PsRpc::k##Method, *req, resp);                           \
+// The unary calls of both services: the dispatcher does the rest.
+#define SHARDPS_BIND(Class, dispatcher, Method, Request, Response)             \
+  grpc::ServerUnaryReactor* Class::Method(                                     \
+      grpc::CallbackServerContext* ctx, const Request* req, Response* resp) {  \
+    return GrpcPsService::Bind(dispatcher, ctx, PsRpc::k##Method, *req, resp); \
   }
-SHARDPS_BIND(InitJob, InitJobRequest, InitJobResponse)
-SHARDPS_BIND(SetInitialValues, SetInitialValuesRequest,
-             SetInitialValuesResponse)
-SHARDPS_BIND(CommitInit, CommitInitRequest, CommitInitResponse)
-SHARDPS_BIND(Register, RegisterRequest, RegisterResponse)
-SHARDPS_BIND(GetStatus, GetStatusRequest, GetStatusResponse)
-SHARDPS_BIND(Push, PushRequest, PushResponse)
-SHARDPS_BIND(Heartbeat, HeartbeatRequest, HeartbeatResponse)
-SHARDPS_BIND(Leave, LeaveRequest, LeaveResponse)
-SHARDPS_BIND(Checkpoint, CheckpointRequest, CheckpointResponse)
-SHARDPS_BIND(Rollback, RollbackRequest, RollbackResponse)
-SHARDPS_BIND(ChangeView, ChangeViewRequest, ChangeViewResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, InitJob, InitJobRequest,
+             InitJobResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, SetInitialValues,
+             SetInitialValuesRequest, SetInitialValuesResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, CommitInit, CommitInitRequest,
+             CommitInitResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, Register, RegisterRequest,
+             RegisterResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, GetStatus, GetStatusRequest,
+             GetStatusResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, Push, PushRequest, PushResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, Heartbeat, HeartbeatRequest,
+             HeartbeatResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, Leave, LeaveRequest, LeaveResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, Checkpoint, CheckpointRequest,
+             CheckpointResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, Rollback, RollbackRequest,
+             RollbackResponse)
+SHARDPS_BIND(GrpcPsService, &dispatcher_, ChangeView, ChangeViewRequest,
+             ChangeViewResponse)
+SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, Forward,
+             ForwardRequest, ForwardResponse)
+SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewPrepare,
+             ViewPrepareRequest, ViewPrepareResponse)
+SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewAccept,
+             ViewAcceptRequest, ViewAcceptResponse)
+SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewCommit,
+             ViewCommitRequest, ViewCommitResponse)
+SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, InstallUnit,
+             InstallUnitRequest, InstallUnitResponse)
 #undef SHARDPS_BIND
-
-#define SHARDPS_BIND_PEER(Method, Request, Response)                          \
-  grpc::ServerUnaryReactor* GrpcPsService::ReplicationService::Method(        \
-      grpc::CallbackServerContext* ctx, const Request* req, Response* resp) { \
-    return GrpcPsService::Bind(dispatcher_, ctx, PsRpc::k##Method, *req,      \
-                               resp);                                         \
-  }
-SHARDPS_BIND_PEER(Forward, ForwardRequest, ForwardResponse)
-SHARDPS_BIND_PEER(ViewPrepare, ViewPrepareRequest, ViewPrepareResponse)
-SHARDPS_BIND_PEER(ViewAccept, ViewAcceptRequest, ViewAcceptResponse)
-SHARDPS_BIND_PEER(ViewCommit, ViewCommitRequest, ViewCommitResponse)
-SHARDPS_BIND_PEER(InstallUnit, InstallUnitRequest, InstallUnitResponse)
-#undef SHARDPS_BIND_PEER
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* raw_req,
