@@ -45,8 +45,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Bind(
 }
 
 // The unary calls of both services: the dispatcher does the rest.
-#define SHARDPS_BIND(Class, dispatcher, Method, Request, Response)             \
-  grpc::ServerUnaryReactor* Class::Method(                                     \
+#define SHARDPS_BIND(owner, dispatcher, Method, Request, Response)             \
+  grpc::ServerUnaryReactor* owner::Method(                                     \
       grpc::CallbackServerContext* ctx, const Request* req, Response* resp) {  \
     return GrpcPsService::Bind(dispatcher, ctx, PsRpc::k##Method, *req, resp); \
   }
