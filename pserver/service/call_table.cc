@@ -11,32 +11,55 @@ namespace {
 
 using google::protobuf::Message;
 
-// A call that answers at once: RequestHandler::M on the typed messages.
-template <typename Req, typename Resp,
-          absl::Status (RequestHandler::*M)(const Req&, Resp*)>
+// Runs `call`, answering a failed allocation with RESOURCE_EXHAUSTED.
+template <typename F>
+absl::Status Guarded(F call) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return OutOfMemoryStatus();
+  }
+}
+
+// The handler's part a unary call goes to: the job's RequestHandler, or
+// its ReplicationHandler.
+RequestHandler& PartOf(RequestHandler& h, RequestHandler*) { return h; }
+ReplicationHandler& PartOf(RequestHandler& h, ReplicationHandler*) {
+  return h.replication();
+}
+
+// The handler and messages of a unary method.
+template <typename M>
+struct UnaryMethod;
+template <typename H, typename Req, typename Resp>
+struct UnaryMethod<absl::Status (H::*)(const Req&, Resp*)> {
+  using Handler = H;
+  using Request = Req;
+  using Response = Resp;
+};
+
+// A call that answers at once: the method M of the handler's part, on the
+// typed messages.
+template <auto M>
 void Unary(RequestHandler& h, const CallContext&, const Message& req,
            Message* resp, StatusCallback done) {
+  using Method = UnaryMethod<decltype(M)>;
+  using Req = typename Method::Request;
+  using Resp = typename Method::Response;
   DCHECK(req.GetDescriptor() == Req::descriptor());
   DCHECK(resp->GetDescriptor() == Resp::descriptor());
-  absl::Status s;
-  try {
-    s = (h.*M)(static_cast<const Req&>(req), static_cast<Resp*>(resp));
-  } catch (const std::bad_alloc&) {
-    s = OutOfMemoryStatus();
-  }
-  done(std::move(s));
+  auto& part = PartOf(h, static_cast<typename Method::Handler*>(nullptr));
+  done(Guarded([&] {
+    return (part.*M)(static_cast<const Req&>(req), static_cast<Resp*>(resp));
+  }));
 }
 
 void RegisterCall(RequestHandler& h, const CallContext& ctx, const Message& req,
                   Message* resp, StatusCallback done) {
-  absl::Status s;
-  try {
-    s = h.Register(static_cast<const RegisterRequest&>(req),
-                   static_cast<RegisterResponse*>(resp), ctx.peer);
-  } catch (const std::bad_alloc&) {
-    s = OutOfMemoryStatus();
-  }
-  done(std::move(s));
+  done(Guarded([&] {
+    return h.Register(static_cast<const RegisterRequest&>(req),
+                      static_cast<RegisterResponse*>(resp), ctx.peer);
+  }));
 }
 
 // The one call a handler may answer later (RequestHandler::Pull catches
@@ -48,46 +71,31 @@ void PullCall(RequestHandler& h, const CallContext&, const Message& req,
 }
 
 using RH = RequestHandler;
+using RepH = ReplicationHandler;
 constexpr CallThreads kCaller = CallThreads::kCaller;
 constexpr CallThreads kIfReplicated = CallThreads::kPoolIfReplicated;
 constexpr CallThreads kPeer = CallThreads::kPeerIfReplicated;
 
 // In the proto's order (CallTableEntry checks).
 const std::array<CallEntry, kNumPsRpcs> kTable = {{
-    {PsRpc::kInitJob, kIfReplicated,
-     &Unary<InitJobRequest, InitJobResponse, &RH::InitJob>},
-    {PsRpc::kSetInitialValues, kIfReplicated,
-     &Unary<SetInitialValuesRequest, SetInitialValuesResponse,
-            &RH::SetInitialValues>},
-    {PsRpc::kCommitInit, kIfReplicated,
-     &Unary<CommitInitRequest, CommitInitResponse, &RH::CommitInit>},
+    {PsRpc::kInitJob, kIfReplicated, &Unary<&RH::InitJob>},
+    {PsRpc::kSetInitialValues, kIfReplicated, &Unary<&RH::SetInitialValues>},
+    {PsRpc::kCommitInit, kIfReplicated, &Unary<&RH::CommitInit>},
     {PsRpc::kRegister, kIfReplicated, &RegisterCall},
-    {PsRpc::kGetStatus, kIfReplicated,
-     &Unary<GetStatusRequest, GetStatusResponse, &RH::GetStatus>},
+    {PsRpc::kGetStatus, kIfReplicated, &Unary<&RH::GetStatus>},
     {PsRpc::kPull, kIfReplicated, &PullCall},
-    {PsRpc::kPush, kIfReplicated, &Unary<PushRequest, PushResponse, &RH::Push>},
-    {PsRpc::kHeartbeat, kIfReplicated,
-     &Unary<HeartbeatRequest, HeartbeatResponse, &RH::Heartbeat>},
-    {PsRpc::kLeave, kIfReplicated,
-     &Unary<LeaveRequest, LeaveResponse, &RH::Leave>},
-    {PsRpc::kCheckpoint, kIfReplicated,
-     &Unary<CheckpointRequest, CheckpointResponse, &RH::Checkpoint>},
-    {PsRpc::kRollback, kIfReplicated,
-     &Unary<RollbackRequest, RollbackResponse, &RH::Rollback>},
-    {PsRpc::kOpenSharedMemory, kCaller,
-     &Unary<SharedMemoryRequest, SharedMemoryResponse, &RH::OpenSharedMemory>},
-    {PsRpc::kChangeView, CallThreads::kPool,
-     &Unary<ChangeViewRequest, ChangeViewResponse, &RH::ChangeView>},
-    {PsRpc::kForward, kPeer,
-     &Unary<ForwardRequest, ForwardResponse, &RH::Forward>},
-    {PsRpc::kViewPrepare, kPeer,
-     &Unary<ViewPrepareRequest, ViewPrepareResponse, &RH::ViewPrepare>},
-    {PsRpc::kViewAccept, kPeer,
-     &Unary<ViewAcceptRequest, ViewAcceptResponse, &RH::ViewAccept>},
-    {PsRpc::kViewCommit, kPeer,
-     &Unary<ViewCommitRequest, ViewCommitResponse, &RH::ViewCommit>},
-    {PsRpc::kInstallUnit, kPeer,
-     &Unary<InstallUnitRequest, InstallUnitResponse, &RH::InstallUnit>},
+    {PsRpc::kPush, kIfReplicated, &Unary<&RH::Push>},
+    {PsRpc::kHeartbeat, kIfReplicated, &Unary<&RH::Heartbeat>},
+    {PsRpc::kLeave, kIfReplicated, &Unary<&RH::Leave>},
+    {PsRpc::kCheckpoint, kIfReplicated, &Unary<&RH::Checkpoint>},
+    {PsRpc::kRollback, kIfReplicated, &Unary<&RH::Rollback>},
+    {PsRpc::kOpenSharedMemory, kCaller, &Unary<&RH::OpenSharedMemory>},
+    {PsRpc::kChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>},
+    {PsRpc::kForward, kPeer, &Unary<&RepH::Forward>},
+    {PsRpc::kViewPrepare, kPeer, &Unary<&RepH::ViewPrepare>},
+    {PsRpc::kViewAccept, kPeer, &Unary<&RepH::ViewAccept>},
+    {PsRpc::kViewCommit, kPeer, &Unary<&RepH::ViewCommit>},
+    {PsRpc::kInstallUnit, kPeer, &Unary<&RepH::InstallUnit>},
 }};
 
 }  // namespace

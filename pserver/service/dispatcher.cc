@@ -62,11 +62,11 @@ BlockingPool* Dispatcher::PoolFor(const CallEntry& e,
     case CallThreads::kCaller:
       return nullptr;
     case CallThreads::kPoolIfReplicated:
-      return job.replicas() != nullptr ? &blocking_ : nullptr;
+      return job.replication().replicas() != nullptr ? &blocking_ : nullptr;
     case CallThreads::kPool:
       return &blocking_;
     case CallThreads::kPeerIfReplicated:
-      return job.replicas() != nullptr ? &peer_pool_ : nullptr;
+      return job.replication().replicas() != nullptr ? &peer_pool_ : nullptr;
   }
   return nullptr;
 }

@@ -89,9 +89,10 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
   job->handler = std::make_shared<RequestHandler>(
       job->store.get(), job->checkpointer.get(), options_.store.clock);
   if (options_.replica_peers) {
-    job->handler->set_replica_factory([this, job_id](const InitJobRequest& r) {
-      return MakeReplicaSet(job_id, r);
-    });
+    job->handler->replication().set_replica_factory(
+        [this, job_id](const InitJobRequest& r) {
+          return MakeReplicaSet(job_id, r);
+        });
   }
   job->last_used_ns = absl::ToUnixNanos(options_.store.clock->Now());
   if (job->checkpointer == nullptr) return job;
@@ -333,7 +334,7 @@ void Pserver::BeginShutdown() {
     job->store->CancelAllWaiters(
         absl::UnavailableError("pserver is shutting down"));
     // Pushes waiting on other pservers give up.
-    if (ReplicaSet* r = job->handler->replicas()) r->Stop();
+    if (ReplicaSet* r = job->handler->replication().replicas()) r->Stop();
   }
 }
 

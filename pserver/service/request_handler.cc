@@ -117,7 +117,10 @@ std::vector<BlockId> ToBlockIds(
 
 RequestHandler::RequestHandler(ParameterStore* store,
                                Checkpointer* checkpointer, const Clock* clock)
-    : store_(store), checkpointer_(checkpointer), clock_(clock) {}
+    : store_(store),
+      checkpointer_(checkpointer),
+      clock_(clock),
+      replication_(store, &dedup_) {}
 
 absl::Status RequestHandler::InitJob(const InitJobRequest& req,
                                      InitJobResponse* resp) {
@@ -129,10 +132,10 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
   auto ready =
       store_->InitJob(req.job(), ToBlockIds(req.blocks()), SparseShardsOf(req));
   if (ready.ok() && !*ready && req.rejoin()) {
-    RETURN_IF_ERROR(FillForRejoin(req));
+    RETURN_IF_ERROR(replication_.FillForRejoin(req));
   }
   if (ready.ok() && req.job().replication() > 1) {
-    RETURN_IF_ERROR(StartReplication(req));
+    RETURN_IF_ERROR(replication_.Start(req));
   }
   if (ready.ok()) resp->set_already_ready(*ready);
   return ready.status();
@@ -285,7 +288,7 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
   resp->set_generation(store_->generation());
   resp->set_base_step(store_->base_step());
   resp->set_checkpoints_enabled(checkpointer_ != nullptr);
-  AddReplicationStatus(resp);
+  replication_.AddStatus(resp);
   if (checkpointer_ != nullptr) {
     auto steps = checkpointer_->Steps();
     if (!steps.ok()) return steps.status();

@@ -15,22 +15,19 @@
 #include "base/clock.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpoint/checkpointer.h"
-#include "pserver/replication/replica_set.h"
+#include "pserver/service/replication_handler.h"
 #include "pserver/service/request_dedup.h"
 #include "pserver/service/shared_regions.h"
 #include "pserver/store/parameter_store.h"
 
 namespace shardps {
 
-// With replication: the shards of each sparse table a pserver holds (those
-// whose replica list has it, common/placement/shard_map.h); empty without.
-std::vector<int> SparseShardsOf(const InitJobRequest& req);
-
 // The pserver's service on its wire messages, without gRPC
 // (docs/wire_protocol.md): it validates and decodes every request (value
 // encodings, keys, trainer ids), answers a retried push as the first one was
 // answered (RequestDedup), runs the checkpoint and rollback protocol
-// (RecoverFromCheckpoint), and calls the store. The gRPC binding
+// (RecoverFromCheckpoint), and calls the store; a replicated job's calls
+// go to its ReplicationHandler. The gRPC binding
 // (grpc_service.h) and the trainers' in-process client only forward to it.
 // Every method answers with the status the wire carries. Thread-safe.
 class RequestHandler {
@@ -40,16 +37,6 @@ class RequestHandler {
   // the time of registrations and heartbeats.
   RequestHandler(ParameterStore* store, Checkpointer* checkpointer,
                  const Clock* clock = Clock::Real());
-
-  // Makes a replicated job's ReplicaSet (docs/replication.md) from its
-  // InitJob: the pserver list, this pserver's index, the peers. Without
-  // one (in-process pservers), InitJob refuses replication > 1.
-  using ReplicaSetFactory =
-      std::function<absl::StatusOr<std::unique_ptr<ReplicaSet>>(
-          const InitJobRequest& req)>;
-  void set_replica_factory(ReplicaSetFactory f) {
-    replica_factory_ = std::move(f);
-  }
 
   RequestHandler(const RequestHandler&) = delete;
   RequestHandler& operator=(const RequestHandler&) = delete;
@@ -82,21 +69,9 @@ class RequestHandler {
   absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
                                 SharedMemoryResponse* resp);
 
-  // Replication (docs/replication.md): FAILED_PRECONDITION for a job
-  // without it. ChangeView comes from trainers, the others from pservers.
-  absl::Status ChangeView(const ChangeViewRequest& req,
-                          ChangeViewResponse* resp);
-  absl::Status Forward(const ForwardRequest& req, ForwardResponse* resp);
-  absl::Status ViewPrepare(const ViewPrepareRequest& req,
-                           ViewPrepareResponse* resp);
-  absl::Status ViewAccept(const ViewAcceptRequest& req,
-                          ViewAcceptResponse* resp);
-  absl::Status ViewCommit(const ViewCommitRequest& req,
-                          ViewCommitResponse* resp);
-  absl::Status InstallUnit(const InstallUnitRequest& req,
-                           InstallUnitResponse* resp);
-  // The job's replication; null without.
-  ReplicaSet* replicas() const;
+  // The calls of replicated jobs (docs/replication.md).
+  ReplicationHandler& replication() { return replication_; }
+  const ReplicationHandler& replication() const { return replication_; }
 
   // The region `id` of `trainer_id` (SharedRegions::Find), for a binding
   // that serves its calls.
@@ -132,14 +107,6 @@ class RequestHandler {
   void PullNorms(const PullRequest& req, PullResponse* resp,
                  std::function<void(absl::Status)>& done);
   absl::Status PushTableNorms(const PushRequest& req);
-  // InitJob of a replicated job: makes its ReplicaSet (once); with
-  // `rejoin`, starts joining.
-  absl::Status StartReplication(const InitJobRequest& req);
-  // A rejoining pserver's blocks, zero until their primaries install them;
-  // the job is then ready (it serves nothing until it is a member again).
-  absl::Status FillForRejoin(const InitJobRequest& req);
-  // Adds the view and this pserver's roles to a status.
-  void AddReplicationStatus(GetStatusResponse* resp) const;
 
   ParameterStore* const store_;
   Checkpointer* const checkpointer_;
@@ -150,9 +117,7 @@ class RequestHandler {
   absl::Mutex rollback_mu_;
   RequestDedup dedup_;
   SharedRegions regions_;
-  ReplicaSetFactory replica_factory_;
-  mutable absl::Mutex replica_mu_;
-  std::unique_ptr<ReplicaSet> replicas_ ABSL_GUARDED_BY(replica_mu_);
+  ReplicationHandler replication_;
 };
 
 }  // namespace shardps

@@ -1,4 +1,5 @@
-// RequestHandler: the calls of replicated jobs (docs/replication.md).
+#include "pserver/service/replication_handler.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -6,7 +7,6 @@
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
 #include "pserver/replication/replication_wire.h"
-#include "pserver/service/request_handler.h"
 
 namespace shardps {
 namespace {
@@ -23,13 +23,43 @@ absl::Status NoReplication() {
 
 }  // namespace
 
-ReplicaSet* RequestHandler::replicas() const {
-  absl::MutexLock l(&replica_mu_);
+ReplicaSet* ReplicationHandler::replicas() const {
+  absl::MutexLock l(&mu_);
   return replicas_.get();
 }
 
-absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
-  absl::MutexLock l(&replica_mu_);
+ReplicaSet::StoreHooks ReplicationHandler::MakeStoreHooks() {
+  ParameterStore* store = store_;
+  RequestDedup* dedup = dedup_;
+  ReplicaSet::StoreHooks hooks;
+  hooks.apply = [store, dedup](const std::vector<AppliedUpdate>& u,
+                               const std::vector<PushRef>& pushes) {
+    RETURN_IF_ERROR(store->ApplyReplicated(u));
+    store->ReplicatedPushes(pushes);
+    // A push whose updates a backup holds: answered as a duplicate if
+    // the trainer sends it here after a failover.
+    for (const PushRef& p : pushes) {
+      if (p.request_id == 0) continue;
+      absl::Status first;
+      if (dedup->Begin(p.request_id, &first) == RequestDedup::Outcome::kNew) {
+        dedup->Finish(p.request_id, absl::OkStatus());
+      }
+    }
+    return absl::OkStatus();
+  };
+  hooks.image_held = [store](uint32_t table, uint32_t unit) {
+    return store->UnitImageHeld(table, unit);
+  };
+  hooks.install = [store](uint32_t table, uint32_t unit,
+                          const std::string& image, uint64_t generation) {
+    return store->InstallUnit(table, unit, image, generation);
+  };
+  hooks.generation = [store] { return store->generation(); };
+  return hooks;
+}
+
+absl::Status ReplicationHandler::Start(const InitJobRequest& req) {
+  absl::MutexLock l(&mu_);
   if (replicas_ != nullptr) return absl::OkStatus();
   const JobSpec& job = req.job();
 
@@ -58,33 +88,7 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
   }
   if (replicas_ == nullptr) {
     ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
-    ParameterStore* store = store_;
-    RequestDedup* dedup = &dedup_;
-    ReplicaSet::StoreHooks hooks;
-    hooks.apply = [store, dedup](const std::vector<AppliedUpdate>& u,
-                                 const std::vector<PushRef>& pushes) {
-      RETURN_IF_ERROR(store->ApplyReplicated(u));
-      store->ReplicatedPushes(pushes);
-      // A push whose updates a backup holds: answered as a duplicate if
-      // the trainer sends it here after a failover.
-      for (const PushRef& p : pushes) {
-        if (p.request_id == 0) continue;
-        absl::Status first;
-        if (dedup->Begin(p.request_id, &first) == RequestDedup::Outcome::kNew) {
-          dedup->Finish(p.request_id, absl::OkStatus());
-        }
-      }
-      return absl::OkStatus();
-    };
-    hooks.image_held = [store](uint32_t table, uint32_t unit) {
-      return store->UnitImageHeld(table, unit);
-    };
-    hooks.install = [store](uint32_t table, uint32_t unit,
-                            const std::string& image, uint64_t generation) {
-      return store->InstallUnit(table, unit, image, generation);
-    };
-    hooks.generation = [store] { return store->generation(); };
-    replicas_->set_hooks(std::move(hooks));
+    replicas_->set_hooks(MakeStoreHooks());
     store_->set_forwarder(replicas_.get());
     LOG(INFO) << "replication " << job.replication() << " among "
               << req.pservers_size() << " pservers; this is pserver "
@@ -110,7 +114,7 @@ absl::Status RequestHandler::StartReplication(const InitJobRequest& req) {
 
 std::vector<int> SparseShardsOf(const InitJobRequest& req) {
   std::vector<int> shards;
-  // A malformed list is refused by StartReplication; nothing here.
+  // A malformed list is refused by Start; nothing here.
   const int r = req.job().replication(), n = req.pservers_size();
   if (r <= 1 || r > n || n > kMaxPservers || req.server_index() < 0 ||
       req.server_index() >= n) {
@@ -126,7 +130,7 @@ std::vector<int> SparseShardsOf(const InitJobRequest& req) {
   return shards;
 }
 
-absl::Status RequestHandler::FillForRejoin(const InitJobRequest& req) {
+absl::Status ReplicationHandler::FillForRejoin(const InitJobRequest& req) {
   std::vector<std::vector<float>> zeros;
   std::vector<BlockData> blocks;
   zeros.reserve(req.blocks_size());
@@ -147,7 +151,7 @@ absl::Status RequestHandler::FillForRejoin(const InitJobRequest& req) {
   return store_->CommitInit();
 }
 
-void RequestHandler::AddReplicationStatus(GetStatusResponse* resp) const {
+void ReplicationHandler::AddStatus(GetStatusResponse* resp) const {
   ReplicaSet* r = replicas();
   if (r == nullptr) return;
   ToMessage(r->view(), resp->mutable_view());
@@ -155,8 +159,8 @@ void RequestHandler::AddReplicationStatus(GetStatusResponse* resp) const {
   for (int s : r->BackupShards()) resp->add_backup_shards(s);
 }
 
-absl::Status RequestHandler::ChangeView(const ChangeViewRequest& req,
-                                        ChangeViewResponse* resp) {
+absl::Status ReplicationHandler::ChangeView(const ChangeViewRequest& req,
+                                            ChangeViewResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   std::vector<int> remove(req.remove().begin(), req.remove().end());
@@ -171,36 +175,36 @@ absl::Status RequestHandler::ChangeView(const ChangeViewRequest& req,
   return absl::OkStatus();
 }
 
-absl::Status RequestHandler::Forward(const ForwardRequest& req,
-                                     ForwardResponse* resp) {
+absl::Status ReplicationHandler::Forward(const ForwardRequest& req,
+                                         ForwardResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandleForward(req, resp);
 }
 
-absl::Status RequestHandler::ViewPrepare(const ViewPrepareRequest& req,
-                                         ViewPrepareResponse* resp) {
+absl::Status ReplicationHandler::ViewPrepare(const ViewPrepareRequest& req,
+                                             ViewPrepareResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandlePrepare(req, resp);
 }
 
-absl::Status RequestHandler::ViewAccept(const ViewAcceptRequest& req,
-                                        ViewAcceptResponse* resp) {
+absl::Status ReplicationHandler::ViewAccept(const ViewAcceptRequest& req,
+                                            ViewAcceptResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandleAccept(req, resp);
 }
 
-absl::Status RequestHandler::ViewCommit(const ViewCommitRequest& req,
-                                        ViewCommitResponse* resp) {
+absl::Status ReplicationHandler::ViewCommit(const ViewCommitRequest& req,
+                                            ViewCommitResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandleCommit(req);
 }
 
-absl::Status RequestHandler::InstallUnit(const InstallUnitRequest& req,
-                                         InstallUnitResponse* resp) {
+absl::Status ReplicationHandler::InstallUnit(const InstallUnitRequest& req,
+                                             InstallUnitResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandleInstall(req);
