@@ -84,12 +84,9 @@ KNOWN_LONG_FUNCTIONS = {
     "trainer/client/grpc_ps_client.cc GrpcPsClient::Attempt": 85,
     "trainer/client/param_client.cc ParamClient::StartPull": 98,
     "trainer/client/param_client.cc ParamClient::StartPush": 110,
-    "trainer/trainer_step.cc Trainer::Step": 108,
 }
 KNOWN_LARGE_CLASSES = {
     "ParameterStore": 1342,
-    "RequestHandler": 737,
-    "Trainer": 809,
 }
 KNOWN_MISPLACED = []
 

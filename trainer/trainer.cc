@@ -149,6 +149,7 @@ absl::Status Trainer::Setup() {
       params_->set_threshold_compression(threshold_);
       break;
   }
+  schedule_ = MakeSchedule();
   return absl::OkStatus();
 }
 
@@ -175,6 +176,22 @@ absl::Status Trainer::CheckLars(
   return absl::OkStatus();
 }
 
+std::unique_ptr<StepSchedule> Trainer::MakeSchedule() {
+  StepContext step;
+  step.options = &options_;
+  step.params = params_.get();
+  step.model = model_.get();
+  step.input = input_.get();
+  step.sharing = sharing_.get();
+  step.values = &values_;
+  step.grads = &grads_;
+  step.push_bytes = &push_bytes_;
+  step.cancel_if_fatal = [this](const absl::Status& why) {
+    CancelIfFatal(why);
+  };
+  return StepSchedule::Create(std::move(step));
+}
+
 absl::Status Trainer::DescribeJob() {
   // The model's dense tables, then the sparse one of a sparse input.
   std::vector<std::string> names;
@@ -189,13 +206,6 @@ absl::Status Trainer::DescribeJob() {
     values_.push_back(t.value.data());
     grads_.push_back(t.grad.data());
     sizes.push_back(t.value.size());
-  }
-  if (options_.async_prefetch && !sync()) {
-    for (size_t size : sizes) {
-      prefetched_.emplace_back(size);
-      spare_grads_.emplace_back(size);
-    }
-    for (auto& p : prefetched_) prefetched_ptrs_.push_back(p.data());
   }
   RETURN_IF_ERROR(CheckLars(names, optimizers));
   if (options_.compression == Compression::kThreshold) {
@@ -322,23 +332,6 @@ void Trainer::OpenSharedMemory() {
                         : "");
 }
 
-void Trainer::SwapInPrefetched() {
-  std::vector<ParamTable>& tables = model_->tables();
-  for (size_t t = 0; t < tables.size(); ++t) {
-    std::swap(tables[t].value, prefetched_[t]);
-    values_[t] = tables[t].value.data();
-    prefetched_ptrs_[t] = prefetched_[t].data();
-  }
-}
-
-void Trainer::SwapGradients() {
-  std::vector<ParamTable>& tables = model_->tables();
-  for (size_t t = 0; t < tables.size(); ++t) {
-    std::swap(tables[t].grad, spare_grads_[t]);
-    grads_[t] = tables[t].grad.data();
-  }
-}
-
 void Trainer::CancelIfFatal(const absl::Status& why) {
   if (sync() && absl::IsAborted(why)) return;  // Run recovers from it
   LOG(WARNING) << "trainer " << options_.trainer_id << ": step " << step_
@@ -349,23 +342,6 @@ void Trainer::CancelIfFatal(const absl::Status& why) {
   if (params_ != nullptr) params_->CancelSharedCalls();
 }
 
-absl::Status Trainer::DrainTransfers() {
-  if (next_pull_ != nullptr) {
-    next_pull_->Wait().IgnoreError();  // its step is pulled again
-    next_pull_.reset();
-  }
-  for (auto& p : layer_pulls_) {
-    if (p != nullptr) p->Wait().IgnoreError();
-  }
-  layer_pulls_.clear();
-  if (push_in_flight_ == nullptr) return absl::OkStatus();
-  TransferStats push;
-  absl::Status s = push_in_flight_->Wait(&push);
-  push_in_flight_.reset();
-  push_bytes_ += push.bytes;
-  return s;
-}
-
 absl::Status Trainer::Evaluate(int pass, bool final) {
   const TrainerOptions& o = options_;
   // Async: the final evaluation waits until every trainer has finished
@@ -374,7 +350,7 @@ absl::Status Trainer::Evaluate(int pass, bool final) {
   // Async: a trainer that joined a finished job has no steps to mark done,
   // nor others to wait for.
   const bool wait_for_all = !sync() && final && !joined_finished_job_;
-  RETURN_IF_ERROR(DrainTransfers());
+  RETURN_IF_ERROR(schedule_->Drain());
   if (wait_for_all) RETURN_IF_ERROR(params_->MarkDone(total_steps_));
   TransferStats ps;
   RETURN_IF_ERROR(params_->Pull(sync() ? step_ : 0, step_, values_, &ps,
@@ -423,7 +399,7 @@ absl::Status Trainer::Recover(const absl::Status& why) {
   const int64_t from = step_;
   LOG(WARNING) << "trainer " << k << " at step " << step_ << ": "
                << why.message() << "; recovering";
-  DrainTransfers().IgnoreError();
+  schedule_->Drain().IgnoreError();
   ASSIGN_OR_RETURN(step_, SyncWithPservers());
   OpenSharedMemory();  // a restarted pserver holds none of the regions
   if (sharing_ != nullptr) {

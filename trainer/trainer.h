@@ -22,6 +22,7 @@
 #include "trainer/model/model.h"
 #include "trainer/options.h"
 #include "trainer/progress.h"
+#include "trainer/step_schedule.h"
 #include "trainer/update_sharing.h"
 
 namespace shardps {
@@ -61,6 +62,8 @@ class Trainer {
  private:
   // Data, model, tables, the job spec and the clients.
   absl::Status Setup();
+  // The step's schedule, from the options and the parts Setup made.
+  std::unique_ptr<StepSchedule> MakeSchedule();
   // The dense tables of the model and the job they make.
   absl::Status DescribeJob();
   // Registers; the chief initialises the job; waits until it is ready and
@@ -84,42 +87,18 @@ class Trainer {
   absl::Status Finish(absl::Time train_start);
   bool sync() const { return options_.mode == SYNC; }
   void LeaveQuietly();
-  // Async overlap: the prefetched parameters become the model's, and the
-  // gradient buffer just sent is set aside while its push is in flight.
-  void SwapInPrefetched();
   // With options_.shared_memory: shared regions with the pservers on this
   // host (ParamClient::UseSharedMemory).
   void OpenSharedMemory();
-  void SwapGradients();
-  // Waits for the transfers still in flight: the prefetched pull is
-  // dropped, the push in flight counted; returns the push's status.
-  absl::Status DrainTransfers();
+  // A step that failed with `why` (at its push, or its LARS norms): the
+  // calls in flight cancelled unless the run recovers, the transfers
+  // drained; returns `why`.
+  absl::Status StepFailed(const absl::Status& why);
   // After a step failed with `why`: unless the run recovers from it (a sync
   // ABORTED), logs it and cancels the pserver calls in flight, so that the
-  // transfers DrainTransfers waits for end now rather than after their
+  // transfers StepSchedule::Drain waits for end now rather than after their
   // retries (up to --rpc_retry_s).
   void CancelIfFatal(const absl::Status& why);
-  // Whether this job's steps go layer by layer (options_.layer_pipeline).
-  bool LayerPipeline() const;
-  // Layer pipeline: forward and backward of the loaded batch, waiting for
-  // each layer's pull (layer_pulls_) before its forward and starting each
-  // layer's push for `tag` after its backward (into `pushes`, in flight),
-  // with its pull of the next step when `prefetch`. Adds the pulls' stats
-  // and the time forward waited for them to `pull` and `pull_wait`. On an
-  // error every transfer has ended.
-  absl::StatusOr<BatchStats> TrainLayered(
-      int64_t tag, bool prefetch, TransferStats* pull,
-      absl::Duration* pull_wait,
-      std::vector<std::unique_ptr<DenseTransfer>>* pushes);
-  // The dense push of a step (with the pull of the next when
-  // `prefetch_next`), waited for unless async prefetch leaves it in flight.
-  absl::Status PushDense(int64_t tag, bool prefetch_next, TransferStats* push);
-  // Waits for every one of `transfers` (and clears them), adding their
-  // stats; returns the first error.
-  static absl::Status WaitAll(
-      std::vector<std::unique_ptr<DenseTransfer>>& transfers,
-      TransferStats* stats);
-
   const TrainerOptions options_;
   // options_.config, its optimizers adapted to the data where it asks
   // (InputPipeline::Create).
@@ -164,24 +143,10 @@ class Trainer {
   int64_t pull_bytes_ = 0;
   absl::Duration train_time_;  // excludes evaluation
   absl::Time last_ok_;         // the end of the last good step
-
-  // Overlap (TrainerOptions::overlap). Declared after the clients and the
-  // model: destroyed first, they wait for their calls before those go.
-  // The pull of step next_pull_step_, started during the previous step.
-  std::unique_ptr<DenseTransfer> next_pull_;
-  int64_t next_pull_step_ = -1;
-  // Sync, layer pipeline (TrainerOptions::layer_pipeline): the pulls of
-  // step next_pull_step_ by layer (null: none, or waited for), each started
-  // as that layer's gradient was pushed; and each layer's dense tables, as
-  // ParamClient's `only` masks.
-  std::vector<std::unique_ptr<DenseTransfer>> layer_pulls_;
-  std::vector<std::vector<bool>> layer_masks_;
-  // Async: the last push, waited for before the next one; and the buffers
-  // the prefetched parameters land in and the pushed gradient waits in.
-  std::unique_ptr<DenseTransfer> push_in_flight_;
-  std::vector<std::vector<float>> prefetched_;
-  std::vector<float*> prefetched_ptrs_;
-  std::vector<std::vector<float>> spare_grads_;
+  // When the dense values and gradients travel, with the transfers in
+  // flight between steps. Declared after the clients and the model:
+  // destroyed first, its transfers wait for their calls before those go.
+  std::unique_ptr<StepSchedule> schedule_;
 };
 
 }  // namespace shardps
