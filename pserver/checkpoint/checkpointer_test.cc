@@ -12,6 +12,7 @@
 #include "common/storage/fault_injection_env.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
+#include "pserver/checkpoint/store_snapshots.h"
 #include "pserver/testing/checkpoint_job.h"
 
 namespace shardps {
@@ -31,7 +32,7 @@ class CheckpointerTest : public ::testing::Test {
     // Snapshots of steps 1, 2 and 3.
     for (int64_t step = 0; step < 3; ++step) {
       ASSERT_TRUE(RunStep(store_.get(), step).ok());
-      auto snap = store_->Snapshot(step + 1);
+      auto snap = StoreSnapshots(store_.get()).Snapshot(step + 1);
       ASSERT_TRUE(snap.ok()) << snap.status();
       snaps_.push_back(*snap);
       states_.push_back(GetState(store_.get()));
@@ -96,7 +97,7 @@ TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
 
   // What was loaded restores a fresh store to that step.
   ParameterStore fresh(Options());
-  ASSERT_TRUE(fresh.Restore(*two, 1).ok());
+  ASSERT_TRUE(StoreSnapshots(&fresh).Restore(*two, 1).ok());
   EXPECT_EQ(GetState(&fresh), states_[1]);
 
   // Another Checkpointer over the same directory sees the same.
@@ -148,7 +149,7 @@ TEST_F(CheckpointerTest, FailedSyncKeepsThePreviousCheckpoint) {
   ASSERT_TRUE(newest.ok()) << newest.status();
   ExpectSameSnapshot(*newest, snaps_[0]);
   ParameterStore fresh(Options());
-  ASSERT_TRUE(fresh.Restore(*newest, 1).ok());
+  ASSERT_TRUE(StoreSnapshots(&fresh).Restore(*newest, 1).ok());
   EXPECT_EQ(GetState(&fresh), states_[0]);
 
   // The fault was one-off: the next write succeeds and Flush says so.

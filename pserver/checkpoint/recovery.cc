@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "pserver/checkpoint/store_snapshots.h"
 
 namespace shardps {
 namespace {
@@ -73,7 +74,7 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
     // holds the step.
     if (start) RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(step));
     RETURN_IF_ERROR(checkpointer->WriteGeneration(generation));
-    absl::Status s = store->Restore(*snap, generation);
+    absl::Status s = StoreSnapshots(store).Restore(*snap, generation);
     if (start && absl::IsDataLoss(s)) {
       // It verified but does not hold a job this pserver can load (a blob
       // that does not parse, a spec no chief could send): set aside like a

@@ -10,6 +10,7 @@
 #include "common/storage/checkpoint.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
+#include "pserver/checkpoint/store_snapshots.h"
 #include "pserver/testing/checkpoint_job.h"
 
 namespace shardps {
@@ -28,7 +29,7 @@ class RecoveryTest : public ::testing::Test {
     auto store = NewStore();
     for (int64_t step = 0; step < 3; ++step) {
       ASSERT_TRUE(RunStep(store.get(), step).ok());
-      auto snap = store->Snapshot(step + 1);
+      auto snap = StoreSnapshots(store.get()).Snapshot(step + 1);
       ASSERT_TRUE(snap.ok()) << snap.status();
       checkpointer_.Save(*snap);
       states_.push_back(GetState(store.get()));
@@ -109,12 +110,12 @@ TEST_F(RecoveryTest, AtStartAVerifiedButMalformedNewestIsSetAside) {
   }
   // Step 4: a blob that does not parse; step 5: a spec no chief could send.
   // Both verify: their checksums are those of what was written.
-  auto four = store->Snapshot(3);
+  auto four = StoreSnapshots(store.get()).Snapshot(3);
   ASSERT_TRUE(four.ok());
   four->info.set_step(4);
   four->files[0].second.resize(7);
   checkpointer_.Save(*four);
-  auto five = store->Snapshot(3);
+  auto five = StoreSnapshots(store.get()).Snapshot(3);
   five->info.set_step(5);
   five->info.mutable_job()->set_num_trainers(2147483647);
   checkpointer_.Save(*five);

@@ -13,7 +13,7 @@ namespace shardps {
 // process's word: INVALID_ARGUMENT, naming the field, for anything the C++
 // form cannot hold (members out of order, gradient bytes not whole floats,
 // repeated keys, a scale count that fits no key count); sizes against a
-// unit are checked where the update is applied (ApplyReplicated).
+// unit are checked where the update is applied (BarrierUnit::ApplyReplicated).
 
 void ToMessage(const View& view, ViewMessage* out);
 absl::StatusOr<View> FromMessage(const ViewMessage& m);

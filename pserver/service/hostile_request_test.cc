@@ -13,6 +13,7 @@
 #include "common/transport/wire_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pserver/checkpoint/store_snapshots.h"
 #include "pserver/service/request_handler.h"
 #include "pserver/testing/handler_testing.h"
 #include "pserver/testing/store_testing.h"
@@ -546,8 +547,8 @@ TEST_F(AsyncHostileRequestTest, CheckpointOfAStepNoTrainerReachedIsRefused) {
   StartAsyncJob();
   for (int64_t step = 0; step < 5; ++step)
     ASSERT_TRUE(PushRow(0, step, 1).ok());
-  EXPECT_TRUE(store_->Snapshot(5).ok());
-  auto forged = store_->Snapshot(1000000000);
+  EXPECT_TRUE(StoreSnapshots(store_.get()).Snapshot(5).ok());
+  auto forged = StoreSnapshots(store_.get()).Snapshot(1000000000);
   ExpectCode(forged.status(), absl::StatusCode::kInvalidArgument,
              "no trainer has pushed past step 5 here");
 }

@@ -10,6 +10,7 @@
 #include "common/storage/checkpoint.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/recovery.h"
+#include "pserver/checkpoint/store_snapshots.h"
 
 namespace shardps {
 
@@ -364,7 +365,7 @@ void Pserver::FinalCheckpoint(JobSlot& job) {
                  << "); the newest complete checkpoint stays";
     return;
   }
-  auto snap = store.Snapshot(sync ? v.min : v.max);
+  auto snap = StoreSnapshots(&store).Snapshot(sync ? v.min : v.max);
   if (!snap.ok()) {
     LOG(WARNING) << "job " << job.id
                  << ": no final checkpoint: " << snap.status();

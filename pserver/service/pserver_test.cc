@@ -11,6 +11,7 @@
 #include "common/storage/checkpoint.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
+#include "pserver/checkpoint/store_snapshots.h"
 #include "pserver/testing/store_testing.h"
 
 namespace shardps {
@@ -159,7 +160,7 @@ TEST(PserverTest, TheSingleJobLayoutBecomesTheDefaultJob) {
     RunOneStep(&store, 1.0f);
     Checkpointer old(Env::Default(), o.checkpoint_dir, 2);
     ASSERT_TRUE(old.WriteGeneration(1).ok());
-    old.Save(*store.Snapshot(1));
+    old.Save(*StoreSnapshots(&store).Snapshot(1));
     ASSERT_TRUE(old.Flush().ok());
   }
   auto ps = Pserver::Create(o);

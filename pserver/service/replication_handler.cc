@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
+#include "pserver/replication/replicated_units.h"
 #include "pserver/replication/replication_wire.h"
 
 namespace shardps {
@@ -34,8 +35,9 @@ ReplicaSet::StoreHooks ReplicationHandler::MakeStoreHooks() {
   ReplicaSet::StoreHooks hooks;
   hooks.apply = [store, dedup](const std::vector<AppliedUpdate>& u,
                                const std::vector<PushRef>& pushes) {
-    RETURN_IF_ERROR(store->ApplyReplicated(u));
-    store->ReplicatedPushes(pushes);
+    ReplicatedUnits units(store->state());
+    RETURN_IF_ERROR(units.Apply(u));
+    units.AdvanceClocks(pushes);
     // A push whose updates a backup holds: answered as a duplicate if
     // the trainer sends it here after a failover.
     for (const PushRef& p : pushes) {
@@ -48,11 +50,12 @@ ReplicaSet::StoreHooks ReplicationHandler::MakeStoreHooks() {
     return absl::OkStatus();
   };
   hooks.image_held = [store](uint32_t table, uint32_t unit) {
-    return store->UnitImageHeld(table, unit);
+    return ReplicatedUnits(store->state()).ImageHeld(table, unit);
   };
   hooks.install = [store](uint32_t table, uint32_t unit,
                           const std::string& image, uint64_t generation) {
-    return store->InstallUnit(table, unit, image, generation);
+    return ReplicatedUnits(store->state())
+        .Install(table, unit, image, generation);
   };
   hooks.generation = [store] { return store->generation(); };
   return hooks;
@@ -89,7 +92,7 @@ absl::Status ReplicationHandler::Start(const InitJobRequest& req) {
   if (replicas_ == nullptr) {
     ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
     replicas_->set_hooks(MakeStoreHooks());
-    store_->set_forwarder(replicas_.get());
+    ReplicatedUnits(store_->state()).SetForwarder(replicas_.get());
     LOG(INFO) << "replication " << job.replication() << " among "
               << req.pservers_size() << " pservers; this is pserver "
               << req.server_index() << " (" << replicas_->view().DebugString()

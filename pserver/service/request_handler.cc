@@ -14,6 +14,7 @@
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/recovery.h"
+#include "pserver/checkpoint/store_snapshots.h"
 
 namespace shardps {
 namespace {
@@ -225,7 +226,7 @@ absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
       !s.ok()) {
     return s;
   }
-  auto snap = store_->Snapshot(req.step());
+  auto snap = StoreSnapshots(store_).Snapshot(req.step());
   if (!snap.ok()) return snap.status();
   checkpointer_->Save(std::move(*snap));
   return absl::OkStatus();

@@ -66,7 +66,7 @@ void RequestHandler::PullNorms(const PullRequest& req, PullResponse* resp,
 
 absl::Status RequestHandler::PushTableNorms(const PushRequest& req) {
   // The store refuses a table named twice, before anything is applied.
-  std::vector<ParameterStore::TableNorm> tables;
+  std::vector<TrustStep::TableNorm> tables;
   tables.reserve(req.table_norms_size());
   for (const TableNorms& t : req.table_norms()) {
     tables.push_back({t.table_id(),
@@ -74,8 +74,8 @@ absl::Status RequestHandler::PushTableNorms(const PushRequest& req) {
                       t.gradient(),
                       {t.blocks().begin(), t.blocks().end()}});
   }
-  return store_->ApplyTrust(req.trainer_id(), req.step(), tables,
-                            req.generation());
+  return store_->trust().Apply(req.trainer_id(), req.step(), tables,
+                               req.generation());
 }
 
 }  // namespace shardps

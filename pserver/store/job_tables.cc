@@ -366,4 +366,50 @@ absl::flat_hash_map<uint32_t, int64_t> JobTables::BlockSizes(
   return sizes;
 }
 
+VersionRange JobTables::Versions() const {
+  VersionRange r{INT64_MAX, 0};
+  for (BarrierUnit* u : units_) {
+    absl::MutexLock l(&u->mu);
+    r.min = std::min(r.min, u->barrier.version());
+    r.max = std::max(r.max, u->barrier.version());
+  }
+  if (r.min == INT64_MAX) r.min = 0;
+  return r;
+}
+
+std::vector<SparseTableStats> JobTables::SparseStats() const {
+  std::vector<SparseTableStats> out;
+  for (const SparseShard* s : sparse_) {
+    out.push_back(SparseTableStats{s->table_name(), s->rows().counters(),
+                                   s->rows().MemoryBytes()});
+  }
+  return out;
+}
+
+std::vector<TableProgress> JobTables::Progress() const {
+  std::vector<TableProgress> out;
+  absl::flat_hash_map<uint32_t, size_t> index;  // table id -> out[i]
+  for (BarrierUnit* u : units_) {
+    auto [it, added] = index.try_emplace(u->table_id(), out.size());
+    if (added) {
+      const TableSpec& table = spec(u->table_id());
+      out.push_back(
+          TableProgress{table.name(), table.kind() == TableSpec::SPARSE, 0});
+    }
+    absl::MutexLock l(&u->mu);
+    out[it->second].steps =
+        std::max(out[it->second].steps, u->barrier.version());
+  }
+  return out;
+}
+
+size_t JobTables::HeldPulls() const {
+  size_t n = 0;
+  for (BarrierUnit* u : units_) {
+    absl::MutexLock l(&u->mu);
+    n += u->barrier.held();
+  }
+  return n;
+}
+
 }  // namespace shardps

@@ -82,6 +82,26 @@ int64_t UnitOverheadBytes(int num_trainers);
 // the dense blocks placed here: each dense block and each sparse table is a
 // BarrierUnit. The set of tables and units is constant once built; the
 // units are thread-safe themselves. Thread-safe.
+// What a job's tables report (JobTables::Versions, SparseStats, Progress).
+// The lowest and highest version of the units.
+struct VersionRange {
+  int64_t min = 0;
+  int64_t max = 0;
+};
+// Rows, memory and admission/eviction counters of a sparse table.
+struct SparseTableStats {
+  std::string name;
+  SparseCounters counters;
+  size_t memory_bytes = 0;
+};
+// A table with units here, and the steps applied to it: the most of its
+// units' versions (a sync step, or an async push).
+struct TableProgress {
+  std::string name;
+  bool sparse = false;
+  int64_t steps = 0;
+};
+
 class JobTables {
  public:
   // Validates every table of `job` (names, kinds, shapes, block sizes, row
@@ -150,6 +170,15 @@ class JobTables {
   int num_slots(uint32_t table_id) const {
     return tables_[table_id].optimizer->num_slots();
   }
+
+  // Reports, each unit read under its lock.
+  VersionRange Versions() const;
+  // Each sparse table, in table order.
+  std::vector<SparseTableStats> SparseStats() const;
+  // Each table with units here, in table order.
+  std::vector<TableProgress> Progress() const;
+  // Pulls the units' barriers hold, answered or not (tests).
+  size_t HeldPulls() const;
 
  private:
   struct Table {

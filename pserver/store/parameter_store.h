@@ -1,9 +1,7 @@
 #ifndef SHARDPS_PSERVER_STORE_PARAMETER_STORE_H_
 #define SHARDPS_PSERVER_STORE_PARAMETER_STORE_H_
 
-#include <atomic>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,61 +9,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "base/clock.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/job_tables.h"
-#include "pserver/store/membership.h"
-#include "pserver/store/memory_budget.h"
 #include "pserver/store/pull_waiters.h"
 #include "pserver/store/sparse_table.h"
-#include "pserver/store/staleness_gate.h"
-#include "pserver/store/table_snapshot.h"
-#include "pserver/store/update_forwarder.h"
+#include "pserver/store/store_state.h"
+#include "pserver/store/trust_step.h"
 
 namespace shardps {
-
-struct StoreOptions {
-  // Trainers in the job; 0 takes the count from the chief's JobSpec.
-  // Default: 0.
-  int num_trainers = 0;
-  // A sync step or a pull that has waited this long is logged with the ids
-  // of the trainers it waits for. Default: 5 s.
-  absl::Duration report_after = absl::Seconds(5);
-  // A pull waits at most this long; then it is answered DEADLINE_EXCEEDED
-  // with what it was waiting for, and the trainer retries. Default: 20 s.
-  absl::Duration max_pull_wait = absl::Seconds(20);
-  // A trainer that has registered and then says nothing (no heartbeat, pull
-  // or push) for this long is dropped from the barrier, logged and counted;
-  // the job goes on with the others. Zero: never. Default: 60 s.
-  absl::Duration trainer_timeout = absl::Seconds(60);
-  // Where the store reads the time (pull waits, when a trainer was last
-  // heard from); must outlive the store. Default: the real clock.
-  const Clock* clock = Clock::Real();
-  // What a job's tables and optimizer state may hold on this pserver
-  // (--max_memory_mb); a job that needs more is refused RESOURCE_EXHAUSTED.
-  // 0: no limit. Default: 0. Ignored when `budget` is set.
-  int64_t max_memory_bytes = 0;
-  // The budget this store draws on, shared by every job of a pserver; must
-  // outlive the store. Null: the store's own, of max_memory_bytes.
-  MemoryBudget* budget = nullptr;
-};
-
-// Counters, cumulative since start.
-struct StoreCounters {
-  int64_t pushes = 0;
-  int64_t block_updates = 0;  // optimizer applications to one unit
-  int64_t duplicate_block_pushes = 0;
-  int64_t rejected_requests = 0;
-  int64_t pulls = 0;
-  int64_t pull_timeouts = 0;
-  int64_t dropped_trainers = 0;   // silent past trainer_timeout
-  int64_t rejoined_trainers = 0;  // came back (restarted, or after a drop)
-  int64_t late_block_pushes = 0;  // replicas_to_aggregate: after the step
-  int64_t rollbacks = 0;          // Restore on a running job
-};
 
 // What Register tells a trainer.
 struct RegisterResult {
@@ -76,17 +29,13 @@ struct RegisterResult {
 };
 
 // What one pserver holds of a job, and the orchestration of its parts
-// (docs/architecture.md): the tables (JobTables: dense blocks and sparse
-// tables, each a BarrierUnit with a StepBarrier), Membership, the async
-// StalenessGate and the PullWaiters. Plain C++: no gRPC.
-//
-// Thread-safe. No lock covers the whole store on the push or pull path:
-// pushes and pull registrations hold the gate shared and lock only the
-// units they touch. What must see no push half-way through (a rejoin, a
-// Leave, a drop, Snapshot, Restore) holds the gate exclusively. Lock order:
-// gate_ -> init_mu_; gate_ -> Membership -> units in (table, block) order ->
-// SparseTable stripes; StalenessGate and PullWaiters last, never while
-// holding a unit.
+// (docs/architecture.md): the job's state (StoreState: the tables, dense
+// blocks and sparse tables, each a BarrierUnit with a StepBarrier;
+// Membership, the async StalenessGate and the PullWaiters) and the push,
+// pull and membership paths over it. LARS's table norms are the TrustStep
+// part (trust()); above the store, StoreSnapshots (pserver/checkpoint/)
+// and ReplicatedUnits (pserver/replication/) work on its state(). Plain
+// C++: no gRPC. Thread-safe; the locks are StoreState's.
 class ParameterStore {
  public:
   explicit ParameterStore(StoreOptions options);
@@ -103,15 +52,19 @@ class ParameterStore {
   // here (JobTables::Create).
   absl::StatusOr<bool> InitJob(const JobSpec& job,
                                absl::Span<const BlockId> blocks,
-                               std::vector<int> sparse_shards = {});
+                               std::vector<int> sparse_shards = {}) {
+    return state_.InitJob(job, blocks, sparse_shards);
+  }
   // Initial values; ignored once the job is ready.
-  absl::Status SetInitialValues(absl::Span<const BlockData> blocks);
+  absl::Status SetInitialValues(absl::Span<const BlockData> blocks) {
+    return state_.SetInitialValues(blocks);
+  }
   // Marks the job ready. FAILED_PRECONDITION if a block has no value yet.
-  absl::Status CommitInit();
+  absl::Status CommitInit() { return state_.CommitInit(); }
 
-  bool ready() const { return ready_.load(std::memory_order_acquire); }
+  bool ready() const { return state_.is_ready(); }
   // REQUIRES: ready().
-  const JobSpec& job() const { return job_; }
+  const JobSpec& job() const { return state_.job; }
 
   // Membership (Membership, docs/fault_tolerance.md). A rejoin waits for
   // the trainer from the step after the newest one held; ConfirmJoin moves
@@ -120,14 +73,25 @@ class ParameterStore {
                                           absl::Time now);
   absl::Status ConfirmJoin(int trainer_id, uint64_t incarnation,
                            int64_t start_step);
-  absl::Status Heartbeat(int trainer_id, uint64_t incarnation, absl::Time now);
+  absl::Status Heartbeat(int trainer_id, uint64_t incarnation, absl::Time now) {
+    if (!ready()) return absl::OkStatus();
+    return state_.membership->Heartbeat(trainer_id, incarnation, now);
+  }
   absl::Status Leave(int trainer_id, uint64_t incarnation);
   // Trainers the barrier waits for (not dropped, not left).
-  std::vector<int> LiveTrainers() const;
+  std::vector<int> LiveTrainers() const {
+    return ready() ? state_.membership->LiveTrainers() : std::vector<int>{};
+  }
   // See Membership::CheckGeneration and CheckIncarnation.
   absl::Status CheckGeneration(absl::string_view what,
-                               uint64_t generation) const;
-  absl::Status CheckIncarnation(int trainer_id, uint64_t incarnation) const;
+                               uint64_t generation) const {
+    if (!ready()) return absl::OkStatus();
+    return state_.membership->CheckGeneration(what, generation);
+  }
+  absl::Status CheckIncarnation(int trainer_id, uint64_t incarnation) const {
+    if (!ready()) return absl::OkStatus();
+    return state_.membership->CheckIncarnation(trainer_id, incarnation);
+  }
 
   // Applies one trainer's gradients for `step`, all or nothing: the whole
   // request is validated first (trainer id, table, block, length, finite
@@ -156,34 +120,6 @@ class ParameterStore {
                           uint64_t generation = kAnyGeneration,
                           uint64_t request_id = 0);
 
-  // Replication (docs/replication.md). With a forwarder (set once, after
-  // InitJob; it must outlive the store): pushes
-  // and pulls of units this pserver is not the primary of are refused
-  // FAILED_PRECONDITION; every update applied here is forwarded to the
-  // unit's backups before the push is answered or a pull can see it; a
-  // sync push for a step already applied is a duplicate (a trainer pushing
-  // again after a failover).
-  void set_forwarder(UpdateForwarder* forwarder);
-  // A backup: applies its primary's updates in order; one this store holds
-  // already (its version is below the unit's) is skipped. FAILED_PRECONDITION
-  // for a gap, INVALID_ARGUMENT for an unknown unit or a wrong size;
-  // the updates before it stay applied.
-  absl::Status ApplyReplicated(const std::vector<AppliedUpdate>& updates);
-  // A backup, ASYNC: the pushes its primary applied move their trainers'
-  // clocks as they did there (PushRef.step). SYNC: nothing.
-  void ReplicatedPushes(const std::vector<PushRef>& pushes);
-  // A primary: the state of unit `unit` of table `table_id`: a dense
-  // block as a one-block dense blob (table_snapshot.h), a sparse shard as
-  // its version and rows (SparseTable::Serialize). REQUIRES: the caller
-  // holds its lock (a push being forwarded).
-  absl::StatusOr<std::string> UnitImageHeld(uint32_t table_id,
-                                            uint32_t unit) const;
-  // A joining backup: loads such an image (values, optimizer state,
-  // version) and takes the job's timeline `generation`. DATA_LOSS for a
-  // malformed image, NOT_FOUND for a unit not held here.
-  absl::Status InstallUnit(uint32_t table_id, uint32_t unit,
-                           const std::string& image, uint64_t generation);
-
   // The number of values of dense block (table_id, block) held here;
   // NOT_FOUND when there is none.
   absl::StatusOr<int64_t> BlockSize(uint32_t table_id, uint32_t block) const;
@@ -209,117 +145,77 @@ class ParameterStore {
   // SYNC, LARS (docs/tuning.md, "LARS"): the squared norms of step `step`
   // of each of `blocks`, three doubles per block into `out` (weights,
   // gradient, the step), once each has assembled the step; `out` must live
-  // until `done`. Then ApplyTrust, with the norms of the whole table (the
-  // square roots of the sums over every block of every pserver), applies
-  // the step to the table's blocks held here and answers the pulls of the
-  // next version. One call takes several tables, all or nothing: where one
-  // table's blocks cannot take the ratio, no table's are changed. A
-  // repeated ApplyTrust for the step applied is a no-op; INVALID_ARGUMENT
-  // for a table without LARS, named twice, or norms that are negative or
-  // not finite; FAILED_PRECONDITION for a step not assembled.
+  // until `done`. Then trust().Apply, with the norms of the whole table,
+  // applies the step.
   void PullNorms(int trainer_id, int64_t step, absl::Span<const BlockId> blocks,
                  double* out, PullDone done,
                  uint64_t generation = kAnyGeneration);
-  struct TableNorm {
-    uint32_t table_id = 0;
-    double weights = 0;   // the whole table's weights' norm
-    double gradient = 0;  // and its gradient's
-    // The blocks to apply, each held here once (NOT_FOUND, or
-    // INVALID_ARGUMENT for one named twice); empty: every block of the
-    // table held here.
-    std::vector<uint32_t> blocks;
-  };
-  absl::Status ApplyTrust(int trainer_id, int64_t step,
-                          absl::Span<const TableNorm> tables,
-                          uint64_t generation = kAnyGeneration);
-  // One table's (tests).
-  absl::Status ApplyTrust(int trainer_id, int64_t step, uint32_t table_id,
-                          double weights_norm, double gradient_norm,
-                          uint64_t generation = kAnyGeneration) {
-    const TableNorm t{table_id, weights_norm, gradient_norm, {}};
-    return ApplyTrust(trainer_id, step, absl::MakeConstSpan(&t, 1), generation);
-  }
+  // LARS's table norms applied.
+  TrustStep& trust() { return trust_; }
 
   // Times out pulls past max_pull_wait, logs stalled steps, and drops
   // trainers silent past trainer_timeout. Called about once a second by the
   // server.
   void Sweep(absl::Time now);
 
-  // Checkpoints. Snapshot copies everything this store holds while no push
-  // runs. SYNC: every unit must be at version `step` (FAILED_PRECONDITION
-  // otherwise: not a step boundary); ASYNC: whatever each unit holds now,
-  // labelled `step`.
-  absl::StatusOr<StoreSnapshot> Snapshot(int64_t step) const;
-  // Loads a snapshot as timeline `generation`. On a store without a job it
-  // creates the job from the snapshot and makes it ready (a pserver
-  // restarting from its checkpoint). On a running job (a rollback) the job
-  // and blocks must be the same; every waiting pull is answered ABORTED.
-  // DataLoss for a malformed table blob, with nothing changed.
-  absl::Status Restore(const StoreSnapshot& snapshot, uint64_t generation);
+  // The job's state, for the parts above the store (StoreSnapshots,
+  // ReplicatedUnits).
+  StoreState* state() { return &state_; }
   // The timeline: bumped by every Restore, and the step it started from.
-  uint64_t generation() const;
-  int64_t base_step() const;
+  uint64_t generation() const {
+    return ready() ? state_.membership->generation() : 0;
+  }
+  int64_t base_step() const {
+    return ready() ? state_.membership->base_step() : 0;
+  }
 
   // Answers every waiting pull with `status`, and every later pull that
   // would have to wait with UNAVAILABLE (shutdown).
-  void CancelAllWaiters(const absl::Status& status);
-
-  struct VersionRange {
-    int64_t min = 0;
-    int64_t max = 0;
-  };
-  VersionRange Versions() const;
-  StoreCounters counters() const;
-  // Pulls waiting now.
-  size_t waiting_pulls() const { return waiters_.size(); }
-  // Pulls the units' barriers hold, answered or not (tests).
-  size_t TEST_HeldPulls() const;
-  // Blocks until at least `n` pulls wait, or `timeout` passes (tests).
-  bool WaitForWaitingPulls(size_t n, absl::Duration timeout) const {
-    return waiters_.WaitForSize(n, timeout);
+  void CancelAllWaiters(const absl::Status& status) {
+    state_.waiters.Close(status);
   }
 
-  // Rows, memory and admission/eviction counters of each sparse table.
-  struct SparseTableStats {
-    std::string name;
-    SparseCounters counters;
-    size_t memory_bytes = 0;
-  };
-  std::vector<SparseTableStats> SparseStats() const;
-  // Each table with units here, in table order, and the steps applied to
-  // it: the most of its units' versions (a sync step, or an async push).
-  struct TableProgress {
-    std::string name;
-    bool sparse = false;
-    int64_t steps = 0;
-  };
-  std::vector<TableProgress> Progress() const;
+  // Reports (JobTables), empty before the job is ready.
+  using VersionRange = ::shardps::VersionRange;
+  VersionRange Versions() const {
+    return ready() ? state_.tables->Versions() : VersionRange{};
+  }
+  StoreCounters counters() const { return state_.counters(); }
+  // Pulls waiting now.
+  size_t waiting_pulls() const { return state_.waiters.size(); }
+  // Pulls the units' barriers hold, answered or not (tests).
+  size_t TEST_HeldPulls() const {
+    return ready() ? state_.tables->HeldPulls() : 0;
+  }
+  // Blocks until at least `n` pulls wait, or `timeout` passes (tests).
+  bool WaitForWaitingPulls(size_t n, absl::Duration timeout) const {
+    return state_.waiters.WaitForSize(n, timeout);
+  }
+
+  using SparseTableStats = ::shardps::SparseTableStats;
+  std::vector<SparseTableStats> SparseStats() const {
+    return ready() ? state_.tables->SparseStats()
+                   : std::vector<SparseTableStats>{};
+  }
+  using TableProgress = ::shardps::TableProgress;
+  std::vector<TableProgress> Progress() const {
+    return ready() ? state_.tables->Progress() : std::vector<TableProgress>{};
+  }
   // What the dense blocks held here take: values, gradient sums and
   // optimizer state (0 before InitJob).
-  int64_t dense_bytes() const;
+  int64_t dense_bytes() const { return ready() ? state_.tables->bytes() : 0; }
   // The memory budget it draws on (--max_memory_mb), for what else a job
   // holds (shared regions).
-  MemoryBudget* budget() const { return budget_; }
-  size_t num_blocks() const;
+  MemoryBudget* budget() const { return state_.budget; }
+  size_t num_blocks() const { return state_.num_blocks(); }
 
   // Test hooks.
   std::vector<float> TEST_BlockValues(uint32_t table_id, uint32_t block) const;
   int64_t TEST_BlockVersion(uint32_t table_id, uint32_t block) const;
 
  private:
-  absl::StatusOr<bool> InitJobLocked(const JobSpec& job,
-                                     absl::Span<const BlockId> blocks,
-                                     absl::Span<const int> sparse_shards = {})
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(init_mu_);
-  // FAILED_PRECONDITION before the job is ready; else Membership::Touch.
-  absl::Status CheckReadyAndTrainer(int trainer_id) const;
   // The validated parts of a push: refused unless `step` >= 0.
   absl::Status CheckPushStart(int trainer_id, int64_t step) const;
-  // ApplyTrust's norms checked (known tables, finite, each table and block
-  // once, some block held here) and each table's blocks held here, in the
-  // order of `tables`, into *units.
-  absl::Status TrustUnits(absl::Span<const TableNorm> tables,
-                          std::vector<std::vector<BarrierUnit*>>* units) const;
   // Applies a validated push (sorted, distinct units): the generation, then
   // every unit's admission, then the updates; counts the refusal.
   absl::Status ApplyPush(int trainer_id, int64_t step, uint64_t generation,
@@ -330,14 +226,7 @@ class ParameterStore {
                                const std::vector<PushPart>& parts, int* late,
                                uint64_t request_id,
                                std::vector<WaiterPtr>* ready)
-      ABSL_SHARED_LOCKS_REQUIRED(gate_);
-  // Forwards what `c` collected (with a forwarder; OK without).
-  absl::Status ForwardCollected(const UpdateCollector& c, int trainer_id,
-                                uint64_t request_id, int64_t step);
-  // A unit held here: a dense block, or a sparse table's shard.
-  absl::StatusOr<BarrierUnit*> FindUnit(uint32_t table_id, uint32_t unit) const;
-  // With a forwarder: OK when this pserver is the primary of `unit`.
-  absl::Status CheckServes(const BarrierUnit& unit) const;
+      ABSL_SHARED_LOCKS_REQUIRED(state_.gate);
   // Registers a pull's holds on the units and the staleness gate; answers
   // it at once when nothing holds it.
   void StartPull(const WaiterPtr& w, uint64_t generation);
@@ -353,51 +242,14 @@ class ParameterStore {
   // SYNC: applies every step that a membership change completed; ASYNC:
   // re-checks the pulls held by the staleness gate.
   void RecheckBarriers(std::vector<WaiterPtr>* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_);
-  int64_t MaxVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_);
-  // Answers the released pulls (outside every lock).
-  void ReleaseAll(const std::vector<WaiterPtr>& ready);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.gate);
+  int64_t MaxVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.gate);
   std::string DescribeWait(const PullWaiter& w) const;
   // Sweep: drops the trainers that hold a sync step back for `timeout`.
   void DropStalling(absl::Time now, absl::Duration timeout);
-  // Restore's half that changes the store, after every blob was parsed.
-  void RestoreLocked(const CheckpointInfo& info, bool running,
-                     ParsedSnapshot parsed, uint64_t generation,
-                     std::vector<WaiterPtr>* aborted,
-                     absl::Status* sparse_error)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_);
 
-  const StoreOptions options_;
-  const Clock* const clock_;
-
-  // The gate (see the class comment).
-  mutable absl::Mutex gate_;
-  // What the tables hold, against --max_memory_mb (outlives tables_).
-  MemoryBudget own_budget_;
-  MemoryBudget* const budget_;
-  // Set-up state. The tables, membership and gate below are created by
-  // InitJob and fixed once ready_ is true; after that they are read without
-  // init_mu_.
-  mutable absl::Mutex init_mu_ ABSL_ACQUIRED_AFTER(gate_);
-  std::atomic<bool> ready_{false};
-  // Pulls that may wait at once: per trainer, one per chunk of the dense
-  // blocks held here, and 16 more (set by InitJob).
-  std::atomic<size_t> max_waiting_pulls_{0};
-  bool initialized_ ABSL_GUARDED_BY(init_mu_) = false;
-  std::vector<BlockId> init_blocks_ ABSL_GUARDED_BY(init_mu_);
-  JobSpec job_;
-  bool sync_ = true;
-  std::unique_ptr<Membership> membership_;
-  std::unique_ptr<JobTables> tables_;
-  std::unique_ptr<StalenessGate> staleness_;
-  // Set once (InitJob of a replicated job; after ready_ for a pserver that
-  // restored its checkpoint and then rejoins).
-  std::atomic<UpdateForwarder*> forwarder_{nullptr};
-
-  PullWaiters waiters_;
-
-  std::atomic<int64_t> pushes_{0}, updates_{0}, duplicates_{0}, rejected_{0},
-      pulls_{0}, pull_timeouts_{0}, late_{0}, rollbacks_{0};
+  StoreState state_;
+  TrustStep trust_{&state_};
 };
 
 }  // namespace shardps

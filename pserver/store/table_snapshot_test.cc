@@ -1,7 +1,7 @@
 // The checkpoint blobs of a job's tables: the dense DSN1 format written and
 // parsed back, its damage found, and a snapshot checked against the tables
 // before anything is loaded. The store's Snapshot and Restore are tested in
-// parameter_store_checkpoint_test.cc.
+// pserver/checkpoint/store_snapshots_test.cc.
 #include "pserver/store/table_snapshot.h"
 
 #include <cstring>

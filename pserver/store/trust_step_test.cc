@@ -127,7 +127,8 @@ class LarsStoreTest : public ::testing::Test {
     const double gg = n0->out[1] + n1->out[1] + n0->out[4];
     for (int s = 0; s < 2; ++s) {
       ASSERT_TRUE(stores_[s]
-                      ->ApplyTrust(k, step, 0, std::sqrt(ww), std::sqrt(gg))
+                      ->trust()
+                      .Apply(k, step, 0, std::sqrt(ww), std::sqrt(gg))
                       .ok());
     }
   }
@@ -247,38 +248,35 @@ TEST(LarsStoreMultiTableTest, NormsOfSeveralTablesAreAllOrNothing) {
   ASSERT_TRUE(store.CommitInit().ok());
   // Step 0 assembled for w only.
   ASSERT_TRUE(store.Push(0, 0, {{0, 0, g}}).ok());
-  const ParameterStore::TableNorm both[] = {{0, 5.0, 1.0, {}},
-                                            {1, 5.0, 1.0, {}}};
-  EXPECT_EQ(store.ApplyTrust(0, 0, both).code(),
+  const TrustStep::TableNorm both[] = {{0, 5.0, 1.0, {}}, {1, 5.0, 1.0, {}}};
+  EXPECT_EQ(store.trust().Apply(0, 0, both).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.TEST_BlockVersion(0, 0), 0);
   ASSERT_TRUE(store.Push(0, 0, {{1, 0, g}}).ok());
-  const ParameterStore::TableNorm twice[] = {{0, 5.0, 1.0, {}},
-                                             {0, 5.0, 1.0, {}}};
-  EXPECT_EQ(store.ApplyTrust(0, 0, twice).code(),
+  const TrustStep::TableNorm twice[] = {{0, 5.0, 1.0, {}}, {0, 5.0, 1.0, {}}};
+  EXPECT_EQ(store.trust().Apply(0, 0, twice).code(),
             absl::StatusCode::kInvalidArgument);
-  const ParameterStore::TableNorm bad[] = {{0, 5.0, 1.0, {}},
-                                           {1, NAN, 1.0, {}}};
-  EXPECT_EQ(store.ApplyTrust(0, 0, bad).code(),
+  const TrustStep::TableNorm bad[] = {{0, 5.0, 1.0, {}}, {1, NAN, 1.0, {}}};
+  EXPECT_EQ(store.trust().Apply(0, 0, bad).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.TEST_BlockVersion(0, 0), 0);
   EXPECT_EQ(store.TEST_BlockVersion(1, 0), 0);
   // Both assembled, in either order: both apply.
-  const ParameterStore::TableNorm reversed[] = {{1, 5.0, 1.0, {}},
-                                                {0, 5.0, 1.0, {}}};
-  ASSERT_TRUE(store.ApplyTrust(0, 0, reversed).ok());
+  const TrustStep::TableNorm reversed[] = {{1, 5.0, 1.0, {}},
+                                           {0, 5.0, 1.0, {}}};
+  ASSERT_TRUE(store.trust().Apply(0, 0, reversed).ok());
   EXPECT_EQ(store.TEST_BlockVersion(0, 0), 1);
   EXPECT_EQ(store.TEST_BlockVersion(1, 0), 1);
 }
 
 TEST_F(LarsStoreTest, Refusals) {
   // Norms of a step not assembled cannot be applied.
-  EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 0, 1.0, 1.0).code(),
+  EXPECT_EQ(stores_[0]->trust().Apply(0, 0, 0, 1.0, 1.0).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(PushW(0, 0).ok());
   ASSERT_TRUE(PushW(1, 0).ok());
   // Table b has no LARS: neither norms nor a ratio.
-  EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 1, 1.0, 1.0).code(),
+  EXPECT_EQ(stores_[0]->trust().Apply(0, 0, 1, 1.0, 1.0).code(),
             absl::StatusCode::kInvalidArgument);
   auto n = StartNorms(0, 0, 0, {{1, 0}});
   ASSERT_TRUE(n->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
@@ -288,11 +286,11 @@ TEST_F(LarsStoreTest, Refusals) {
   ASSERT_TRUE(n->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_EQ(n->status.code(), absl::StatusCode::kInvalidArgument);
   // Bad norms, unknown tables.
-  EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 0, NAN, 1.0).code(),
+  EXPECT_EQ(stores_[0]->trust().Apply(0, 0, 0, NAN, 1.0).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 0, 1.0, -1.0).code(),
+  EXPECT_EQ(stores_[0]->trust().Apply(0, 0, 0, 1.0, -1.0).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(stores_[0]->ApplyTrust(0, 0, 7, 1.0, 1.0).code(),
+  EXPECT_EQ(stores_[0]->trust().Apply(0, 0, 7, 1.0, 1.0).code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(stores_[0]->TEST_BlockVersion(0, 0), 0);
   // A job with LARS is SYNC, without replicas_to_aggregate.

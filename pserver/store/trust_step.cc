@@ -1,49 +1,22 @@
-// ParameterStore: LARS's table norms (docs/tuning.md, "LARS"). A LARS
-// block holds its assembled sync step until the trainers have summed every
-// block's squared norms (PullNorms from each pserver) and sent back the
-// table's norms (ApplyTrust).
+#include "pserver/store/trust_step.h"
+
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "pserver/store/dense_table.h"
-#include "pserver/store/parameter_store.h"
 
 namespace shardps {
 
-void ParameterStore::PullNorms(int trainer_id, int64_t step,
-                               absl::Span<const BlockId> blocks, double* out,
-                               PullDone done, uint64_t generation) {
-  absl::Status st = CheckReadyAndTrainer(trainer_id);
-  if (st.ok() && !sync_) {
-    st = absl::InvalidArgumentError(
-        "a pull of LARS norms in an ASYNC job (LARS needs SYNC)");
-  }
-  if (st.ok() && (step < 0 || step == INT64_MAX || blocks.empty())) {
-    st = absl::InvalidArgumentError(
-        "a pull of LARS norms needs a step >= 0 and at least one block");
-  }
-  if (st.ok()) st = membership_->CheckGeneration("pull", generation);
-  auto w = std::make_shared<PullWaiter>();
-  if (st.ok()) st = AddBlockTargets(blocks, out, w.get());
-  w->trainer_id = trainer_id;
-  w->norms_step = step;
-  // What DescribeWait reports: the pushes of `step` that are missing.
-  w->min_version = st.ok() ? step + 1 : 0;  // step < INT64_MAX when ok
-  Admit(std::move(st), w, std::move(done), generation);
-}
-
-absl::Status ParameterStore::TrustUnits(
+absl::Status TrustStep::Units(
     absl::Span<const TableNorm> tables,
     std::vector<std::vector<BarrierUnit*>>* units) const {
   absl::Status st;
   for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
     const TableNorm& t = tables[i];
-    if (t.table_id >= tables_->num_tables()) {
+    if (t.table_id >= state_->tables->num_tables()) {
       st = absl::NotFoundError(absl::StrCat("no table ", t.table_id));
       break;
     }
@@ -51,55 +24,55 @@ absl::Status ParameterStore::TrustUnits(
         !std::isfinite(t.gradient) || t.gradient < 0) {
       st = absl::InvalidArgumentError(absl::StrCat(
           "LARS norms must be finite and >= 0, got ", t.weights, " and ",
-          t.gradient, " for table ", tables_->spec(t.table_id).name()));
+          t.gradient, " for table ", state_->tables->spec(t.table_id).name()));
       break;
     }
     for (size_t j = 0; j < i; ++j) {
       if (tables[j].table_id == t.table_id) {
         st = absl::InvalidArgumentError(
-            absl::StrCat("table ", tables_->spec(t.table_id).name(),
+            absl::StrCat("table ", state_->tables->spec(t.table_id).name(),
                          " has two norms in one push"));
       }
     }
     if (t.blocks.empty()) {
-      for (DenseTableBlock* b : tables_->blocks()) {
+      for (DenseTableBlock* b : state_->tables->blocks()) {
         if (b->table_id() == t.table_id) (*units)[i].push_back(b);
       }
     }
     for (size_t k = 0; st.ok() && k < t.blocks.size(); ++k) {
       absl::StatusOr<DenseTableBlock*> b =
-          tables_->FindBlock(t.table_id, t.blocks[k]);
+          state_->tables->FindBlock(t.table_id, t.blocks[k]);
       if (!b.ok()) {
         st = b.status();
       } else if (std::find((*units)[i].begin(), (*units)[i].end(), *b) !=
                  (*units)[i].end()) {
-        st = absl::InvalidArgumentError(
-            absl::StrCat("table ", tables_->spec(t.table_id).name(), " block ",
-                         t.blocks[k], " is named twice in one push"));
+        st = absl::InvalidArgumentError(absl::StrCat(
+            "table ", state_->tables->spec(t.table_id).name(), " block ",
+            t.blocks[k], " is named twice in one push"));
       } else {
         (*units)[i].push_back(*b);
       }
     }
     if (st.ok() && (*units)[i].empty()) {
-      st = absl::NotFoundError(absl::StrCat("no block of table ",
-                                            tables_->spec(t.table_id).name(),
-                                            " is held here"));
+      st = absl::NotFoundError(absl::StrCat(
+          "no block of table ", state_->tables->spec(t.table_id).name(),
+          " is held here"));
     }
   }
   return st;
 }
 
-absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
-                                        absl::Span<const TableNorm> tables,
-                                        uint64_t generation) {
-  absl::Status st = CheckReadyAndTrainer(trainer_id);
+absl::Status TrustStep::Apply(int trainer_id, int64_t step,
+                              absl::Span<const TableNorm> tables,
+                              uint64_t generation) {
+  absl::Status st = state_->CheckReadyAndTrainer(trainer_id);
   // Each table's blocks held here, in the order of `tables`.
   std::vector<std::vector<BarrierUnit*>> units(tables.size());
-  if (st.ok()) st = TrustUnits(tables, &units);
+  if (st.ok()) st = Units(tables, &units);
   std::vector<WaiterPtr> ready;
   if (st.ok()) {
-    absl::ReaderMutexLock g(&gate_);
-    st = membership_->CheckGeneration("push", generation);
+    absl::ReaderMutexLock g(&state_->gate);
+    st = state_->membership->CheckGeneration("push", generation);
     if (st.ok()) {
       std::vector<BarrierUnit*> all;
       for (const auto& u : units) all.insert(all.end(), u.begin(), u.end());
@@ -113,7 +86,7 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
       // All or nothing: every block of every table must take its ratio.
       for (BarrierUnit* u : all) {
         u->mu.AssertHeld();
-        st = CheckServes(*u);
+        st = state_->CheckServes(*u);
         if (st.ok()) {
           st = static_cast<DenseTableBlock*>(u)->CanApplyTrust(step).status();
         }
@@ -124,22 +97,22 @@ absl::Status ParameterStore::ApplyTrust(int trainer_id, int64_t step,
       UpdateCollector collect;
       for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
         const float ratio =
-            tables_->optimizer(tables[i].table_id)
+            state_->tables->optimizer(tables[i].table_id)
                 .TrustRatio(tables[i].weights, tables[i].gradient);
         for (BarrierUnit* u : units[i]) {
           u->mu.AssertHeld();
           static_cast<DenseTableBlock*>(u)->ApplyTrust(step, ratio, &ready);
         }
       }
-      if (st.ok()) st = ForwardCollected(collect, -1, 0, 0);
+      if (st.ok()) st = state_->Forward(collect, -1, 0, 0);
     }
   }
   if (!st.ok()) {
-    ++rejected_;
+    ++state_->rejected;
     return st;
   }
-  ++pushes_;
-  ReleaseAll(ready);
+  ++state_->pushes;
+  state_->ReleaseAll(ready);
   return absl::OkStatus();
 }
 

@@ -2,6 +2,8 @@
 // store (a restarted pserver) and into a running one (a rollback), the
 // membership and generation they carry, and every kind of damage refused
 // with nothing changed.
+#include "pserver/checkpoint/store_snapshots.h"
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -36,23 +38,23 @@ using testing::WithFile;
 
 TEST(StoreCheckpointTest, SnapshotNeedsAStepBoundary) {
   ParameterStore empty(Options());
-  EXPECT_EQ(empty.Snapshot(0).status().code(),
+  EXPECT_EQ(StoreSnapshots(&empty).Snapshot(0).status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   auto s = NewStore();
   ASSERT_TRUE(RunStep(s.get(), 0).ok());
-  EXPECT_EQ(s->Snapshot(0).status().code(),
+  EXPECT_EQ(StoreSnapshots(s.get()).Snapshot(0).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s->Snapshot(2).status().code(),
+  EXPECT_EQ(StoreSnapshots(s.get()).Snapshot(2).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(s->Snapshot(1).ok());
+  ASSERT_TRUE(StoreSnapshots(s.get()).Snapshot(1).ok());
 
   // Mid-step: block (0, 0) has applied step 1, the others have not.
   ASSERT_TRUE(PushDense(s.get(), 0, 1, kAnyGeneration, {{0, 0}}).ok());
   ASSERT_TRUE(PushDense(s.get(), 1, 1, kAnyGeneration, {{0, 0}}).ok());
   ASSERT_EQ(s->TEST_BlockVersion(0, 0), 2);
   for (int64_t step : {1, 2}) {
-    auto snap = s->Snapshot(step);
+    auto snap = StoreSnapshots(s.get()).Snapshot(step);
     EXPECT_EQ(snap.status().code(), absl::StatusCode::kFailedPrecondition)
         << step;
     EXPECT_NE(snap.status().message().find("not a step boundary"),
@@ -62,15 +64,15 @@ TEST(StoreCheckpointTest, SnapshotNeedsAStepBoundary) {
   // Every dense block at 2, the sparse table still at 1.
   ASSERT_TRUE(PushDense(s.get(), 0, 1, kAnyGeneration, {{0, 1}, {1, 0}}).ok());
   ASSERT_TRUE(PushDense(s.get(), 1, 1, kAnyGeneration, {{0, 1}, {1, 0}}).ok());
-  auto snap = s->Snapshot(2);
+  auto snap = StoreSnapshots(s.get()).Snapshot(2);
   EXPECT_EQ(snap.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(snap.status().message().find("sparse table e"), std::string::npos)
       << snap.status();
   ASSERT_TRUE(PushSparse(s.get(), 0, 1).ok());
-  EXPECT_EQ(s->Snapshot(2).status().code(),
+  EXPECT_EQ(StoreSnapshots(s.get()).Snapshot(2).status().code(),
             absl::StatusCode::kFailedPrecondition);  // trainer 1 missing
   ASSERT_TRUE(PushSparse(s.get(), 1, 1).ok());
-  auto ok = s->Snapshot(2);
+  auto ok = StoreSnapshots(s.get()).Snapshot(2);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->info.step(), 2);
 }
@@ -80,7 +82,7 @@ TEST(StoreCheckpointTest, RoundTripIntoFreshStore) {
   for (int64_t step = 0; step < 3; ++step) {
     ASSERT_TRUE(RunStep(a.get(), step).ok());
   }
-  auto snap = a->Snapshot(3);
+  auto snap = StoreSnapshots(a.get()).Snapshot(3);
   ASSERT_TRUE(snap.ok()) << snap.status();
   EXPECT_EQ(snap->info.step(), 3);
   EXPECT_EQ(snap->info.generation(), 0u);
@@ -97,7 +99,7 @@ TEST(StoreCheckpointTest, RoundTripIntoFreshStore) {
 
   ParameterStore b(Options());
   EXPECT_FALSE(b.ready());
-  ASSERT_TRUE(b.Restore(*snap, 5).ok());
+  ASSERT_TRUE(StoreSnapshots(&b).Restore(*snap, 5).ok());
   EXPECT_TRUE(b.ready());
   EXPECT_TRUE(MessageDifferencer::Equals(b.job(), CheckpointJob()));
   EXPECT_EQ(b.generation(), 5u);
@@ -106,7 +108,7 @@ TEST(StoreCheckpointTest, RoundTripIntoFreshStore) {
   EXPECT_EQ(b.num_blocks(), 3u);
   EXPECT_EQ(GetState(&b), before);
   // The dense blobs, optimizer slots included, come back byte for byte.
-  auto again = b.Snapshot(3);
+  auto again = StoreSnapshots(&b).Snapshot(3);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->info.generation(), 5u);
   EXPECT_EQ(*FindFile(*again, "table-0.bin"), *FindFile(*snap, "table-0.bin"));
@@ -128,7 +130,7 @@ TEST(StoreCheckpointTest, RollbackInSameStore) {
   auto s = NewStore();
   ASSERT_TRUE(RunStep(s.get(), 0).ok());
   ASSERT_TRUE(RunStep(s.get(), 1).ok());
-  auto snap = s->Snapshot(2);
+  auto snap = StoreSnapshots(s.get()).Snapshot(2);
   ASSERT_TRUE(snap.ok()) << snap.status();
   const State at2 = GetState(s.get());
   ASSERT_TRUE(RunStep(s.get(), 2).ok());
@@ -141,7 +143,7 @@ TEST(StoreCheckpointTest, RollbackInSameStore) {
   auto waiting = StartPull(s.get(), 5, /*generation=*/0);
   EXPECT_FALSE(waiting->done.HasBeenNotified());
 
-  ASSERT_TRUE(s->Restore(*snap, 1).ok());
+  ASSERT_TRUE(StoreSnapshots(s.get()).Restore(*snap, 1).ok());
   ASSERT_TRUE(waiting->done.HasBeenNotified());
   EXPECT_EQ(waiting->status.code(), absl::StatusCode::kAborted)
       << waiting->status;
@@ -155,7 +157,7 @@ TEST(StoreCheckpointTest, RollbackInSameStore) {
   ASSERT_TRUE(RunStep(s.get(), 2, /*generation=*/1).ok());
   ASSERT_TRUE(RunStep(s.get(), 3, /*generation=*/1).ok());
   EXPECT_EQ(GetState(s.get()), at4);
-  auto snap4 = s->Snapshot(4);
+  auto snap4 = StoreSnapshots(s.get()).Snapshot(4);
   ASSERT_TRUE(snap4.ok()) << snap4.status();
   EXPECT_EQ(snap4->info.generation(), 1u);
 }
@@ -169,13 +171,13 @@ TEST(StoreCheckpointTest, RejoinAndRollbackInEitherOrder) {
   ASSERT_TRUE(s->Register(0, 1, now).ok());
   ASSERT_TRUE(s->Register(1, 1, now).ok());
   ASSERT_TRUE(RunStep(s.get(), 0).ok());
-  auto snap = s->Snapshot(1);
+  auto snap = StoreSnapshots(s.get()).Snapshot(1);
   ASSERT_TRUE(snap.ok()) << snap.status();
-  ASSERT_TRUE(s->Restore(*snap, 1).ok());
+  ASSERT_TRUE(StoreSnapshots(s.get()).Restore(*snap, 1).ok());
   auto r = s->Register(1, 2, now);  // trainer 1 restarted
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->join_step, 2);
-  ASSERT_TRUE(s->Restore(*snap, 2).ok());
+  ASSERT_TRUE(StoreSnapshots(s.get()).Restore(*snap, 2).ok());
   r = s->Register(1, 3, now);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(s->counters().rejoined_trainers, 2);
@@ -211,14 +213,14 @@ TEST(StoreCheckpointTest, RestartKeepsGoneTrainersOutAndDropsSilentOnes) {
   const absl::Time now = absl::Now();
   for (int k = 0; k < 3; ++k) ASSERT_TRUE(a.Register(k, 1, now).ok());
   ASSERT_TRUE(a.Leave(2, 1).ok());
-  auto snap = a.Snapshot(0);
+  auto snap = StoreSnapshots(&a).Snapshot(0);
   ASSERT_TRUE(snap.ok()) << snap.status();
   EXPECT_EQ(std::vector<int>(snap->info.left_trainers().begin(),
                              snap->info.left_trainers().end()),
             std::vector<int>{2});
 
   ParameterStore b(options);
-  ASSERT_TRUE(b.Restore(*snap, 1).ok());
+  ASSERT_TRUE(StoreSnapshots(&b).Restore(*snap, 1).ok());
   EXPECT_EQ(b.LiveTrainers(), (std::vector<int>{0, 1}));
   // Trainers 0 and 1 step without 2; trainer 0 learns it was not replaced
   // (its incarnation was unknown to the restarted store).
@@ -241,10 +243,10 @@ TEST(StoreCheckpointTest, RestartKeepsGoneTrainersOutAndDropsSilentOnes) {
 TEST(StoreCheckpointTest, StaleGenerationIsAbortedAnyGenerationIsNot) {
   auto a = NewStore();
   ASSERT_TRUE(RunStep(a.get(), 0).ok());
-  auto snap = a->Snapshot(1);
+  auto snap = StoreSnapshots(a.get()).Snapshot(1);
   ASSERT_TRUE(snap.ok()) << snap.status();
   ParameterStore s(Options());
-  ASSERT_TRUE(s.Restore(*snap, 7).ok());
+  ASSERT_TRUE(StoreSnapshots(&s).Restore(*snap, 7).ok());
   const State restored = GetState(&s);
 
   absl::Status st = PushDense(&s, 0, 1, /*generation=*/6);
@@ -273,13 +275,13 @@ TEST(StoreCheckpointTest, StaleGenerationIsAbortedAnyGenerationIsNot) {
   ASSERT_TRUE(PushDense(&s, 1, 1, kAnyGeneration).ok());
   ASSERT_TRUE(PushSparse(&s, 1, 1, kAnyGeneration).ok());
   EXPECT_EQ(GetState(&s).versions, (std::vector<int64_t>{2, 2, 2}));
-  EXPECT_TRUE(s.Snapshot(2).ok());
+  EXPECT_TRUE(StoreSnapshots(&s).Snapshot(2).ok());
 }
 
 TEST(StoreCheckpointTest, CorruptDenseBlobsAreDataLoss) {
   auto s = NewStore();
   ASSERT_TRUE(RunStep(s.get(), 0).ok());
-  auto snap_or = s->Snapshot(1);
+  auto snap_or = StoreSnapshots(s.get()).Snapshot(1);
   ASSERT_TRUE(snap_or.ok()) << snap_or.status();
   const StoreSnapshot snap = *snap_or;
   ASSERT_TRUE(RunStep(s.get(), 1).ok());
@@ -294,10 +296,10 @@ TEST(StoreCheckpointTest, CorruptDenseBlobsAreDataLoss) {
   auto expect_data_loss = [&](const StoreSnapshot& bad,
                               const std::string& what) {
     ParameterStore fresh(Options());
-    absl::Status st = fresh.Restore(bad, 3);
+    absl::Status st = StoreSnapshots(&fresh).Restore(bad, 3);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << what << ": " << st;
     EXPECT_FALSE(fresh.ready()) << what;
-    st = s->Restore(bad, 3);
+    st = StoreSnapshots(s.get()).Restore(bad, 3);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << what << ": " << st;
     EXPECT_EQ(s->generation(), 0u) << what;
     EXPECT_EQ(s->counters().rollbacks, 0) << what;
@@ -350,7 +352,7 @@ TEST(StoreCheckpointTest, CorruptSparseBlobIsDataLossAndChangesNothing) {
   auto s = NewStore();
   ASSERT_TRUE(RunStep(s.get(), 0).ok());
   ASSERT_TRUE(RunStep(s.get(), 1).ok());
-  auto snap_or = s->Snapshot(2);
+  auto snap_or = StoreSnapshots(s.get()).Snapshot(2);
   ASSERT_TRUE(snap_or.ok()) << snap_or.status();
   const StoreSnapshot snap = *snap_or;
   ASSERT_TRUE(RunStep(s.get(), 2).ok());
@@ -360,10 +362,10 @@ TEST(StoreCheckpointTest, CorruptSparseBlobIsDataLossAndChangesNothing) {
   for (size_t len = 0; len < e.size(); ++len) {
     const StoreSnapshot bad = WithFile(snap, "table-2.bin", e.substr(0, len));
     ParameterStore fresh(Options());
-    absl::Status st = fresh.Restore(bad, 3);
+    absl::Status st = StoreSnapshots(&fresh).Restore(bad, 3);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << len << ": " << st;
     EXPECT_FALSE(fresh.ready()) << len;
-    st = s->Restore(bad, 3);
+    st = StoreSnapshots(s.get()).Restore(bad, 3);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << len << ": " << st;
     EXPECT_EQ(s->generation(), 0u) << len;
     EXPECT_EQ(s->base_step(), 0) << len;
@@ -372,7 +374,7 @@ TEST(StoreCheckpointTest, CorruptSparseBlobIsDataLossAndChangesNothing) {
   }
   EXPECT_EQ(GetState(s.get()), running);
   // The intact snapshot still restores.
-  ASSERT_TRUE(s->Restore(snap, 3).ok());
+  ASSERT_TRUE(StoreSnapshots(s.get()).Restore(snap, 3).ok());
   EXPECT_EQ(GetState(s.get()).num_rows, 4);
   EXPECT_EQ(s->generation(), 3u);
 }
@@ -383,15 +385,15 @@ TEST(StoreCheckpointTest, SnapshotOfAnotherJobIsRefused) {
   const State running = GetState(s.get());
   // The same tables for three trainers: another job.
   auto other = NewStore(CheckpointJob(3));
-  auto other_snap = other->Snapshot(0);
+  auto other_snap = StoreSnapshots(other.get()).Snapshot(0);
   ASSERT_TRUE(other_snap.ok()) << other_snap.status();
-  absl::Status st = s->Restore(*other_snap, 1);
+  absl::Status st = StoreSnapshots(s.get()).Restore(*other_snap, 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_EQ(s->generation(), 0u);
   EXPECT_EQ(GetState(s.get()), running);
 
   // A job whose table "w" is one block of 8, with the blobs of ours.
-  auto snap = s->Snapshot(1);
+  auto snap = StoreSnapshots(s.get()).Snapshot(1);
   ASSERT_TRUE(snap.ok()) << snap.status();
   StoreSnapshot mixed = *snap;
   mixed.info.mutable_job()->mutable_tables(0)->set_block_size(8);
@@ -400,14 +402,15 @@ TEST(StoreCheckpointTest, SnapshotOfAnotherJobIsRefused) {
   BlockRef* b = mixed.info.add_blocks();
   b->set_table_id(1);
   ParameterStore fresh(Options());
-  st = fresh.Restore(mixed, 1);
+  st = StoreSnapshots(&fresh).Restore(mixed, 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_FALSE(fresh.ready());
   // A job that InitJob refuses.
   StoreSnapshot broken = *snap;
   broken.info.mutable_job()->set_num_trainers(0);
   ParameterStore fresh2(Options());
-  EXPECT_EQ(fresh2.Restore(broken, 1).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(StoreSnapshots(&fresh2).Restore(broken, 1).code(),
+            absl::StatusCode::kDataLoss);
   EXPECT_FALSE(fresh2.ready());
 }
 

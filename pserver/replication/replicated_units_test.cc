@@ -1,5 +1,7 @@
 // ParameterStore with a forwarder (docs/replication.md): what a primary
 // forwards and refuses, and what a backup takes.
+#include "pserver/replication/replicated_units.h"
+
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -47,7 +49,7 @@ std::unique_ptr<ParameterStore> MakeStore(
       testing::JobOptions());
   job.set_replication(2);
   CHECK(store->InitJob(job, {{0, 0}, {0, 1}}).ok());
-  if (f != nullptr) store->set_forwarder(f);
+  if (f != nullptr) ReplicatedUnits(store->state()).SetForwarder(f);
   std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
   CHECK(store->SetInitialValues({{0, 0, a}, {0, 1, b}}).ok());
   CHECK(store->CommitInit().ok());
@@ -104,14 +106,15 @@ TEST(ParameterStoreReplicationTest, ABackupHoldsWhatItsPrimaryApplied) {
   }
   ASSERT_EQ(f.forwarded.size(), 3u);
   // Sent twice (a forward retried after a view change): taken once.
-  ASSERT_TRUE(backup->ApplyReplicated(f.forwarded).ok());
-  ASSERT_TRUE(backup->ApplyReplicated(f.forwarded).ok());
+  ASSERT_TRUE(ReplicatedUnits(backup->state()).Apply(f.forwarded).ok());
+  ASSERT_TRUE(ReplicatedUnits(backup->state()).Apply(f.forwarded).ok());
   EXPECT_EQ(backup->TEST_BlockValues(0, 0), primary->TEST_BlockValues(0, 0));
   EXPECT_EQ(backup->TEST_BlockVersion(0, 0), 3);
   // A gap is refused.
   AppliedUpdate gap = f.forwarded[0];
   gap.version = 5;
-  EXPECT_TRUE(absl::IsFailedPrecondition(backup->ApplyReplicated({gap})));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      ReplicatedUnits(backup->state()).Apply({gap})));
 }
 
 // LARS in a replicated job: the primary's ApplyTrust forwards the steps it
@@ -131,11 +134,11 @@ TEST(ParameterStoreReplicationTest, LarsStepsGoToTheBackupWithTheirRatio) {
     std::vector<float> g = {0.5f * step, -1, 2, 0.25f};
     ASSERT_TRUE(primary->Push(0, step, {{0, 0, g}, {0, 1, g}}).ok());
     EXPECT_EQ(f.forwarded.size(), 2u * step);  // waits for the ratio
-    ASSERT_TRUE(primary->ApplyTrust(0, step, 0, 3.0 + step, 1.5).ok());
+    ASSERT_TRUE(primary->trust().Apply(0, step, 0, 3.0 + step, 1.5).ok());
     ASSERT_EQ(f.forwarded.size(), 2u * step + 2);
     EXPECT_NE(f.forwarded.back().trust_ratio, 1.0f);
   }
-  ASSERT_TRUE(backup->ApplyReplicated(f.forwarded).ok());
+  ASSERT_TRUE(ReplicatedUnits(backup->state()).Apply(f.forwarded).ok());
   for (uint32_t b = 0; b < 2; ++b) {
     EXPECT_EQ(backup->TEST_BlockValues(0, b), primary->TEST_BlockValues(0, b));
     EXPECT_EQ(backup->TEST_BlockVersion(0, b), 3);
@@ -155,14 +158,14 @@ TEST(ParameterStoreReplicationTest, LarsStepsGoToTheBackupWithTheirRatio) {
   EXPECT_EQ(out[2], 2);
   EXPECT_GT(out[0], 0);
   const std::vector<float> before = backup->TEST_BlockValues(0, 0);
-  ASSERT_TRUE(backup->ApplyTrust(0, 2, 0, 5.0, 1.5).ok());
+  ASSERT_TRUE(backup->trust().Apply(0, 2, 0, 5.0, 1.5).ok());
   EXPECT_EQ(backup->TEST_BlockValues(0, 0), before);
   // A forward the backups refuse (a newer view) fails the ratio's push.
   f.status = absl::FailedPreconditionError("is not the primary of shard 0");
   std::vector<float> g = {1, 1, 1, 1};
   ASSERT_TRUE(primary->Push(0, 3, {{0, 0, g}, {0, 1, g}}).ok());
   EXPECT_TRUE(
-      absl::IsFailedPrecondition(primary->ApplyTrust(0, 3, 0, 3.0, 1.5)));
+      absl::IsFailedPrecondition(primary->trust().Apply(0, 3, 0, 3.0, 1.5)));
 }
 
 // A pserver holds the blocks of the shards it backs up too: a replicated
@@ -178,18 +181,18 @@ TEST(ParameterStoreReplicationTest, LarsNormsNameTheirBlocks) {
   const std::vector<float> b = {5, 6, 7, 8};
   std::vector<float> g = {1, 1, 1, 1};
   ASSERT_TRUE(store->Push(0, 0, {{0, 0, g}}).ok());
-  using TableNorm = ParameterStore::TableNorm;
+  using TableNorm = TrustStep::TableNorm;
   // Every block of the table held here: block 1 is not served.
   std::vector<TableNorm> all = {{0, 3.0, 1.5, {}}};
-  absl::Status s = store->ApplyTrust(0, 0, all);
+  absl::Status s = store->trust().Apply(0, 0, all);
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   std::vector<TableNorm> twice = {{0, 3.0, 1.5, {0, 0}}};
-  EXPECT_TRUE(absl::IsInvalidArgument(store->ApplyTrust(0, 0, twice)));
+  EXPECT_TRUE(absl::IsInvalidArgument(store->trust().Apply(0, 0, twice)));
   std::vector<TableNorm> unknown = {{0, 3.0, 1.5, {7}}};
-  EXPECT_TRUE(absl::IsNotFound(store->ApplyTrust(0, 0, unknown)));
+  EXPECT_TRUE(absl::IsNotFound(store->trust().Apply(0, 0, unknown)));
   EXPECT_EQ(store->TEST_BlockVersion(0, 0), 0);
   std::vector<TableNorm> mine = {{0, 3.0, 1.5, {0}}};
-  ASSERT_TRUE(store->ApplyTrust(0, 0, mine).ok());
+  ASSERT_TRUE(store->trust().Apply(0, 0, mine).ok());
   EXPECT_EQ(store->TEST_BlockVersion(0, 0), 1);
   EXPECT_EQ(store->TEST_BlockValues(0, 1), b);
   ASSERT_EQ(f.forwarded.size(), 1u);

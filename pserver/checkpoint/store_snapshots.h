@@ -1,0 +1,47 @@
+#ifndef SHARDPS_PSERVER_CHECKPOINT_STORE_SNAPSHOTS_H_
+#define SHARDPS_PSERVER_CHECKPOINT_STORE_SNAPSHOTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "pserver/store/parameter_store.h"
+#include "pserver/store/table_snapshot.h"
+
+namespace shardps {
+
+// What a checkpoint holds of a store, and a store made again from one
+// (docs/checkpoint_format.md): the job's spec, its blocks, membership and
+// clocks, and each table's blob. It works on a ParameterStore's state and
+// holds nothing of its own: make one where it is needed. Thread-safe.
+class StoreSnapshots {
+ public:
+  // `store` must outlive it.
+  explicit StoreSnapshots(ParameterStore* store) : state_(store->state()) {}
+
+  // Copies everything the store holds while no push runs. SYNC: every unit
+  // must be at version `step` (FAILED_PRECONDITION otherwise: not a step
+  // boundary); ASYNC: whatever each unit holds now, labelled `step`.
+  absl::StatusOr<StoreSnapshot> Snapshot(int64_t step) const;
+  // Loads a snapshot as timeline `generation`. On a store without a job it
+  // creates the job from the snapshot and makes it ready (a pserver
+  // restarting from its checkpoint). On a running job (a rollback) the job
+  // and blocks must be the same; every waiting pull is answered ABORTED.
+  // DataLoss for a malformed table blob, with nothing changed.
+  absl::Status Restore(const StoreSnapshot& snapshot, uint64_t generation);
+
+ private:
+  // Restore's half that changes the store, after every blob was parsed.
+  void RestoreLocked(const CheckpointInfo& info, bool running,
+                     ParsedSnapshot parsed, uint64_t generation,
+                     std::vector<WaiterPtr>* aborted,
+                     absl::Status* sparse_error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);
+
+  StoreState* const state_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_PSERVER_CHECKPOINT_STORE_SNAPSHOTS_H_
