@@ -65,8 +65,8 @@ class ReplicaSet : public UpdateForwarder {
     std::function<absl::Status(const std::vector<AppliedUpdate>&,
                                const std::vector<PushRef>&)>
         apply;
-    // The state of unit (table, unit) as a one-block dense blob; the
-    // caller holds the unit's lock (a primary's Forward).
+    // The state of unit (table, unit) as a one-block dense blob, asked for
+    // during a primary's Forward, while the unit's updates are in flight.
     std::function<absl::StatusOr<std::string>(uint32_t, uint32_t)> image_held;
     // Loads a unit's state (a joining backup), and the job's timeline.
     std::function<absl::Status(uint32_t, uint32_t, const std::string&,

@@ -16,10 +16,7 @@ void ReplicatedUnits::SetForwarder(UpdateForwarder* forwarder) {
   CHECK(state_->tables != nullptr) << "SetForwarder before InitJob";
   CHECK(state_->forwarder.load() == nullptr) << "SetForwarder twice";
   state_->forwarder.store(forwarder);
-  for (BarrierUnit* u : state_->tables->units()) {
-    absl::MutexLock l(&u->mu);
-    u->set_update_sink([](AppliedUpdate a) { UpdateCollector::Add(a); });
-  }
+  for (BarrierUnit* u : state_->tables->units()) u->set_replicated();
 }
 
 absl::Status ReplicatedUnits::Apply(const std::vector<AppliedUpdate>& updates) {
@@ -43,7 +40,6 @@ absl::Status ReplicatedUnits::Apply(const std::vector<AppliedUpdate>& updates) {
       BarrierUnit* unit = *b;
       absl::MutexLock l(&unit->mu);
       if (u.version < unit->barrier.version()) continue;  // held already
-      UpdateCollector none;  // a backup forwards nothing
       st = unit->ApplyReplicated(u, &released);
       if (!st.ok()) break;
       ++state_->updates;
@@ -73,13 +69,13 @@ absl::StatusOr<std::string> ReplicatedUnits::ImageHeld(uint32_t table_id,
   }
   ASSIGN_OR_RETURN(BarrierUnit * u, state_->FindUnit(table_id, unit));
   if (auto* b = dynamic_cast<DenseTableBlock*>(u)) {
-    b->mu.AssertHeld();
+    absl::MutexLock l(&b->mu);
     DenseBlobWriter w(1);
     w.Add(unit, b->barrier.version(), b->value, b->slots);
     return std::move(w).Finish();
   }
   auto* s = static_cast<SparseShard*>(u);
-  s->mu.AssertHeld();
+  absl::MutexLock l(&s->mu);
   std::string image;
   AppendPod(&image, s->barrier.version());
   s->rows().Serialize(&image);

@@ -25,7 +25,8 @@ class ReplicatedUnits {
   // Set once, after InitJob (`forwarder` must outlive the store): pushes
   // and pulls of units this pserver is not the primary of are refused
   // FAILED_PRECONDITION; every update applied here is forwarded to the
-  // unit's backups before the push is answered or a pull can see it; a
+  // unit's backups, after the units' locks are released, before the push
+  // is answered or a pull can see it (BarrierUnit::set_replicated); a
   // sync push for a step already applied is a duplicate (a trainer pushing
   // again after a failover).
   void SetForwarder(UpdateForwarder* forwarder);
@@ -39,8 +40,10 @@ class ReplicatedUnits {
   void AdvanceClocks(const std::vector<PushRef>& pushes);
   // A primary: the state of unit `unit` of table `table_id`: a dense
   // block as a one-block dense blob (table_snapshot.h), a sparse shard as
-  // its version and rows (SparseTable::Serialize). REQUIRES: the caller
-  // holds its lock (a push being forwarded).
+  // its version and rows (SparseTable::Serialize). Takes the unit's lock
+  // without waiting for it to settle: it is asked for while the unit's
+  // updates are being forwarded (a joining backup), and nothing else
+  // applies to the unit until they are settled.
   absl::StatusOr<std::string> ImageHeld(uint32_t table_id, uint32_t unit) const;
   // A joining backup: loads such an image (values, optimizer state,
   // version) and takes the job's timeline `generation`. DATA_LOSS for a

@@ -36,21 +36,22 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
   barrier.Reset(version, dropped);
 }
 
-void DenseTableBlock::Apply(int64_t step, float scale,
-                            absl::Span<const float> grad, bool sync,
-                            float trust_ratio) {
-  if (update_sink_) {
-    AppliedUpdate u = UpdateRecord(step, sync);
-    u.scales = {scale};
-    u.grad.assign(grad.begin(), grad.end());
-    u.trust_ratio = trust_ratio;
-    update_sink_(std::move(u));
+std::optional<AppliedUpdate> DenseTableBlock::Apply(
+    int64_t step, float scale, absl::Span<const float> grad, bool sync,
+    float trust_ratio, bool record) {
+  std::optional<AppliedUpdate> u;
+  if (record) u = UpdateRecord(step, sync);
+  if (u.has_value()) {
+    u->scales = {scale};
+    u->grad.assign(grad.begin(), grad.end());
+    u->trust_ratio = trust_ratio;
   }
   std::vector<absl::Span<float>> spans;
   spans.reserve(slots.size());
   for (auto& s : slots) spans.push_back(absl::MakeSpan(s));
   optimizer_->Apply(step, barrier.version(), scale, grad, absl::MakeSpan(value),
                     spans, trust_ratio);
+  return u;
 }
 
 void DenseTableBlock::Accumulate(const PushPayload& p, bool first) {
@@ -62,8 +63,8 @@ void DenseTableBlock::Accumulate(const PushPayload& p, bool first) {
   }
 }
 
-void DenseTableBlock::ApplyStep(const PushPayload* last,
-                                std::vector<WaiterPtr>* ready) {
+std::optional<AppliedUpdate> DenseTableBlock::ApplyStep(
+    const PushPayload* last, std::vector<WaiterPtr>* ready) {
   const int64_t step = barrier.version();
   if (optimizer_->needs_table_norms()) {
     // LARS: the step waits for its table's norms (ApplyTrust).
@@ -77,20 +78,24 @@ void DenseTableBlock::ApplyStep(const PushPayload* last,
     norms_ = Optimizer::Partials(assembled_scale_, accum_, value);
     norms_step_ = step;
     barrier.Assembled(ready);
-    return;
+    return std::nullopt;
   }
+  std::optional<AppliedUpdate> u;
   if (single_trainer_) {
     CHECK(last != nullptr) << "a one-trainer step completes with its push";
-    Apply(step, 1.0f, last->values, /*sync=*/true);
+    u = Apply(step, 1.0f, last->values, /*sync=*/true);
   } else {
-    Apply(step, 1.0f / barrier.num_done(), accum_, /*sync=*/true);
+    u = Apply(step, 1.0f / barrier.num_done(), accum_, /*sync=*/true);
   }
   barrier.Advance(ready);
+  return u;
 }
 
-void DenseTableBlock::ApplyNow(int64_t step, const PushPayload& p) {
-  Apply(step, 1.0f, p.values, /*sync=*/false);
+std::optional<AppliedUpdate> DenseTableBlock::ApplyNow(int64_t step,
+                                                       const PushPayload& p) {
+  std::optional<AppliedUpdate> u = Apply(step, 1.0f, p.values, /*sync=*/false);
   barrier.Bump();
+  return u;
 }
 
 absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
@@ -118,7 +123,7 @@ absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
                      update.trust_ratio, " for a block without LARS"));
   }
   Apply(update.step, update.scales[0], update.grad, update.sync,
-        update.trust_ratio);
+        update.trust_ratio, /*record=*/false);
   if (update.sync) {
     barrier.Advance(ready);
   } else {
@@ -151,16 +156,18 @@ absl::StatusOr<bool> DenseTableBlock::CanApplyTrust(int64_t step) const {
       barrier.assembled() ? " (assembled)" : " (step not assembled yet)"));
 }
 
-void DenseTableBlock::ApplyTrust(int64_t step, float trust_ratio,
-                                 std::vector<WaiterPtr>* ready) {
-  if (step != barrier.version()) return;  // applied already
-  Apply(step, assembled_scale_, accum_, /*sync=*/true, trust_ratio);
+std::optional<AppliedUpdate> DenseTableBlock::ApplyTrust(
+    int64_t step, float trust_ratio, std::vector<WaiterPtr>* ready) {
+  if (step != barrier.version()) return std::nullopt;  // applied already
+  std::optional<AppliedUpdate> u =
+      Apply(step, assembled_scale_, accum_, /*sync=*/true, trust_ratio);
   barrier.Advance(ready);
+  return u;
 }
 
 void DenseTableBlock::Read(const PullTarget& target,
                            const PullSink& sink) const {
-  absl::MutexLock l(&mu);
+  absl::MutexLock l(&mu, absl::Condition(this, &BarrierUnit::settled));
   if (target.norms_out != nullptr) {
     target.norms_out[0] = norms_.weights;
     target.norms_out[1] = norms_.gradient;

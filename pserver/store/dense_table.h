@@ -44,14 +44,16 @@ class DenseTableBlock final : public BarrierUnit {
   void Accumulate(const PushPayload& p, bool first) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Applies the mean of the step's gradients (with one trainer, `last`'s).
-  void ApplyStep(const PushPayload* last,
-                 std::vector<WaiterPtr>* ready) override
+  std::optional<AppliedUpdate> ApplyStep(const PushPayload* last,
+                                         std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Applies an ASYNC push's gradient as it is.
-  void ApplyNow(int64_t step, const PushPayload& p) override
+  std::optional<AppliedUpdate> ApplyNow(int64_t step,
+                                        const PushPayload& p) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Hands the whole block and its version to `sink`, or, for a norms pull,
-  // writes its squared norms to target.norms_out; takes `mu`.
+  // writes its squared norms to target.norms_out; takes `mu` once the
+  // block is settled.
   void Read(const PullTarget& target, const PullSink& sink) const override;
 
   // LARS (Optimizer::needs_table_norms): ApplyStep keeps the step's mean
@@ -67,8 +69,9 @@ class DenseTableBlock final : public BarrierUnit {
   // Applies the assembled step with the table's trust ratio and advances
   // the barrier, handing the pulls it releases to *ready; nothing when the
   // step was applied already. REQUIRES: CanApplyTrust(step) is true.
-  void ApplyTrust(int64_t step, float trust_ratio,
-                  std::vector<WaiterPtr>* ready)
+  // Returns the update as ApplyStep.
+  std::optional<AppliedUpdate> ApplyTrust(int64_t step, float trust_ratio,
+                                          std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // A backup's block (BarrierUnit::ApplyReplicated): one gradient of the
@@ -83,10 +86,14 @@ class DenseTableBlock final : public BarrierUnit {
   std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
 
  private:
-  // One optimizer application at the barrier's version, which then moves.
-  // `sync`: for the update sink (a sync step or an async push).
-  void Apply(int64_t step, float scale, absl::Span<const float> grad, bool sync,
-             float trust_ratio = 1.0f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // One optimizer application at the barrier's version, which then moves;
+  // with `record`, the update as UpdateRecord makes it (`sync`: a sync step
+  // or an async push).
+  std::optional<AppliedUpdate> Apply(int64_t step, float scale,
+                                     absl::Span<const float> grad, bool sync,
+                                     float trust_ratio = 1.0f,
+                                     bool record = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const int64_t size_;
   const Optimizer* const optimizer_;

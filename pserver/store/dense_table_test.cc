@@ -2,12 +2,17 @@
 // sync step, async updates, and a restore that forgets the step.
 #include "pserver/store/dense_table.h"
 
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "pserver/testing/store_testing.h"
 
@@ -20,8 +25,9 @@ std::unique_ptr<Optimizer> Make(const OptimizerConfig& c) {
 
 // Two trainers' random gradients of one sync step into `b`, which then
 // completes the step (ApplyStep).
-void PushRandomStep(DenseTableBlock& b, std::mt19937& rng,
-                    std::vector<WaiterPtr>* ready)
+std::optional<AppliedUpdate> PushRandomStep(DenseTableBlock& b,
+                                            std::mt19937& rng,
+                                            std::vector<WaiterPtr>* ready)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
   std::normal_distribution<float> noise;
   const size_t n = b.value.size();
@@ -35,7 +41,7 @@ void PushRandomStep(DenseTableBlock& b, std::mt19937& rng,
   b.barrier.Receive(0, 1);
   b.barrier.Receive(1, 1);
   PushPayload last{g1, {}, 1};
-  b.ApplyStep(&last, ready);
+  return b.ApplyStep(&last, ready);
 }
 
 TEST(DenseTableBlockTest, SyncStepAppliesTheMeanOfTheTrainers) {
@@ -106,14 +112,20 @@ TEST(DenseTableBlockTest, ABackupApplyingTheUpdatesHoldsTheSameBits) {
   const std::vector<float> init = {0.1f, -0.2f, 0.3f, 0.7f, -1.0f};
   primary.SetInitialValue(init);
   backup.SetInitialValue(init);
-  primary.set_update_sink(
-      [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
+  primary.set_replicated();
   std::mt19937 rng(5);
-  for (int step = 0; step < 30; ++step) PushRandomStep(primary, rng, &ready);
+  for (int step = 0; step < 30; ++step) {
+    std::optional<AppliedUpdate> u = PushRandomStep(primary, rng, &ready);
+    ASSERT_TRUE(u.has_value());
+    sent.push_back(std::move(*u));
+  }
   // Then async-style pushes, applied as they are.
   for (int k = 0; k < 5; ++k) {
     const std::vector<float> g(5, 0.25f * k);
-    primary.ApplyNow(30 + k, PushPayload{g, {}, 1});
+    std::optional<AppliedUpdate> u =
+        primary.ApplyNow(30 + k, PushPayload{g, {}, 1});
+    ASSERT_TRUE(u.has_value());
+    sent.push_back(std::move(*u));
   }
   ASSERT_EQ(sent.size(), 35u);
   EXPECT_EQ(sent[3].version, 3);
@@ -138,6 +150,57 @@ TEST(DenseTableBlockTest, ABackupApplyingTheUpdatesHoldsTheSameBits) {
   EXPECT_NE(primary.value, init) << "nothing was applied: the test is void";
 }
 
+// A replicated block's update is in flight from its apply step until the
+// caller settles it (it has reached the backups): a pull's read and the
+// next push's locks wait for it, so that no pull sees an update a backup
+// may not hold and the backups get the block's updates in order.
+TEST(DenseTableBlockTest, AReplicatedBlockHoldsPullsAndPushesUntilSettled) {
+  Membership m(1, false);
+  auto sgd = Make(testing::Sgd(1.0f));
+  DenseTableBlock b(0, 0, 2, "w", sgd.get(), &m, 0);
+  b.set_replicated();
+  std::optional<AppliedUpdate> u;
+  {
+    absl::MutexLock l(&b.mu);
+    b.SetInitialValue({1.0f, 1.0f});
+    EXPECT_TRUE(b.settled());
+    u = b.ApplyNow(0, PushPayload{{0.5f, 0.5f}, {}, 1});
+    ASSERT_TRUE(u.has_value());
+    EXPECT_EQ(u->version, 0);
+    EXPECT_FALSE(b.settled());
+  }
+  std::atomic<bool> read{false}, locked{false};
+  std::vector<float> seen;
+  std::thread puller([&] {
+    PullTarget t;
+    t.unit = &b;
+    b.Read(t, [&](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
+      seen.assign(v.begin(), v.end());
+    });
+    read = true;
+  });
+  std::thread pusher([&] {
+    BarrierUnit* unit = &b;
+    UnitLocks l(absl::MakeConstSpan(&unit, 1));
+    locked = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(read) << "a pull read an update still in flight";
+  EXPECT_FALSE(locked) << "a push took a block whose update is in flight";
+  b.Settle();
+  puller.join();
+  pusher.join();
+  EXPECT_TRUE(read);
+  EXPECT_TRUE(locked);
+  EXPECT_EQ(seen, (std::vector<float>{0.5f, 0.5f}));
+  // A block not replicated returns nothing to forward and never waits.
+  DenseTableBlock plain(0, 1, 2, "w", sgd.get(), &m, 0);
+  absl::MutexLock l(&plain.mu);
+  plain.SetInitialValue({1.0f, 1.0f});
+  EXPECT_FALSE(plain.ApplyNow(0, PushPayload{{0.5f, 0.5f}, {}, 1}).has_value());
+  EXPECT_TRUE(plain.settled());
+}
+
 // LARS with replication: the primary's steps wait for their trust ratio;
 // the updates it forwards carry the ratio, so the backup ends with the same
 // bits, and keep the step's norms, so that the backup, once primary,
@@ -160,15 +223,15 @@ TEST(DenseTableBlockTest, ABackupOfALarsBlockTakesTheRatioAndKeepsTheNorms) {
     absl::MutexLock lb(&backup.mu);
     primary.SetInitialValue(init);
     backup.SetInitialValue(init);
-    primary.set_update_sink(
-        [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
   }
+  primary.set_replicated();
   std::mt19937 rng(7);
   for (int step = 0; step < 10; ++step) {
     {
       absl::MutexLock lp(&primary.mu);
       absl::MutexLock lb(&backup.mu);
-      PushRandomStep(primary, rng, &ready);  // assembled, not applied
+      // Assembled, not applied: nothing to forward yet.
+      EXPECT_FALSE(PushRandomStep(primary, rng, &ready).has_value());
       ASSERT_EQ(primary.barrier.version(), step);
       // A ratio where the step's pushes have not all come: refused.
       absl::Status early = backup.CanApplyTrust(step).status();
@@ -177,17 +240,19 @@ TEST(DenseTableBlockTest, ABackupOfALarsBlockTakesTheRatioAndKeepsTheNorms) {
           << early;
       ASSERT_TRUE(*primary.CanApplyTrust(step));
       const float ratio = 0.5f + 0.1f * static_cast<float>(step);
-      primary.ApplyTrust(step, ratio, &ready);
-      ASSERT_EQ(sent.size(), static_cast<size_t>(step + 1));
+      std::optional<AppliedUpdate> u = primary.ApplyTrust(step, ratio, &ready);
+      ASSERT_TRUE(u.has_value());
+      sent.push_back(std::move(*u));
       EXPECT_EQ(sent.back().trust_ratio, ratio);
       ASSERT_TRUE(backup.ApplyReplicated(sent.back(), &ready).ok());
       EXPECT_TRUE(*backup.NormsReady(step));
       // A ratio of a step the backup applied changes nothing.
       ASSERT_TRUE(*backup.CanApplyTrust(step));
       const std::vector<float> before = backup.value;
-      backup.ApplyTrust(step, 100.0f, &ready);
+      EXPECT_FALSE(backup.ApplyTrust(step, 100.0f, &ready).has_value());
       EXPECT_EQ(backup.value, before);
     }
+    primary.Settle();  // the backup holds it: pulls may read it
     // The backup answers the step's norms with the primary's bits.
     double p_norms[3], b_norms[3];
     PullTarget pt;

@@ -32,7 +32,8 @@ absl::StatusOr<RegisterResult> ParameterStore::Register(int trainer_id,
   {
     absl::MutexLock g(&state_.gate);
     const Membership::Registration reg = state_.membership->Register(
-        trainer_id, incarnation, now, state_.sync ? MaxVersion() + 1 : 0,
+        trainer_id, incarnation, now,
+        state_.sync ? state_.tables->Versions().max + 1 : 0,
         state_.sync ? 0 : state_.staleness->clock(trainer_id));
     r.join_step = reg.join_step;
     // A rejoin may complete a step that waited for the previous
@@ -82,23 +83,17 @@ void ParameterStore::RecheckBarriers(std::vector<WaiterPtr>* ready) {
     return;
   }
   for (BarrierUnit* u : state_.tables->units()) {
-    absl::MutexLock l(&u->mu);
-    if (!u->barrier.Complete() || !state_.CheckServes(*u).ok()) continue;
-    UpdateCollector collect;
-    u->ApplyStep(/*last=*/nullptr, ready);
-    ++state_.updates;
-    absl::Status s = state_.Forward(collect, -1, 0, 0);
+    AppliedUpdates applied;
+    {
+      UnitLocks lock(absl::MakeConstSpan(&u, 1));
+      u->mu.AssertHeld();
+      if (!u->barrier.Complete() || !state_.CheckServes(*u).ok()) continue;
+      applied.Add(u, u->ApplyStep(/*last=*/nullptr, ready));
+      ++state_.updates;
+    }
+    absl::Status s = state_.Forward(applied, -1, 0, 0);
     LOG_IF(ERROR, !s.ok()) << u->name() << ": " << s;
   }
-}
-
-int64_t ParameterStore::MaxVersion() const {
-  int64_t v = 0;
-  for (BarrierUnit* u : state_.tables->units()) {
-    absl::MutexLock l(&u->mu);
-    v = std::max(v, u->barrier.version());
-  }
-  return v;
 }
 
 // --- Pushes ---
@@ -178,8 +173,15 @@ absl::Status ParameterStore::ApplyPush(int trainer_id, int64_t step,
   std::vector<WaiterPtr> ready;
   if (st.ok()) {
     absl::ReaderMutexLock g(&state_.gate);
-    st = ApplyPushLocked(trainer_id, step, generation, parts, late, request_id,
-                         &ready);
+    AppliedUpdates applied;
+    st = ApplyPushLocked(trainer_id, step, generation, parts, late, &ready,
+                         &applied);
+    // The units' locks are released; their updates reach the backups before
+    // the push is answered, the released pulls are, or any pull or push of
+    // the units goes on (they wait until the units are settled).
+    const absl::Status forwarded =
+        state_.Forward(applied, trainer_id, request_id, step);
+    if (st.ok()) st = forwarded;
   }
   if (!st.ok()) {
     ++state_.rejected;
@@ -194,24 +196,24 @@ absl::Status ParameterStore::ApplyPush(int trainer_id, int64_t step,
 absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
                                              uint64_t generation,
                                              const std::vector<PushPart>& parts,
-                                             int* late, uint64_t request_id,
-                                             std::vector<WaiterPtr>* ready) {
+                                             int* late,
+                                             std::vector<WaiterPtr>* ready,
+                                             AppliedUpdates* applied) {
   RETURN_IF_ERROR(state_.membership->CheckGeneration("push", generation));
   absl::InlinedVector<BarrierUnit*, 16> units;
   for (const PushPart& p : parts) units.push_back(p.unit);
   UnitLocks locks(units);
   for (const PushPart& p : parts) RETURN_IF_ERROR(state_.CheckServes(*p.unit));
-  UpdateCollector collect;
   if (!state_.sync) {
     const int64_t job_step = state_.staleness->SlowestLiveClock();
     for (const PushPart& p : parts) {
       p.unit->mu.AssertHeld();
       PushPayload payload = p.payload;
       payload.job_step = job_step;
-      p.unit->ApplyNow(step, payload);
+      applied->Add(p.unit, p.unit->ApplyNow(step, payload));
       ++state_.updates;
     }
-    return state_.Forward(collect, trainer_id, request_id, step);
+    return absl::OkStatus();
   }
   // Every unit admits the push before any changes: all or nothing.
   absl::InlinedVector<uint8_t, 16> is_late(parts.size(), 0);
@@ -256,11 +258,11 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
     u->Accumulate(p, r.first);
     if (r.arrival == StepBarrier::Arrival::kTrainerDone &&
         u->barrier.Complete()) {
-      u->ApplyStep(&p, ready);
+      applied->Add(u, u->ApplyStep(&p, ready));
       ++state_.updates;
     }
   }
-  return state_.Forward(collect, trainer_id, request_id, step);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ParameterStore::BlockSize(uint32_t table_id,

@@ -221,11 +221,12 @@ class ParameterStore {
   absl::Status ApplyPush(int trainer_id, int64_t step, uint64_t generation,
                          std::vector<PushPart> parts, int* late,
                          uint64_t request_id);
+  // Under the units' locks; the updates to forward go to *applied.
   absl::Status ApplyPushLocked(int trainer_id, int64_t step,
                                uint64_t generation,
                                const std::vector<PushPart>& parts, int* late,
-                               uint64_t request_id,
-                               std::vector<WaiterPtr>* ready)
+                               std::vector<WaiterPtr>* ready,
+                               AppliedUpdates* applied)
       ABSL_SHARED_LOCKS_REQUIRED(state_.gate);
   // Registers a pull's holds on the units and the staleness gate; answers
   // it at once when nothing holds it.
@@ -243,7 +244,6 @@ class ParameterStore {
   // re-checks the pulls held by the staleness gate.
   void RecheckBarriers(std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.gate);
-  int64_t MaxVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.gate);
   std::string DescribeWait(const PullWaiter& w) const;
   // Sweep: drops the trainers that hold a sync step back for `timeout`.
   void DropStalling(absl::Time now, absl::Duration timeout);

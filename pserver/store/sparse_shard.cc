@@ -36,33 +36,31 @@ void SparseShard::Accumulate(const PushPayload& p, bool first) {
   rows_.Accumulate(p.keys, p.values);
 }
 
-void SparseShard::ApplyStep(const PushPayload* last,
-                            std::vector<WaiterPtr>* ready) {
+std::optional<AppliedUpdate> SparseShard::ApplyStep(
+    const PushPayload* last, std::vector<WaiterPtr>* ready) {
   const int64_t version = barrier.version();
-  if (update_sink_) {
-    AppliedUpdate u = UpdateRecord(version, /*sync=*/true);
-    rows_.ApplyAccumulated(version, barrier.num_done(), &u);
-    update_sink_(std::move(u));
-  } else {
-    rows_.ApplyAccumulated(version, barrier.num_done());
-  }
+  std::optional<AppliedUpdate> u = UpdateRecord(version, /*sync=*/true);
+  rows_.ApplyAccumulated(version, barrier.num_done(),
+                         u.has_value() ? &*u : nullptr);
   barrier.Advance(ready);
   Evict(barrier.version());
+  return u;
 }
 
-void SparseShard::ApplyNow(int64_t step, const PushPayload& p) {
-  if (update_sink_) {
-    AppliedUpdate u = UpdateRecord(step, /*sync=*/false);
-    u.job_step = p.job_step;
-    u.keys.assign(p.keys.begin(), p.keys.end());
-    u.scales = {1.0f};
-    u.grad.assign(p.values.begin(), p.values.end());
-    update_sink_(std::move(u));
+std::optional<AppliedUpdate> SparseShard::ApplyNow(int64_t step,
+                                                   const PushPayload& p) {
+  std::optional<AppliedUpdate> u = UpdateRecord(step, /*sync=*/false);
+  if (u.has_value()) {
+    u->job_step = p.job_step;
+    u->keys.assign(p.keys.begin(), p.keys.end());
+    u->scales = {1.0f};
+    u->grad.assign(p.values.begin(), p.values.end());
   }
   const float one[] = {1.0f};
   rows_.Apply(step, p.keys, p.values, one);
   barrier.Bump();
   PaceEviction(p.job_step);
+  return u;
 }
 
 void SparseShard::PaceEviction(int64_t job_step) {
@@ -107,7 +105,14 @@ void SparseShard::Evict(int64_t step) {
 }
 
 void SparseShard::Read(const PullTarget& target, const PullSink& sink) const {
+  if (!replicated()) {
+    rows_.Read(target.keys, target.out);
+    return;
+  }
+  // Once no update is in flight, and none starts while the rows are read.
+  mu.ReaderLockWhen(absl::Condition(this, &BarrierUnit::settled));
   rows_.Read(target.keys, target.out);
+  mu.ReaderUnlock();
 }
 
 }  // namespace shardps

@@ -43,15 +43,17 @@ class SparseShard final : public BarrierUnit {
   void Accumulate(const PushPayload& p, bool first) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Applies each key's mean over the trainers that pushed it, then evicts.
-  void ApplyStep(const PushPayload* last,
-                 std::vector<WaiterPtr>* ready) override
+  std::optional<AppliedUpdate> ApplyStep(const PushPayload* last,
+                                         std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Applies an ASYNC chunk's rows as they are; evicts every
   // evict_after_steps / 2 steps.
-  void ApplyNow(int64_t step, const PushPayload& p) override
+  std::optional<AppliedUpdate> ApplyNow(int64_t step,
+                                        const PushPayload& p) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Copies the rows of the target's keys to target.out, as SparseTable::Read
-  // (under the stripes' locks, not `mu`).
+  // (under the stripes' locks; a replicated table's also under `mu`, shared,
+  // once it is settled).
   void Read(const PullTarget& target, const PullSink& sink) const override;
   // A backup's table (BarrierUnit::ApplyReplicated): keys.size() rows of
   // gradient, one scale or one per key; the keys must be distinct. Evicts

@@ -432,8 +432,7 @@ TEST(SparseShardTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
   std::vector<WaiterPtr> ready;
   absl::MutexLock lp(&primary.mu);
   absl::MutexLock lb(&backup.mu);
-  primary.set_update_sink(
-      [&](AppliedUpdate u) { sent.push_back(std::move(u)); });
+  primary.set_replicated();
   std::mt19937 rng(3);
   std::normal_distribution<float> noise;
   // Distinct keys of a skewed vocabulary of 60, with gradients.
@@ -458,13 +457,14 @@ TEST(SparseShardTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
     primary.barrier.Receive(0, 1);
     primary.barrier.Receive(1, 1);
     PushPayload last{g1, k1, 1};
-    primary.ApplyStep(&last, &ready);
+    // A replicated shard returns each update (value() throws if not).
+    sent.push_back(primary.ApplyStep(&last, &ready).value());
   }
   for (int push = 0; push < 20; ++push) {
     draw(&k0, &g0);
     PushPayload p{g0, k0, 1};
     p.job_step = 25 + push / 2;
-    primary.ApplyNow(25 + push, p);
+    sent.push_back(primary.ApplyNow(25 + push, p).value());
   }
   ASSERT_EQ(sent.size(), 45u);
   for (const AppliedUpdate& u : sent) {

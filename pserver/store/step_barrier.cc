@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "pserver/store/pull_waiters.h"
 
 namespace shardps {
@@ -127,13 +128,36 @@ void StepBarrier::AppendMissing(std::vector<int>* missing) const {
 
 UnitLocks::UnitLocks(absl::Span<BarrierUnit* const> units)
     ABSL_NO_THREAD_SAFETY_ANALYSIS : units_(units) {
-  for (BarrierUnit* u : units_) u->mu.Lock();
+  // One at a time, each settled before the next is taken: a unit held here
+  // is never one whose update another thread still has to settle.
+  for (const BarrierUnit* u : units_) {
+    u->mu.LockWhen(absl::Condition(u, &BarrierUnit::settled));
+  }
 }
 
 UnitLocks::~UnitLocks() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
     (*it)->mu.Unlock();
   }
+}
+
+std::optional<AppliedUpdate> BarrierUnit::UpdateRecord(int64_t step,
+                                                       bool sync) {
+  if (!replicated_.load()) return std::nullopt;
+  ++in_flight_;
+  AppliedUpdate u;
+  u.table_id = table_id_;
+  u.block = index_;
+  u.step = step;
+  u.version = barrier.version();
+  u.sync = sync;
+  return u;
+}
+
+void BarrierUnit::Settle() {
+  absl::MutexLock l(&mu);
+  CHECK_GT(in_flight_, 0) << name_ << ": settled with no update in flight";
+  --in_flight_;
 }
 
 absl::Status BarrierUnit::CheckReplicated(const AppliedUpdate& update) const {

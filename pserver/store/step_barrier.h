@@ -1,9 +1,11 @@
 #ifndef SHARDPS_PSERVER_STORE_STEP_BARRIER_H_
 #define SHARDPS_PSERVER_STORE_STEP_BARRIER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -186,13 +188,17 @@ class BarrierUnit {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
   // SYNC: applies the step (the mean of what was accumulated; `last` is the
   // push that completed it, null when a membership change did) and advances
-  // the barrier, handing the pulls it releases to *ready.
-  virtual void ApplyStep(const PushPayload* last, std::vector<WaiterPtr>* ready)
+  // the barrier, handing the pulls it releases to *ready. A replicated
+  // unit returns the update it applied (set_replicated).
+  virtual std::optional<AppliedUpdate> ApplyStep(const PushPayload* last,
+                                                 std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
-  // ASYNC: applies one push on arrival.
-  virtual void ApplyNow(int64_t step, const PushPayload& p)
+  // ASYNC: applies one push on arrival; returns the update as ApplyStep.
+  virtual std::optional<AppliedUpdate> ApplyNow(int64_t step,
+                                                const PushPayload& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
-  // Answers a pull: takes what it needs of `mu` itself.
+  // Answers a pull: takes what it needs of `mu` itself, once the unit is
+  // settled (a replicated unit's pulls wait for its updates in flight).
   virtual void Read(const PullTarget& target, const PullSink& sink) const = 0;
   // SYNC, LARS (docs/tuning.md, "LARS"): whether the unit has the squared
   // norms of `step` (it was assembled, or applied as the last step); false
@@ -204,12 +210,22 @@ class BarrierUnit {
         absl::StrCat(name_, " has no table norms (only LARS blocks have)"));
   }
 
-  // A primary's unit: every update it applies from now on goes to `sink`,
-  // under `mu`, before any pull can see it (null: none).
-  using UpdateSink = std::function<void(AppliedUpdate update)>;
-  void set_update_sink(UpdateSink sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    update_sink_ = std::move(sink);
+  // A primary's unit of a replicated job (docs/replication.md), from now
+  // on: every update it applies is returned by the apply step, for the
+  // caller to forward to the backups once the unit's lock is released, and
+  // is in flight until the caller settles it (Settle). While an update is
+  // in flight the unit is not settled: pushes (UnitLocks) and pulls (Read)
+  // of the unit wait, so that no pull sees an update a backup may not hold
+  // and the backups receive a unit's updates in order.
+  void set_replicated() { replicated_.store(true); }
+  bool replicated() const { return replicated_.load(); }
+  // Whether none of the unit's updates is in flight.
+  bool settled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return in_flight_ == 0;
   }
+  // One update this unit returned has reached the backups, or failed to;
+  // takes `mu`.
+  void Settle() ABSL_LOCKS_EXCLUDED(mu);
   // A backup's unit: applies its primary's `update` as the primary did,
   // handing the pulls it releases to *ready. FAILED_PRECONDITION when the
   // update does not follow this unit's version (a gap or a repeat),
@@ -223,22 +239,17 @@ class BarrierUnit {
   StepBarrier barrier ABSL_GUARDED_BY(mu);
 
  protected:
-  // The record of an update this unit applies now at `step`: its ids,
-  // version and kind; the caller adds keys, scales and the gradient.
-  AppliedUpdate UpdateRecord(int64_t step, bool sync) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    AppliedUpdate u;
-    u.table_id = table_id_;
-    u.block = index_;
-    u.step = step;
-    u.version = barrier.version();
-    u.sync = sync;
-    return u;
-  }
+  // A replicated unit's record of an update it applies now at `step`: its
+  // ids, version and kind, counted in flight; the caller adds keys, scales
+  // and the gradient. Nothing for a unit not replicated.
+  std::optional<AppliedUpdate> UpdateRecord(int64_t step, bool sync)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The checks every ApplyReplicated makes: this unit, this version.
   absl::Status CheckReplicated(const AppliedUpdate& update) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  UpdateSink update_sink_ ABSL_GUARDED_BY(mu);
+  // Set once, before the unit serves (a replicated job's primary).
+  std::atomic<bool> replicated_{false};
+  int in_flight_ ABSL_GUARDED_BY(mu) = 0;
 
  private:
   const std::string name_;
@@ -255,9 +266,10 @@ struct PullTarget {
   double* norms_out = nullptr;
 };
 
-// Locks a set of units in (table_id, index) order for its lifetime and
-// unlocks them in reverse: the scoped locker of a multi-unit push. The
-// units must be sorted and distinct. Code that uses a unit while the lock
+// Locks a set of units in (table_id, index) order for its lifetime, each
+// once it is settled (BarrierUnit::set_replicated), and unlocks them in
+// reverse: the scoped locker of a multi-unit push. The units must be sorted
+// and distinct. Code that uses a unit while the lock
 // is held says so with `unit->mu.AssertHeld()`.
 class UnitLocks {
  public:

@@ -150,13 +150,16 @@ absl::StatusOr<BarrierUnit*> StoreState::FindUnit(uint32_t table_id,
   return tables->FindBlock(table_id, unit);
 }
 
-absl::Status StoreState::Forward(const UpdateCollector& c, int trainer_id,
+absl::Status StoreState::Forward(const AppliedUpdates& applied, int trainer_id,
                                  uint64_t request_id, int64_t step) {
+  if (applied.updates.empty()) return absl::OkStatus();
   UpdateForwarder* f = forwarder.load(std::memory_order_acquire);
-  if (f == nullptr || c.updates().empty()) return absl::OkStatus();
+  CHECK(f != nullptr) << "replicated units without a forwarder";
   std::vector<PushRef> refs;
   if (trainer_id >= 0) refs.push_back(PushRef{trainer_id, request_id, step});
-  return f->Forward(c.updates(), refs);
+  absl::Status st = f->Forward(applied.updates, refs);
+  for (BarrierUnit* u : applied.units) u->Settle();
+  return st;
 }
 
 void StoreState::ReleaseAll(const std::vector<WaiterPtr>& released) {

@@ -103,10 +103,11 @@ struct StoreState {
   absl::Status CheckServes(const BarrierUnit& unit) const;
   // A unit held here: a dense block, or a sparse table's shard.
   absl::StatusOr<BarrierUnit*> FindUnit(uint32_t table_id, uint32_t unit) const;
-  // Forwards what `c` collected, as the updates of the push of
+  // Forwards the updates a push applied (`applied`, returned by the units'
+  // apply steps; their locks released), as the updates of the push of
   // (`trainer_id`, `request_id`, `step`) (trainer_id < 0: of no push), to
-  // the backups; OK without a forwarder.
-  absl::Status Forward(const UpdateCollector& c, int trainer_id,
+  // the backups, then settles their units. OK when there are none.
+  absl::Status Forward(const AppliedUpdates& applied, int trainer_id,
                        uint64_t request_id, int64_t step);
   // The counters, and membership's.
   StoreCounters counters() const;

@@ -73,39 +73,12 @@ absl::Status TrustStep::Apply(int trainer_id, int64_t step,
   if (st.ok()) {
     absl::ReaderMutexLock g(&state_->gate);
     st = state_->membership->CheckGeneration("push", generation);
-    if (st.ok()) {
-      std::vector<BarrierUnit*> all;
-      for (const auto& u : units) all.insert(all.end(), u.begin(), u.end());
-      // UnitLocks takes them in (table, block) order.
-      std::sort(all.begin(), all.end(),
-                [](const BarrierUnit* a, const BarrierUnit* b) {
-                  return std::make_pair(a->table_id(), a->index()) <
-                         std::make_pair(b->table_id(), b->index());
-                });
-      UnitLocks locks(all);
-      // All or nothing: every block of every table must take its ratio.
-      for (BarrierUnit* u : all) {
-        u->mu.AssertHeld();
-        st = state_->CheckServes(*u);
-        if (st.ok()) {
-          st = static_cast<DenseTableBlock*>(u)->CanApplyTrust(step).status();
-        }
-        if (!st.ok()) break;
-      }
-      // Replicated: the steps applied go to the backups (with the ratio)
-      // before the blocks' locks are released.
-      UpdateCollector collect;
-      for (size_t i = 0; st.ok() && i < tables.size(); ++i) {
-        const float ratio =
-            state_->tables->optimizer(tables[i].table_id)
-                .TrustRatio(tables[i].weights, tables[i].gradient);
-        for (BarrierUnit* u : units[i]) {
-          u->mu.AssertHeld();
-          static_cast<DenseTableBlock*>(u)->ApplyTrust(step, ratio, &ready);
-        }
-      }
-      if (st.ok()) st = state_->Forward(collect, -1, 0, 0);
-    }
+    AppliedUpdates applied;
+    if (st.ok()) st = ApplyLocked(step, tables, units, &ready, &applied);
+    // Replicated: the steps applied (with the ratio) reach the backups
+    // before the pulls they released are answered.
+    const absl::Status forwarded = state_->Forward(applied, -1, 0, 0);
+    if (st.ok()) st = forwarded;
   }
   if (!st.ok()) {
     ++state_->rejected;
@@ -113,6 +86,37 @@ absl::Status TrustStep::Apply(int trainer_id, int64_t step,
   }
   ++state_->pushes;
   state_->ReleaseAll(ready);
+  return absl::OkStatus();
+}
+
+absl::Status TrustStep::ApplyLocked(
+    int64_t step, absl::Span<const TableNorm> tables,
+    const std::vector<std::vector<BarrierUnit*>>& units,
+    std::vector<WaiterPtr>* ready, AppliedUpdates* applied) {
+  std::vector<BarrierUnit*> all;
+  for (const auto& u : units) all.insert(all.end(), u.begin(), u.end());
+  // UnitLocks takes them in (table, block) order.
+  std::sort(all.begin(), all.end(),
+            [](const BarrierUnit* a, const BarrierUnit* b) {
+              return a->LockedBefore(*b);
+            });
+  UnitLocks locks(all);
+  // All or nothing: every block of every table must take its ratio.
+  for (BarrierUnit* u : all) {
+    u->mu.AssertHeld();
+    RETURN_IF_ERROR(state_->CheckServes(*u));
+    RETURN_IF_ERROR(
+        static_cast<DenseTableBlock*>(u)->CanApplyTrust(step).status());
+  }
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const float ratio = state_->tables->optimizer(tables[i].table_id)
+                            .TrustRatio(tables[i].weights, tables[i].gradient);
+    for (BarrierUnit* u : units[i]) {
+      u->mu.AssertHeld();
+      applied->Add(
+          u, static_cast<DenseTableBlock*>(u)->ApplyTrust(step, ratio, ready));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -57,6 +57,14 @@ class TrustStep {
   absl::Status Units(absl::Span<const TableNorm> tables,
                      std::vector<std::vector<BarrierUnit*>>* units) const;
 
+  // Under the gate: the blocks' locks taken, every block checked, then the
+  // step applied to all of them; the updates to forward go to *applied.
+  absl::Status ApplyLocked(int64_t step, absl::Span<const TableNorm> tables,
+                           const std::vector<std::vector<BarrierUnit*>>& units,
+                           std::vector<WaiterPtr>* ready,
+                           AppliedUpdates* applied)
+      ABSL_SHARED_LOCKS_REQUIRED(state_->gate);
+
   StoreState* const state_;
 };
 

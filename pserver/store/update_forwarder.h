@@ -2,6 +2,8 @@
 #define SHARDPS_PSERVER_STORE_UPDATE_FORWARDER_H_
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,35 +33,32 @@ class UpdateForwarder {
   // FAILED_PRECONDITION naming the view and the primary otherwise.
   virtual absl::Status CheckServes(uint32_t table_id, uint32_t unit) const = 0;
 
-  // Sends `updates` (applied here, in this order, under their units' locks,
-  // which the caller still holds) to every backup of their units in the
-  // view, and returns once each holds them. A backup that does not answer
-  // is taken out of the view first. FAILED_PRECONDITION when this pserver
-  // is no longer the primary of a unit (a newer view: it must not answer
-  // the push or let a pull see the update); UNAVAILABLE when no view
+  // Sends `updates` (applied here, in this order; their units are in
+  // flight, so that nothing else applies to them or reads them until the
+  // caller settles them after this returns) to every backup of their units
+  // in the view, and returns once each holds them. A backup that does not
+  // answer is taken out of the view first. FAILED_PRECONDITION when this
+  // pserver is no longer the primary of a unit (a newer view: it must not
+  // answer the push or let a pull see the update); UNAVAILABLE when no view
   // could be agreed.
   virtual absl::Status Forward(const std::vector<AppliedUpdate>& updates,
                                const std::vector<PushRef>& pushes) = 0;
 };
 
-// Collects the updates that units apply on this thread while it lives
-// (their update sinks call Add): a push's updates, forwarded before its
-// units' locks are released. Scopes nest; the innermost collects.
-class UpdateCollector {
- public:
-  UpdateCollector();
-  ~UpdateCollector();
-  UpdateCollector(const UpdateCollector&) = delete;
-  UpdateCollector& operator=(const UpdateCollector&) = delete;
+// The updates that a push's apply steps returned (BarrierUnit::
+// set_replicated), in the order applied, and the units they are in flight
+// on: forwarded once the units' locks are released, then settled
+// (StoreState::Forward).
+struct AppliedUpdates {
+  // Adds what `unit`'s apply step returned (nothing when it returned none).
+  void Add(BarrierUnit* unit, std::optional<AppliedUpdate> update) {
+    if (!update.has_value()) return;
+    updates.push_back(std::move(*update));
+    units.push_back(unit);
+  }
 
-  const std::vector<AppliedUpdate>& updates() const { return updates_; }
-  // Adds `u` to this thread's innermost collector. An update applied with
-  // none would reach no backup: a bug, which stops the pserver.
-  static void Add(AppliedUpdate u);
-
- private:
-  UpdateCollector* const outer_;
-  std::vector<AppliedUpdate> updates_;
+  std::vector<AppliedUpdate> updates;
+  std::vector<BarrierUnit*> units;
 };
 
 }  // namespace shardps
