@@ -98,15 +98,7 @@ class Encoder : public CudaThresholdEncoder {
 
   absl::StatusOr<EncodeInfo> Encode(float* residual, size_t n, float threshold,
                                     std::vector<int32_t>* out) override {
-    if (!(threshold > 0.0f) || !std::isfinite(threshold)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("threshold must be finite and > 0, got ", threshold));
-    }
-    if (n > static_cast<uint64_t>(kCodecMaxElements)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "residual has ", n, " elements; the codec allows at most ",
-          kCodecMaxElements));
-    }
+    RETURN_IF_ERROR(CheckEncodeArgs(n, threshold));
     EncodeInfo info;
     if (n == 0) return info;
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
@@ -180,6 +172,20 @@ class Encoder : public CudaThresholdEncoder {
   }
 
  private:
+  // INVALID_ARGUMENT for a threshold that is not finite and > 0, or more
+  // elements than the codec allows.
+  static absl::Status CheckEncodeArgs(size_t n, float threshold) {
+    if (!(threshold > 0.0f) || !std::isfinite(threshold)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("threshold must be finite and > 0, got ", threshold));
+    }
+    if (n > static_cast<uint64_t>(kCodecMaxElements)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "residual has ", n, " elements; the codec allows at most ",
+          kCodecMaxElements));
+    }
+    return absl::OkStatus();
+  }
   static void WriteHeader(int32_t count_or_n, size_t n, float t,
                           CodecFormat fmt, int32_t* h) {
     h[0] = count_or_n;

@@ -81,6 +81,39 @@ class RequestHandlerTest : public ::testing::Test {
     return testing::PullAndWait(handler_.get(), req, resp);
   }
 
+  // Trainer `trainer`'s push of step 0 whose blocks 0 and 1 are at `at0`
+  // and `at1` of the shared region `region_id`.
+  absl::Status SharedPush(uint64_t request_id, uint64_t region_id, uint64_t at0,
+                          uint64_t at1, int trainer) {
+    PushRequest req;
+    req.set_trainer_id(trainer);
+    req.set_step(0);
+    req.set_request_id(request_id);
+    req.set_shared_region(region_id);
+    DenseBlock* b0 = req.add_blocks();
+    b0->set_block(0);
+    b0->set_shared_offset(at0);
+    DenseBlock* b1 = req.add_blocks();
+    b1->set_block(1);
+    b1->set_shared_offset(at1);
+    PushResponse resp;
+    return handler_->Push(req, &resp);
+  }
+  // The same gradient (2, 2, 2, 2 | 4, 4) over TCP.
+  absl::Status TcpPush(int trainer, uint64_t request_id) {
+    PushRequest tcp;
+    tcp.set_trainer_id(trainer);
+    tcp.set_step(0);
+    tcp.set_request_id(request_id);
+    for (uint32_t b = 0; b < 2; ++b) {
+      DenseBlock* d = tcp.add_blocks();
+      d->set_block(b);
+      d->set_values(b == 0 ? FloatBytes({2, 2, 2, 2}) : FloatBytes({4, 4}));
+    }
+    PushResponse resp;
+    return handler_->Push(tcp, &resp);
+  }
+
   std::vector<float> PullAll(int64_t min_version = 0) {
     PullRequest req;
     req.set_trainer_id(0);
@@ -183,19 +216,7 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
 
   auto push = [&](uint64_t id, uint64_t region_id, uint64_t at0, uint64_t at1,
                   int trainer = 0) {
-    PushRequest req;
-    req.set_trainer_id(trainer);
-    req.set_step(0);
-    req.set_request_id(id);
-    req.set_shared_region(region_id);
-    DenseBlock* b0 = req.add_blocks();
-    b0->set_block(0);
-    b0->set_shared_offset(at0);
-    DenseBlock* b1 = req.add_blocks();
-    b1->set_block(1);
-    b1->set_shared_offset(at1);
-    PushResponse resp;
-    return handler_->Push(req, &resp);
+    return SharedPush(id, region_id, at0, at1, trainer);
   };
   const uint64_t id = oresp.region_id();
   ExpectCode(push(1, id + 1, 64, 80), absl::StatusCode::kNotFound,
@@ -215,17 +236,7 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   ExpectCode(push(6, id, 64, 80), absl::StatusCode::kInvalidArgument, "NaN");
   std::memcpy(base + 80, g + 4, 8);
   ASSERT_TRUE(push(7, id, 64, 80).ok());
-  PushRequest tcp;
-  tcp.set_trainer_id(1);
-  tcp.set_step(0);
-  tcp.set_request_id(8);
-  for (uint32_t b = 0; b < 2; ++b) {
-    DenseBlock* d = tcp.add_blocks();
-    d->set_block(b);
-    d->set_values(b == 0 ? FloatBytes({2, 2, 2, 2}) : FloatBytes({4, 4}));
-  }
-  PushResponse tresp;
-  ASSERT_TRUE(handler_->Push(tcp, &tresp).ok());
+  ASSERT_TRUE(TcpPush(/*trainer=*/1, /*request_id=*/8).ok());
 
   // Pull into the region: values where asked, none in the reply.
   PullRequest preq;

@@ -156,42 +156,7 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
   }
   ++call->attempt;
   auto on_done = [this, call](grpc::Status gs) {
-    absl::Status s = FromGrpcStatus(gs);
-    bool cancelled;
-    {
-      absl::MutexLock l(&mu_);
-      active_.erase(call.get());
-      cancelled = call->epoch != cancel_epoch_;
-    }
-    const bool transient = s.code() == absl::StatusCode::kUnavailable ||
-                           s.code() == absl::StatusCode::kDeadlineExceeded;
-    const absl::Time now = absl::Now();
-    if (cancelled && !s.ok()) {
-      s = absl::CancelledError(absl::StrCat(
-          "cancelled (the trainer is stopping); last: ", s.message()));
-    } else if (transient && now - call->start < options_.retry_budget) {
-      if (now - call->last_log >= absl::Seconds(10)) {
-        call->last_log = now;
-        LOG(WARNING) << PsRpcMethod(call->rpc).name() << " to pserver "
-                     << address_ << ": " << s.message() << " ("
-                     << absl::StatusCodeToString(s.code())
-                     << "); waiting for it, retry " << call->attempt << ", "
-                     << absl::FormatDuration(now - call->start) << " so far";
-      }
-      static thread_local std::mt19937 rng(std::random_device{}());
-      const double jitter = std::uniform_real_distribution<>(0.5, 1.0)(rng);
-      const absl::Duration wait = call->backoff * jitter;
-      call->backoff = std::min(call->backoff * 2, options_.max_backoff);
-      call->resp->Clear();
-      timer_->Schedule(now + wait, [this, call] { Attempt(call); });
-      return;
-    }
-    if (!s.ok()) {
-      s = absl::Status(
-          s.code(), absl::StrCat(PsRpcMethod(call->rpc).name(), " to pserver ",
-                                 address_, ": ", s.message()));
-    }
-    Finish(call.get(), std::move(s));
+    AttemptDone(call, FromGrpcStatus(gs));
   };
   if (call->raw_req != nullptr) {
     grpc::internal::CallbackUnaryCall<
@@ -206,6 +171,44 @@ void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
       google::protobuf::MessageLite, google::protobuf::MessageLite>(
       channel_.get(), methods_[static_cast<int>(call->rpc)], call->ctx.get(),
       call->req, call->resp, std::move(on_done));
+}
+
+void GrpcPsClient::AttemptDone(std::shared_ptr<Call> call, absl::Status s) {
+  bool cancelled;
+  {
+    absl::MutexLock l(&mu_);
+    active_.erase(call.get());
+    cancelled = call->epoch != cancel_epoch_;
+  }
+  const bool transient = s.code() == absl::StatusCode::kUnavailable ||
+                         s.code() == absl::StatusCode::kDeadlineExceeded;
+  const absl::Time now = absl::Now();
+  if (cancelled && !s.ok()) {
+    s = absl::CancelledError(absl::StrCat(
+        "cancelled (the trainer is stopping); last: ", s.message()));
+  } else if (transient && now - call->start < options_.retry_budget) {
+    if (now - call->last_log >= absl::Seconds(10)) {
+      call->last_log = now;
+      LOG(WARNING) << PsRpcMethod(call->rpc).name() << " to pserver "
+                   << address_ << ": " << s.message() << " ("
+                   << absl::StatusCodeToString(s.code())
+                   << "); waiting for it, retry " << call->attempt << ", "
+                   << absl::FormatDuration(now - call->start) << " so far";
+    }
+    static thread_local std::mt19937 rng(std::random_device{}());
+    const double jitter = std::uniform_real_distribution<>(0.5, 1.0)(rng);
+    const absl::Duration wait = call->backoff * jitter;
+    call->backoff = std::min(call->backoff * 2, options_.max_backoff);
+    call->resp->Clear();
+    timer_->Schedule(now + wait, [this, call] { Attempt(call); });
+    return;
+  }
+  if (!s.ok()) {
+    s = absl::Status(s.code(),
+                     absl::StrCat(PsRpcMethod(call->rpc).name(), " to pserver ",
+                                  address_, ": ", s.message()));
+  }
+  Finish(call.get(), std::move(s));
 }
 
 }  // namespace shardps

@@ -66,6 +66,9 @@ class GrpcPsClient final : public PsClientInterface {
              std::shared_ptr<const grpc::ByteBuffer> raw_req,
              google::protobuf::Message* resp, StatusCallback done);
   void Attempt(std::shared_ptr<Call> call);
+  // An attempt of `call` ended with `s`: retried after a back-off while the
+  // pserver is unreachable within the retry budget, else finished.
+  void AttemptDone(std::shared_ptr<Call> call, absl::Status s);
   // Ends `call` with `s` (its `done`), having let go of its context.
   static void Finish(Call* call, absl::Status s);
 

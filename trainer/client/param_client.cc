@@ -266,52 +266,33 @@ absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
   return StartPull(min_version, step, values, min_clock)->Wait(stats);
 }
 
+struct ParamClient::PullCall {
+  std::vector<BlockPlacement> chunk;  // of the tables asked for
+  PsClientInterface* server;
+  SharedLane* lane;          // null: TCP
+  std::vector<uint64_t> at;  // where each block is in the lane's region
+  const std::vector<uint64_t>* shared_at;  // &at, or null over TCP
+  PullRequest req;
+  PullResponse resp;
+};
+
 std::unique_ptr<DenseTransfer> ParamClient::StartPull(
     int64_t min_version, int64_t step, const std::vector<float*>& values,
     int64_t min_clock, int64_t own_clock, const std::vector<bool>* only) {
-  struct Pending {
-    std::vector<BlockPlacement> chunk;  // of the tables asked for
-    PsClientInterface* server;
-    SharedLane* lane;          // null: TCP
-    std::vector<uint64_t> at;  // where each block is in the lane's region
-    const std::vector<uint64_t>* shared_at;  // &at, or null over TCP
-    PullRequest req;
-    PullResponse resp;
-  };
-  auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
+  auto calls = std::make_shared<std::vector<std::unique_ptr<PullCall>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
-    SharedLane* lane = PullLane(s);
     for (size_t c = 0; c < chunks_[s].size(); ++c) {
-      auto p = std::make_unique<Pending>();
-      for (size_t j = 0; j < chunks_[s][c].size(); ++j) {
-        const BlockPlacement& b = chunks_[s][c][j];
-        if (only != nullptr && !(*only)[b.table_id]) continue;
-        p->chunk.push_back(b);
-        if (lane != nullptr) p->at.push_back(lane->pull_at[c][j]);
-      }
-      if (p->chunk.empty()) continue;
-      const std::vector<BlockPlacement>& chunk = p->chunk;
-      p->server = servers_[s];
-      p->lane = lane;
-      p->shared_at = lane != nullptr ? &p->at : nullptr;
-      if (lane != nullptr) p->req.set_shared_region(lane->id);
-      stamp_->Stamp(&p->req);
+      std::unique_ptr<PullCall> p = MakePullCall(s, c, only);
+      if (p == nullptr) continue;
       p->req.set_min_version(min_version);
       p->req.set_step(step);
       p->req.set_min_clock(min_clock);
       p->req.set_own_clock(own_clock);
-      p->req.set_encoding(pull_encoding_);
-      for (size_t j = 0; j < chunk.size(); ++j) {
-        BlockRef* r = p->req.add_blocks();
-        r->set_table_id(chunk[j].table_id);
-        r->set_block(chunk[j].block);
-        if (lane != nullptr) r->set_shared_offset(p->at[j]);
-      }
       calls->push_back(std::move(p));
     }
   }
   std::unique_ptr<DenseTransfer> t =
-      DenseTransfer::Of(calls, [](const Pending& p, TransferStats* stats) {
+      DenseTransfer::Of(calls, [](const PullCall& p, TransferStats* stats) {
         stats->bytes += static_cast<int64_t>(p.resp.ByteSizeLong());
         if (p.shared_at != nullptr) {  // and the values, through the region
           for (const BlockPlacement& b : p.chunk) {
@@ -326,43 +307,69 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
                                    : std::min(stats->min_version, b.version());
         }
       });
-  for (const auto& call : *calls) {
-    Pending* p = call.get();
-    StatusCallback done = t->OneDone();
-    SendThrough(
-        p->lane, shared_calls::kPull, p->req, &p->resp,
-        [p](StatusCallback cb) {
-          p->server->PullAsync(p->req, &p->resp, std::move(cb));
-        },
-        [this, p, values, done](absl::Status s) {
-          if (p->lane != nullptr && IsLostRegion(s)) {
-            // Again over TCP (a pull changes nothing on the pserver).
-            p->lane->lost.store(true);
-            LOG(WARNING) << s.message();
-            p->req.clear_shared_region();
-            for (BlockRef& r : *p->req.mutable_blocks())
-              r.clear_shared_offset();
-            p->lane = nullptr;
-            p->shared_at = nullptr;
-            p->resp.Clear();
-            p->server->PullAsync(
-                p->req, &p->resp, [this, p, values, done](absl::Status s) {
-                  if (s.ok()) {
-                    s = TakePulled(p->chunk, *p->server, p->resp, values,
-                                   nullptr, nullptr);
-                  }
-                  done(s);
-                });
-            return;
-          }
-          if (s.ok()) {
-            s = TakePulled(p->chunk, *p->server, p->resp, values, p->lane,
-                           p->shared_at);
-          }
-          done(s);
-        });
-  }
+  for (const auto& call : *calls) SendPull(call.get(), values, t->OneDone());
   return t;
+}
+
+std::unique_ptr<ParamClient::PullCall> ParamClient::MakePullCall(
+    size_t s, size_t c, const std::vector<bool>* only) const {
+  SharedLane* lane = PullLane(s);
+  auto p = std::make_unique<PullCall>();
+  for (size_t j = 0; j < chunks_[s][c].size(); ++j) {
+    const BlockPlacement& b = chunks_[s][c][j];
+    if (only != nullptr && !(*only)[b.table_id]) continue;
+    p->chunk.push_back(b);
+    if (lane != nullptr) p->at.push_back(lane->pull_at[c][j]);
+  }
+  if (p->chunk.empty()) return nullptr;
+  p->server = servers_[s];
+  p->lane = lane;
+  p->shared_at = lane != nullptr ? &p->at : nullptr;
+  if (lane != nullptr) p->req.set_shared_region(lane->id);
+  stamp_->Stamp(&p->req);
+  p->req.set_encoding(pull_encoding_);
+  for (size_t j = 0; j < p->chunk.size(); ++j) {
+    BlockRef* r = p->req.add_blocks();
+    r->set_table_id(p->chunk[j].table_id);
+    r->set_block(p->chunk[j].block);
+    if (lane != nullptr) r->set_shared_offset(p->at[j]);
+  }
+  return p;
+}
+
+void ParamClient::SendPull(PullCall* p, const std::vector<float*>& values,
+                           StatusCallback done) const {
+  SendThrough(
+      p->lane, shared_calls::kPull, p->req, &p->resp,
+      [p](StatusCallback cb) {
+        p->server->PullAsync(p->req, &p->resp, std::move(cb));
+      },
+      [this, p, values, done](absl::Status s) {
+        if (p->lane != nullptr && IsLostRegion(s)) {
+          // Again over TCP (a pull changes nothing on the pserver).
+          p->lane->lost.store(true);
+          LOG(WARNING) << s.message();
+          p->req.clear_shared_region();
+          for (BlockRef& r : *p->req.mutable_blocks()) r.clear_shared_offset();
+          p->lane = nullptr;
+          p->shared_at = nullptr;
+          p->resp.Clear();
+          p->server->PullAsync(p->req, &p->resp,
+                               [this, p, values, done](absl::Status s) {
+                                 if (s.ok()) {
+                                   s = TakePulled(p->chunk, *p->server, p->resp,
+                                                  values, nullptr, nullptr);
+                                 }
+                                 done(s);
+                               });
+          return;
+        }
+        if (s.ok()) {
+          s = TakePulled(p->chunk, *p->server, p->resp, values, p->lane,
+                         p->shared_at);
+        }
+        done(s);
+      });
 }
 
 absl::Status ParamClient::Push(int64_t step,
@@ -372,26 +379,26 @@ absl::Status ParamClient::Push(int64_t step,
   return t->Wait(stats);
 }
 
+// Float32 values go from the gradients as they are (the transport may send
+// them without copying); other encodings into buffers of their own.
+struct ParamClient::PushCall {
+  PsClientInterface* server;
+  DensePush push;
+  std::vector<std::string> encoded;
+  PushResponse resp;
+  // Through a shared region: the values where they are, and the id, for
+  // sending again over TCP.
+  SharedLane* lane = nullptr;
+  std::vector<absl::string_view> tcp_bytes;
+  uint64_t tcp_request_id = 0;
+  PushRequest shared_req;  // the push as a shared call sends it
+};
+
 absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
     int64_t step, const std::vector<const float*>& grads,
     const std::vector<bool>* only) {
-  // Float32 values go from `grads` as they are (the transport may send them
-  // without copying); other encodings into buffers of their own.
-  struct Pending {
-    PsClientInterface* server;
-    DensePush push;
-    std::vector<std::string> encoded;
-    PushResponse resp;
-    // Through a shared region: the values where they are, and the id, for
-    // sending again over TCP.
-    SharedLane* lane = nullptr;
-    std::vector<absl::string_view> tcp_bytes;
-    uint64_t tcp_request_id = 0;
-    PushRequest shared_req;  // the push as a shared call sends it
-  };
-  auto calls = std::make_shared<std::vector<std::unique_ptr<Pending>>>();
+  auto calls = std::make_shared<std::vector<std::unique_ptr<PushCall>>>();
   for (size_t s = 0; s < servers_.size(); ++s) {
-    SharedLane* lane = PushLane(s);
     for (size_t c = 0; c < chunks_[s].size(); ++c) {
       const std::vector<BlockPlacement>& chunk = chunks_[s][c];
       if (only != nullptr &&
@@ -399,48 +406,13 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
                        [only](const auto& b) { return (*only)[b.table_id]; })) {
         continue;
       }
-      auto p = std::make_unique<Pending>();
-      p->server = servers_[s];
-      stamp_->Stamp(&p->push.header);
-      p->push.header.set_step(step);
-      p->push.header.set_request_id(stamp_->NextRequestId());
-      if (lane != nullptr) {
-        p->lane = lane;
-        p->push.header.set_shared_region(lane->id);
-        p->tcp_request_id = stamp_->NextRequestId();
-      }
-      const bool copy = threshold_ != nullptr || push_encoding_ != FLOAT32;
-      if (copy) p->encoded.resize(chunk.size());
-      for (size_t j = 0; j < chunk.size(); ++j) {
-        const BlockPlacement& b = chunk[j];
-        if (only != nullptr && !(*only)[b.table_id]) continue;
-        const absl::Span<const float> g(grads[b.table_id] + b.offset, b.size);
-        DenseValuesRef ref{b.table_id, b.block, push_encoding_, {}};
-        if (threshold_ != nullptr) {
-          ref.encoding = THRESHOLD;
-          RETURN_IF_ERROR(threshold_->Encode(b.table_id, b.block, b.offset, g,
-                                             &p->encoded[j]));
-        } else if (copy) {
-          EncodeValues(g, push_encoding_, &p->encoded[j]);
-        }
-        ref.bytes =
-            copy ? absl::string_view(p->encoded[j])
-                 : absl::string_view(reinterpret_cast<const char*>(g.data()),
-                                     g.size() * sizeof(float));
-        if (lane != nullptr) {
-          ref.shared_offset = lane->push_at[c][j];
-          std::memcpy(lane->region->data() + ref.shared_offset,
-                      ref.bytes.data(), ref.bytes.size());
-          p->tcp_bytes.push_back(ref.bytes);
-          ref.bytes = absl::string_view();
-        }
-        p->push.blocks.push_back(ref);
-      }
+      auto p = std::make_unique<PushCall>();
+      RETURN_IF_ERROR(FillPushCall(s, c, step, grads, only, p.get()));
       calls->push_back(std::move(p));
     }
   }
   std::unique_ptr<DenseTransfer> t =
-      DenseTransfer::Of(calls, [](const Pending& p, TransferStats* stats) {
+      DenseTransfer::Of(calls, [](const PushCall& p, TransferStats* stats) {
         stats->bytes += static_cast<int64_t>(DensePushByteSize(p.push));
         if (p.push.header.shared_region() != 0) {  // values in the region
           for (absl::string_view v : p.tcp_bytes) {
@@ -448,39 +420,84 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
           }
         }
       });
-  for (const auto& call : *calls) {
-    Pending* p = call.get();
-    StatusCallback done = t->OneDone();
-    if (p->lane == nullptr) {
-      p->server->PushDenseAsync(p->push, &p->resp, std::move(done));
-      continue;
-    }
-    p->shared_req = ToPushRequest(p->push);
-    SendThrough(
-        p->lane, shared_calls::kPush, p->shared_req, &p->resp,
-        [p](StatusCallback cb) {
-          p->server->PushDenseAsync(p->push, &p->resp, std::move(cb));
-        },
-        [p, done](absl::Status st) {
-          if (!IsLostRegion(st)) {
-            done(st);
-            return;
-          }
-          // Refused before anything was applied: again over TCP, under a
-          // new id (the pserver remembers the refusal under the old one).
-          LOG(WARNING) << st.message();
-          p->lane->lost.store(true);
-          p->push.header.clear_shared_region();
-          p->push.header.set_request_id(p->tcp_request_id);
-          for (size_t j = 0; j < p->push.blocks.size(); ++j) {
-            p->push.blocks[j].bytes = p->tcp_bytes[j];
-            p->push.blocks[j].shared_offset = 0;
-          }
-          p->resp.Clear();
-          p->server->PushDenseAsync(p->push, &p->resp, done);
-        });
-  }
+  for (const auto& call : *calls) SendPush(call.get(), t->OneDone());
   return t;
+}
+
+absl::Status ParamClient::FillPushCall(size_t s, size_t c, int64_t step,
+                                       const std::vector<const float*>& grads,
+                                       const std::vector<bool>* only,
+                                       PushCall* p) {
+  const std::vector<BlockPlacement>& chunk = chunks_[s][c];
+  SharedLane* lane = PushLane(s);
+  p->server = servers_[s];
+  stamp_->Stamp(&p->push.header);
+  p->push.header.set_step(step);
+  p->push.header.set_request_id(stamp_->NextRequestId());
+  if (lane != nullptr) {
+    p->lane = lane;
+    p->push.header.set_shared_region(lane->id);
+    p->tcp_request_id = stamp_->NextRequestId();
+  }
+  const bool copy = threshold_ != nullptr || push_encoding_ != FLOAT32;
+  if (copy) p->encoded.resize(chunk.size());
+  for (size_t j = 0; j < chunk.size(); ++j) {
+    const BlockPlacement& b = chunk[j];
+    if (only != nullptr && !(*only)[b.table_id]) continue;
+    const absl::Span<const float> g(grads[b.table_id] + b.offset, b.size);
+    DenseValuesRef ref{b.table_id, b.block, push_encoding_, {}};
+    if (threshold_ != nullptr) {
+      ref.encoding = THRESHOLD;
+      RETURN_IF_ERROR(
+          threshold_->Encode(b.table_id, b.block, b.offset, g, &p->encoded[j]));
+    } else if (copy) {
+      EncodeValues(g, push_encoding_, &p->encoded[j]);
+    }
+    ref.bytes = copy
+                    ? absl::string_view(p->encoded[j])
+                    : absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                        g.size() * sizeof(float));
+    if (lane != nullptr) {
+      ref.shared_offset = lane->push_at[c][j];
+      std::memcpy(lane->region->data() + ref.shared_offset, ref.bytes.data(),
+                  ref.bytes.size());
+      p->tcp_bytes.push_back(ref.bytes);
+      ref.bytes = absl::string_view();
+    }
+    p->push.blocks.push_back(ref);
+  }
+  return absl::OkStatus();
+}
+
+void ParamClient::SendPush(PushCall* p, StatusCallback done) {
+  if (p->lane == nullptr) {
+    p->server->PushDenseAsync(p->push, &p->resp, std::move(done));
+    return;
+  }
+  p->shared_req = ToPushRequest(p->push);
+  SendThrough(
+      p->lane, shared_calls::kPush, p->shared_req, &p->resp,
+      [p](StatusCallback cb) {
+        p->server->PushDenseAsync(p->push, &p->resp, std::move(cb));
+      },
+      [p, done](absl::Status st) {
+        if (!IsLostRegion(st)) {
+          done(st);
+          return;
+        }
+        // Refused before anything was applied: again over TCP, under a
+        // new id (the pserver remembers the refusal under the old one).
+        LOG(WARNING) << st.message();
+        p->lane->lost.store(true);
+        p->push.header.clear_shared_region();
+        p->push.header.set_request_id(p->tcp_request_id);
+        for (size_t j = 0; j < p->push.blocks.size(); ++j) {
+          p->push.blocks[j].bytes = p->tcp_bytes[j];
+          p->push.blocks[j].shared_offset = 0;
+        }
+        p->resp.Clear();
+        p->server->PushDenseAsync(p->push, &p->resp, done);
+      });
 }
 
 absl::Status ParamClient::ExchangeTableNorms(int64_t step,

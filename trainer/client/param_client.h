@@ -177,6 +177,24 @@ class ParamClient {
                           const Request& req, Response* resp,
                           std::function<void(StatusCallback)> over_grpc,
                           StatusCallback done);
+  // A pull or push of one chunk of one pserver, in flight.
+  struct PullCall;
+  struct PushCall;
+  // The pull of chunk c of server s, of the tables `only` marks (null:
+  // all; none marked: null), stamped, without its versions.
+  std::unique_ptr<PullCall> MakePullCall(size_t s, size_t c,
+                                         const std::vector<bool>* only) const;
+  // Sends `p` through its lane, or over TCP; again over TCP when the
+  // pserver lost the region. The values go to `values`.
+  void SendPull(PullCall* p, const std::vector<float*>& values,
+                StatusCallback done) const;
+  // The push of chunk c of server s for `step`: stamped, its values
+  // encoded, or written into the lane's region.
+  absl::Status FillPushCall(size_t s, size_t c, int64_t step,
+                            const std::vector<const float*>& grads,
+                            const std::vector<bool>* only, PushCall* p);
+  // Sends `p` as SendPull does (again over TCP under a new request id).
+  static void SendPush(PushCall* p, StatusCallback done);
   // The lane of server s, when pushes (or pulls) go through it now.
   SharedLane* PushLane(size_t s) const;
   SharedLane* PullLane(size_t s) const;
