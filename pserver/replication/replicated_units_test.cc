@@ -2,6 +2,7 @@
 // forwards and refuses, and what a backup takes.
 #include "pserver/replication/replicated_units.h"
 
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -26,6 +27,10 @@ class FakeForwarder : public UpdateForwarder {
   }
   absl::Status Forward(const std::vector<AppliedUpdate>& updates,
                        const std::vector<PushRef>& pushes) override {
+    if (hold != nullptr) {  // a backup slow to answer
+      entered.Notify();
+      hold->WaitForNotification();
+    }
     absl::MutexLock l(&mu);
     for (const AppliedUpdate& u : updates) forwarded.push_back(u);
     for (const PushRef& p : pushes) refs.push_back(p);
@@ -33,6 +38,9 @@ class FakeForwarder : public UpdateForwarder {
   }
   uint32_t served = 2;
   absl::Status status;
+  // With `hold`, Forward says it has begun and waits for it.
+  absl::Notification* hold = nullptr;
+  absl::Notification entered;
   absl::Mutex mu;
   std::vector<AppliedUpdate> forwarded;
   std::vector<PushRef> refs;
@@ -93,6 +101,42 @@ TEST(ParameterStoreReplicationTest, UnitsServedElsewhereAreRefused) {
   // forward (a newer view) is the push's.
   f.status = absl::FailedPreconditionError("fenced");
   EXPECT_TRUE(absl::IsFailedPrecondition(store->Push(0, 0, {{0, 0, g}})));
+  EXPECT_EQ(f.forwarded.size(), 1u);
+}
+
+// The update is forwarded after the units' locks are released: while a
+// backup has not answered, what does not read the block goes on (the
+// store's versions), and a pull of the block waits until the backup holds
+// the update, then reads it.
+TEST(ParameterStoreReplicationTest, APullWaitsUntilTheBackupsHoldTheUpdate) {
+  FakeForwarder f;
+  absl::Notification hold;
+  f.hold = &hold;
+  auto store = MakeStore(ASYNC, 1, &f);
+  std::vector<float> g = {1, 1, 1, 1};
+  absl::Status pushed;
+  std::thread pusher([&] { pushed = store->Push(0, 0, {{0, 0, g}}); });
+  ASSERT_TRUE(f.entered.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(store->Versions().max, 1);  // no unit lock is held
+  // The pull is answered on the thread that starts it (nothing holds it
+  // but the block in flight).
+  testing::PullArgs a;
+  std::unique_ptr<testing::PullResult> pull;
+  absl::Notification pulled;
+  std::thread puller([&] {
+    pull = testing::StartPull(store.get(), a, {{0, 0}});
+    pull->done.WaitForNotification();
+    pulled.Notify();
+  });
+  EXPECT_FALSE(pulled.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
+      << "a pull read an update no backup holds yet";
+  hold.Notify();
+  pusher.join();
+  ASSERT_TRUE(pushed.ok()) << pushed;
+  ASSERT_TRUE(pulled.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  puller.join();
+  ASSERT_TRUE(pull->status.ok()) << pull->status;
+  EXPECT_EQ(pull->values[0], (std::vector<float>{0, 1, 2, 3}));
   EXPECT_EQ(f.forwarded.size(), 1u);
 }
 

@@ -152,14 +152,12 @@ absl::StatusOr<BarrierUnit*> StoreState::FindUnit(uint32_t table_id,
 
 absl::Status StoreState::Forward(const AppliedUpdates& applied, int trainer_id,
                                  uint64_t request_id, int64_t step) {
-  if (applied.updates.empty()) return absl::OkStatus();
+  if (applied.updates().empty()) return absl::OkStatus();
   UpdateForwarder* f = forwarder.load(std::memory_order_acquire);
   CHECK(f != nullptr) << "replicated units without a forwarder";
   std::vector<PushRef> refs;
   if (trainer_id >= 0) refs.push_back(PushRef{trainer_id, request_id, step});
-  absl::Status st = f->Forward(applied.updates, refs);
-  for (BarrierUnit* u : applied.units) u->Settle();
-  return st;
+  return f->Forward(applied.updates(), refs);
 }
 
 void StoreState::ReleaseAll(const std::vector<WaiterPtr>& released) {

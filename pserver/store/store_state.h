@@ -106,7 +106,8 @@ struct StoreState {
   // Forwards the updates a push applied (`applied`, returned by the units'
   // apply steps; their locks released), as the updates of the push of
   // (`trainer_id`, `request_id`, `step`) (trainer_id < 0: of no push), to
-  // the backups, then settles their units. OK when there are none.
+  // the backups; `applied` settles the units when it goes. OK when there
+  // are none.
   absl::Status Forward(const AppliedUpdates& applied, int trainer_id,
                        uint64_t request_id, int64_t step);
   // The counters, and membership's.

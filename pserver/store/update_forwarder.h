@@ -47,18 +47,29 @@ class UpdateForwarder {
 
 // The updates that a push's apply steps returned (BarrierUnit::
 // set_replicated), in the order applied, and the units they are in flight
-// on: forwarded once the units' locks are released, then settled
-// (StoreState::Forward).
-struct AppliedUpdates {
+// on: forwarded once the units' locks are released (StoreState::Forward),
+// and settled when this is destroyed, after the forward or when an
+// exception unwinds the push. Destroy it without holding the units' locks.
+class AppliedUpdates {
+ public:
+  AppliedUpdates() = default;
+  ~AppliedUpdates() {
+    for (BarrierUnit* u : units_) u->Settle();
+  }
+  AppliedUpdates(const AppliedUpdates&) = delete;
+  AppliedUpdates& operator=(const AppliedUpdates&) = delete;
+
   // Adds what `unit`'s apply step returned (nothing when it returned none).
   void Add(BarrierUnit* unit, std::optional<AppliedUpdate> update) {
     if (!update.has_value()) return;
-    updates.push_back(std::move(*update));
-    units.push_back(unit);
+    updates_.push_back(std::move(*update));
+    units_.push_back(unit);
   }
+  const std::vector<AppliedUpdate>& updates() const { return updates_; }
 
-  std::vector<AppliedUpdate> updates;
-  std::vector<BarrierUnit*> units;
+ private:
+  std::vector<AppliedUpdate> updates_;
+  std::vector<BarrierUnit*> units_;
 };
 
 }  // namespace shardps
