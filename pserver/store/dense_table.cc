@@ -167,7 +167,17 @@ std::optional<AppliedUpdate> DenseTableBlock::ApplyTrust(
 
 void DenseTableBlock::Read(const PullTarget& target,
                            const PullSink& sink) const {
-  absl::MutexLock l(&mu, absl::Condition(this, &BarrierUnit::settled));
+  if (replicated()) {
+    mu.LockWhen(absl::Condition(this, &BarrierUnit::settled));
+  } else {
+    mu.Lock();
+  }
+  ReadLocked(target, sink);
+  mu.Unlock();
+}
+
+void DenseTableBlock::ReadLocked(const PullTarget& target,
+                                 const PullSink& sink) const {
   if (target.norms_out != nullptr) {
     target.norms_out[0] = norms_.weights;
     target.norms_out[1] = norms_.gradient;

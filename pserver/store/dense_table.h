@@ -55,6 +55,8 @@ class DenseTableBlock final : public BarrierUnit {
   // writes its squared norms to target.norms_out; takes `mu` once the
   // block is settled.
   void Read(const PullTarget& target, const PullSink& sink) const override;
+  void ReadLocked(const PullTarget& target, const PullSink& sink) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // LARS (Optimizer::needs_table_norms): ApplyStep keeps the step's mean
   // gradient and its squared norms (with the weights'), and the step waits

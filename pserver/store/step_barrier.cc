@@ -131,7 +131,11 @@ UnitLocks::UnitLocks(absl::Span<BarrierUnit* const> units)
   // One at a time, each settled before the next is taken: a unit held here
   // is never one whose update another thread still has to settle.
   for (const BarrierUnit* u : units_) {
-    u->mu.LockWhen(absl::Condition(u, &BarrierUnit::settled));
+    if (u->replicated()) {
+      u->mu.LockWhen(absl::Condition(u, &BarrierUnit::settled));
+    } else {
+      u->mu.Lock();
+    }
   }
 }
 
