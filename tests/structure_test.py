@@ -57,7 +57,7 @@ LAYERS = {
     "common/launch": ["base", "proto"],
     "common/placement": ["base", "proto"],
     "common/storage": ["base"],
-    "common/transport": ["base", "proto", "common/launch"],
+    "common/transport": ["base", "compression", "proto", "common/launch"],
     "common/monitoring": ["base", "common/launch"],
     "optimizer": ["base", "kernels", "proto"],
     "pserver/store": PSERVER_BASE,

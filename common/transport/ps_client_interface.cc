@@ -4,6 +4,18 @@
 
 namespace shardps {
 
+void PsClientInterface::PullDenseAsync(const PullRequest& req,
+                                       const DensePullTargets* targets,
+                                       PullResponse* resp,
+                                       StatusCallback done) {
+  PullAsync(
+      req, resp,
+      [this, &req, targets, resp, done = std::move(done)](absl::Status s) {
+        if (s.ok()) s = TakeDensePull(address(), req, *resp, *targets);
+        done(std::move(s));
+      });
+}
+
 void PsClientInterface::PushDenseAsync(const DensePush& push,
                                        PushResponse* resp,
                                        StatusCallback done) {

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "common/transport/dense_pull.h"
 #include "common/transport/dense_push.h"
 #include "common/transport/ps_rpc.h"
 #include "google/protobuf/descriptor.h"
@@ -73,6 +74,14 @@ class PsClientInterface {
                          StatusCallback done) {
     CallAsync(PsRpc::kPull, req, resp, std::move(done));
   }
+  // A dense pull whose values go to `targets` (which must stay alive until
+  // `done` runs), checked against `req` (TakeDensePull: DATA_LOSS for a
+  // reply that does not match it). A transport that can move them there
+  // itself does (SharedMemoryPsClient); this default decodes the reply's
+  // bytes.
+  virtual void PullDenseAsync(const PullRequest& req,
+                              const DensePullTargets* targets,
+                              PullResponse* resp, StatusCallback done);
   virtual void PushAsync(const PushRequest& req, PushResponse* resp,
                          StatusCallback done) {
     CallAsync(PsRpc::kPush, req, resp, std::move(done));

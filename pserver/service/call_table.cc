@@ -21,11 +21,14 @@ absl::Status Guarded(F call) {
   }
 }
 
-// The handler's part a unary call goes to: the job's RequestHandler, or
-// its ReplicationHandler.
+// The handler's part a unary call goes to: the job's RequestHandler, its
+// ReplicationHandler or its SharedRegions.
 RequestHandler& PartOf(RequestHandler& h, RequestHandler*) { return h; }
 ReplicationHandler& PartOf(RequestHandler& h, ReplicationHandler*) {
   return h.replication();
+}
+SharedRegions& PartOf(RequestHandler& h, SharedRegions*) {
+  return h.shared_regions();
 }
 
 // The handler and messages of a unary method.
@@ -62,12 +65,44 @@ void RegisterCall(RequestHandler& h, const CallContext& ctx, const Message& req,
   }));
 }
 
+// The lane of the shared region a pull or push names (none: null), into
+// *lane; the status answers the call when not OK.
+template <typename Request>
+absl::Status LaneOf(RequestHandler& h, const Request& req,
+                    std::shared_ptr<const DenseValueLane>* lane) {
+  if (req.shared_region() == 0) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<const DenseValueLane>> l =
+      h.shared_regions().Lane(req.trainer_id(), req.shared_region());
+  if (!l.ok()) return l.status();
+  *lane = *std::move(l);
+  return absl::OkStatus();
+}
+
 // The one call a handler may answer later (RequestHandler::Pull catches
 // its own failed allocations).
 void PullCall(RequestHandler& h, const CallContext&, const Message& req,
               Message* resp, StatusCallback done) {
-  h.Pull(static_cast<const PullRequest&>(req), static_cast<PullResponse*>(resp),
-         std::move(done));
+  const auto& pull = static_cast<const PullRequest&>(req);
+  std::shared_ptr<const DenseValueLane> lane;
+  if (absl::Status s = LaneOf(h, pull, &lane); !s.ok()) {
+    done(s);
+    return;
+  }
+  h.Pull(pull, static_cast<PullResponse*>(resp), std::move(done),
+         std::move(lane));
+}
+
+void PushCall(RequestHandler& h, const CallContext&, const Message& req,
+              Message* resp, StatusCallback done) {
+  const auto& push = static_cast<const PushRequest&>(req);
+  std::shared_ptr<const DenseValueLane> lane;
+  absl::Status s = LaneOf(h, push, &lane);
+  if (s.ok()) {
+    s = Guarded([&] {
+      return h.Push(push, static_cast<PushResponse*>(resp), lane.get());
+    });
+  }
+  done(std::move(s));
 }
 
 using RH = RequestHandler;
@@ -84,12 +119,12 @@ const std::array<CallEntry, kNumPsRpcs> kTable = {{
     {PsRpc::kRegister, kIfReplicated, &RegisterCall},
     {PsRpc::kGetStatus, kIfReplicated, &Unary<&RH::GetStatus>},
     {PsRpc::kPull, kIfReplicated, &PullCall},
-    {PsRpc::kPush, kIfReplicated, &Unary<&RH::Push>},
+    {PsRpc::kPush, kIfReplicated, &PushCall},
     {PsRpc::kHeartbeat, kIfReplicated, &Unary<&RH::Heartbeat>},
     {PsRpc::kLeave, kIfReplicated, &Unary<&RH::Leave>},
     {PsRpc::kCheckpoint, kIfReplicated, &Unary<&RH::Checkpoint>},
     {PsRpc::kRollback, kIfReplicated, &Unary<&RH::Rollback>},
-    {PsRpc::kOpenSharedMemory, kCaller, &Unary<&RH::OpenSharedMemory>},
+    {PsRpc::kOpenSharedMemory, kCaller, &Unary<&SharedRegions::Open>},
     {PsRpc::kChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>},
     {PsRpc::kForward, kPeer, &Unary<&RepH::Forward>},
     {PsRpc::kViewPrepare, kPeer, &Unary<&RepH::ViewPrepare>},

@@ -114,6 +114,52 @@ std::vector<BlockId> ToBlockIds(
   return ids;
 }
 
+// A request that names a shared region its binding did not resolve into a
+// lane (a handler called without its bindings).
+template <typename Request>
+absl::Status NoLaneFor(const Request& req) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "trainer ", req.trainer_id(), " names shared region ",
+      req.shared_region(), ", which reached the handler without its values"));
+}
+
+// The float32 values of a push's blocks in `lane`, as the store takes them,
+// copied into `copy` before anything checks or applies them: the trainer
+// can write them at any time. INVALID_ARGUMENT for an offset outside the
+// lane or values also in the message, NOT_FOUND for an unknown block.
+absl::Status CopyFromLane(const PushRequest& req, const ParameterStore& store,
+                          const DenseValueLane* lane,
+                          std::vector<BlockData>* out,
+                          std::unique_ptr<float[]>* copy) {
+  if (lane == nullptr) return NoLaneFor(req);
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const DenseBlock& b : req.blocks()) {
+    ASSIGN_OR_RETURN(const int64_t size,
+                     store.BlockSize(b.table_id(), b.block()));
+    if (b.encoding() != FLOAT32 || !b.values().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table id ", b.table_id(), " block ", b.block(),
+          ": values in a shared region are FLOAT32 and not in the message"));
+    }
+    RETURN_IF_ERROR(
+        lane->Check(b.shared_offset(), size, "a shared push block"));
+    sizes.push_back(size);
+    total += size;
+  }
+  // Not zero-filled: every float is written below.
+  copy->reset(new float[static_cast<size_t>(total)]);
+  float* at = copy->get();
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    const DenseBlock& b = req.blocks(i);
+    const absl::Span<float> to(at, static_cast<size_t>(sizes[i]));
+    lane->Read(b.shared_offset(), to);
+    out->push_back(BlockData{b.table_id(), b.block(), to});
+    at += sizes[i];
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 RequestHandler::RequestHandler(ParameterStore* store,
@@ -121,6 +167,7 @@ RequestHandler::RequestHandler(ParameterStore* store,
     : store_(store),
       checkpointer_(checkpointer),
       clock_(clock),
+      shared_regions_(store),
       replication_(store, &dedup_) {}
 
 absl::Status RequestHandler::InitJob(const InitJobRequest& req,
@@ -299,9 +346,10 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
 }
 
 void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
-                          std::function<void(absl::Status)> done) {
+                          std::function<void(absl::Status)> done,
+                          std::shared_ptr<const DenseValueLane> lane) {
   try {
-    StartPull(req, resp, done);
+    StartPull(req, resp, done, std::move(lane));
   } catch (const std::bad_alloc&) {
     // Thrown while the pull was set up, before the store held it.
     resp->Clear();
@@ -332,33 +380,28 @@ absl::Status RequestHandler::SparsePullDims(
   return absl::OkStatus();
 }
 
-absl::Status RequestHandler::SharedPullTargets(
-    const PullRequest& req, std::shared_ptr<const SharedRegion>* region,
-    SharedOffsets* offsets) const {
-  if (req.shared_region() == 0) return absl::OkStatus();
-  absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
-      regions_.Find(req.trainer_id(), req.shared_region());
-  absl::Status s = r.status();
-  if (s.ok() && req.encoding() != FLOAT32) {
-    s = absl::InvalidArgumentError(
+absl::Status RequestHandler::LanePullTargets(const PullRequest& req,
+                                             const DenseValueLane* lane,
+                                             LaneOffsets* offsets) const {
+  if (req.shared_region() == 0 && lane == nullptr) return absl::OkStatus();
+  if (lane == nullptr) return NoLaneFor(req);
+  if (req.encoding() != FLOAT32) {
+    return absl::InvalidArgumentError(
         "a pull into a shared region asks for FLOAT32 values");
   }
-  for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
-    const BlockRef& b = req.blocks(i);
-    absl::StatusOr<int64_t> size = store_->BlockSize(b.table_id(), b.block());
-    s = size.ok() ? (*r)->Check(b.shared_offset(),
-                                static_cast<uint64_t>(*size) * sizeof(float),
-                                "a shared pull block")
-                  : size.status();
+  for (const BlockRef& b : req.blocks()) {
+    ASSIGN_OR_RETURN(const int64_t size,
+                     store_->BlockSize(b.table_id(), b.block()));
+    RETURN_IF_ERROR(
+        lane->Check(b.shared_offset(), size, "a shared pull block"));
     (*offsets)[{b.table_id(), b.block()}] = b.shared_offset();
   }
-  if (!s.ok()) return s;
-  *region = *std::move(r);
   return absl::OkStatus();
 }
 
 void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
-                               std::function<void(absl::Status)>& done) {
+                               std::function<void(absl::Status)>& done,
+                               std::shared_ptr<const DenseValueLane> lane) {
   if (req.lars_norms()) {
     PullNorms(req, resp, done);
     return;
@@ -385,10 +428,9 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     done(s);
     return;
   }
-  // With a shared region: where each block's values go in it.
-  std::shared_ptr<const SharedRegion> region;
-  SharedOffsets offsets;
-  if (absl::Status s = SharedPullTargets(req, &region, &offsets); !s.ok()) {
+  // Through a lane: where each block's values go in it.
+  LaneOffsets offsets;
+  if (absl::Status s = LanePullTargets(req, lane.get(), &offsets); !s.ok()) {
     done(s);
     return;
   }
@@ -413,7 +455,7 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
   store_->Pull(
       req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
       ToBlockIds(req.blocks()), sparse,
-      [resp, encoding, region, offsets = std::move(offsets)](
+      [resp, encoding, lane = std::move(lane), offsets = std::move(offsets)](
           uint32_t table_id, uint32_t block, int64_t version,
           absl::Span<const float> values) {
         DenseBlock* b = resp->add_blocks();
@@ -421,11 +463,10 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
         b->set_block(block);
         b->set_version(version);
         b->set_encoding(encoding);
-        if (region != nullptr) {
+        if (lane != nullptr) {
           const uint64_t at = offsets.at({table_id, block});
           b->set_shared_offset(at);
-          std::memcpy(region->data() + at, values.data(),
-                      values.size() * sizeof(float));
+          lane->Write(at, values);
         } else {
           EncodeValues(values, encoding, b->mutable_values());
         }
@@ -438,7 +479,8 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
       req.generation(), req.own_clock());
 }
 
-absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
+absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp,
+                                  const DenseValueLane* lane) {
   if (req.request_id() == 0) {
     return absl::InvalidArgumentError(
         "push without request_id: every push carries a non-zero id so that a "
@@ -470,7 +512,7 @@ absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
     } else if (req.sparse_size() > 0) {
       s = PushSparse(req);
     } else {
-      s = PushDense(req, resp);
+      s = PushDense(req, resp, lane);
     }
   } catch (const std::bad_alloc&) {
     // Decoding happens before anything is applied, and applying allocates
@@ -483,25 +525,15 @@ absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp) {
 }
 
 absl::Status RequestHandler::PushDense(const PushRequest& req,
-                                       PushResponse* resp) {
+                                       PushResponse* resp,
+                                       const DenseValueLane* lane) {
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
-  std::unique_ptr<float[]> shared_copy;
-  std::shared_ptr<const SharedRegion> region;
+  std::unique_ptr<float[]> lane_copy;
   absl::Status s = CheckDenseRefs(req.blocks(), *store_);
-  if (s.ok() && req.shared_region() != 0) {
-    absl::StatusOr<std::shared_ptr<const SharedRegion>> r =
-        regions_.Find(req.trainer_id(), req.shared_region());
-    if (r.ok()) {
-      region = *std::move(r);
-    } else {
-      s = r.status();
-    }
-  }
   if (s.ok()) {
-    s = region != nullptr
-            ? CopyFromRegion(req.blocks(), *store_, *region, &blocks,
-                             &shared_copy)
+    s = req.shared_region() != 0 || lane != nullptr
+            ? CopyFromLane(req, *store_, lane, &blocks, &lane_copy)
             : ToBlockData(req.blocks(), *store_, &blocks, &scratch);
   }
   int late = 0;
@@ -530,11 +562,6 @@ absl::Status RequestHandler::PushSparse(const PushRequest& req) {
   }
   return store_->PushSparse(req.trainer_id(), req.step(), rows,
                             req.generation(), req.request_id());
-}
-
-absl::Status RequestHandler::OpenSharedMemory(const SharedMemoryRequest& req,
-                                              SharedMemoryResponse* resp) {
-  return regions_.Open(req, store_, resp);
 }
 
 }  // namespace shardps

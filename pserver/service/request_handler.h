@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "common/transport/dense_value_lane.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpoint/checkpointer.h"
 #include "pserver/service/replication_handler.h"
@@ -52,33 +53,29 @@ class RequestHandler {
   absl::Status GetStatus(const GetStatusRequest& req, GetStatusResponse* resp);
   // Answers through `done`, at once or later on another thread (a pull that
   // waits for a step); `req` may go when Pull returns, `resp` must stay
-  // alive until `done`.
+  // alive until `done`. With `lane` (a request naming a shared region, its
+  // binding resolved it: SharedRegions::Lane), the dense values are
+  // written there, at the offsets the request names, not in the reply.
   void Pull(const PullRequest& req, PullResponse* resp,
-            std::function<void(absl::Status)> done);
-  absl::Status Push(const PushRequest& req, PushResponse* resp);
+            std::function<void(absl::Status)> done,
+            std::shared_ptr<const DenseValueLane> lane = nullptr);
+  // With `lane`, the dense values are read from there, as Pull.
+  absl::Status Push(const PushRequest& req, PushResponse* resp,
+                    const DenseValueLane* lane = nullptr);
   absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp);
   absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp);
   absl::Status Checkpoint(const CheckpointRequest& req,
                           CheckpointResponse* resp);
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
-  // Creates a shared region for a trainer on this host (common/
-  // shared_region.h), replacing its previous one: requests that name the
-  // old id are refused from then on. At most one per trainer id, of at
-  // most 64 bytes plus twice the dense bytes held here (plus the call area,
-  // common/transport/shared_calls.h, when the request asks for one).
-  absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
-                                SharedMemoryResponse* resp);
-
   // The calls of replicated jobs (docs/replication.md).
   ReplicationHandler& replication() { return replication_; }
   const ReplicationHandler& replication() const { return replication_; }
 
-  // The region `id` of `trainer_id` (SharedRegions::Find), for a binding
-  // that serves its calls.
-  absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegionOf(
-      int trainer_id, uint64_t id) const {
-    return regions_.Find(trainer_id, id);
-  }
+  // The job's shared regions with trainers on this host (docs/
+  // wire_protocol.md, "Shared memory"), for the bindings: the call table
+  // serves OpenSharedMemory from them and resolves the region a pull or
+  // push names into the lane it hands Pull and Push.
+  SharedRegions& shared_regions() { return shared_regions_; }
 
   // The store it serves (tests).
   ParameterStore* store_for_testing() { return store_; }
@@ -86,21 +83,23 @@ class RequestHandler {
  private:
   // Pull after its try: calls `done` on every path but a throw.
   void StartPull(const PullRequest& req, PullResponse* resp,
-                 std::function<void(absl::Status)>& done);
+                 std::function<void(absl::Status)>& done,
+                 std::shared_ptr<const DenseValueLane> lane);
   // The dims of the sparse tables a pull reads, into *dims; at most
   // kMaxChunkBytes of keys and rows in all (or one key).
   absl::Status SparsePullDims(const PullRequest& req,
                               absl::InlinedVector<int, 4>* dims) const;
-  // Where a block goes in the pull's shared region, by (table, block).
-  using SharedOffsets =
+  // With a lane: each block's offset in it, checked (FLOAT32, in the
+  // lane); nothing without one (FAILED_PRECONDITION for a request that
+  // names a region yet came without its lane).
+  using LaneOffsets =
       absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t>;
-  // With a shared region: the region and each block's offset in it,
-  // checked (FLOAT32, inside the region); nothing without one.
-  absl::Status SharedPullTargets(const PullRequest& req,
-                                 std::shared_ptr<const SharedRegion>* region,
-                                 SharedOffsets* offsets) const;
+  absl::Status LanePullTargets(const PullRequest& req,
+                               const DenseValueLane* lane,
+                               LaneOffsets* offsets) const;
   // A push's payload for the store, decoded (dense or sparse).
-  absl::Status PushDense(const PushRequest& req, PushResponse* resp);
+  absl::Status PushDense(const PushRequest& req, PushResponse* resp,
+                         const DenseValueLane* lane);
   absl::Status PushSparse(const PushRequest& req);
   // LARS (request_handler_lars.cc): a pull of blocks' norms, and a push of
   // tables' norms.
@@ -116,7 +115,7 @@ class RequestHandler {
   // its checkpoints. Taken before the store's locks.
   absl::Mutex rollback_mu_;
   RequestDedup dedup_;
-  SharedRegions regions_;
+  SharedRegions shared_regions_;
   ReplicationHandler replication_;
 };
 

@@ -18,6 +18,7 @@
 #include "compression/threshold_codec.h"
 #include "compression/value_encoding.h"
 #include "gtest/gtest.h"
+#include "pserver/service/call_table.h"
 #include "pserver/testing/handler_testing.h"
 #include "pserver/testing/store_testing.h"
 
@@ -80,6 +81,20 @@ class RequestHandlerTest : public ::testing::Test {
   absl::Status Pull(const PullRequest& req, PullResponse* resp) {
     return testing::PullAndWait(handler_.get(), req, resp);
   }
+  // The call through the call table, as every binding makes it: a shared
+  // region the request names reaches the handler as a lane.
+  absl::Status Call(PsRpc rpc, const google::protobuf::Message& req,
+                    google::protobuf::Message* resp) {
+    SingleJobTarget target(handler_.get());
+    absl::Notification done;
+    absl::Status status;
+    target.Call(rpc, CallContext{}, req, resp, [&](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  }
 
   // Trainer `trainer`'s push of step 0 whose blocks 0 and 1 are at `at0`
   // and `at1` of the shared region `region_id`.
@@ -97,7 +112,7 @@ class RequestHandlerTest : public ::testing::Test {
     b1->set_block(1);
     b1->set_shared_offset(at1);
     PushResponse resp;
-    return handler_->Push(req, &resp);
+    return Call(PsRpc::kPush, req, &resp);
   }
   // The same gradient (2, 2, 2, 2 | 4, 4) over TCP.
   absl::Status TcpPush(int trainer, uint64_t request_id) {
@@ -182,21 +197,21 @@ TEST_F(RequestHandlerTest, SharedMemoryOpenRefusesBadSizesAndTrainers) {
   oreq.set_trainer_id(0);
   oreq.set_bytes(64 + 48);
   SharedMemoryResponse oresp;
-  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+  ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
              absl::StatusCode::kFailedPrecondition, "not initialized");
   InitJob();
   // At most a header and twice what the dense blocks take here.
   const uint64_t limit = 64 + 2 * store_.dense_bytes();
   oreq.set_bytes(limit + 1);
-  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+  ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
              absl::StatusCode::kInvalidArgument,
              "65 to " + std::to_string(limit));
   oreq.set_bytes(64);
-  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+  ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
              absl::StatusCode::kInvalidArgument, "bytes asked");
   oreq.set_bytes(112);
   oreq.set_trainer_id(2);
-  ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+  ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
              absl::StatusCode::kInvalidArgument, "trainer id 2 is not in");
 }
 
@@ -206,7 +221,7 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   oreq.set_trainer_id(0);
   oreq.set_bytes(112);
   SharedMemoryResponse oresp;
-  ASSERT_TRUE(handler_->OpenSharedMemory(oreq, &oresp).ok());
+  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
   auto region = SharedRegion::Attach(static_cast<pid_t>(oresp.pid()),
                                      oresp.fd(), oresp.bytes(), oresp.token());
   ASSERT_TRUE(region.ok()) << region.status();
@@ -251,7 +266,7 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   r1->set_block(1);
   r1->set_shared_offset(64);
   PullResponse presp;
-  ASSERT_TRUE(Pull(preq, &presp).ok());
+  ASSERT_TRUE(Call(PsRpc::kPull, preq, &presp).ok());
   ASSERT_EQ(presp.blocks_size(), 2);
   for (const DenseBlock& b : presp.blocks()) EXPECT_TRUE(b.values().empty());
   float got[6];
@@ -261,18 +276,20 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   EXPECT_EQ(std::vector<float>(got, got + 6),
             (std::vector<float>{0, 1, 2, 3, 3, 4}));
   r0->set_shared_offset(100);  // 100 + 16 > 112
-  ExpectCode(Pull(preq, &presp), absl::StatusCode::kInvalidArgument,
-             "a shared pull block");
+  ExpectCode(Call(PsRpc::kPull, preq, &presp),
+             absl::StatusCode::kInvalidArgument, "a shared pull block");
   r0->set_shared_offset(88);
   preq.set_encoding(FLOAT16);
-  ExpectCode(Pull(preq, &presp), absl::StatusCode::kInvalidArgument, "FLOAT32");
+  ExpectCode(Call(PsRpc::kPull, preq, &presp),
+             absl::StatusCode::kInvalidArgument, "FLOAT32");
   preq.set_encoding(FLOAT32);
 
   // A new region replaces the old: its id is refused from then on.
   SharedMemoryResponse again;
-  ASSERT_TRUE(handler_->OpenSharedMemory(oreq, &again).ok());
+  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &again).ok());
   EXPECT_NE(again.region_id(), id);
-  ExpectCode(Pull(preq, &presp), absl::StatusCode::kNotFound, "shared region");
+  ExpectCode(Call(PsRpc::kPull, preq, &presp), absl::StatusCode::kNotFound,
+             "shared region");
 }
 
 // A region counts in --max_memory_mb while it is held, and no longer once
@@ -287,12 +304,12 @@ TEST_F(RequestHandlerTest, SharedMemoryCallAreaMustFitTheRegion) {
   SharedMemoryResponse oresp;
   for (uint64_t bytes : {uint64_t{65}, 64 + shared_calls::kAreaBytes - 1}) {
     oreq.set_bytes(bytes);
-    ExpectCode(handler_->OpenSharedMemory(oreq, &oresp),
+    ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
                absl::StatusCode::kInvalidArgument,
                std::to_string(64 + shared_calls::kAreaBytes) + " to ");
   }
   oreq.set_bytes(64 + shared_calls::kAreaBytes + 48);
-  EXPECT_TRUE(handler_->OpenSharedMemory(oreq, &oresp).ok());
+  EXPECT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
 }
 
 TEST(RequestHandlerBudgetTest, SharedRegionsCountInTheMemoryLimit) {
@@ -320,17 +337,17 @@ TEST(RequestHandlerBudgetTest, SharedRegionsCountInTheMemoryLimit) {
   oreq.set_bytes(6000 - held + 4);  // 4 bytes too many
   SharedMemoryResponse oresp;
   ASSERT_LE(oreq.bytes(), 64 + 2 * static_cast<uint64_t>(store.dense_bytes()));
-  EXPECT_EQ(handler.OpenSharedMemory(oreq, &oresp).code(),
+  EXPECT_EQ(handler.shared_regions().Open(oreq, &oresp).code(),
             absl::StatusCode::kResourceExhausted);
   oreq.set_bytes(6000 - held);
-  ASSERT_TRUE(handler.OpenSharedMemory(oreq, &oresp).ok());
+  ASSERT_TRUE(handler.shared_regions().Open(oreq, &oresp).ok());
   EXPECT_EQ(store.budget()->used(), 6000);
   oreq.set_trainer_id(1);
   oreq.set_bytes(128);
-  EXPECT_EQ(handler.OpenSharedMemory(oreq, &oresp).code(),
+  EXPECT_EQ(handler.shared_regions().Open(oreq, &oresp).code(),
             absl::StatusCode::kResourceExhausted);
   oreq.set_trainer_id(0);  // replaces trainer 0's: its bytes are given back
-  ASSERT_TRUE(handler.OpenSharedMemory(oreq, &oresp).ok());
+  ASSERT_TRUE(handler.shared_regions().Open(oreq, &oresp).ok());
   EXPECT_EQ(store.budget()->used(), held + 128);
 }
 

@@ -60,7 +60,7 @@ absl::Status SharedCallBinding::Serve(
     const std::string& job_id, const std::shared_ptr<RequestHandler>& handler,
     int trainer_id, uint64_t region_id) {
   absl::StatusOr<std::shared_ptr<const SharedRegion>> region =
-      handler->SharedRegionOf(trainer_id, region_id);
+      handler->shared_regions().Find(trainer_id, region_id);
   if (!region.ok()) return region.status();
   if ((*region)->size() <
       SharedRegion::kHeaderBytes + shared_calls::kAreaBytes) {

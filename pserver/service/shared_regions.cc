@@ -12,9 +12,35 @@
 
 namespace shardps {
 
+namespace {
+
+// A region's values, as a pull or push that names it reaches them.
+class RegionLane final : public DenseValueLane {
+ public:
+  explicit RegionLane(std::shared_ptr<const SharedRegion> region)
+      : region_(std::move(region)) {}
+  absl::Status Check(uint64_t offset, int64_t floats,
+                     const char* what) const override {
+    return region_->Check(offset, static_cast<uint64_t>(floats) * sizeof(float),
+                          what);
+  }
+  void Write(uint64_t offset, absl::Span<const float> values) const override {
+    std::memcpy(region_->data() + offset, values.data(),
+                values.size() * sizeof(float));
+  }
+  void Read(uint64_t offset, absl::Span<float> to) const override {
+    std::memcpy(to.data(), region_->data() + offset, to.size() * sizeof(float));
+  }
+
+ private:
+  const std::shared_ptr<const SharedRegion> region_;
+};
+
+}  // namespace
+
 absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
-                                 ParameterStore* store,
                                  SharedMemoryResponse* resp) {
+  ParameterStore* const store = store_;
   const int k = req.trainer_id();
   if (!store->ready()) {
     return absl::FailedPreconditionError(
@@ -94,39 +120,11 @@ absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegions::Find(
   return it->second.region;
 }
 
-absl::Status CopyFromRegion(
-    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    const ParameterStore& store, const SharedRegion& region,
-    std::vector<BlockData>* out, std::unique_ptr<float[]>* copy) {
-  std::vector<int64_t> sizes;
-  int64_t total = 0;
-  for (const DenseBlock& b : blocks) {
-    absl::StatusOr<int64_t> size = store.BlockSize(b.table_id(), b.block());
-    if (!size.ok()) return size.status();
-    if (b.encoding() != FLOAT32 || !b.values().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table id ", b.table_id(), " block ", b.block(),
-          ": values in a shared region are FLOAT32 and not in the message"));
-    }
-    RETURN_IF_ERROR(region.Check(b.shared_offset(),
-                                 static_cast<uint64_t>(*size) * sizeof(float),
-                                 "a shared push block"));
-    sizes.push_back(*size);
-    total += *size;
-  }
-  // Not zero-filled: every float is written below.
-  copy->reset(new float[static_cast<size_t>(total)]);
-  float* at = copy->get();
-  for (int i = 0; i < blocks.size(); ++i) {
-    const DenseBlock& b = blocks[i];
-    std::memcpy(at, region.data() + b.shared_offset(),
-                static_cast<size_t>(sizes[i]) * sizeof(float));
-    out->push_back(
-        BlockData{b.table_id(), b.block(),
-                  absl::MakeConstSpan(at, static_cast<size_t>(sizes[i]))});
-    at += sizes[i];
-  }
-  return absl::OkStatus();
+absl::StatusOr<std::shared_ptr<const DenseValueLane>> SharedRegions::Lane(
+    int trainer_id, uint64_t id) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const SharedRegion> region,
+                   Find(trainer_id, id));
+  return std::make_shared<const RegionLane>(std::move(region));
 }
 
 }  // namespace shardps

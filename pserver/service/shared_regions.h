@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport/dense_value_lane.h"
 #include "common/transport/shared_region.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/memory_budget.h"
@@ -23,6 +24,9 @@ namespace shardps {
 // requests name. Thread-safe.
 class SharedRegions {
  public:
+  // `store` (the job's) must outlive it.
+  explicit SharedRegions(ParameterStore* store) : store_(store) {}
+
   // Creates a region of `req.bytes()` for `req.trainer_id()` and fills
   // `resp`, replacing the trainer's previous region (requests that name its
   // id are refused from then on; it stays mapped and counted while one
@@ -30,32 +34,26 @@ class SharedRegions {
   // for a trainer id outside the job or a size outside [65, 64 + twice the
   // dense bytes held] (both plus the call area's bytes when `req.calls()`);
   // RESOURCE_EXHAUSTED past the budget.
-  absl::Status Open(const SharedMemoryRequest& req, ParameterStore* store,
-                    SharedMemoryResponse* resp);
+  absl::Status Open(const SharedMemoryRequest& req, SharedMemoryResponse* resp);
   // The region `id` of `trainer_id`; NOT_FOUND, naming "shared region",
   // when it has none of that id (replaced, or the pserver restarted): the
   // trainer then sends the values over TCP.
   absl::StatusOr<std::shared_ptr<const SharedRegion>> Find(int trainer_id,
                                                            uint64_t id) const;
+  // The values of a pull or push that names region `id` of `trainer_id`
+  // (as Find): the region, held while the lane is.
+  absl::StatusOr<std::shared_ptr<const DenseValueLane>> Lane(int trainer_id,
+                                                             uint64_t id) const;
 
  private:
   struct TrainerRegion {
     uint64_t id = 0;
     std::shared_ptr<const SharedRegion> region;
   };
+  ParameterStore* const store_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, TrainerRegion> regions_ ABSL_GUARDED_BY(mu_);
 };
-
-// The float32 values of a push's `blocks` in `region`, as the store takes
-// them, copied into `copy` before anything checks or applies them: the
-// trainer can write the region at any time. INVALID_ARGUMENT for an offset
-// outside the region or values also in the message, NOT_FOUND for an
-// unknown block.
-absl::Status CopyFromRegion(
-    const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    const ParameterStore& store, const SharedRegion& region,
-    std::vector<BlockData>* out, std::unique_ptr<float[]>* copy);
 
 }  // namespace shardps
 

@@ -12,13 +12,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transport/ps_client_interface.h"
-#include "common/transport/shared_calls.h"
-#include "common/transport/shared_region.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/fanout.h"
 #include "trainer/client/placement.h"
 #include "trainer/client/request_stamp.h"
+#include "trainer/client/shared_memory_client.h"
 
 namespace shardps {
 
@@ -135,8 +134,8 @@ class ParamClient {
   // hold their blocks (TableNormExchange, table_norms.h).
   absl::Status ExchangeTableNorms(int64_t step, const std::vector<bool>& lars);
 
-  // Moves dense values through shared memory (common/transport/shared_region.h)
-  // with every pserver on this host that offers it: float32 pushes and pulls
+  // Moves dense values through shared memory (SharedMemoryPsClient) with
+  // every pserver on this host that offers it: float32 pushes and pulls
   // then carry only offsets over gRPC, and the values are copied through a
   // region both processes map. Pservers on other hosts (or in other PID
   // namespaces, or of other users) stay on TCP, as do compressed values.
@@ -158,54 +157,25 @@ class ParamClient {
   void CancelSharedCalls();
 
  private:
-  // A region shared with one pserver: where each block of each of its
-  // chunks goes (byte offsets), for pushes and for pulls.
-  struct SharedLane {
-    std::unique_ptr<SharedRegion> region;
-    uint64_t id = 0;
-    std::vector<std::vector<uint64_t>> push_at, pull_at;
-    std::atomic<bool> lost{false};
-    // Null: calls go over gRPC. Declared after the region, so that it
-    // stops before the region is unmapped.
-    std::unique_ptr<SharedCaller> caller;
-  };
-  // Sends `req` through `lane`'s calls when it has them and takes it, over
-  // gRPC (`over_grpc`) otherwise, or when the reply does not fit the
-  // region's slot.
-  template <typename Request, typename Response>
-  static void SendThrough(SharedLane* lane, shared_calls::Method method,
-                          const Request& req, Response* resp,
-                          std::function<void(StatusCallback)> over_grpc,
-                          StatusCallback done);
   // A pull or push of one chunk of one pserver, in flight.
   struct PullCall;
   struct PushCall;
-  // The pull of chunk c of server s, of the tables `only` marks (null:
-  // all; none marked: null), stamped, without its versions.
+  // The pull of chunk c of server s into `values`, of the tables `only`
+  // marks (null: all; none marked: null), stamped, without its versions.
   std::unique_ptr<PullCall> MakePullCall(size_t s, size_t c,
+                                         const std::vector<float*>& values,
                                          const std::vector<bool>* only) const;
-  // Sends `p` through its lane, or over TCP; again over TCP when the
-  // pserver lost the region. The values go to `values`.
-  void SendPull(PullCall* p, const std::vector<float*>& values,
-                StatusCallback done) const;
   // The push of chunk c of server s for `step`: stamped, its values
-  // encoded, or written into the lane's region.
+  // encoded (float32 values stay where they are).
   absl::Status FillPushCall(size_t s, size_t c, int64_t step,
                             const std::vector<const float*>& grads,
                             const std::vector<bool>* only, PushCall* p);
-  // Sends `p` as SendPull does (again over TCP under a new request id).
-  static void SendPush(PushCall* p, StatusCallback done);
-  // The lane of server s, when pushes (or pulls) go through it now.
-  SharedLane* PushLane(size_t s) const;
-  SharedLane* PullLane(size_t s) const;
-  // Checks a pull reply against its chunk and copies it into `values`,
-  // from `lane`'s region at `shared_at` when not null.
-  absl::Status TakePulled(const std::vector<BlockPlacement>& chunk,
-                          const PsClientInterface& server,
-                          const PullResponse& resp,
-                          const std::vector<float*>& values,
-                          const SharedLane* lane,
-                          const std::vector<uint64_t>* shared_at) const;
+  // Where dense values of server s go: through its shared region when it
+  // has one (SharedMemoryPsClient), to the server otherwise.
+  PsClientInterface* Dense(size_t s) const {
+    return s < shared_.size() && shared_[s] != nullptr ? shared_[s].get()
+                                                       : servers_[s];
+  }
 
   const std::vector<PsClientInterface*> servers_;
   RequestStamp* const stamp_;
@@ -214,7 +184,8 @@ class ParamClient {
   ValueEncoding push_encoding_ = FLOAT32;
   ValueEncoding pull_encoding_ = FLOAT32;
   std::unique_ptr<ThresholdPushEncoder> threshold_;
-  std::vector<std::unique_ptr<SharedLane>> lanes_;  // per server; null: TCP
+  // Per server; null: its values go over TCP.
+  std::vector<std::unique_ptr<SharedMemoryPsClient>> shared_;
 };
 
 }  // namespace shardps

@@ -1,11 +1,15 @@
-// ParamClient's shared-memory lane against in-process pservers: values go
-// through the regions, and a pserver that no longer holds a region (it was
+// ParamClient's shared-memory lane (SharedMemoryPsClient) against
+// in-process pservers: values go through the regions, only offsets in the
+// messages, and a pserver that no longer holds a region (it was
 // restarted, or the region replaced) gets the call again over TCP, applied
 // once.
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
 #include "pserver/service/call_table.h"
@@ -16,6 +20,59 @@
 
 namespace shardps {
 namespace {
+
+// A pserver's client that records the dense pushes and pulls it is given
+// (what SharedMemoryPsClient sends on), and forwards every call.
+class RecordingClient : public PsClientInterface {
+ public:
+  explicit RecordingClient(PsClientInterface* inner) : inner_(inner) {}
+  const std::string& address() const override { return inner_->address(); }
+  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                 google::protobuf::Message* resp,
+                 StatusCallback done) override {
+    if (rpc == PsRpc::kPull) {
+      absl::MutexLock l(&mu_);
+      pulls_.push_back(static_cast<const PullRequest&>(req));
+    }
+    inner_->CallAsync(rpc, req, resp, std::move(done));
+  }
+  void PushDenseAsync(const DensePush& push, PushResponse* resp,
+                      StatusCallback done) override {
+    {
+      absl::MutexLock l(&mu_);
+      pushes_.push_back(ToPushRequest(push));
+    }
+    inner_->PushDenseAsync(push, resp, std::move(done));
+  }
+  std::vector<PushRequest> pushes() const {
+    absl::MutexLock l(&mu_);
+    return pushes_;
+  }
+  std::vector<PullRequest> pulls() const {
+    absl::MutexLock l(&mu_);
+    return pulls_;
+  }
+
+ private:
+  PsClientInterface* const inner_;
+  mutable absl::Mutex mu_;
+  std::vector<PushRequest> pushes_ ABSL_GUARDED_BY(mu_);
+  std::vector<PullRequest> pulls_ ABSL_GUARDED_BY(mu_);
+};
+
+// Whether every block of `req` names its place in a shared region and
+// carries no values.
+template <typename Request>
+bool ThroughTheRegion(const Request& req) {
+  if (req.shared_region() == 0 || req.blocks_size() == 0) return false;
+  for (const auto& b : req.blocks()) {
+    if (b.shared_offset() == 0) return false;
+    if constexpr (std::is_same_v<Request, PushRequest>) {
+      if (!b.values().empty()) return false;
+    }
+  }
+  return true;
+}
 
 class SharedMemoryTest : public ::testing::Test {
  protected:
@@ -29,7 +86,9 @@ class SharedMemoryTest : public ::testing::Test {
           std::make_unique<SingleJobTarget>(servers_.back()->handler()));
       clients_.push_back(std::make_unique<InProcessPsClient>(
           targets_.back().get(), absl::StrCat("pserver-", s)));
-      ptrs_.push_back(clients_.back().get());
+      recorders_.push_back(
+          std::make_unique<RecordingClient>(clients_.back().get()));
+      ptrs_.push_back(recorders_.back().get());
     }
     jobs_ = std::make_unique<JobClient>(ptrs_, &stamp_);
     ASSERT_TRUE(jobs_->Register().ok());
@@ -54,6 +113,7 @@ class SharedMemoryTest : public ::testing::Test {
   std::vector<std::unique_ptr<Pserver>> servers_;
   std::vector<std::unique_ptr<SingleJobTarget>> targets_;
   std::vector<std::unique_ptr<InProcessPsClient>> clients_;
+  std::vector<std::unique_ptr<RecordingClient>> recorders_;
   std::vector<PsClientInterface*> ptrs_;
   std::unique_ptr<JobClient> jobs_;
   std::unique_ptr<ParamClient> params_;
@@ -66,6 +126,13 @@ TEST_F(SharedMemoryTest, ValuesGoThroughTheRegions) {
   ASSERT_TRUE(params_->Push(0, {g.data()}, nullptr).ok());
   EXPECT_EQ(PullAll(1), (std::vector<float>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(params_->shared_servers(), 2);
+  // Only offsets in the messages each pserver got.
+  for (const auto& r : recorders_) {
+    ASSERT_EQ(r->pushes().size(), 1u);
+    EXPECT_TRUE(ThroughTheRegion(r->pushes()[0]));
+    ASSERT_EQ(r->pulls().size(), 2u);
+    for (const PullRequest& p : r->pulls()) EXPECT_TRUE(ThroughTheRegion(p));
+  }
 }
 
 TEST_F(SharedMemoryTest, ALostRegionSendsTheCallAgainOverTcpOnce) {
@@ -77,12 +144,22 @@ TEST_F(SharedMemoryTest, ALostRegionSendsTheCallAgainOverTcpOnce) {
   req.set_incarnation(3);
   req.set_bytes(128);
   SharedMemoryResponse resp;
-  ASSERT_TRUE(servers_[1]->handler()->OpenSharedMemory(req, &resp).ok());
+  ASSERT_TRUE(servers_[1]->handler()->shared_regions().Open(req, &resp).ok());
   const std::vector<float> g = {1, 1, 2, 2, 3, 3};
   ASSERT_TRUE(params_->Push(0, {g.data()}, nullptr).ok());
   // Applied once on each pserver (SGD lr 1): pserver 1's blocks too.
   EXPECT_EQ(PullAll(1), (std::vector<float>{0, 1, 1, 2, 2, 3}));
   EXPECT_EQ(params_->shared_servers(), 1);
+  // Pserver 1 got the push through the region, then in the message under
+  // another id; the pull went in the message at once.
+  const std::vector<PushRequest> pushes = recorders_[1]->pushes();
+  ASSERT_EQ(pushes.size(), 2u);
+  EXPECT_TRUE(ThroughTheRegion(pushes[0]));
+  EXPECT_EQ(pushes[1].shared_region(), 0u);
+  EXPECT_EQ(pushes[1].blocks(0).values().size(), 2 * sizeof(float));
+  EXPECT_NE(pushes[1].request_id(), pushes[0].request_id());
+  EXPECT_EQ(recorders_[1]->pulls().back().shared_region(), 0u);
+  EXPECT_TRUE(ThroughTheRegion(recorders_[0]->pulls().back()));
   ASSERT_TRUE(params_->Push(1, {g.data()}, nullptr).ok());
   EXPECT_EQ(PullAll(2), (std::vector<float>{-1, 0, -1, 0, -1, 0}));
   // A new UseSharedMemory opens both again.
