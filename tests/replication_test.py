@@ -165,19 +165,22 @@ class ReplicationTest(testlib.ProcessTestCase):
     def test_async_primary_killed_mid_pass(self):
         """Async: a kill -9 mid-pass is survived; the final accuracy is
         within run-to-run noise of the run without it. 1 pass of async on
-        3 pservers ends between 0.777 and 0.835, with or without the kill
-        (10 runs on the 2-core machine, 2026-11-24; 0.794 to 0.824 in
-        earlier, fewer runs), so two runs may differ by 0.06: 0.08. A
-        shard whose updates were lost at the failover would end far
-        lower."""
+        3 pservers ends between 0.72 and 0.84, with or without the kill
+        (some 30 runs on the 2-core machine, 2026-11-24 to 11-26, two
+        builds; 0.777 to 0.835 in the first 10), and two runs of one test
+        differed by up to 0.098 (0.7227 with the kill, 0.8204 without):
+        0.12 apart at most, and neither below 0.70. A shard whose updates
+        were lost at the failover would end far lower."""
         args = ["--num_passes=1", "--replication=2", "--mode=async"]
         self.run_job("abase", args)
         self.run_job("akill", args, kill_at_step=150, victim=2)
         base = final_eval(self.metrics("abase", 0), 0)["test_accuracy"]
+        self.assertGreaterEqual(base, 0.70)
         for k in (0, 1):
             ev = final_eval(self.metrics("akill", k), k)
             self.assertEqual(ev["step"], STEPS_PER_PASS)
-            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.08)
+            self.assertAlmostEqual(ev["test_accuracy"], base, delta=0.12)
+            self.assertGreaterEqual(ev["test_accuracy"], 0.70)
             self.assertIn("failover from pserver 2",
                           self.trainer_log("akill", k))
         sys.stderr.write("[async accuracy %.4f without, %.4f with the kill] "
