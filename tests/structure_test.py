@@ -11,6 +11,8 @@
 - Files are named for what they hold: a member function of class C is
   defined in a file whose header (the file's own, or the header its name
   extends: request_handler_lars.cc -> request_handler.h) declares C.
+- Transports are decorators: ParamClient's and RequestHandler's sources
+  name no shared region or call slot (TRANSPORT_BLIND).
 - gRPC headers (grpcpp/, grpc/, *.grpc.pb.h) are included only by files
   whose names say they are a gRPC binding, server or client.
 - The core libraries link without gRPC: their test programs do not load
@@ -331,6 +333,34 @@ def grpc_outside_grpc_files(root=None):
     return bad
 
 
+# Transports are decorators (docs/architecture.md, "A push, end to end"):
+# the dense paths of the trainer's ParamClient and the pserver's
+# RequestHandler never name a shared region or its call slots; the
+# trainer's SharedMemoryPsClient and the pserver's SharedRegions (and the
+# bindings) do.
+TRANSPORT_BLIND = ["trainer/client/param_client.h",
+                   "trainer/client/param_client.cc",
+                   "pserver/service/request_handler.cc",
+                   "pserver/service/request_handler_lars.cc"]
+TRANSPORT_NAMES = re.compile(r"\b(SharedRegion|SharedCaller|SharedCallServer)\b")
+TRANSPORT_HEADERS = re.compile(
+    r'#include\s+"(common/transport/shared_(region|calls)\.h)"')
+
+
+def transport_in_paths(root=None):
+    bad = []
+    for r in TRANSPORT_BLIND:
+        path = os.path.join(root or ROOT, r)
+        if not os.path.exists(path):
+            continue
+        code = read(path)
+        m = TRANSPORT_HEADERS.search(code)
+        n = TRANSPORT_NAMES.search(strip_cpp(code))
+        if m or n:
+            bad.append(f"{r}: {m.group(1) if m else n.group(0)}")
+    return bad
+
+
 def known(found, known_list, what):
     """The message for `found` against a known list: new entries, and
     entries fixed but still listed."""
@@ -376,6 +406,11 @@ class StructureTest(unittest.TestCase):
     def test_grpc_headers_only_in_grpc_files(self):
         self.assertEqual(grpc_outside_grpc_files(), [],
                          "gRPC headers in files not named grpc")
+
+    def test_transports_stay_below_the_dense_paths(self):
+        self.assertEqual(transport_in_paths(), [],
+                         "a shared region named in ParamClient or "
+                         "RequestHandler")
 
     def test_dependencies_point_one_way(self):
         self.assertEqual(layer_violations(), [],
@@ -467,6 +502,19 @@ class PlantedViolationTest(unittest.TestCase):
                    "#include <grpcpp/grpcpp.h>\n")
         self.assertEqual(grpc_outside_grpc_files(self.root),
                          ["pserver/service/handler.cc"])
+
+    def test_shared_region_in_the_handler(self):
+        self.write("pserver/service/request_handler.cc",
+                   '#include "common/transport/dense_value_lane.h"\n'
+                   "// A SharedRegion in a comment is fine.\n"
+                   "void F(const SharedRegion& r) {}\n")
+        self.write("trainer/client/param_client.cc",
+                   '#include "common/transport/shared_calls.h"\n')
+        self.write("trainer/client/param_client.h",
+                   '#include "common/transport/dense_pull.h"\n')
+        self.assertEqual(transport_in_paths(self.root), [
+            "trainer/client/param_client.cc: common/transport/shared_calls.h",
+            "pserver/service/request_handler.cc: SharedRegion"])
 
     def test_known_list_both_ways(self):
         self.assertIn("over the limit", known({"a": 90}, {}, "functions"))
