@@ -14,8 +14,12 @@ absl::Status MismatchedPullBlock(absl::string_view from, int i) {
 absl::Status TakeDensePull(absl::string_view from, const PullRequest& req,
                            const PullResponse& resp,
                            const DensePullTargets& targets) {
-  if (resp.blocks_size() != req.blocks_size() ||
-      targets.size() != static_cast<size_t>(req.blocks_size())) {
+  if (targets.size() != static_cast<size_t>(req.blocks_size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull from ", from, ": ", req.blocks_size(),
+                     " blocks asked for, ", targets.size(), " targets"));
+  }
+  if (resp.blocks_size() != req.blocks_size()) {
     return absl::DataLossError(absl::StrCat("pull from ", from, ": asked for ",
                                             req.blocks_size(), " blocks, got ",
                                             resp.blocks_size()));

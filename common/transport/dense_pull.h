@@ -18,7 +18,8 @@ using DensePullTargets = std::vector<absl::Span<float>>;
 
 // Checks that `resp` answers `req` (the same blocks in the same order, in
 // the encoding asked for) and decodes each block's values into
-// targets[i]; DATA_LOSS naming the pserver `from` otherwise.
+// targets[i]; DATA_LOSS naming the pserver `from` otherwise
+// (INVALID_ARGUMENT when `targets` does not have one span per block).
 absl::Status TakeDensePull(absl::string_view from, const PullRequest& req,
                            const PullResponse& resp,
                            const DensePullTargets& targets);

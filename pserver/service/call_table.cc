@@ -66,16 +66,15 @@ void RegisterCall(RequestHandler& h, const CallContext& ctx, const Message& req,
 }
 
 // The lane of the shared region a pull or push names (none: null), into
-// *lane; the status answers the call when not OK.
+// *lane; RESOURCE_EXHAUSTED when it cannot be made.
 template <typename Request>
 absl::Status LaneOf(RequestHandler& h, const Request& req,
                     std::shared_ptr<const DenseValueLane>* lane) {
   if (req.shared_region() == 0) return absl::OkStatus();
-  absl::StatusOr<std::shared_ptr<const DenseValueLane>> l =
-      h.shared_regions().Lane(req.trainer_id(), req.shared_region());
-  if (!l.ok()) return l.status();
-  *lane = *std::move(l);
-  return absl::OkStatus();
+  return Guarded([&] {
+    *lane = h.shared_regions().Lane(req.trainer_id(), req.shared_region());
+    return absl::OkStatus();
+  });
 }
 
 // The one call a handler may answer later (RequestHandler::Pull catches

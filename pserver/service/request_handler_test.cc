@@ -292,6 +292,35 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
              "shared region");
 }
 
+// The region a push names is checked after de-duplication: a retry of a
+// push applied before the region was replaced gets its first answer, and
+// a push refused for the old region is refused again under its id.
+TEST_F(RequestHandlerTest, ALostRegionIsCheckedAfterDeduplication) {
+  InitJob();
+  SharedMemoryRequest oreq;
+  oreq.set_trainer_id(0);
+  oreq.set_bytes(112);
+  SharedMemoryResponse oresp;
+  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
+  auto region = SharedRegion::Attach(static_cast<pid_t>(oresp.pid()),
+                                     oresp.fd(), oresp.bytes(), oresp.token());
+  ASSERT_TRUE(region.ok()) << region.status();
+  const float g[6] = {2, 2, 2, 2, 4, 4};
+  std::memcpy((*region)->data() + 64, g, sizeof(g));
+  const uint64_t id = oresp.region_id();
+  ASSERT_TRUE(SharedPush(7, id, 64, 80, /*trainer=*/0).ok());
+  SharedMemoryResponse again;
+  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &again).ok());
+  EXPECT_TRUE(SharedPush(7, id, 64, 80, 0).ok());
+  ExpectCode(SharedPush(9, id, 64, 80, 0), absl::StatusCode::kNotFound,
+             "shared region");
+  ExpectCode(SharedPush(9, again.region_id(), 64, 80, 0),
+             absl::StatusCode::kNotFound, "shared region");
+  ASSERT_TRUE(TcpPush(/*trainer=*/1, /*request_id=*/8).ok());
+  // Push 7 applied once (SGD lr 0.5 on the mean gradient).
+  EXPECT_EQ(PullAll(1), (std::vector<float>{0, 1, 2, 3, 3, 4}));
+}
+
 // A region counts in --max_memory_mb while it is held, and no longer once
 // replaced.
 // A call area must fit whole: a client asking for one in a smaller region

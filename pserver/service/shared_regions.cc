@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "common/transport/shared_calls.h"
+#include "glog/logging.h"
 
 namespace shardps {
 
@@ -34,6 +35,26 @@ class RegionLane final : public DenseValueLane {
 
  private:
   const std::shared_ptr<const SharedRegion> region_;
+};
+
+// A region this pserver does not hold (replaced, or it restarted): every
+// block is refused with the status Find gave, where the handler checks it,
+// after validation and de-duplication, as a region's bounds are.
+class MissingLane final : public DenseValueLane {
+ public:
+  explicit MissingLane(absl::Status why) : why_(std::move(why)) {}
+  absl::Status Check(uint64_t, int64_t, const char*) const override {
+    return why_;
+  }
+  void Write(uint64_t, absl::Span<const float>) const override {
+    LOG(FATAL) << "Write to a missing region: " << why_;
+  }
+  void Read(uint64_t, absl::Span<float>) const override {
+    LOG(FATAL) << "Read from a missing region: " << why_;
+  }
+
+ private:
+  const absl::Status why_;
 };
 
 }  // namespace
@@ -120,11 +141,12 @@ absl::StatusOr<std::shared_ptr<const SharedRegion>> SharedRegions::Find(
   return it->second.region;
 }
 
-absl::StatusOr<std::shared_ptr<const DenseValueLane>> SharedRegions::Lane(
-    int trainer_id, uint64_t id) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const SharedRegion> region,
-                   Find(trainer_id, id));
-  return std::make_shared<const RegionLane>(std::move(region));
+std::shared_ptr<const DenseValueLane> SharedRegions::Lane(int trainer_id,
+                                                          uint64_t id) const {
+  absl::StatusOr<std::shared_ptr<const SharedRegion>> region =
+      Find(trainer_id, id);
+  if (!region.ok()) return std::make_shared<const MissingLane>(region.status());
+  return std::make_shared<const RegionLane>(*std::move(region));
 }
 
 }  // namespace shardps

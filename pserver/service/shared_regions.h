@@ -40,10 +40,13 @@ class SharedRegions {
   // trainer then sends the values over TCP.
   absl::StatusOr<std::shared_ptr<const SharedRegion>> Find(int trainer_id,
                                                            uint64_t id) const;
-  // The values of a pull or push that names region `id` of `trainer_id`
-  // (as Find): the region, held while the lane is.
-  absl::StatusOr<std::shared_ptr<const DenseValueLane>> Lane(int trainer_id,
-                                                             uint64_t id) const;
+  // The values of a pull or push that names region `id` of `trainer_id`:
+  // the region, held while the lane is; when Find has none, a lane whose
+  // Check answers Find's NOT_FOUND for every block, so that the request
+  // handler refuses the call after its own checks and de-duplication (a
+  // retried push gets its first answer; a refused one is remembered under
+  // its id).
+  std::shared_ptr<const DenseValueLane> Lane(int trainer_id, uint64_t id) const;
 
  private:
   struct TrainerRegion {

@@ -167,13 +167,16 @@ std::optional<AppliedUpdate> DenseTableBlock::ApplyTrust(
 
 void DenseTableBlock::Read(const PullTarget& target,
                            const PullSink& sink) const {
-  if (replicated()) {
-    mu.LockWhen(absl::Condition(this, &BarrierUnit::settled));
-  } else {
-    mu.Lock();
+  // Held by a scoped lock either way: the sink may throw (bad_alloc), and
+  // the block must not stay locked. Only a replicated unit waits for its
+  // update in flight (the slow path); any other is always settled.
+  if (!replicated()) {
+    absl::MutexLock l(&mu);
+    ReadLocked(target, sink);
+    return;
   }
+  absl::MutexLock l(&mu, absl::Condition(this, &BarrierUnit::settled));
   ReadLocked(target, sink);
-  mu.Unlock();
 }
 
 void DenseTableBlock::ReadLocked(const PullTarget& target,

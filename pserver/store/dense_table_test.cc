@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <random>
 #include <string>
@@ -76,6 +77,37 @@ TEST(DenseTableBlockTest, OneTrainerAppliesItsPushAsItIs) {
   b.barrier.Receive(0, 1);
   b.ApplyStep(&p, &ready);
   EXPECT_EQ(b.value, (std::vector<float>{0, 2}));
+}
+
+// A sink that throws (a pull's reply that cannot grow) leaves the block
+// unlocked, replicated or not: the next read and push go ahead.
+TEST(DenseTableBlockTest, AReadWhoseSinkThrowsLeavesTheBlockUnlocked) {
+  for (bool replicated : {false, true}) {
+    Membership m(1, true);
+    auto sgd = Make(testing::Sgd(1.0f));
+    DenseTableBlock b(0, 0, 2, "w", sgd.get(), &m, 0);
+    if (replicated) b.set_replicated();
+    {
+      absl::MutexLock l(&b.mu);
+      b.SetInitialValue(std::vector<float>{1, 1});
+    }
+    PullTarget t;
+    t.unit = &b;
+    EXPECT_THROW(
+        b.Read(t, [](uint32_t, uint32_t, int64_t,
+                     absl::Span<const float>) { throw std::bad_alloc(); }),
+        std::bad_alloc);
+    if (b.mu.TryLock()) {
+      b.mu.Unlock();
+    } else {
+      ADD_FAILURE() << "the block stayed locked; replicated: " << replicated;
+    }
+    std::vector<float> got;
+    b.Read(t, [&](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
+      got.assign(v.begin(), v.end());
+    });
+    EXPECT_EQ(got, (std::vector<float>{1, 1}));
+  }
 }
 
 TEST(DenseTableBlockTest, AsyncUpdatesAndStateSurviveARestore) {

@@ -230,6 +230,9 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
   }
   std::unique_ptr<DenseTransfer> t =
       DenseTransfer::Of(calls, [](const PushCall& p, TransferStats* stats) {
+        // The push as a message with its values, whichever way the
+        // transport moved them (through a region: a few bytes of offsets
+        // more or less than this).
         stats->bytes += static_cast<int64_t>(DensePushByteSize(p.push));
       });
   for (const auto& p : *calls) {

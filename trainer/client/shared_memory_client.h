@@ -29,7 +29,10 @@ namespace shardps {
 // region was replaced) answers NOT_FOUND: the call is sent again in the
 // message, a push under a new request id (the pserver remembers the refusal
 // under the old one), and every later call goes over TCP too (lost()).
-// Thread-safe once open.
+// Every other call goes to the pserver's client through its CallAsync (a
+// typed override of that client is not used). Thread-safe once open, but
+// for PushDenseAsync, which draws a request id from the trainer's
+// RequestStamp: call it on the stamp's thread (the training thread).
 class SharedMemoryPsClient final : public PsClientInterface {
  public:
   // A dense block whose values may go through the region: `size` floats.
