@@ -114,6 +114,25 @@ class RequestHandlerTest : public ::testing::Test {
     PushResponse resp;
     return Call(PsRpc::kPush, req, &resp);
   }
+  // Trainer 0's region of 112 bytes, opened and mapped, with the gradient
+  // (2, 2, 2, 2 | 4, 4) at offset 64; its id into *id. Null on failure.
+  std::unique_ptr<SharedRegion> OpenRegion(uint64_t* id) {
+    SharedMemoryRequest req;
+    req.set_trainer_id(0);
+    req.set_bytes(112);
+    SharedMemoryResponse resp;
+    absl::Status s = handler_->shared_regions().Open(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return nullptr;
+    auto region = SharedRegion::Attach(static_cast<pid_t>(resp.pid()),
+                                       resp.fd(), resp.bytes(), resp.token());
+    EXPECT_TRUE(region.ok()) << region.status();
+    if (!region.ok()) return nullptr;
+    const float g[6] = {2, 2, 2, 2, 4, 4};
+    std::memcpy((*region)->data() + 64, g, sizeof(g));
+    *id = resp.region_id();
+    return *std::move(region);
+  }
   // The same gradient (2, 2, 2, 2 | 4, 4) over TCP.
   absl::Status TcpPush(int trainer, uint64_t request_id) {
     PushRequest tcp;
@@ -217,23 +236,16 @@ TEST_F(RequestHandlerTest, SharedMemoryOpenRefusesBadSizesAndTrainers) {
 
 TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   InitJob();
-  SharedMemoryRequest oreq;
-  oreq.set_trainer_id(0);
-  oreq.set_bytes(112);
-  SharedMemoryResponse oresp;
-  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
-  auto region = SharedRegion::Attach(static_cast<pid_t>(oresp.pid()),
-                                     oresp.fd(), oresp.bytes(), oresp.token());
-  ASSERT_TRUE(region.ok()) << region.status();
-  char* base = (*region)->data();
+  uint64_t id = 0;
+  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
+  ASSERT_NE(region, nullptr);
+  char* base = region->data();
   const float g[6] = {2, 2, 2, 2, 4, 4};
-  std::memcpy(base + 64, g, sizeof(g));
 
   auto push = [&](uint64_t id, uint64_t region_id, uint64_t at0, uint64_t at1,
                   int trainer = 0) {
     return SharedPush(id, region_id, at0, at1, trainer);
   };
-  const uint64_t id = oresp.region_id();
   ExpectCode(push(1, id + 1, 64, 80), absl::StatusCode::kNotFound,
              "shared region");
   ExpectCode(push(2, id, 64, 80, /*trainer=*/1), absl::StatusCode::kNotFound,
@@ -285,9 +297,9 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   preq.set_encoding(FLOAT32);
 
   // A new region replaces the old: its id is refused from then on.
-  SharedMemoryResponse again;
-  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &again).ok());
-  EXPECT_NE(again.region_id(), id);
+  uint64_t again = 0;
+  ASSERT_NE(OpenRegion(&again), nullptr);
+  EXPECT_NE(again, id);
   ExpectCode(Call(PsRpc::kPull, preq, &presp), absl::StatusCode::kNotFound,
              "shared region");
 }
@@ -297,25 +309,17 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
 // a push refused for the old region is refused again under its id.
 TEST_F(RequestHandlerTest, ALostRegionIsCheckedAfterDeduplication) {
   InitJob();
-  SharedMemoryRequest oreq;
-  oreq.set_trainer_id(0);
-  oreq.set_bytes(112);
-  SharedMemoryResponse oresp;
-  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
-  auto region = SharedRegion::Attach(static_cast<pid_t>(oresp.pid()),
-                                     oresp.fd(), oresp.bytes(), oresp.token());
-  ASSERT_TRUE(region.ok()) << region.status();
-  const float g[6] = {2, 2, 2, 2, 4, 4};
-  std::memcpy((*region)->data() + 64, g, sizeof(g));
-  const uint64_t id = oresp.region_id();
+  uint64_t id = 0;
+  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
+  ASSERT_NE(region, nullptr);
   ASSERT_TRUE(SharedPush(7, id, 64, 80, /*trainer=*/0).ok());
-  SharedMemoryResponse again;
-  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &again).ok());
+  uint64_t again = 0;
+  ASSERT_NE(OpenRegion(&again), nullptr);
   EXPECT_TRUE(SharedPush(7, id, 64, 80, 0).ok());
   ExpectCode(SharedPush(9, id, 64, 80, 0), absl::StatusCode::kNotFound,
              "shared region");
-  ExpectCode(SharedPush(9, again.region_id(), 64, 80, 0),
-             absl::StatusCode::kNotFound, "shared region");
+  ExpectCode(SharedPush(9, again, 64, 80, 0), absl::StatusCode::kNotFound,
+             "shared region");
   ASSERT_TRUE(TcpPush(/*trainer=*/1, /*request_id=*/8).ok());
   // Push 7 applied once (SGD lr 0.5 on the mean gradient).
   EXPECT_EQ(PullAll(1), (std::vector<float>{0, 1, 2, 3, 3, 4}));
