@@ -18,6 +18,8 @@ PACKAGES=(
   openmpi-bin  # tests/mpi_test.py: the mpirun recipe
   python3-matplotlib  # scripts/plot_metrics.py, scripts/sweep.py
   python3-yaml  # scripts/sweep.py --launcher=k8s reads the Job template
+  iptables  # tests/netns.py: cuts between pairs and packet loss (issue 32)
+  iproute2  # tests/netns.py: network namespaces on a bridge
 )
 
 missing=()

@@ -1,15 +1,20 @@
 """Network namespaces on a bridge, made by a test itself: processes in
 different namespaces talk over veth links as separate hosts would, and a
-test can cut a namespace off and heal it (issue 32's fault harness; loss,
-delay and partitions between pairs are to come).
+test can cut a namespace off, cut pairs, and drop packets at random
+(issue 32's fault harness). This kernel has no netem: cuts between pairs
+are iptables DROP rules inside a namespace, loss is iptables' `statistic`
+match.
 
     net = netns.Net(3)           # ns 0..2, addresses net.addrs[i]
     argv = net.prefix(1) + [...]  # a command run inside namespace 1
     net.cut(1); net.heal(1)       # namespace 1 unreachable, then back
+    net.block(0, 2); net.unblock(0, 2)  # 0 and 2 cannot talk; 1 reaches both
+    net.loss(0, 0.1); net.loss(0, 0)    # 10% of what 0 receives dropped
     net.close()
 
 Needs root and a kernel that allows network namespaces; `unavailable()`
-says why not, so that a test can skip with the reason.
+says why not, so that a test can skip with the reason (and
+`unavailable(iptables=True)` whether the rules can be made too).
 """
 
 import os
@@ -18,6 +23,7 @@ import shutil
 import subprocess
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
+IPTABLES = shutil.which("iptables") or "/usr/sbin/iptables"
 
 
 def _ip(*args):
@@ -25,8 +31,10 @@ def _ip(*args):
                    stderr=subprocess.PIPE, universal_newlines=True)
 
 
-def unavailable():
-    """None when this process can make network namespaces, else why not."""
+def unavailable(iptables=False):
+    """None when this process can make network namespaces (and, with
+    `iptables`, DROP rules with the statistic match in them), else why
+    not."""
     if os.geteuid() != 0:
         return "not root: network namespaces need CAP_SYS_ADMIN"
     if not os.path.exists(IP):
@@ -36,8 +44,15 @@ def unavailable():
         _ip("netns", "add", name)
         _ip("link", "add", name[:15], "type", "bridge")
         _ip("link", "del", name[:15])
+        if iptables:
+            if not os.path.exists(IPTABLES):
+                return "no `iptables` command (scripts/setup.sh installs it)"
+            _ip("netns", "exec", name, IPTABLES, "-w", "-A", "INPUT", "-m",
+                "statistic", "--mode", "random", "--probability", "0.5",
+                "-j", "DROP")
     except subprocess.CalledProcessError as e:
-        return "cannot make a network namespace and a bridge here: %s" % (
+        return "cannot make a network namespace, a bridge%s here: %s" % (
+            " and iptables rules" if iptables else "",
             (e.stderr or "").strip())
     finally:
         subprocess.run([IP, "netns", "del", name], stderr=subprocess.DEVNULL)
@@ -57,6 +72,8 @@ class Net(object):
         subnet = "10.%d.%d" % (random.randint(64, 250), random.randint(1, 250))
         self.addrs = ["%s.%d" % (subnet, i + 1) for i in range(n)]
         self._made = []
+        self._blocked = set()
+        self._loss = {}
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             self._made.append(("link", self.bridge))
@@ -91,6 +108,37 @@ class Net(object):
 
     def heal(self, i):
         _ip("link", "set", self._links[i], "up")
+
+    def _rule(self, i, op, *rule):
+        _ip("netns", "exec", self.names[i], IPTABLES, "-w", op, *rule)
+
+    def block(self, i, j):
+        """Namespaces i and j cannot reach each other (packets dropped both
+        ways, inside i); each still reaches the others."""
+        if (i, j) in self._blocked:
+            return
+        self._rule(i, "-A", "INPUT", "-s", self.addrs[j], "-j", "DROP")
+        self._rule(i, "-A", "OUTPUT", "-d", self.addrs[j], "-j", "DROP")
+        self._blocked.add((i, j))
+
+    def unblock(self, i, j):
+        if (i, j) not in self._blocked:
+            return
+        self._rule(i, "-D", "INPUT", "-s", self.addrs[j], "-j", "DROP")
+        self._rule(i, "-D", "OUTPUT", "-d", self.addrs[j], "-j", "DROP")
+        self._blocked.discard((i, j))
+
+    def loss(self, i, p):
+        """Namespace i drops each packet it receives with probability p
+        (0: none). Applied to every namespace, each link loses p."""
+        if i in self._loss:
+            self._rule(i, "-D", "INPUT", "-m", "statistic", "--mode",
+                       "random", "--probability", self._loss.pop(i), "-j",
+                       "DROP")
+        if p > 0:
+            self._loss[i] = "%.4f" % p
+            self._rule(i, "-A", "INPUT", "-m", "statistic", "--mode",
+                       "random", "--probability", self._loss[i], "-j", "DROP")
 
     def close(self):
         for kind, name in reversed(self._made):

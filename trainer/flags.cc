@@ -139,9 +139,14 @@ DEFINE_int32(replication, 1,
              "job goes on without losing a step when a pserver dies; 1 = "
              "none. At most the pserver count");
 DEFINE_int32(failover_after_ms, 150,
-             "with --replication > 1: a pserver that refuses connections or "
-             "drops them for this long is taken out of the job, and its "
-             "shards go to their backups");
+             "with --replication > 1: a pserver whose host refuses "
+             "connections (the process is gone) for this long is taken out "
+             "of the job, and its shards go to their backups");
+DEFINE_int32(pserver_lease_ms, 4000,
+             "with --replication > 1: a pserver that answers nothing (cut "
+             "off, paused, losing packets) is waited for this long before "
+             "it is taken out of the job; the pservers take a silent backup "
+             "out after as long (docs/replication.md, \"Faults\")");
 DEFINE_double(heartbeat_interval_s, 1.0,
               "seconds between heartbeats to every pserver (keep it well "
               "under the pservers' --trainer_timeout); 0 = none");
@@ -366,6 +371,10 @@ absl::Status FaultToleranceFromFlags(TrainerOptions* o) {
     return Bad("--failover_after_ms must be in [1, 60000]");
   }
   o->failover_after = absl::Milliseconds(FLAGS_failover_after_ms);
+  if (FLAGS_pserver_lease_ms < 100 || FLAGS_pserver_lease_ms > 600000) {
+    return Bad("--pserver_lease_ms must be in [100, 600000]");
+  }
+  o->pserver_lease = absl::Milliseconds(FLAGS_pserver_lease_ms);
   if (o->replicas_to_aggregate > 0 && o->checkpoint_every_steps > 0) {
     return Bad(
         "--replicas_to_aggregate and --checkpoint_every_steps cannot be "
@@ -454,8 +463,8 @@ std::vector<FlagGroup> TrainerFlagGroups() {
         "threshold_min_sparsity", "threshold_max_sparsity", "momentum_masking",
         "residual_clipping", "shake_frequency", "residual"}},
       {"Faults and checkpoints (docs/fault_tolerance.md)",
-       {"replication", "failover_after_ms", "heartbeat_interval_s",
-        "checkpoint_every_steps"}},
+       {"replication", "failover_after_ms", "pserver_lease_ms",
+        "heartbeat_interval_s", "checkpoint_every_steps"}},
       {"Compute", {"num_threads", "use_gpu", "gpu_id"}},
       {"Output",
        {"metrics_file", "log_every_steps", "progress", "health_port",

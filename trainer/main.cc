@@ -56,6 +56,25 @@ struct Connections {
   std::vector<shardps::PsClientInterface*> failover_servers;
 };
 
+// With --replication > 1: the clients pushes and pulls go through, which
+// give up on a host that refuses connections after --failover_after_ms
+// and drop a connection silent for the lease (the router then moves the
+// shard).
+void ConnectFailover(const shardps::ConnectionOptions& c,
+                     const shardps::TrainerOptions& o, Connections* conn) {
+  shardps::RpcOptions fo;
+  fo.job_id = c.job_id;
+  fo.retry_budget = o.failover_after;
+  fo.initial_backoff = absl::Milliseconds(10);
+  fo.max_backoff = absl::Milliseconds(50);
+  fo.keepalive = o.pserver_lease;
+  for (const auto& a : c.addresses) {
+    conn->failover_clients.push_back(
+        shardps::GrpcPsClient::Create(a, fo, &conn->timer, c.security));
+    conn->failover_servers.push_back(conn->failover_clients.back().get());
+  }
+}
+
 std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
   auto conn = std::make_unique<Connections>();
   shardps::RpcOptions rpc;
@@ -220,16 +239,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Connections> conn = Connect(*c);
   o->heartbeat_servers = conn->heartbeat_servers;
   if (o->replication > 1) {
-    shardps::RpcOptions fo;
-    fo.job_id = c->job_id;
-    fo.retry_budget = o->failover_after;
-    fo.initial_backoff = absl::Milliseconds(10);
-    fo.max_backoff = absl::Milliseconds(50);
-    for (const auto& a : c->addresses) {
-      conn->failover_clients.push_back(
-          shardps::GrpcPsClient::Create(a, fo, &conn->timer, c->security));
-      conn->failover_servers.push_back(conn->failover_clients.back().get());
-    }
+    ConnectFailover(*c, *o, conn.get());
     o->failover_servers = conn->failover_servers;
   }
   o->heartbeat_interval = c->heartbeat_interval;

@@ -102,6 +102,9 @@ struct TrainerOptions {
   // With replication: how long an unreachable pserver is retried before
   // its shards fail over (--failover_after_ms). Default: 150 ms.
   absl::Duration failover_after = absl::Milliseconds(150);
+  // With replication: how long a pserver that answers nothing is waited
+  // for before it is taken out (--pserver_lease_ms; JobSpec). Default: 4 s.
+  absl::Duration pserver_lease = absl::Seconds(4);
 
   // Wiring rather than flags: clients for heartbeats (one per pserver,
   // short retry budget), sent every heartbeat_interval; empty = no

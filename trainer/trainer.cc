@@ -35,7 +35,11 @@ JobSpec MakeJobSpec(const TrainerOptions& o,
   job.set_max_staleness(o.mode == ASYNC ? o.max_staleness : -1);
   job.set_global_batch_size(int64_t{o.batch_size} * o.num_trainers);
   job.set_replicas_to_aggregate(o.replicas_to_aggregate);
-  if (o.replication > 1) job.set_replication(o.replication);
+  if (o.replication > 1) {
+    job.set_replication(o.replication);
+    job.set_pserver_lease_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(o.pserver_lease)));
+  }
   const int64_t block_size =
       o.config.block_size() > 0 ? o.config.block_size() : kDefaultBlockSize;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -127,8 +131,13 @@ absl::Status Trainer::Setup() {
           "--replication=", o.replication, " needs at least as many pservers (",
           servers_.size(), " in --pservers)"));
     }
-    router_ = std::make_unique<ReplicaRouter>(o.failover_servers, o.replication,
-                                              sync(), k);
+    ReplicaRouter::Options ro;
+    ro.replication = o.replication;
+    ro.sync = sync();
+    ro.trainer_id = k;
+    ro.lease = o.pserver_lease;
+    ro.give_up_after = std::max(absl::Seconds(60), 15 * o.pserver_lease);
+    router_ = std::make_unique<ReplicaRouter>(o.failover_servers, ro);
     data = router_->shard_clients();
     ReplicaRouter* r = router_.get();
     job_client_->set_replication(o.replication,

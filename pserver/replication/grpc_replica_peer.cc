@@ -4,6 +4,7 @@
 
 #include "base/job_id.h"
 #include "common/transport/grpc_credentials.h"
+#include "common/transport/grpc_keepalive.h"
 #include "common/transport/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "pserver/replication/replication_wire.h"
@@ -18,6 +19,9 @@ std::unique_ptr<GrpcReplicaPeer> GrpcReplicaPeer::Create(
   // Reconnect soon after the peer comes back (a restarted pserver).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+  // A peer silent for the lease (cut off, paused) fails the calls in
+  // flight.
+  AddKeepaliveArgs(deadlines.lease, &args);
   auto channel =
       grpc::CreateCustomChannel(address, ChannelCredentialsFor(security), args);
   return std::unique_ptr<GrpcReplicaPeer>(new GrpcReplicaPeer(

@@ -19,8 +19,12 @@ namespace shardps {
 class GrpcReplicaPeer : public ReplicaPeer {
  public:
   struct Deadlines {
-    absl::Duration forward = absl::Seconds(2);
+    // A forward carries a step's update (the model's size): over a lossy
+    // link it may take seconds. A silent peer fails it sooner, after
+    // `lease` (HTTP/2 keepalive).
+    absl::Duration forward = absl::Seconds(30);
     absl::Duration view = absl::Milliseconds(500);
+    absl::Duration lease = absl::Seconds(4);
   };
   static std::unique_ptr<GrpcReplicaPeer> Create(
       const std::string& address, const std::string& job_id,

@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "common/placement/shard_map.h"
+#include "common/transport/peer_silence.h"
 #include "glog/logging.h"
 #include "pserver/replication/replication_wire.h"
+#include "pserver/replication/view_change.h"
 #include "pserver/replication/view_state_file.h"
 
 namespace shardps {
@@ -73,8 +76,16 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> ReplicaSet::Create(
       return loaded.status();
     }
   }
-  return std::unique_ptr<ReplicaSet>(new ReplicaSet(
+  if (options.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a pserver lease of ", absl::FormatDuration(options.lease),
+                     ": it must be positive"));
+  }
+  options.max_forward_wait =
+      std::max(options.max_forward_wait, 2 * options.lease);
+  std::unique_ptr<ReplicaSet> set(new ReplicaSet(
       std::move(options), std::move(shard_base), std::move(peers), state));
+  return set;
 }
 
 ReplicaSet::ReplicaSet(ReplicaSetOptions options,
@@ -89,11 +100,15 @@ ReplicaSet::ReplicaSet(ReplicaSetOptions options,
       acceptor_(std::move(state)) {}
 
 ReplicaSet::~ReplicaSet() {
+  Stop();
+  if (watcher_.joinable()) watcher_.join();
+  // The watcher may have started a joiner: joined after it.
+  std::thread joiner;
   {
     absl::MutexLock l(&join_mu_);
-    stop_ = true;
+    joiner = std::move(joiner_);
   }
-  if (joiner_.joinable()) joiner_.join();
+  if (joiner.joinable()) joiner.join();
 }
 
 int ReplicaSet::ShardOf(uint32_t table_id, uint32_t unit) const {
@@ -109,11 +124,9 @@ View ReplicaSet::view() const {
 }
 
 int ReplicaSet::PrimaryOf(int shard, const View& v) const {
-  if (static_cast<size_t>(shard) < v.primaries.size()) {
-    return v.primaries[shard];
-  }
-  return PrimaryServer(shard, options_.replication, options_.num_servers,
-                       v.members);
+  return PrimaryIn(
+      v, shard,
+      ReplicaLayout{options_.self, options_.num_servers, options_.replication});
 }
 
 std::vector<int> ReplicaSet::PrimaryShards() const {
@@ -151,18 +164,49 @@ std::string ReplicaSet::NotPrimary(int shard, const View& v) const {
 
 absl::Status ReplicaSet::CheckServes(uint32_t table_id, uint32_t unit) const {
   const int shard = ShardOf(table_id, unit);
-  const View v = view();
+  View v;
+  {
+    absl::MutexLock l(&mu_);
+    if (fenced_) {
+      return absl::UnavailableError(
+          absl::StrCat("pserver ", options_.self, " is fenced (", fence_reason_,
+                       "): it serves no shard until it has rejoined; shard ",
+                       shard, " is served by its backup"));
+    }
+    v = acceptor_.state().committed;
+  }
   if (PrimaryOf(shard, v) == options_.self) return absl::OkStatus();
   return absl::FailedPreconditionError(NotPrimary(shard, v));
 }
 
-void ReplicaSet::Learn(const View& v) {
+bool ReplicaSet::fenced() const {
   absl::MutexLock l(&mu_);
-  if (v.number <= acceptor_.state().committed.number) return;
-  LOG(INFO) << "pserver " << options_.self << ": learned " << v.DebugString();
-  acceptor_.Commit(v);
-  absl::Status s = SaveLocked();
-  if (!s.ok()) LOG(ERROR) << "saving the replication state: " << s;
+  return fenced_;
+}
+
+void ReplicaSet::Fence(const absl::Status& why) {
+  {
+    absl::MutexLock l(&mu_);
+    if (fenced_) return;
+    fenced_ = true;
+    fence_reason_ = std::string(why.message().substr(0, 300));
+    LOG(ERROR) << "pserver " << options_.self
+               << ": fenced: an update applied here may be on no backup ("
+               << why << "); serving nothing until it has rejoined as a backup";
+  }
+  if (hooks_.served_changed) hooks_.served_changed();
+}
+
+void ReplicaSet::Learn(const View& v) {
+  {
+    absl::MutexLock l(&mu_);
+    if (v.number <= acceptor_.state().committed.number) return;
+    LOG(INFO) << "pserver " << options_.self << ": learned " << v.DebugString();
+    acceptor_.Commit(v);
+    absl::Status s = SaveLocked();
+    if (!s.ok()) LOG(ERROR) << "saving the replication state: " << s;
+  }
+  if (hooks_.served_changed) hooks_.served_changed();
 }
 
 absl::Status ReplicaSet::SaveLocked() {
@@ -192,55 +236,19 @@ absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
     }
   }
   if (remove.empty() && join.empty() && promote.empty()) return view();
-  auto drop = [](std::vector<int>* list, int s) {
-    list->erase(std::remove(list->begin(), list->end(), s), list->end());
-  };
-  ViewChange change = [this, remove, join, promote,
-                       drop](const View& cur) -> std::optional<View> {
-    View next = cur;
-    next.primaries.clear();
-    for (int s : remove) {
-      drop(&next.members, s);
-      drop(&next.joining, s);
-    }
-    for (int s : join) {  // a member that lost its state joins again
-      drop(&next.members, s);
-      if (!next.Serves(s)) next.joining.push_back(s);
-    }
-    for (int s : promote) {
-      if (std::find(next.joining.begin(), next.joining.end(), s) ==
-          next.joining.end()) {
-        continue;
-      }
-      drop(&next.joining, s);
-      next.members.push_back(s);
-    }
-    std::sort(next.members.begin(), next.members.end());
-    std::sort(next.joining.begin(), next.joining.end());
-    // Primaries stay while they are members; else the first member replica.
-    for (int shard = 0; shard < options_.num_servers; ++shard) {
-      const int p = PrimaryOf(shard, cur);
-      int chosen = -1;
-      if (p >= 0 && next.Has(p)) {
-        chosen = p;
-      } else {
-        for (int r : ReplicaServers(shard, options_.replication,
-                                    options_.num_servers)) {
-          if (next.Has(r)) {
-            chosen = r;
-            break;
-          }
-        }
-      }
-      next.primaries.push_back(chosen);
-    }
-    if (next.members == cur.members && next.joining == cur.joining) {
-      return std::nullopt;
-    }
-    next.number = cur.number + 1;
-    return next;
+  const MembershipChange asked{remove, join, promote};
+  const ReplicaLayout layout{options_.self, options_.num_servers,
+                             options_.replication};
+  // Why the change was refused, for the view it was last tried on.
+  auto refusal = std::make_shared<absl::Status>();
+  ViewChange change = [asked, layout,
+                       refusal](const View& cur) -> std::optional<View> {
+    absl::StatusOr<std::optional<View>> next = NextView(cur, asked, layout);
+    *refusal = next.status();
+    return next.ok() ? *next : std::nullopt;
   };
   absl::StatusOr<View> v = Propose(change);
+  if (v.ok() && !refusal->ok()) return *refusal;
   if (v.ok()) {
     LOG(WARNING) << "pserver " << options_.self << ": the pservers agreed "
                  << v->DebugString() << " (without {"
@@ -254,28 +262,55 @@ absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
 absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
                                  const std::vector<PushRef>& pushes) {
   if (updates.empty()) return absl::OkStatus();
-  const absl::Time give_up = absl::Now() + options_.max_forward_wait;
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + options_.max_forward_wait;
+  std::map<int, absl::Time> silent_since;
+  absl::Time last_log = start;
+  absl::Duration backoff = absl::Milliseconds(20);
   absl::Status last;
   while (true) {
     {
       absl::MutexLock l(&join_mu_);
       if (stop_) return absl::UnavailableError("pserver is shutting down");
     }
+    if (fenced()) {
+      return absl::UnavailableError(absl::StrCat("pserver ", options_.self,
+                                                 " is fenced: not forwarding"));
+    }
     bool retry = false;
-    last = ForwardOnce(view(), updates, pushes, &retry);
-    if (last.ok() && !retry) return last;
-    if (absl::IsFailedPrecondition(last)) return last;
+    last = ForwardOnce(view(), updates, pushes, &silent_since, &retry);
+    if (last.ok() && !retry) {
+      if (absl::Now() - start > absl::Seconds(1)) {
+        LOG(WARNING) << "pserver " << options_.self << ": " << updates.size()
+                     << " update(s) reached the backups after "
+                     << absl::FormatDuration(absl::Now() - start);
+      }
+      return last;
+    }
+    if (absl::IsFailedPrecondition(last)) {
+      // No primary any more (a newer view): the update stays invisible.
+      Fence(last);
+      return last;
+    }
     if (absl::Now() > give_up) {
-      return absl::UnavailableError(absl::StrCat(
+      absl::Status s = absl::UnavailableError(absl::StrCat(
           "pserver ", options_.self, " could not reach the backups of ",
           updates.size(), " updates or agree a view without them for ",
           absl::FormatDuration(options_.max_forward_wait), ": ",
           last.ToString()));
+      Fence(s);
+      return s;
     }
     if (!last.ok()) {
-      LOG_EVERY_N(WARNING, 50)
-          << "pserver " << options_.self << ": forwarding updates: " << last;
-      absl::SleepFor(absl::Milliseconds(100));
+      if (absl::Now() - last_log >= absl::Seconds(2)) {
+        last_log = absl::Now();
+        LOG(WARNING) << "pserver " << options_.self << ": forwarding "
+                     << updates.size() << " update(s) for "
+                     << absl::FormatDuration(absl::Now() - start) << " (lease "
+                     << absl::FormatDuration(options_.lease) << "): " << last;
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Milliseconds(500));
     }
   }
 }
@@ -303,6 +338,7 @@ absl::Status ReplicaSet::InstallOn(int b, const View& v,
 absl::Status ReplicaSet::ForwardOnce(const View& v,
                                      const std::vector<AppliedUpdate>& updates,
                                      const std::vector<PushRef>& pushes,
+                                     std::map<int, absl::Time>* silent_since,
                                      bool* retry) {
   std::map<int, ForwardRequest> to;  // per backup
   for (const AppliedUpdate& u : updates) {
@@ -344,12 +380,30 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
                  << " refused forwarded updates: " << s
                  << "; taking it out of the view";
     } else {
+      const absl::Time now = absl::Now();
+      // A connection dropped by its keepalive was silent for the lease.
+      const absl::Time since =
+          silent_since
+              ->emplace(b, IsSilentForTheLease(s) ? now - options_.lease : now)
+              .first->second;
+      if (now - since < options_.lease) {
+        // Slow or cut off for now: sent again until the lease runs out.
+        return absl::UnavailableError(
+            absl::StrCat("backup pserver ", b, " has not answered for ",
+                         absl::FormatDuration(now - since), ": ", s.message()));
+      }
       LOG(WARNING) << "pserver " << options_.self << ": backup pserver " << b
-                   << " did not answer (" << s
+                   << " has not answered for "
+                   << absl::FormatDuration(now - since) << " (lease "
+                   << absl::FormatDuration(options_.lease) << "; " << s
                    << "); proposing a view without it";
     }
     absl::StatusOr<View> next = ChangeView({b}, {});
-    return next.ok() ? absl::OkStatus() : next.status();
+    if (next.ok()) return absl::OkStatus();
+    // Not agreed (no majority: maybe this pserver is the one cut off) or
+    // refused: tried again, in the newest view, until the forward gives up.
+    return absl::UnavailableError(absl::StrCat(
+        "taking backup pserver ", b, " out: ", next.status().message()));
   }
   return absl::OkStatus();
 }
@@ -418,18 +472,78 @@ absl::Status ReplicaSet::HandleInstall(const InstallUnitRequest& req) {
   return absl::OkStatus();
 }
 
-void ReplicaSet::StartJoining(std::vector<UnitKey> units) {
+void ReplicaSet::set_units(std::vector<UnitKey> units) {
   absl::MutexLock l(&join_mu_);
-  if (joining_) return;
-  joining_ = true;
-  expected_.insert(units.begin(), units.end());
-  installed_.clear();
+  units_ = std::move(units);
+  // Started here, after set_hooks: the watch may learn a view and call
+  // them.
+  if (options_.watch_every > absl::ZeroDuration() && !watcher_.joinable()) {
+    watcher_ = std::thread([this] { WatchLoop(); });
+  }
+}
+
+void ReplicaSet::StartJoining(std::vector<UnitKey> units) {
+  std::thread done;  // a join loop that ended before, joined outside the lock
+  {
+    absl::MutexLock l(&join_mu_);
+    if (joining_ || stop_) return;
+    joining_ = true;
+    expected_.clear();
+    expected_.insert(units.begin(), units.end());
+    installed_.clear();
+    done = std::move(joiner_);
+  }
+  if (done.joinable()) done.join();
+  absl::MutexLock l(&join_mu_);
   joiner_ = std::thread([this] { JoinLoop(); });
 }
 
 void ReplicaSet::Stop() {
   absl::MutexLock l(&join_mu_);
   stop_ = true;
+  stop_cv_.SignalAll();
+}
+
+void ReplicaSet::Watch() {
+  int64_t known;
+  {
+    absl::MutexLock l(&mu_);
+    known = acceptor_.state().committed.number;
+  }
+  // A prepare for a decided instance promises nothing: each acceptor only
+  // answers the newest view it knows.
+  for (int i = 0; i < options_.num_servers; ++i) {
+    if (i == options_.self) continue;
+    absl::StatusOr<ViewAcceptor::PrepareReply> r =
+        peers_[i]->Prepare(known, Ballot{});
+    if (r.ok() && r->committed.number > known) Learn(r->committed);
+  }
+  const View v = view();
+  std::vector<UnitKey> units;
+  {
+    absl::MutexLock l(&join_mu_);
+    if (joining_ || stop_ || units_.empty()) return;
+    units = units_;
+  }
+  const bool fenced_now = fenced();
+  if (v.Has(options_.self) && !fenced_now) return;
+  LOG(WARNING) << "pserver " << options_.self << ": "
+               << (fenced_now ? "fenced" : "not a member of ")
+               << (fenced_now ? std::string() : v.DebugString())
+               << "; rejoining as a backup (" << units.size()
+               << " units to take from their primaries)";
+  StartJoining(std::move(units));
+}
+
+void ReplicaSet::WatchLoop() {
+  while (true) {
+    {
+      absl::MutexLock l(&join_mu_);
+      if (!stop_) stop_cv_.WaitWithTimeout(&join_mu_, options_.watch_every);
+      if (stop_) return;
+    }
+    Watch();
+  }
 }
 
 std::pair<size_t, size_t> ReplicaSet::JoinProgress() const {
@@ -447,7 +561,12 @@ void ReplicaSet::JoinLoop() {
   // 1. A view in which this pserver is joining.
   while (!stopped()) {
     absl::StatusOr<View> v = ChangeView({}, {self});
-    if (v.ok() && v->Serves(self)) break;
+    if (v.ok() && v->Serves(self) && !v->Has(self)) {
+      // No one's primary in this view: the fence has done its work.
+      absl::MutexLock l(&mu_);
+      fenced_ = false;
+      break;
+    }
     LOG_EVERY_N(WARNING, 10)
         << "pserver " << self << ": rejoining: "
         << (v.ok() ? v->DebugString() : v.status().ToString());

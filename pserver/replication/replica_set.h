@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,10 +43,19 @@ struct ReplicaSetOptions {
   // it has learned the current one).
   std::string state_path;
   Env* env = nullptr;  // null: Env::Default()
+  // The lease (JobSpec.pserver_lease_ms, docs/replication.md, "Faults"): a
+  // backup that answers none of a forward's calls for this long is taken
+  // out of the view; before that the forward is sent again. A backup that
+  // answers and refuses is taken out at once.
+  absl::Duration lease = absl::Seconds(4);
   // Forward keeps trying this long to reach the backups or agree a view
   // without them, logging, before it gives up UNAVAILABLE (the blocks stay
-  // locked meanwhile).
-  absl::Duration max_forward_wait = absl::Seconds(10);
+  // in flight meanwhile) and fences this pserver. At least twice the lease.
+  absl::Duration max_forward_wait = absl::Seconds(20);
+  // How often this pserver asks the others for the newest view, so that a
+  // pserver taken out while it was alive (cut off, paused) learns it and
+  // rejoins by itself. Zero: never (tests that drive the view by hand).
+  absl::Duration watch_every = absl::ZeroDuration();
   // Rounds of one view proposal before it gives up UNAVAILABLE.
   int max_view_rounds = 5;
 };
@@ -73,6 +83,9 @@ class ReplicaSet : public UpdateForwarder {
                                uint64_t)>
         install;
     std::function<uint64_t()> generation;
+    // What this pserver serves changed (a newer view, or the fence): the
+    // store answers the pulls that wait for units it no longer serves.
+    std::function<void()> served_changed;
   };
   using UnitKey = std::pair<uint32_t, uint32_t>;  // table id, unit
 
@@ -88,16 +101,31 @@ class ReplicaSet : public UpdateForwarder {
 
   void set_hooks(StoreHooks hooks) { hooks_ = std::move(hooks); }
 
+  // The units this pserver holds (dense blocks and sparse shards of the
+  // shards it is a replica of): what it takes again from their primaries
+  // when it rejoins by itself (after being fenced, or taken out while
+  // alive). Set once, after set_hooks and before any call comes; starts
+  // the watch (ReplicaSetOptions::watch_every).
+  void set_units(std::vector<UnitKey> units);
   // This pserver came back (a rejoin): its `units` are empty until their
   // primaries install them. A thread asks the pservers for a view in which
   // it is joining, waits until every unit is installed, then for one in
-  // which it is a member again.
+  // which it is a member again. Nothing while it is joining already.
   void StartJoining(std::vector<UnitKey> units);
   // The pserver is shutting down: Forward gives up (UNAVAILABLE) instead
   // of waiting on other pservers, and joining stops.
   void Stop();
   // Units installed so far, and of how many (joining; tests, status).
   std::pair<size_t, size_t> JoinProgress() const;
+  // Whether this pserver is fenced: an update it applied as a primary did
+  // not reach the backups (or it learned it is no primary any more), so
+  // its copy may hold a version no backup has. It then serves nothing
+  // (CheckServes: UNAVAILABLE "... is fenced") until it has rejoined.
+  bool fenced() const;
+  // Asks the other pservers once for the newest view they know, learns
+  // it, and rejoins when this pserver is out of it or fenced (what the
+  // watch thread does every ReplicaSetOptions::watch_every).
+  void Watch();
 
   int self() const { return options_.self; }
   int num_servers() const { return options_.num_servers; }
@@ -110,7 +138,8 @@ class ReplicaSet : public UpdateForwarder {
   std::vector<int> PrimaryShards() const;
   std::vector<int> BackupShards() const;
 
-  // UpdateForwarder.
+  // UpdateForwarder. CheckServes: FAILED_PRECONDITION when another pserver
+  // is the primary; UNAVAILABLE while fenced.
   absl::Status CheckServes(uint32_t table_id, uint32_t unit) const override;
   absl::Status Forward(const std::vector<AppliedUpdate>& updates,
                        const std::vector<PushRef>& pushes) override;
@@ -127,7 +156,10 @@ class ReplicaSet : public UpdateForwarder {
   // and `promote` moved from joining to members (none: answers the view
   // known here). Primaries stay where they are while they live; a shard
   // whose primary left goes to its first member replica. UNAVAILABLE when
-  // no majority answers.
+  // no majority answers. FAILED_PRECONDITION, naming why, for a removal
+  // asked of a pserver that is not a member of the newest view (a pserver
+  // taken out, or cut off and behind, never takes others out) and for a
+  // view that would leave a shard with no member holding it.
   absl::StatusOr<View> ChangeView(const std::vector<int>& remove,
                                   const std::vector<int>& join,
                                   const std::vector<int>& promote = {});
@@ -148,13 +180,21 @@ class ReplicaSet : public UpdateForwarder {
   // locks, which the caller holds).
   absl::Status InstallOn(int b, const View& v, const ForwardResponse& asked);
   void JoinLoop();
+  void WatchLoop();
+  // An update applied here may be on no backup: serve nothing until
+  // rejoined.
+  void Fence(const absl::Status& why);
   absl::StatusOr<View> Propose(const ViewChange& change);
   // One round of Forward in view `v`: OK when every backup took its
   // updates; `*retry` when the view changed (learned, or proposed
   // without a backup that did not answer).
+  // `silent_since`: per backup, when it first left a call of this forward
+  // unanswered (the lease runs from there).
   absl::Status ForwardOnce(const View& v,
                            const std::vector<AppliedUpdate>& updates,
-                           const std::vector<PushRef>& pushes, bool* retry);
+                           const std::vector<PushRef>& pushes,
+                           std::map<int, absl::Time>* silent_since,
+                           bool* retry);
 
   const ReplicaSetOptions options_;
   Env* const env_;
@@ -165,6 +205,8 @@ class ReplicaSet : public UpdateForwarder {
 
   mutable absl::Mutex mu_;
   ViewAcceptor acceptor_ ABSL_GUARDED_BY(mu_);
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
+  std::string fence_reason_ ABSL_GUARDED_BY(mu_);
   // One proposal at a time from this pserver (its ballots carry its id).
   absl::Mutex propose_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
@@ -174,7 +216,10 @@ class ReplicaSet : public UpdateForwarder {
   bool stop_ ABSL_GUARDED_BY(join_mu_) = false;
   absl::flat_hash_set<UnitKey> expected_ ABSL_GUARDED_BY(join_mu_);
   absl::flat_hash_set<UnitKey> installed_ ABSL_GUARDED_BY(join_mu_);
+  std::vector<UnitKey> units_ ABSL_GUARDED_BY(join_mu_);
+  absl::CondVar stop_cv_;  // signalled (under join_mu_) when stop_ is set
   std::thread joiner_;
+  std::thread watcher_;
 };
 
 }  // namespace shardps

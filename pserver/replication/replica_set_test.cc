@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -22,10 +23,11 @@ using ::testing::HasSubstr;
 constexpr int kServers = 3;
 
 // Three ReplicaSets with R = 2 over direct calls; pserver i answers while
-// up[i].
+// up[i]. A backup silent for `lease` is taken out; a forward gives up after
+// 2 s.
 class Trio {
  public:
-  Trio() {
+  explicit Trio(absl::Duration lease = absl::Milliseconds(100)) {
     for (int i = 0; i < kServers; ++i) up[i] = true;
     for (int i = 0; i < kServers; ++i) {
       std::vector<std::unique_ptr<ReplicaPeer>> peers(kServers);
@@ -36,6 +38,7 @@ class Trio {
       o.self = i;
       o.num_servers = kServers;
       o.replication = 2;
+      o.lease = lease;
       o.max_forward_wait = absl::Seconds(2);
       auto s = ReplicaSet::Create(o, {0}, std::move(peers));
       CHECK(s.ok()) << s.status();
@@ -240,6 +243,104 @@ TEST(ReplicaSetTest, AJoiningBackupGetsEachUnitInstalledThenIsAMember) {
   }
   EXPECT_TRUE(member()) << t.sets[1]->view().DebugString();
   EXPECT_EQ(t.sets[1]->view().primaries, std::vector<int>({0, 2, 2}));
+}
+
+TEST(ReplicaSetTest, ABackupSilentForLessThanTheLeaseIsWaitedFor) {
+  Trio t(absl::Seconds(30));
+  t.up[1] = false;
+  std::thread heal([&] {
+    absl::SleepFor(absl::Milliseconds(400));
+    t.up[1] = true;
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(t.sets[0]->Forward({Trio::Update(0, 0)}, {}).ok());
+  heal.join();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));
+  // Nobody was taken out; the backup holds the update.
+  EXPECT_EQ(t.sets[0]->view().number, 0);
+  EXPECT_EQ(t.Applied(1), std::vector<int64_t>({0}));
+  EXPECT_FALSE(t.sets[0]->fenced());
+}
+
+TEST(ReplicaSetTest, APrimaryThatCannotReachAMajorityIsFenced) {
+  Trio t;
+  t.up[1] = false;
+  t.up[2] = false;
+  absl::Status s = t.sets[0]->Forward({Trio::Update(0, 0)}, {});
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("could not reach the backups"));
+  EXPECT_TRUE(t.sets[0]->fenced());
+  // It serves nothing now, not even the shard it is primary of in its view.
+  EXPECT_EQ(t.sets[0]->view().number, 0);
+  absl::Status serves = t.sets[0]->CheckServes(0, 0);
+  EXPECT_TRUE(absl::IsUnavailable(serves)) << serves;
+  EXPECT_THAT(serves.message(), HasSubstr("pserver 0 is fenced"));
+  EXPECT_TRUE(
+      absl::IsUnavailable(t.sets[0]->Forward({Trio::Update(0, 1)}, {})));
+  // Healed: it demotes itself to joining (no one's primary, unfenced),
+  // and shard 0 goes to its backup.
+  t.up[1] = true;
+  t.up[2] = true;
+  t.sets[0]->set_units({{0, 0}, {0, 2}});
+  t.sets[0]->Watch();
+  auto joining = [&] { return t.sets[1]->view().joining.size() == 1; };
+  for (int i = 0; i < 300 && !joining(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(joining()) << t.sets[1]->view().DebugString();
+  EXPECT_EQ(t.sets[1]->view().joining, std::vector<int>({0}));
+  EXPECT_EQ(t.sets[1]->PrimaryShards(), std::vector<int>({0, 1}));
+  EXPECT_FALSE(t.sets[0]->fenced());
+}
+
+TEST(ReplicaSetTest, APserverOutOfTheViewTakesNobodyOut) {
+  Trio t;
+  t.up[0] = false;
+  ASSERT_TRUE(t.sets[1]->ChangeView({0}, {}).ok());
+  t.up[0] = true;
+  // Pserver 0, behind and out, asks to take pserver 1 out: it learns the
+  // newest view in the proposal and is refused.
+  absl::StatusOr<View> v = t.sets[0]->ChangeView({1}, {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(v.status())) << v.status();
+  EXPECT_THAT(v.status().message(),
+              HasSubstr("pserver 0 is not a member of view 1"));
+  EXPECT_EQ(t.sets[2]->view().members, std::vector<int>({1, 2}));
+  EXPECT_EQ(t.sets[2]->view().number, 1);
+}
+
+TEST(ReplicaSetTest, AViewThatLeavesAShardWithNoCopyIsRefused) {
+  Trio t;
+  ASSERT_TRUE(t.sets[0]->ChangeView({1}, {}).ok());
+  // Shard 1 lives on pservers 1 and 2: without 2 as well it has no copy.
+  absl::StatusOr<View> v = t.sets[0]->ChangeView({2}, {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(v.status())) << v.status();
+  EXPECT_THAT(v.status().message(),
+              HasSubstr("would leave shard(s) {1} with no member"));
+  EXPECT_EQ(t.sets[0]->view().members, std::vector<int>({0, 2}));
+}
+
+TEST(ReplicaSetTest, ALivePserverTakenOutRejoinsByItself) {
+  Trio t;
+  t.sets[1]->set_units({{0, 0}, {0, 1}});
+  t.up[1] = false;
+  ASSERT_TRUE(t.sets[0]->ChangeView({1}, {}).ok());
+  t.up[1] = true;
+  // It does not know yet; its watch asks the others and learns it.
+  EXPECT_EQ(t.sets[1]->view().number, 0);
+  t.sets[1]->Watch();
+  auto joining = [&] { return t.sets[0]->view().joining.size() == 1; };
+  for (int i = 0; i < 300 && !joining(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(joining()) << t.sets[0]->view().DebugString();
+  ASSERT_TRUE(t.sets[0]->Forward({Trio::Update(0, 5)}, {}).ok());
+  ASSERT_TRUE(t.sets[2]->Forward({Trio::Update(1, 8)}, {}).ok());
+  auto member = [&] { return t.sets[1]->view().Has(1); };
+  for (int i = 0; i < 300 && !member(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(member()) << t.sets[1]->view().DebugString();
+  EXPECT_EQ(t.Applied(1), std::vector<int64_t>({5, 8}));
 }
 
 TEST(ReplicaSetTest, HostileMessagesAreRefused) {

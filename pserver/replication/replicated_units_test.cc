@@ -2,6 +2,7 @@
 // forwards and refuses, and what a backup takes.
 #include "pserver/replication/replicated_units.h"
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -36,7 +37,7 @@ class FakeForwarder : public UpdateForwarder {
     for (const PushRef& p : pushes) refs.push_back(p);
     return status;
   }
-  uint32_t served = 2;
+  std::atomic<uint32_t> served{2};
   absl::Status status;
   // With `hold`, Forward says it has begun and waits for it.
   absl::Notification* hold = nullptr;
@@ -138,6 +139,59 @@ TEST(ParameterStoreReplicationTest, APullWaitsUntilTheBackupsHoldTheUpdate) {
   ASSERT_TRUE(pull->status.ok()) << pull->status;
   EXPECT_EQ(pull->values[0], (std::vector<float>{0, 1, 2, 3}));
   EXPECT_EQ(f.forwarded.size(), 1u);
+}
+
+// A forward that fails (this pserver fenced, or the view moved the shard
+// while the update was in flight): the pull that waited for it read the
+// new version, and is refused after the read, not answered with it.
+TEST(ParameterStoreReplicationTest, APullIsCheckedAgainAfterItsRead) {
+  FakeForwarder f;
+  absl::Notification hold;
+  f.hold = &hold;
+  auto store = MakeStore(ASYNC, 1, &f);
+  std::vector<float> g = {1, 1, 1, 1};
+  absl::Status pushed;
+  std::thread pusher([&] { pushed = store->Push(0, 0, {{0, 0, g}}); });
+  ASSERT_TRUE(f.entered.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  testing::PullArgs a;
+  std::unique_ptr<testing::PullResult> pull;
+  absl::Notification pulled;
+  std::thread puller([&] {
+    pull = testing::StartPull(store.get(), a, {{0, 0}});
+    pull->done.WaitForNotification();
+    pulled.Notify();
+  });
+  EXPECT_FALSE(pulled.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  f.served = 0;  // fenced before the forward returns
+  f.status = absl::UnavailableError("pserver 0 is fenced");
+  hold.Notify();
+  pusher.join();
+  EXPECT_TRUE(absl::IsUnavailable(pushed)) << pushed;
+  ASSERT_TRUE(pulled.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  puller.join();
+  EXPECT_TRUE(absl::IsFailedPrecondition(pull->status)) << pull->status;
+}
+
+// A pull waiting for a step on a pserver that stops serving the unit (a
+// newer view learned, or the fence) is answered at once, refused, rather
+// than after --max_pull_wait_s: the trainer sends it to the new primary.
+TEST(ParameterStoreReplicationTest, WaitingPullsAreRefusedOnceTheUnitMoves) {
+  FakeForwarder f;
+  auto store = MakeStore(SYNC, 2, &f);
+  std::vector<float> g = {1, 1, 1, 1};
+  ASSERT_TRUE(store->Push(0, 0, {{0, 0, g}}).ok());
+  testing::PullArgs a;
+  a.min_version = 1;  // waits for trainer 1's push of step 0
+  auto pull = testing::StartPull(store.get(), a, {{0, 0}});
+  EXPECT_FALSE(
+      pull->done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  store->state()->waiters.RecheckServes();  // still served: still waits
+  EXPECT_FALSE(pull->done.HasBeenNotified());
+  f.served = 0;
+  store->state()->waiters.RecheckServes();
+  ASSERT_TRUE(pull->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(pull->status)) << pull->status;
+  EXPECT_THAT(pull->status.message(), HasSubstr("is not the primary"));
 }
 
 TEST(ParameterStoreReplicationTest, ABackupHoldsWhatItsPrimaryApplied) {

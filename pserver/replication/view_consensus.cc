@@ -1,6 +1,8 @@
 #include "pserver/replication/view_consensus.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +70,17 @@ void ViewAcceptor::Commit(const View& view) {
 
 namespace {
 
+// Runs fn(i) for every peer at once, each on a thread of its own, and
+// returns when all have: a peer that does not answer costs one deadline,
+// not one per peer after it.
+template <typename Fn>
+void ForEachPeer(size_t n, Fn fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 0; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
+  for (std::thread& t : threads) t.join();
+}
+
 // What one round's first phase found.
 struct Phase1 {
   int answered = 0;
@@ -80,9 +93,12 @@ Phase1 PrepareAll(absl::Span<ViewPeer* const> peers, int64_t number,
                   const Ballot& ballot, const View& known) {
   Phase1 p;
   p.newest = known;
-  for (ViewPeer* peer : peers) {
-    absl::StatusOr<ViewAcceptor::PrepareReply> r =
-        peer->Prepare(number, ballot);
+  std::vector<absl::StatusOr<ViewAcceptor::PrepareReply>> replies(
+      peers.size(), absl::UnavailableError("not asked"));
+  ForEachPeer(peers.size(), [&](size_t i) {
+    replies[i] = peers[i]->Prepare(number, ballot);
+  });
+  for (absl::StatusOr<ViewAcceptor::PrepareReply>& r : replies) {
     if (!r.ok()) continue;
     ++p.answered;
     if (r->committed.number > p.newest.number) p.newest = r->committed;
@@ -93,7 +109,8 @@ Phase1 PrepareAll(absl::Span<ViewPeer* const> peers, int64_t number,
 }
 
 void CommitAll(absl::Span<ViewPeer* const> peers, const View& view) {
-  for (ViewPeer* peer : peers) peer->Commit(view).IgnoreError();
+  ForEachPeer(peers.size(),
+              [&](size_t i) { peers[i]->Commit(view).IgnoreError(); });
 }
 
 }  // namespace
@@ -140,11 +157,11 @@ absl::StatusOr<View> ProposeView(absl::Span<ViewPeer* const> peers,
       value = *std::move(next);
       value.number = number;
     }
-    int accepted = 0;
-    for (ViewPeer* peer : peers) {
-      absl::StatusOr<bool> ok = peer->Accept(number, ballot, value);
-      accepted += ok.ok() && *ok;
-    }
+    std::atomic<int> accepted{0};
+    ForEachPeer(peers.size(), [&](size_t i) {
+      absl::StatusOr<bool> ok = peers[i]->Accept(number, ballot, value);
+      if (ok.ok() && *ok) accepted.fetch_add(1);
+    });
     if (accepted < majority) continue;
     known = value;
     CommitAll(peers, known);

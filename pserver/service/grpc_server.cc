@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/launch/port_file.h"
 #include "common/transport/grpc_credentials.h"
+#include "common/transport/grpc_keepalive.h"
 #include "common/transport/wire_limits.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -27,10 +28,11 @@ absl::StatusOr<std::unique_ptr<GrpcPsServer>> GrpcPsServer::Create(
   if (!options.pserver.replica_peers) {
     options.pserver.replica_peers =
         [security = options.security](
-            const std::string& job_id,
-            const std::string& address) -> std::unique_ptr<ReplicaPeer> {
-      return GrpcReplicaPeer::Create(address, job_id, security,
-                                     GrpcReplicaPeer::Deadlines());
+            const std::string& job_id, const std::string& address,
+            absl::Duration lease) -> std::unique_ptr<ReplicaPeer> {
+      GrpcReplicaPeer::Deadlines d;
+      d.lease = lease;
+      return GrpcReplicaPeer::Create(address, job_id, security, d);
     };
   }
   auto pserver = Pserver::Create(options.pserver);
@@ -108,6 +110,8 @@ absl::Status GrpcPsServer::BuildServer() {
   // share this port and split the trainers' connections between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  // Trainers and pservers of a replicated job ping to notice a cut link.
+  AllowKeepalivePings(&builder);
   // What gRPC may hold for requests being received and answers being sent,
   // whoever sends them: beyond it, connections stop reading until memory is
   // freed (a bound on the pserver's memory past --max_memory_mb).

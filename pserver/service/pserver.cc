@@ -56,6 +56,10 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> Pserver::MakeReplicaSet(
   o.num_servers = req.pservers_size();
   o.replication = req.job().replication();
   o.env = env_;
+  if (req.job().pserver_lease_ms() > 0) {
+    o.lease = absl::Milliseconds(req.job().pserver_lease_ms());
+  }
+  o.watch_every = absl::Seconds(1);
   if (!options_.checkpoint_dir.empty()) {
     const std::string dir = JoinPath(options_.checkpoint_dir, job_id);
     if (!env_->FileExists(dir).ok()) RETURN_IF_ERROR(env_->CreateDir(dir));
@@ -69,7 +73,9 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> Pserver::MakeReplicaSet(
   }
   std::vector<std::unique_ptr<ReplicaPeer>> peers(req.pservers_size());
   for (int i = 0; i < req.pservers_size(); ++i) {
-    if (i != o.self) peers[i] = options_.replica_peers(job_id, req.pservers(i));
+    if (i != o.self) {
+      peers[i] = options_.replica_peers(job_id, req.pservers(i), o.lease);
+    }
   }
   return ReplicaSet::Create(std::move(o), std::move(shard_base),
                             std::move(peers));

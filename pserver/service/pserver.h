@@ -45,10 +45,12 @@ struct PserverOptions {
   // checkpoint (--job_retention); the default job never is. Default: 10 min.
   absl::Duration job_retention = absl::Minutes(10);
   // How a replicated job (docs/replication.md) reaches pserver `address`
-  // in job `job_id` (the gRPC binding sets it). Null: jobs with
-  // replication > 1 are refused. Default: null.
+  // in job `job_id`, taking a peer silent for `lease` as gone (the gRPC
+  // binding sets it). Null: jobs with replication > 1 are refused.
+  // Default: null.
   std::function<std::unique_ptr<ReplicaPeer>(const std::string& job_id,
-                                             const std::string& address)>
+                                             const std::string& address,
+                                             absl::Duration lease)>
       replica_peers;
 };
 

@@ -58,11 +58,14 @@ ReplicaSet::StoreHooks ReplicationHandler::MakeStoreHooks() {
         .Install(table, unit, image, generation);
   };
   hooks.generation = [store] { return store->generation(); };
+  hooks.served_changed = [store] { store->state()->waiters.RecheckServes(); };
   return hooks;
 }
 
 absl::Status ReplicationHandler::Start(const InitJobRequest& req) {
   absl::MutexLock l(&mu_);
+  // Sent again to a pserver that serves the job (the chief found it out of
+  // the view): it rejoins by itself (ReplicaSet::Watch).
   if (replicas_ != nullptr) return absl::OkStatus();
   const JobSpec& job = req.job();
 
@@ -89,7 +92,7 @@ absl::Status ReplicationHandler::Start(const InitJobRequest& req) {
         "this pserver cannot reach other pservers (in-process): no "
         "replication");
   }
-  if (replicas_ == nullptr) {
+  {
     ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
     replicas_->set_hooks(MakeStoreHooks());
     ReplicatedUnits(store_->state()).SetForwarder(replicas_.get());
@@ -98,15 +101,16 @@ absl::Status ReplicationHandler::Start(const InitJobRequest& req) {
               << req.server_index() << " (" << replicas_->view().DebugString()
               << ")";
   }
+  std::vector<ReplicaSet::UnitKey> units;
+  for (const BlockRef& b : req.blocks()) {
+    units.emplace_back(b.table_id(), b.block());
+  }
+  for (int t = 0; t < job.tables_size(); ++t) {
+    if (job.tables(t).kind() != TableSpec::SPARSE) continue;
+    for (int shard : SparseShardsOf(req)) units.emplace_back(t, shard);
+  }
+  replicas_->set_units(units);
   if (req.rejoin()) {
-    std::vector<ReplicaSet::UnitKey> units;
-    for (const BlockRef& b : req.blocks()) {
-      units.emplace_back(b.table_id(), b.block());
-    }
-    for (int t = 0; t < job.tables_size(); ++t) {
-      if (job.tables(t).kind() != TableSpec::SPARSE) continue;
-      for (int shard : SparseShardsOf(req)) units.emplace_back(t, shard);
-    }
     LOG(WARNING) << "pserver " << req.server_index()
                  << " rejoins the job: " << units.size()
                  << " blocks to take from their primaries";
@@ -166,6 +170,11 @@ absl::Status ReplicationHandler::ChangeView(const ChangeViewRequest& req,
                                             ChangeViewResponse* resp) {
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
+  if (req.has_decided()) {
+    ViewCommitRequest commit;
+    *commit.mutable_view() = req.decided();
+    RETURN_IF_ERROR(r->HandleCommit(commit));
+  }
   std::vector<int> remove(req.remove().begin(), req.remove().end());
   std::vector<int> add(req.add().begin(), req.add().end());
   if (!remove.empty() || !add.empty()) {

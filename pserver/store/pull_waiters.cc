@@ -41,8 +41,18 @@ void PullWaiters::Release(const WaiterPtr& w) {
 void PullWaiters::Complete(const WaiterPtr& w) {
   if (w->finished.exchange(true)) return;
   for (const PullTarget& t : w->targets) t.unit->Read(t, w->sink);
+  // Replicated: the read waited for the units' updates in flight; a
+  // forward that failed fenced this pserver, and a newer view moved the
+  // shard, before the update settled. Either way what was read may be a
+  // version no backup holds: not answered (docs/replication.md, "Faults").
+  absl::Status st;
+  UpdateForwarder* f = forwarder_->load(std::memory_order_acquire);
+  for (size_t i = 0; f != nullptr && st.ok() && i < w->targets.size(); ++i) {
+    const BarrierUnit* u = w->targets[i].unit;
+    st = f->CheckServes(u->table_id(), u->index());
+  }
   if (w->watched.load()) Unwatch(w);
-  Answer(w, absl::OkStatus());
+  Answer(w, std::move(st));
 }
 
 void PullWaiters::Finish(const WaiterPtr& w, absl::Status status) {
@@ -89,6 +99,26 @@ void PullWaiters::Close(const absl::Status& status) {
     all.assign(watched_.begin(), watched_.end());
   }
   for (const WaiterPtr& w : all) Finish(w, status);
+}
+
+void PullWaiters::RecheckServes() {
+  UpdateForwarder* f = forwarder_->load(std::memory_order_acquire);
+  if (f == nullptr) return;
+  std::vector<std::pair<WaiterPtr, absl::Status>> refused;
+  {
+    absl::MutexLock l(&mu_);
+    for (const WaiterPtr& w : watched_) {
+      if (w->finished.load()) continue;
+      for (const PullTarget& t : w->targets) {
+        absl::Status st = f->CheckServes(t.unit->table_id(), t.unit->index());
+        if (!st.ok()) {
+          refused.emplace_back(w, std::move(st));
+          break;
+        }
+      }
+    }
+  }
+  for (auto& [w, st] : refused) Finish(w, std::move(st));
 }
 
 bool PullWaiters::WaitForSize(size_t n, absl::Duration timeout) const {

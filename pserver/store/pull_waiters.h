@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "pserver/store/step_barrier.h"
+#include "pserver/store/update_forwarder.h"
 
 namespace shardps {
 
@@ -48,7 +49,12 @@ struct PullWaiter {
 // Thread-safe.
 class PullWaiters {
  public:
-  explicit PullWaiters(const Clock* clock) : clock_(clock) {}
+  // `forwarder`: the job's replication, once set (null inside: none);
+  // a pull is answered only if this pserver still serves every unit it
+  // read, checked after the read (which waits for updates in flight).
+  PullWaiters(const Clock* clock,
+              const std::atomic<UpdateForwarder*>* forwarder)
+      : clock_(clock), forwarder_(forwarder) {}
   // Answers every watched pull with UNAVAILABLE.
   ~PullWaiters();
 
@@ -71,6 +77,12 @@ class PullWaiters {
   // Answers every watched pull with `status`, and every later one with
   // UNAVAILABLE (shutdown).
   void Close(const absl::Status& status);
+  // Replicated: answers every waiting pull that reads a unit this pserver
+  // does not serve any more (a newer view moved its shard, or this
+  // pserver is fenced) with the forwarder's refusal, so that the trainer
+  // sends it to the new primary at once rather than after
+  // --max_pull_wait_s. Call without the units' locks.
+  void RecheckServes();
 
   // Pulls waiting now (takes no lock).
   size_t size() const;
@@ -86,6 +98,7 @@ class PullWaiters {
   void Unwatch(const WaiterPtr& w);
 
   const Clock* const clock_;
+  const std::atomic<UpdateForwarder*>* const forwarder_;
   mutable absl::Mutex mu_;
   absl::flat_hash_set<WaiterPtr> watched_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -33,7 +33,8 @@ WaiterPtr NewPull(const FakeClock& clock, Answer* a, int holds) {
 TEST(PullWaitersTest, AnsweredOnceTheLastHoldIsReleased) {
   FakeClock clock;
   Answer a;  // outlives `waiters`, which answers on destruction
-  PullWaiters waiters(&clock);
+  std::atomic<UpdateForwarder*> no_forwarder{nullptr};
+  PullWaiters waiters(&clock, &no_forwarder);
   WaiterPtr w = NewPull(clock, &a, /*holds=*/2);
   waiters.Start(w);
   EXPECT_EQ(waiters.size(), 1u);
@@ -52,7 +53,8 @@ TEST(PullWaitersTest, AnsweredOnceTheLastHoldIsReleased) {
 TEST(PullWaitersTest, APullWithNothingToWaitForIsNeverWatched) {
   FakeClock clock;
   Answer a;  // outlives `waiters`, which answers on destruction
-  PullWaiters waiters(&clock);
+  std::atomic<UpdateForwarder*> no_forwarder{nullptr};
+  PullWaiters waiters(&clock, &no_forwarder);
   waiters.Start(NewPull(clock, &a, 0));
   EXPECT_EQ(a.calls, 1);
   EXPECT_EQ(waiters.size(), 0u);
@@ -61,7 +63,8 @@ TEST(PullWaitersTest, APullWithNothingToWaitForIsNeverWatched) {
 TEST(PullWaitersTest, ScanFindsExpiredPullsAndReportsEachOnce) {
   FakeClock clock;
   Answer a, b;  // outlives `waiters`, which answers on destruction
-  PullWaiters waiters(&clock);
+  std::atomic<UpdateForwarder*> no_forwarder{nullptr};
+  PullWaiters waiters(&clock, &no_forwarder);
   WaiterPtr old = NewPull(clock, &a, 1);
   waiters.Start(old);
   clock.Advance(absl::Seconds(6));
@@ -83,7 +86,8 @@ TEST(PullWaitersTest, ScanFindsExpiredPullsAndReportsEachOnce) {
 TEST(PullWaitersTest, CloseAnswersEveryWatchedPullAndEveryLaterOne) {
   FakeClock clock;
   Answer a, b;  // outlives `waiters`, which answers on destruction
-  PullWaiters waiters(&clock);
+  std::atomic<UpdateForwarder*> no_forwarder{nullptr};
+  PullWaiters waiters(&clock, &no_forwarder);
   waiters.Start(NewPull(clock, &a, 1));
   waiters.Close(absl::UnavailableError("stopping"));
   EXPECT_EQ(a.calls, 1);
@@ -96,7 +100,8 @@ TEST(PullWaitersTest, CloseAnswersEveryWatchedPullAndEveryLaterOne) {
 TEST(PullWaitersTest, WaitForSizeReturnsWhenAPullIsHeld) {
   FakeClock clock;
   Answer a;  // outlives `waiters`, which answers on destruction
-  PullWaiters waiters(&clock);
+  std::atomic<UpdateForwarder*> no_forwarder{nullptr};
+  PullWaiters waiters(&clock, &no_forwarder);
   EXPECT_FALSE(waiters.WaitForSize(1, absl::Milliseconds(1)));
   waiters.Start(NewPull(clock, &a, 1));
   EXPECT_TRUE(waiters.WaitForSize(1, absl::Seconds(10)));

@@ -22,7 +22,7 @@ StoreState::StoreState(StoreOptions o)
       clock(options.clock),
       own_budget(options.max_memory_bytes),
       budget(options.budget != nullptr ? options.budget : &own_budget),
-      waiters(options.clock) {}
+      waiters(options.clock, &forwarder) {}
 
 absl::StatusOr<bool> StoreState::InitJob(const JobSpec& spec,
                                          absl::Span<const BlockId> blocks,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/job_id.h"
 #include "common/transport/grpc_credentials.h"
+#include "common/transport/grpc_keepalive.h"
 #include "common/transport/grpc_status.h"
 #include "common/transport/grpc_wire.h"
 #include "common/transport/wire_limits.h"
@@ -37,6 +38,9 @@ std::unique_ptr<GrpcPsClient> GrpcPsClient::Create(
   // Reconnect quickly to a restarted pserver.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (options.keepalive > absl::ZeroDuration()) {
+    AddKeepaliveArgs(options.keepalive, &args);
+  }
   AddChannelSecurityArgs(security, &args);
   auto channel =
       grpc::CreateCustomChannel(address, ChannelCredentialsFor(security), args);

@@ -32,6 +32,12 @@ struct RpcOptions {
   // Defaults: 50 ms and 5 s.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(5);
+  // When positive: the channel pings the pserver every second, idle or
+  // waiting, and drops the connection (failing its calls UNAVAILABLE) when
+  // a ping or data goes unanswered this long, so that a pserver cut off or
+  // paused is noticed within it rather than at a call's deadline
+  // (common/transport/grpc_keepalive.h). Default: 0 (no pings).
+  absl::Duration keepalive = absl::ZeroDuration();
   // The job every call names (`shardps-job` metadata, base/job_id.h).
   // Empty: none, which the pserver takes as the default job.
   std::string job_id;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/placement/shard_map.h"
+#include "common/transport/peer_silence.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -23,75 +24,220 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
   void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
                  google::protobuf::Message* resp,
                  StatusCallback done) override {
-    Attempt(rpc, &req, resp, std::move(done), 0);
+    Attempt(rpc, &req, resp, std::move(done));
   }
 
  private:
+  // One call, across its attempts.
+  struct Call {
+    PsRpc rpc;
+    const google::protobuf::Message* req;
+    google::protobuf::Message* resp;
+    StatusCallback done;
+    absl::Time start;
+    // The primary that has left it unanswered, and since when.
+    int silent = -1;
+    absl::Time silent_since;
+    absl::Duration backoff = absl::Milliseconds(50);
+    absl::Time last_log = absl::InfinitePast();
+  };
+  using CallPtr = std::shared_ptr<Call>;
+
   void Attempt(PsRpc rpc, const google::protobuf::Message* req,
-               google::protobuf::Message* resp, StatusCallback done,
-               int tries) {
+               google::protobuf::Message* resp, StatusCallback done) {
+    auto c = std::make_shared<Call>();
+    c->rpc = rpc;
+    c->req = req;
+    c->resp = resp;
+    c->done = std::move(done);
+    c->start = absl::Now();
+    Attempt(std::move(c));
+  }
+
+  void Attempt(CallPtr c) {
     const int p = router_->Primary(shard_);
     const int64_t seen = router_->view_number();
     if (p < 0) {
-      done(absl::UnavailableError(
+      c->done(absl::UnavailableError(
           absl::StrCat("shard ", shard_, " has no live replica in view ", seen,
                        ": every pserver that held it is gone")));
       return;
     }
-    router_->servers_[p]->CallAsync(
-        rpc, *req, resp,
-        [this, rpc, req, resp, done = std::move(done), tries, p,
-         seen](absl::Status s) mutable {
-          if (s.ok()) {
-            Succeeded(rpc, *req);
-            done(s);
-            return;
-          }
-          const bool busy = absl::IsUnavailable(s) &&
-                            absl::StrContains(s.message(), "still being");
-          const bool dead = !busy && absl::IsUnavailable(s);
-          const bool moved =
-              absl::IsFailedPrecondition(s) &&
-              absl::StrContains(s.message(), "is not the primary of shard");
-          if ((!busy && !dead && !moved) || tries >= 20) {
-            done(s);
-            return;
-          }
-          router_->Post([this, rpc, req, resp, done = std::move(done), tries, p,
-                         seen, busy, dead, s]() mutable {
-            absl::Status f = absl::OkStatus();
-            if (busy) {
-              absl::SleepFor(absl::Milliseconds(20));
-            } else {
-              LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard "
-                           << shard_ << ": pserver " << p << ": " << s;
-              f = dead ? router_->Failover(p, seen) : router_->Refresh(seen);
-              if (f.ok()) {
-                LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard "
-                             << shard_ << ": failover from pserver " << p
-                             << " to pserver " << router_->Primary(shard_);
-                SendAgain();
-              }
-            }
-            if (!f.ok()) {
-              done(absl::Status(
-                  s.code(),
-                  absl::StrCat(s.message(), "; no failover: ", f.message())));
-              return;
-            }
-            resp->Clear();
-            Attempt(rpc, req, resp, std::move(done), tries + 1);
-          });
+    auto on_done = [this, c, p, seen](absl::Status s) {
+      if (s.ok()) {
+        router_->NoteAnswered(p);
+        Succeeded(c->rpc, *c->req, p);
+        c->done(s);
+        return;
+      }
+      Failed(c, p, seen, std::move(s));
+    };
+    router_->servers_[p]->CallAsync(c->rpc, *c->req, c->resp,
+                                    std::move(on_done));
+  }
+
+  // What a failed call's error says of its primary.
+  enum class Fault {
+    kOther,     // an answer of the pserver's own: the call's error
+    kBusy,      // the job is still being set up there
+    kGone,      // its host refuses connections, or it is fenced
+    kSlowStep,  // it ended a pull itself after --max_pull_wait_s
+    kSilent,    // no answer (cut off, paused, losing packets)
+    kMoved,     // not the primary in its view
+  };
+  static Fault Classify(const absl::Status& s) {
+    if (absl::IsUnavailable(s)) {
+      if (absl::StrContains(s.message(), "still being")) return Fault::kBusy;
+      if (IsRefusedConnection(s) ||
+          absl::StrContains(s.message(), "is fenced")) {
+        return Fault::kGone;
+      }
+      return Fault::kSilent;
+    }
+    if (absl::IsDeadlineExceeded(s)) {
+      return absl::StrContains(s.message(), "pserver waited") ? Fault::kSlowStep
+                                                              : Fault::kSilent;
+    }
+    if (absl::IsFailedPrecondition(s) &&
+        absl::StrContains(s.message(), "is not the primary of shard")) {
+      return Fault::kMoved;
+    }
+    return Fault::kOther;
+  }
+
+  // An error from primary `p`: sent again, after a wait or a failover, or
+  // the call ends with it.
+  void Failed(CallPtr c, int p, int64_t seen, absl::Status s) {
+    const Fault fault = Classify(s);
+    const absl::Time now = absl::Now();
+    if (fault == Fault::kOther) {
+      c->done(s);
+      return;
+    }
+    if (now - c->start > router_->options_.give_up_after) {
+      c->done(absl::Status(s.code(),
+                           absl::StrCat(s.message(), "; gave up after ",
+                                        absl::FormatDuration(now - c->start))));
+      return;
+    }
+    if (IsRefusedConnection(s)) router_->NoteRefused(p);
+    switch (fault) {
+      case Fault::kBusy:
+        router_->Post([this, c] { Again(c); }, absl::Milliseconds(20));
+        return;
+      case Fault::kSlowStep:
+        LogEvery(c.get(), absl::Seconds(10), [&] {
+          return absl::StrCat("waiting for a slow step on pserver ", p, ": ",
+                              s.message());
         });
+        router_->Post([this, c] { Again(c); });
+        return;
+      case Fault::kSilent: {
+        if (c->silent != p) {
+          c->silent = p;
+          // A connection dropped by its keepalive has been silent for the
+          // lease already.
+          c->silent_since =
+              IsSilentForTheLease(s) ? now - router_->options_.lease : now;
+        }
+        const absl::Duration quiet = now - c->silent_since;
+        if (quiet >= router_->options_.lease) break;
+        LogEvery(c.get(), absl::Seconds(2), [&] {
+          return absl::StrCat("waiting for pserver ", p, " (primary of shard ",
+                              shard_, "): no answer for ",
+                              absl::FormatDuration(quiet), " of the ",
+                              absl::FormatDuration(router_->options_.lease),
+                              " lease: ", s.message());
+        });
+        Backoff(c);
+        return;
+      }
+      default:
+        break;
+    }
+    const bool moved = fault == Fault::kMoved;
+    router_->Post([this, c, p, seen, moved, s] { Move(c, p, seen, moved, s); });
+  }
+
+  // On the router's thread: the view without primary `p` (or, `moved`,
+  // the newer view), then the call again.
+  void Move(CallPtr c, int p, int64_t seen, bool moved, const absl::Status& s) {
+    LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard " << shard_
+                 << ": pserver " << p << ": " << s;
+    if (IsRefusedConnection(s)) {
+      // A majority gone (their hosts refuse connections): no view can be
+      // agreed; said now rather than after asking the survivors.
+      absl::Status gone = router_->MajorityGone(p);
+      if (!gone.ok()) {
+        c->done(absl::Status(
+            s.code(),
+            absl::StrCat(s.message(), "; no failover: ", gone.message())));
+        return;
+      }
+    }
+    absl::Status f =
+        moved ? router_->Refresh(seen) : router_->Failover(p, seen);
+    if (f.ok()) {
+      // The view's change was logged, and sent the acknowledged pushes
+      // again (AskView).
+      Again(c);
+      return;
+    }
+    absl::Status gone = router_->MajorityGone(p);
+    const bool orphans = absl::IsFailedPrecondition(f) &&
+                         absl::StrContains(f.message(), "would leave shard");
+    if (orphans || !gone.ok()) {
+      // Refused (it would leave a shard with no copy), or no majority is
+      // alive: nothing to wait for.
+      c->done(absl::Status(
+          s.code(), absl::StrCat(s.message(), "; no failover: ",
+                                 gone.ok() ? f.message() : gone.message())));
+      return;
+    }
+    // No majority answers (yet): a partition may heal.
+    LogEvery(c.get(), absl::Seconds(2), [&] {
+      return absl::StrCat("no failover from pserver ", p, " yet (", f.message(),
+                          "); trying again for ",
+                          absl::FormatDuration(router_->options_.give_up_after -
+                                               (absl::Now() - c->start)));
+    });
+    Backoff(c);
+  }
+
+  // The call again after its back-off (50 ms doubling to 1 s).
+  void Backoff(const CallPtr& c) {
+    const absl::Duration wait = c->backoff;
+    c->backoff = std::min(c->backoff * 2, absl::Seconds(1));
+    router_->Post([this, c] { Again(c); }, wait);
+  }
+
+  void Again(CallPtr c) {
+    c->resp->Clear();
+    Attempt(std::move(c));
+  }
+
+  template <typename Text>
+  void LogEvery(Call* c, absl::Duration every, Text text) {
+    const absl::Time now = absl::Now();
+    if (now - c->last_log < every) return;
+    c->last_log = now;
+    LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard " << shard_
+                 << ": " << text() << " (" << PsRpcMethod(c->rpc).name() << ", "
+                 << absl::FormatDuration(now - c->start) << " so far)";
   }
 
   // Sync: remembers an acknowledged push until a pull shows its step
   // applied.
-  void Succeeded(PsRpc rpc, const google::protobuf::Message& req) {
+  void Succeeded(PsRpc rpc, const google::protobuf::Message& req, int p) {
     if (!router_->sync_) return;
     absl::MutexLock l(&mu_);
     if (rpc == PsRpc::kPush) {
       unconfirmed_.push_back(static_cast<const PushRequest&>(req));
+      // Acknowledged by a primary the view has moved away from while the
+      // push was on its way (it did not know yet): the new one needs it.
+      if (router_->Primary(shard_) != p) {
+        router_->Post([this] { SendAgain(); });
+      }
     } else if (rpc == PsRpc::kPull) {
       const int64_t v = static_cast<const PullRequest&>(req).min_version();
       unconfirmed_.erase(
@@ -101,8 +247,9 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
     }
   }
 
-  // After a failover: the acknowledged pushes of steps no pull has seen
-  // applied go to the new primary (on the router's thread).
+ public:
+  // After the shard's primary changed: the acknowledged pushes of steps no
+  // pull has seen applied go to the new primary (on the router's thread).
   void SendAgain() {
     std::vector<PushRequest> again;
     {
@@ -134,12 +281,14 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
 };
 
 ReplicaRouter::ReplicaRouter(std::vector<PsClientInterface*> servers,
-                             int replication, bool sync, int trainer_id)
+                             Options options)
     : servers_(std::move(servers)),
-      replication_(replication),
-      sync_(sync),
-      trainer_id_(trainer_id) {
+      options_(options),
+      replication_(options.replication),
+      sync_(options.sync),
+      trainer_id_(options.trainer_id) {
   rejoin_sent_.assign(servers_.size(), absl::InfinitePast());
+  refused_at_.assign(servers_.size(), absl::InfinitePast());
   for (size_t i = 0; i < servers_.size(); ++i) {
     members_.push_back(static_cast<int>(i));
     shards_.push_back(std::make_unique<ShardClient>(this, static_cast<int>(i)));
@@ -168,6 +317,10 @@ bool ReplicaRouter::Live(int server) const {
 
 int ReplicaRouter::Primary(int shard) const {
   absl::MutexLock l(&mu_);
+  return PrimaryLocked(shard);
+}
+
+int ReplicaRouter::PrimaryLocked(int shard) const {
   if (static_cast<size_t>(shard) < primaries_.size()) return primaries_[shard];
   return PrimaryServer(shard, replication_, static_cast<int>(servers_.size()),
                        members_);
@@ -188,26 +341,80 @@ int ReplicaRouter::failovers() const {
   return failovers_;
 }
 
-void ReplicaRouter::Post(std::function<void()> fn) {
+void ReplicaRouter::Post(std::function<void()> fn, absl::Duration after) {
   absl::MutexLock l(&mu_);
-  queue_.push_back(std::move(fn));
+  queue_.emplace(absl::Now() + after, std::move(fn));
+}
+
+void ReplicaRouter::NoteRefused(int server) {
+  absl::MutexLock l(&mu_);
+  refused_at_[server] = absl::Now();
+}
+
+void ReplicaRouter::NoteAnswered(int server) {
+  absl::MutexLock l(&mu_);
+  refused_at_[server] = absl::InfinitePast();
+}
+
+absl::Status ReplicaRouter::MajorityGone(int refused_now) {
+  const size_t n = servers_.size();
+  std::vector<int> gone;
+  auto refused = [&] {
+    absl::MutexLock l(&mu_);
+    const absl::Time now = absl::Now();
+    gone.clear();
+    for (size_t i = 0; i < refused_at_.size(); ++i) {
+      if (now - refused_at_[i] < options_.lease) gone.push_back(i);
+    }
+    return gone.size() >= n - n / 2;
+  };
+  if (!refused()) return absl::OkStatus();
+  // What refused a while ago may be back (restarted, and let into the view
+  // without this trainer's knowing): asked once more.
+  for (int i : gone) {
+    if (i == refused_now) continue;
+    GetStatusRequest req;
+    GetStatusResponse resp;
+    if (servers_[i]->GetStatus(req, &resp).ok()) NoteAnswered(i);
+  }
+  if (!refused()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "pservers {", absl::StrJoin(gone, ","),
+      "} refuse connections: ", gone.size(), " of ", n,
+      " pservers are gone, and a view needs a majority alive (with ",
+      replication_, " copies, the shards they held have no live replica)"));
 }
 
 void ReplicaRouter::Run() {
+  absl::Time next_probe = absl::Now() + absl::Seconds(1);
   while (true) {
-    std::function<void()> fn = [this] { Probe(); };
+    std::function<void()> fn;
     {
       absl::MutexLock l(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !queue_.empty();
-      };
-      // Idle for a second: probe.
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
-      if (stop_) return;
-      if (!queue_.empty()) {
-        fn = std::move(queue_.front());
-        queue_.pop_front();
+      while (!stop_) {
+        const absl::Time now = absl::Now();
+        if (!queue_.empty() && queue_.begin()->first <= now) break;
+        if (now >= next_probe) break;
+        absl::Time until = next_probe;
+        if (!queue_.empty()) until = std::min(until, queue_.begin()->first);
+        // Woken early by a new call (queue_ changes) or the stop.
+        const size_t size = queue_.size();
+        auto changed = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || queue_.size() != size;
+        };
+        mu_.AwaitWithDeadline(absl::Condition(&changed), until);
       }
+      if (stop_) return;
+      if (!queue_.empty() && queue_.begin()->first <= absl::Now()) {
+        fn = std::move(queue_.begin()->second);
+        queue_.erase(queue_.begin());
+      }
+    }
+    if (!fn) {
+      // Idle for a second (or busy past it): probe.
+      next_probe = absl::Now() + absl::Seconds(1);
+      Probe();
+      continue;
     }
     fn();
   }
@@ -216,19 +423,71 @@ void ReplicaRouter::Run() {
 absl::Status ReplicaRouter::AskView(int q, const ChangeViewRequest& req) {
   ChangeViewResponse resp;
   absl::Status s = servers_[q]->ChangeView(req, &resp);
+  if (IsRefusedConnection(s)) NoteRefused(q);
   if (!s.ok()) return s;
+  NoteAnswered(q);
   std::vector<int> members(resp.view().members().begin(),
                            resp.view().members().end());
-  absl::MutexLock l(&mu_);
-  if (resp.view().number() > view_number_) {
+  std::vector<int> moved;          // shards whose primary changed
+  std::vector<int> moved_from;     // ... who served each before
+  std::vector<int> old_primaries;  // ... each of those once, to be told
+  {
+    absl::MutexLock l(&mu_);
+    if (resp.view().number() <= view_number_) return absl::OkStatus();
+    std::vector<int> before;
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      before.push_back(PrimaryLocked(s));
+    }
     view_number_ = resp.view().number();
+    // Pservers the pservers let back in are alive, whatever refused this
+    // trainer before.
+    for (int m : members) {
+      if (!std::binary_search(members_.begin(), members_.end(), m)) {
+        refused_at_[m] = absl::InfinitePast();
+      }
+    }
+    for (int j : resp.view().joining()) {
+      if (j >= 0 && static_cast<size_t>(j) < refused_at_.size()) {
+        refused_at_[j] = absl::InfinitePast();
+      }
+    }
     members_ = std::move(members);
     joining_.assign(resp.view().joining().begin(), resp.view().joining().end());
     primaries_.assign(resp.view().primaries().begin(),
                       resp.view().primaries().end());
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (PrimaryLocked(s) == before[s]) continue;
+      moved.push_back(s);
+      moved_from.push_back(before[s]);
+      if (before[s] >= 0 && before[s] != q &&
+          std::find(old_primaries.begin(), old_primaries.end(), before[s]) ==
+              old_primaries.end()) {
+        old_primaries.push_back(before[s]);
+      }
+    }
     LOG(WARNING) << "trainer " << trainer_id_ << ": pservers in view "
                  << view_number_ << ": {" << absl::StrJoin(members_, ",")
                  << "}";
+  }
+  // However the view was learned (a failover, a refusal, the chief's
+  // probe), the pushes a moved shard's old primary acknowledged and no
+  // pull has shown applied go to the new one.
+  for (size_t i = 0; i < moved.size(); ++i) {
+    LOG(WARNING) << "trainer " << trainer_id_ << ": shard " << moved[i]
+                 << ": failover from pserver " << moved_from[i]
+                 << " to pserver " << Primary(moved[i]);
+    shards_[moved[i]]->SendAgain();
+  }
+  // An old primary cut off from the other pservers cannot learn the view
+  // from them; told it, it answers the pulls waiting on it (refused: not
+  // the primary) and stops forwarding. Not waited for: it may be gone.
+  for (int p : old_primaries) {
+    auto tell =
+        std::make_shared<std::pair<ChangeViewRequest, ChangeViewResponse>>();
+    tell->first.set_trainer_id(trainer_id_);
+    *tell->first.mutable_decided() = resp.view();
+    servers_[p]->CallAsync(PsRpc::kChangeView, tell->first, &tell->second,
+                           [tell](absl::Status) {});
   }
   return absl::OkStatus();
 }
@@ -245,7 +504,9 @@ void ReplicaRouter::Probe() {
     for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
       const bool in = std::binary_search(members_.begin(), members_.end(), i) ||
                       std::binary_search(joining_.begin(), joining_.end(), i);
-      if (!in && now - rejoin_sent_[i] > absl::Seconds(10)) out.push_back(i);
+      // Sent again each second while it stays out: sending the job to a
+      // pserver that has it already changes nothing there.
+      if (!in && now - rejoin_sent_[i] >= absl::Seconds(1)) out.push_back(i);
     }
   }
   ChangeViewRequest req;  // no change: the view
@@ -257,6 +518,7 @@ void ReplicaRouter::Probe() {
     GetStatusRequest sreq;
     GetStatusResponse sresp;
     if (!servers_[i]->GetStatus(sreq, &sresp).ok()) continue;
+    NoteAnswered(i);
     {
       absl::MutexLock l(&mu_);
       rejoin_sent_[i] = absl::Now();
@@ -283,8 +545,10 @@ absl::Status ReplicaRouter::Failover(int dead, int64_t seen) {
   req.set_trainer_id(trainer_id_);
   req.add_remove(dead);
   absl::Status last = absl::UnavailableError("no live pserver to ask");
+  absl::Status refusal;
   for (int q : ask) {
     last = AskView(q, req);
+    if (absl::IsFailedPrecondition(last)) refusal = last;
     if (last.ok()) {
       absl::MutexLock l(&mu_);
       ++failovers_;
@@ -294,7 +558,7 @@ absl::Status ReplicaRouter::Failover(int dead, int64_t seen) {
       return absl::OkStatus();
     }
   }
-  return last;
+  return refusal.ok() ? last : refusal;
 }
 
 absl::Status ReplicaRouter::Refresh(int64_t seen) {

@@ -2,8 +2,8 @@
 #define SHARDPS_TRAINER_CLIENT_REPLICA_ROUTER_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -20,20 +20,34 @@ namespace shardps {
 // A trainer's side of replication (docs/replication.md): the view of live
 // pservers the pservers agreed, the primary of each shard in it, and, per
 // shard, a PsClientInterface that sends each call to the shard's primary.
-// A call that finds its primary gone (UNAVAILABLE once the pserver
-// client's short retry budget is spent) has the pservers agree a view
-// without it, and goes to the new primary; one answered "not the primary"
-// learns the newer view first. In sync mode a shard client keeps every push
-// the primary acknowledged until a pull of the version after it has been
-// answered, and sends them again to a new primary (same request ids: a
-// step the new primary applied already counts them as duplicates), so the
-// step being assembled on a dead primary is assembled again. Thread-safe.
+// A primary known dead (its host refuses connections) or fenced has the
+// pservers agree a view without it at once; one that answers nothing
+// (cut off, paused, losing packets) is waited for, the call sent again
+// with a back-off and a log line, until it has been silent for the lease,
+// and only then taken out. The call then goes to the new primary; one
+// answered "not the primary" learns the newer view first. In sync mode a shard
+// client keeps every push the primary acknowledged until a pull of the version
+// after it has been answered, and sends them again to a new primary (same
+// request ids: a step the new primary applied already counts them as
+// duplicates), so the step being assembled on a dead primary is assembled
+// again. Thread-safe.
 class ReplicaRouter {
  public:
   // `servers[i]` reaches pserver i with a short retry budget (the failover
   // bound); they must outlive the router.
-  ReplicaRouter(std::vector<PsClientInterface*> servers, int replication,
-                bool sync, int trainer_id);
+  struct Options {
+    int replication = 2;
+    bool sync = true;
+    int trainer_id = 0;
+    // A primary that answers none of this trainer's calls for this long
+    // is taken out of the view (JobSpec.pserver_lease_ms).
+    absl::Duration lease = absl::Seconds(4);
+    // A call gives up (its last error, saying so) when it has found no
+    // primary that answers, and no majority of pservers to agree a view
+    // without it, for this long.
+    absl::Duration give_up_after = absl::Seconds(60);
+  };
+  ReplicaRouter(std::vector<PsClientInterface*> servers, Options options);
   ~ReplicaRouter();
 
   ReplicaRouter(const ReplicaRouter&) = delete;
@@ -59,8 +73,20 @@ class ReplicaRouter {
  private:
   class ShardClient;
   friend class ShardClient;
-  // Runs `fn` on the router's thread (failovers wait on RPCs).
-  void Post(std::function<void()> fn);
+  // Runs `fn` on the router's thread (failovers wait on RPCs), `after`
+  // from now.
+  void Post(std::function<void()> fn,
+            absl::Duration after = absl::ZeroDuration());
+  int PrimaryLocked(int shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pserver i refused a connection now (its host is up, it is not); it
+  // answered (or the pservers let it back into the view).
+  void NoteRefused(int server);
+  void NoteAnswered(int server);
+  // When the pservers that refused connections within the lease, and
+  // still do when asked again now (all but `refused_now`, which just
+  // did), are a majority: why no view can be agreed (for the caller's
+  // error). On the router's thread.
+  absl::Status MajorityGone(int refused_now);
   void Run();
   // Pserver `dead` did not answer in view `seen`: the pservers agree a view
   // without it (unless the view moved on already).
@@ -73,6 +99,7 @@ class ReplicaRouter {
   void Probe();
 
   const std::vector<PsClientInterface*> servers_;
+  const Options options_;
   const int replication_;
   const bool sync_;
   const int trainer_id_;
@@ -87,7 +114,10 @@ class ReplicaRouter {
   // When each pserver was last sent the job for a rejoin.
   std::vector<absl::Time> rejoin_sent_ ABSL_GUARDED_BY(mu_);
   int failovers_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  // When each pserver last refused a connection (InfinitePast: never).
+  std::vector<absl::Time> refused_at_ ABSL_GUARDED_BY(mu_);
+  // What runs on the router's thread, by when it is due.
+  std::multimap<absl::Time, std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
