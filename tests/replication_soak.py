@@ -12,7 +12,7 @@ replays the same choices (the timing of faults against steps still
 varies).
 
     sudo python3 tests/replication_soak.py --bin_dir build --minutes 30 \\
-        [--seed N] [--keep DIR]
+        [--seed N] [--passes 5] [--keep DIR]
 
 Exits 0 when every job matched, 1 at the first that did not (its logs are
 kept and named), 77 where namespaces cannot be made.
@@ -125,6 +125,8 @@ def main():
     ap.add_argument("--bin_dir", default="build")
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--passes", type=int, default=5,
+                    help="passes per job (about 6 s each without faults)")
     ap.add_argument("--keep", default=None,
                     help="folder for the logs (default: a new one in /tmp)")
     args = ap.parse_args()
@@ -148,7 +150,8 @@ def main():
     net = netns.Net(PSERVERS + TRAINERS)
     shim = Shim(tmp)
     try:
-        base = Job(shim, net, "base")
+        passes = ["--num_passes=%d" % args.passes]
+        base = Job(shim, net, "base", passes)
         base.start()
         if base.wait() != [0] * TRAINERS:
             log("the fault-free job failed: see %s" % tmp)
@@ -160,7 +163,7 @@ def main():
         n = faults = 0
         while time.time() < end:
             n += 1
-            job = Job(shim, net, "job%d" % n)
+            job = Job(shim, net, "job%d" % n, passes)
             job.start()
             nemesis = Nemesis(rng, net, job, log)
             while all(t.poll() is None for t in job.trainers):

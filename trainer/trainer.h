@@ -124,10 +124,12 @@ class Trainer {
   int64_t steps_per_pass_ = 0;
   int64_t total_steps_ = 0;
   RequestStamp stamp_;
+  // Declared before the router: the chief's router sends restarted
+  // pservers the job through it from its own thread until it is gone.
+  std::unique_ptr<JobClient> job_client_;
   // With replication: routes pushes and pulls to each shard's primary
   // (declared before the clients that use it, so that it outlives them).
   std::unique_ptr<ReplicaRouter> router_;
-  std::unique_ptr<JobClient> job_client_;
   std::unique_ptr<ParamClient> params_;
   std::unique_ptr<SparseClient> sparse_;
   std::unique_ptr<CheckpointRequester> checkpoints_;

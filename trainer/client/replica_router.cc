@@ -80,7 +80,7 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
   enum class Fault {
     kOther,     // an answer of the pserver's own: the call's error
     kBusy,      // the job is still being set up there
-    kGone,      // its host refuses connections, or it is fenced
+    kGone,      // its host refuses connections, it is fenced or restarted
     kSlowStep,  // it ended a pull itself after --max_pull_wait_s
     kSilent,    // no answer (cut off, paused, losing packets)
     kMoved,     // not the primary in its view
@@ -101,6 +101,12 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
     if (absl::IsFailedPrecondition(s) &&
         absl::StrContains(s.message(), "is not the primary of shard")) {
       return Fault::kMoved;
+    }
+    // Restarted on its address, without the job yet: what it held is gone
+    // (the chief sends it the job, and it rejoins as a backup).
+    if (absl::IsFailedPrecondition(s) &&
+        absl::StrContains(s.message(), "job is not initialised")) {
+      return Fault::kGone;
     }
     return Fault::kOther;
   }
