@@ -557,45 +557,58 @@ void ReplicaSet::JoinLoop() {
     absl::MutexLock l(&join_mu_);
     return stop_;
   };
+  auto serves = [this, self] { return view().Serves(self); };
   const absl::Time start = absl::Now();
-  // 1. A view in which this pserver is joining.
   while (!stopped()) {
-    absl::StatusOr<View> v = ChangeView({}, {self});
-    if (v.ok() && v->Serves(self) && !v->Has(self)) {
-      // No one's primary in this view: the fence has done its work.
-      absl::MutexLock l(&mu_);
-      fenced_ = false;
-      break;
-    }
-    LOG_EVERY_N(WARNING, 10)
-        << "pserver " << self << ": rejoining: "
-        << (v.ok() ? v->DebugString() : v.status().ToString());
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  // 2. Every unit installed by its primary (on its next update).
-  absl::Time last_log = absl::Now();
-  while (!stopped()) {
-    const auto [done, of] = JoinProgress();
-    if (done >= of) break;
-    if (absl::Now() - last_log > absl::Seconds(5)) {
-      last_log = absl::Now();
-      LOG(INFO) << "pserver " << self << ": catching up, " << done << " of "
-                << of << " units installed";
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  // 3. A member again.
-  while (!stopped()) {
-    absl::StatusOr<View> v = ChangeView({}, {}, {self});
-    if (v.ok() && v->Has(self)) {
+    // 1. A view in which this pserver is joining. Taken out again (a
+    // primary that could not reach it for the lease): from the start,
+    // every unit to be installed again.
+    {
       absl::MutexLock l(&join_mu_);
-      joining_ = false;
-      LOG(WARNING) << "pserver " << self << ": caught up in "
-                   << absl::FormatDuration(absl::Now() - start)
-                   << "; a full backup again in " << v->DebugString();
-      return;
+      installed_.clear();
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    while (!stopped()) {
+      absl::StatusOr<View> v = ChangeView({}, {self});
+      if (v.ok() && v->Serves(self) && !v->Has(self)) {
+        // No one's primary in this view: the fence has done its work.
+        absl::MutexLock l(&mu_);
+        fenced_ = false;
+        break;
+      }
+      LOG_EVERY_N(WARNING, 10)
+          << "pserver " << self << ": rejoining: "
+          << (v.ok() ? v->DebugString() : v.status().ToString());
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    // 2. Every unit installed by its primary (on its next update).
+    absl::Time last_log = absl::Now();
+    while (!stopped() && serves()) {
+      const auto [done, of] = JoinProgress();
+      if (done >= of) break;
+      if (absl::Now() - last_log > absl::Seconds(5)) {
+        last_log = absl::Now();
+        LOG(INFO) << "pserver " << self << ": catching up, " << done << " of "
+                  << of << " units installed";
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    // 3. A member again.
+    while (!stopped() && serves()) {
+      absl::StatusOr<View> v = ChangeView({}, {}, {self});
+      if (v.ok() && v->Has(self)) {
+        absl::MutexLock l(&join_mu_);
+        joining_ = false;
+        LOG(WARNING) << "pserver " << self << ": caught up in "
+                     << absl::FormatDuration(absl::Now() - start)
+                     << "; a full backup again in " << v->DebugString();
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    if (!stopped()) {
+      LOG(WARNING) << "pserver " << self << ": taken out again while joining ("
+                   << view().DebugString() << "); rejoining";
+    }
   }
 }
 

@@ -192,7 +192,10 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
     absl::Status gone = router_->MajorityGone(p);
     const bool orphans = absl::IsFailedPrecondition(f) &&
                          absl::StrContains(f.message(), "would leave shard");
-    if (orphans || !gone.ok()) {
+    // A silent pserver that is the last copy of a shard may come back
+    // (paused, cut off): waited for, as for no majority, until the call
+    // gives up.
+    if ((orphans && Classify(s) != Fault::kSilent) || !gone.ok()) {
       // Refused (it would leave a shard with no copy), or no majority is
       // alive: nothing to wait for.
       c->done(absl::Status(
