@@ -21,7 +21,7 @@ kept and named), 77 where namespaces cannot be made.
 import argparse
 import os
 import random
-import shutil
+import re
 import signal
 import sys
 import tempfile
@@ -61,6 +61,26 @@ class Shim(object):
                 except OSError:
                     pass
                 p.wait()
+
+
+VIEW = re.compile(r"(?:learned|agreed) view (\d+) \{([\d,]*)\}( joining)?")
+
+
+def whole(job):
+    """Whether the newest view any pserver of `job` logged has every
+    pserver as a member and none joining: the last one harmed is back."""
+    newest, members, joining = -1, "", False
+    for i in range(PSERVERS):
+        try:
+            with open(job.path("ps%d.log" % i), errors="replace") as f:
+                for m in VIEW.finditer(f.read()):
+                    if int(m.group(1)) > newest:
+                        newest, members = int(m.group(1)), m.group(2)
+                        joining = bool(m.group(3))
+        except OSError:
+            pass
+    return newest < 0 or (
+        members == ",".join(str(i) for i in range(PSERVERS)) and not joining)
 
 
 class Nemesis(object):
@@ -167,9 +187,11 @@ def main():
             job.start()
             nemesis = Nemesis(rng, net, job, log)
             while all(t.poll() is None for t in job.trainers):
-                # Time for the last one harmed to rejoin (a second to
-                # notice, one step to catch up): one pserver at a time.
+                # One pserver at a time: the last one harmed has rejoined
+                # (every pserver a member again) before the next fault.
                 time.sleep(rng.uniform(3, 6))
+                testlib.wait_for(lambda: whole(job) or any(
+                    t.poll() is not None for t in job.trainers), 60)
                 if any(t.poll() is not None for t in job.trainers):
                     break
                 nemesis.one()
