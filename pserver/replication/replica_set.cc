@@ -16,6 +16,29 @@
 #include "pserver/replication/view_state_file.h"
 
 namespace shardps {
+namespace {
+
+// The newest view any of `peers` (null: this pserver) knows decided, when
+// newer than `known`. A prepare for the instance `known`: an acceptor that
+// knows it too promises nothing and answers the newest view it knows; one
+// a view behind promises the lowest ballot, which no proposer uses (rounds
+// start at 1).
+template <typename Peers>
+std::optional<View> NewestView(const Peers& peers, int64_t known) {
+  std::optional<View> newest;
+  for (const auto& peer : peers) {
+    if (peer == nullptr) continue;
+    absl::StatusOr<ViewAcceptor::PrepareReply> r =
+        peer->Prepare(known, Ballot{});
+    if (r.ok() && r->committed.number > known) {
+      known = r->committed.number;
+      newest = r->committed;
+    }
+  }
+  return newest;
+}
+
+}  // namespace
 
 // The acceptor of this pserver, as ProposeView reaches every pserver.
 class ReplicaSet::LocalPeer : public ViewPeer {
@@ -280,11 +303,10 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
     bool retry = false;
     last = ForwardOnce(view(), updates, pushes, &silent_since, &retry);
     if (last.ok() && !retry) {
-      if (absl::Now() - start > absl::Seconds(1)) {
-        LOG(WARNING) << "pserver " << options_.self << ": " << updates.size()
-                     << " update(s) reached the backups after "
-                     << absl::FormatDuration(absl::Now() - start);
-      }
+      LOG_IF(WARNING, absl::Now() - start > absl::Seconds(1))
+          << "pserver " << options_.self << ": " << updates.size()
+          << " update(s) reached the backups after "
+          << absl::FormatDuration(absl::Now() - start);
       return last;
     }
     if (absl::IsFailedPrecondition(last)) {
@@ -505,19 +527,8 @@ void ReplicaSet::Stop() {
 }
 
 void ReplicaSet::Watch() {
-  int64_t known;
-  {
-    absl::MutexLock l(&mu_);
-    known = acceptor_.state().committed.number;
-  }
-  // A prepare for a decided instance promises nothing: each acceptor only
-  // answers the newest view it knows.
-  for (int i = 0; i < options_.num_servers; ++i) {
-    if (i == options_.self) continue;
-    absl::StatusOr<ViewAcceptor::PrepareReply> r =
-        peers_[i]->Prepare(known, Ballot{});
-    if (r.ok() && r->committed.number > known) Learn(r->committed);
-  }
+  std::optional<View> newer = NewestView(peers_, view().number);
+  if (newer.has_value()) Learn(*newer);
   const View v = view();
   std::vector<UnitKey> units;
   {
