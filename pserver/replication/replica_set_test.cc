@@ -222,7 +222,13 @@ TEST(ReplicaSetTest, AJoiningBackupGetsEachUnitInstalledThenIsAMember) {
   t.up[1] = true;
   // Pserver 1 holds units 0 (shard 0, primary 0) and 1 (shard 1, now on 2).
   t.sets[1]->StartJoining({{0, 0}, {0, 1}});
-  auto joining = [&] { return t.sets[0]->view().joining.size() == 1; };
+  // Every pserver knows the joining view (commits reach them in parallel).
+  auto joining = [&] {
+    for (const auto& set : t.sets) {
+      if (set->view().joining.size() != 1) return false;
+    }
+    return true;
+  };
   for (int i = 0; i < 200 && !joining(); ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -283,7 +289,10 @@ TEST(ReplicaSetTest, APrimaryThatCannotReachAMajorityIsFenced) {
   t.up[2] = true;
   t.sets[0]->set_units({{0, 0}, {0, 2}});
   t.sets[0]->Watch();
-  auto joining = [&] { return t.sets[1]->view().joining.size() == 1; };
+  // Its own join loop clears the fence once the view is agreed.
+  auto joining = [&] {
+    return t.sets[1]->view().joining.size() == 1 && !t.sets[0]->fenced();
+  };
   for (int i = 0; i < 300 && !joining(); ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -328,7 +337,13 @@ TEST(ReplicaSetTest, ALivePserverTakenOutRejoinsByItself) {
   // It does not know yet; its watch asks the others and learns it.
   EXPECT_EQ(t.sets[1]->view().number, 0);
   t.sets[1]->Watch();
-  auto joining = [&] { return t.sets[0]->view().joining.size() == 1; };
+  // Every pserver knows the joining view (commits reach them in parallel).
+  auto joining = [&] {
+    for (const auto& set : t.sets) {
+      if (set->view().joining.size() != 1) return false;
+    }
+    return true;
+  };
   for (int i = 0; i < 300 && !joining(); ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
