@@ -17,6 +17,10 @@ import testlib
 from testlib import final_eval, read_json_lines, wait_for
 
 STEPS_PER_PASS = 468  # 60000 records / 2 trainers / batch 64
+# A kill -9 costs --failover_after_ms (150 ms), the view agreement and the
+# step sent again: 0.2 to 0.5 s here, up to 0.64 s with another test beside
+# it (ctest -j2). A kill that is waited for as silence costs the lease (4 s).
+MAX_KILL_STALL_S = 1.0
 CTR_LR = os.path.join(testlib.REPO, "configs", "ctr_lr.pbtxt")
 
 
@@ -113,7 +117,8 @@ class ReplicationTest(testlib.ProcessTestCase):
         """Sync: kill -9 pserver 1 (primary of shard 1, backup of shard 0)
         at step 150 of 468 and never restart it. The job ends with the test
         accuracy and loss, to the last digit, of the same job without the
-        failure, and the longest step is under 0.5 s above the median."""
+        failure, and the longest step is under MAX_KILL_STALL_S above the
+        median."""
         args = ["--num_passes=1", "--replication=2"]
         self.run_job("base", args)
         self.run_job("kill", args, kill_at_step=150)
@@ -124,7 +129,7 @@ class ReplicationTest(testlib.ProcessTestCase):
             self.assertEqual(ev["test_accuracy"], base["test_accuracy"])
             self.assertEqual(ev["test_loss"], base["test_loss"])
             longest, median = self.stall("kill", k)
-            self.assertLess(longest - median, 0.5, (longest, median))
+            self.assertLess(longest - median, MAX_KILL_STALL_S, (longest, median))
             self.assertIn("failover from pserver 1", self.trainer_log(
                 "kill", k))
         longest, median = self.stall("kill", 0)
@@ -225,7 +230,7 @@ class ReplicationTest(testlib.ProcessTestCase):
             self.assertIn("failover from pserver 2",
                           self.trainer_log("rkill", k))
             longest, median = self.stall("rkill", k)
-            self.assertLess(longest - median, 0.5, (longest, median))
+            self.assertLess(longest - median, MAX_KILL_STALL_S, (longest, median))
         sys.stderr.write(
             "[caught up by step %d; accuracy %.4f both; longest step %.3f s] "
             % (caught_up_at, base["test_accuracy"],

@@ -141,7 +141,8 @@ DEFINE_int32(replication, 1,
 DEFINE_int32(failover_after_ms, 150,
              "with --replication > 1: a pserver whose host refuses "
              "connections (the process is gone) for this long is taken out "
-             "of the job, and its shards go to their backups");
+             "of the job, and its shards go to their backups; the pservers "
+             "take such a backup out after as long");
 DEFINE_int32(pserver_lease_ms, 4000,
              "with --replication > 1: a pserver that answers nothing (cut "
              "off, paused, losing packets) is waited for this long before "

@@ -37,8 +37,17 @@ JobSpec MakeJobSpec(const TrainerOptions& o,
   job.set_replicas_to_aggregate(o.replicas_to_aggregate);
   if (o.replication > 1) {
     job.set_replication(o.replication);
-    job.set_pserver_lease_ms(
-        static_cast<int32_t>(absl::ToInt64Milliseconds(o.pserver_lease)));
+    // Set only when not the default (0 is read as it), so that a job
+    // checkpointed before these fields existed is the same job.
+    const TrainerOptions defaults;
+    if (o.pserver_lease != defaults.pserver_lease) {
+      job.set_pserver_lease_ms(
+          static_cast<int32_t>(absl::ToInt64Milliseconds(o.pserver_lease)));
+    }
+    if (o.failover_after != defaults.failover_after) {
+      job.set_failover_after_ms(
+          static_cast<int32_t>(absl::ToInt64Milliseconds(o.failover_after)));
+    }
   }
   const int64_t block_size =
       o.config.block_size() > 0 ? o.config.block_size() : kDefaultBlockSize;

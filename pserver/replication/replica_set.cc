@@ -331,7 +331,11 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
                      << absl::FormatDuration(absl::Now() - start) << " (lease "
                      << absl::FormatDuration(options_.lease) << "): " << last;
       }
-      absl::SleepFor(backoff);
+      // A refused connection is looked at again soon: it is taken out
+      // after gone_after, not the lease.
+      absl::SleepFor(IsRefusedConnection(last)
+                         ? std::min(backoff, absl::Milliseconds(50))
+                         : backoff);
       backoff = std::min(backoff * 2, absl::Milliseconds(500));
     }
   }
@@ -408,7 +412,11 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
           silent_since
               ->emplace(b, IsSilentForTheLease(s) ? now - options_.lease : now)
               .first->second;
-      if (now - since < options_.lease) {
+      // A host that refuses connections has no process to wait for.
+      const absl::Duration wait =
+          IsRefusedConnection(s) ? std::min(options_.gone_after, options_.lease)
+                                 : options_.lease;
+      if (now - since < wait) {
         // Slow or cut off for now: sent again until the lease runs out.
         return absl::UnavailableError(
             absl::StrCat("backup pserver ", b, " has not answered for ",
@@ -417,7 +425,8 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
       LOG(WARNING) << "pserver " << options_.self << ": backup pserver " << b
                    << " has not answered for "
                    << absl::FormatDuration(now - since) << " (lease "
-                   << absl::FormatDuration(options_.lease) << "; " << s
+                   << absl::FormatDuration(options_.lease) << ", "
+                   << absl::FormatDuration(wait) << " when refused; " << s
                    << "); proposing a view without it";
     }
     absl::StatusOr<View> next = ChangeView({b}, {});

@@ -48,6 +48,10 @@ struct ReplicaSetOptions {
   // out of the view; before that the forward is sent again. A backup that
   // answers and refuses is taken out at once.
   absl::Duration lease = absl::Seconds(4);
+  // A backup whose host refuses connections (its process is gone) for this
+  // long is taken out without waiting for the lease
+  // (JobSpec.failover_after_ms).
+  absl::Duration gone_after = absl::Milliseconds(150);
   // Forward keeps trying this long to reach the backups or agree a view
   // without them, logging, before it gives up UNAVAILABLE (the blocks stay
   // in flight meanwhile) and fences this pserver. At least twice the lease.

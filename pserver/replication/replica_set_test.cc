@@ -29,6 +29,7 @@ class Trio {
  public:
   explicit Trio(absl::Duration lease = absl::Milliseconds(100)) {
     for (int i = 0; i < kServers; ++i) up[i] = true;
+    for (int i = 0; i < kServers; ++i) refuses[i] = false;
     for (int i = 0; i < kServers; ++i) {
       std::vector<std::unique_ptr<ReplicaPeer>> peers(kServers);
       for (int j = 0; j < kServers; ++j) {
@@ -82,6 +83,9 @@ class Trio {
 
   std::vector<std::unique_ptr<ReplicaSet>> sets;
   std::atomic<bool> up[kServers];
+  // While not up: its host refuses connections (the process is gone), as
+  // gRPC says it, rather than dropping them.
+  std::atomic<bool> refuses[kServers];
   absl::Mutex mu;
   std::vector<int64_t> applied[kServers];
   std::vector<std::string> installed[kServers];
@@ -133,6 +137,12 @@ class Trio {
    private:
     absl::Status Reach() const {
       if (trio_->up[to_]) return absl::OkStatus();
+      if (trio_->refuses[to_]) {
+        return absl::UnavailableError(
+            "failed to connect to all addresses; last error: UNKNOWN: "
+            "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection "
+            "refused");
+      }
       return absl::UnavailableError("cut");
     }
     Trio* const trio_;
@@ -266,6 +276,20 @@ TEST(ReplicaSetTest, ABackupSilentForLessThanTheLeaseIsWaitedFor) {
   EXPECT_EQ(t.sets[0]->view().number, 0);
   EXPECT_EQ(t.Applied(1), std::vector<int64_t>({0}));
   EXPECT_FALSE(t.sets[0]->fenced());
+}
+
+// A killed backup: its host refuses connections, and it is taken out after
+// gone_after (150 ms), not after the lease (the kill -9 of
+// tests/replication_test.py stalled a step for the lease).
+TEST(ReplicaSetTest, ABackupWhoseHostRefusesIsTakenOutBeforeTheLease) {
+  Trio t(absl::Seconds(30));
+  t.up[1] = false;
+  t.refuses[1] = true;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(t.sets[0]->Forward({Trio::Update(0, 0)}, {}).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(t.sets[0]->view().members, std::vector<int>({0, 2}));
+  EXPECT_TRUE(t.Applied(1).empty());
 }
 
 TEST(ReplicaSetTest, APrimaryThatCannotReachAMajorityIsFenced) {

@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> Pserver::MakeReplicaSet(
   if (req.job().pserver_lease_ms() > 0) {
     o.lease = absl::Milliseconds(req.job().pserver_lease_ms());
   }
+  if (req.job().failover_after_ms() > 0) {
+    o.gone_after = absl::Milliseconds(req.job().failover_after_ms());
+  }
   o.watch_every = absl::Seconds(1);
   if (!options_.checkpoint_dir.empty()) {
     const std::string dir = JoinPath(options_.checkpoint_dir, job_id);
