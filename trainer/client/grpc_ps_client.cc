@@ -56,8 +56,13 @@ GrpcPsClient::GrpcPsClient(std::string address,
       options_(options),
       timer_(timer),
       channel_(std::move(channel)),
-      authorization_(auth_token.empty() ? ""
-                                        : BearerMetadataValue(auth_token)) {
+      authorization_(auth_token.empty() ? "" : BearerMetadataValue(auth_token)),
+      life_(std::make_shared<Life>()) {
+  {
+    Life* const f = life_.get();
+    absl::WriterMutexLock l(&f->mu);
+    f->client = this;
+  }
   methods_.reserve(kNumPsRpcs);
   for (int i = 0; i < kNumPsRpcs; ++i) {
     const google::protobuf::MethodDescriptor& m =
@@ -66,6 +71,19 @@ GrpcPsClient::GrpcPsClient(std::string address,
     methods_.emplace_back(paths_[i].c_str(),
                           grpc::internal::RpcMethod::NORMAL_RPC, channel_);
   }
+}
+
+GrpcPsClient::~GrpcPsClient() {
+  {
+    // No retry due later reaches this client; one running now ends first.
+    Life* const f = life_.get();
+    absl::WriterMutexLock l(&f->mu);
+    f->client = nullptr;
+  }
+  CancelCalls();
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int64_t* n) { return *n == 0; }, &unfinished_));
 }
 
 void GrpcPsClient::CallAsync(PsRpc rpc, const google::protobuf::Message& req,
@@ -98,21 +116,33 @@ void GrpcPsClient::Start(PsRpc rpc, const google::protobuf::Message* req,
   {
     absl::MutexLock l(&mu_);
     call->epoch = cancel_epoch_;
+    ++unfinished_;
   }
   Attempt(std::move(call));
 }
 
 void GrpcPsClient::CancelCalls() {
   std::vector<std::shared_ptr<grpc::ClientContext>> in_flight;
+  std::vector<std::shared_ptr<Call>> waiting;
   {
     absl::MutexLock l(&mu_);
     ++cancel_epoch_;
     for (const auto& [call, ctx] : active_) in_flight.push_back(ctx);
+    for (auto& [ptr, call] : waiting_) waiting.push_back(std::move(call));
+    waiting_.clear();
   }
   // Outside the lock: gRPC may run a call's callback inside TryCancel, and
-  // the callback takes mu_. Calls waiting for a retry see the epoch when
-  // their timer fires.
+  // the callback takes mu_ (AttemptDone sees the epoch and ends the call).
   for (const auto& ctx : in_flight) ctx->TryCancel();
+  // The calls waiting for a retry end now (their timer finds them gone).
+  for (const auto& call : waiting) {
+    Finish(call.get(),
+           absl::CancelledError(absl::StrCat(
+               PsRpcMethod(call->rpc).name(), " to pserver ", address_,
+               ": cancelled (the trainer is stopping) "
+               "after ",
+               call->attempt, " attempt(s)")));
+  }
 }
 
 void GrpcPsClient::Finish(Call* call, absl::Status s) {
@@ -124,6 +154,16 @@ void GrpcPsClient::Finish(Call* call, absl::Status s) {
   call->ctx.reset();
   StatusCallback done = std::move(call->done);
   done(std::move(s));
+  absl::MutexLock l(&mu_);
+  --unfinished_;
+}
+
+void GrpcPsClient::Retry(const std::shared_ptr<Call>& call) {
+  {
+    absl::MutexLock l(&mu_);
+    if (waiting_.erase(call.get()) == 0) return;  // ended by the destructor
+  }
+  Attempt(call);
 }
 
 void GrpcPsClient::Attempt(std::shared_ptr<Call> call) {
@@ -204,8 +244,23 @@ void GrpcPsClient::AttemptDone(std::shared_ptr<Call> call, absl::Status s) {
     const absl::Duration wait = call->backoff * jitter;
     call->backoff = std::min(call->backoff * 2, options_.max_backoff);
     call->resp->Clear();
-    timer_->Schedule(now + wait, [this, call] { Attempt(call); });
-    return;
+    bool waits;
+    {
+      absl::MutexLock l(&mu_);
+      // CancelCalls (or the destructor) since the check above: it ends now.
+      waits = call->epoch == cancel_epoch_;
+      if (waits) waiting_[call.get()] = call;
+    }
+    if (waits) {
+      timer_->Schedule(now + wait, [life = life_, call] {
+        Life* const f = life.get();
+        absl::ReaderMutexLock l(&f->mu);
+        if (f->client != nullptr) f->client->Retry(call);
+      });
+      return;
+    }
+    s = absl::CancelledError(absl::StrCat(
+        "cancelled (the trainer is stopping); last: ", s.message()));
   }
   if (!s.ok()) {
     s = absl::Status(s.code(),

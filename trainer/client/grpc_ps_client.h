@@ -43,7 +43,10 @@ struct RpcOptions {
   std::string job_id;
 };
 
-// PsClientInterface over a gRPC channel, with retries. Thread-safe.
+// PsClientInterface over a gRPC channel, with retries. Thread-safe. Every
+// call's `done` runs once; the destructor ends the calls still in flight or
+// waiting to be retried (CANCELLED) and returns once each `done` has run,
+// so a `done` must not destroy its client itself.
 class GrpcPsClient final : public PsClientInterface {
  public:
   // Connects to `address` (host:port), over TLS when `security` has it,
@@ -56,6 +59,8 @@ class GrpcPsClient final : public PsClientInterface {
   GrpcPsClient(std::string address, std::shared_ptr<grpc::Channel> channel,
                RpcOptions options, RetryTimer* timer,
                std::string auth_token = "");
+
+  ~GrpcPsClient() override;
 
   const std::string& address() const override { return address_; }
   void CancelCalls() override;
@@ -72,11 +77,20 @@ class GrpcPsClient final : public PsClientInterface {
              std::shared_ptr<const grpc::ByteBuffer> raw_req,
              google::protobuf::Message* resp, StatusCallback done);
   void Attempt(std::shared_ptr<Call> call);
+  // The timer's turn for `call`, unless the destructor ended it first.
+  void Retry(const std::shared_ptr<Call>& call);
   // An attempt of `call` ended with `s`: retried after a back-off while the
   // pserver is unreachable within the retry budget, else finished.
   void AttemptDone(std::shared_ptr<Call> call, absl::Status s);
   // Ends `call` with `s` (its `done`), having let go of its context.
-  static void Finish(Call* call, absl::Status s);
+  void Finish(Call* call, absl::Status s);
+
+  // What the retry timer's closures reach this client through: null once
+  // the destructor has begun, so that a retry due later touches nothing.
+  struct Life {
+    absl::Mutex mu;
+    GrpcPsClient* client ABSL_GUARDED_BY(mu);
+  };
 
   const std::string address_;
   const RpcOptions options_;
@@ -98,6 +112,12 @@ class GrpcPsClient final : public PsClientInterface {
   // that TryCancel never meets a context its call has let go).
   absl::flat_hash_map<Call*, std::shared_ptr<grpc::ClientContext>> active_
       ABSL_GUARDED_BY(mu_);
+  // The calls waiting on the timer for their next attempt.
+  absl::flat_hash_map<Call*, std::shared_ptr<Call>> waiting_
+      ABSL_GUARDED_BY(mu_);
+  // Calls started whose `done` has not returned yet.
+  int64_t unfinished_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<Life> life_;
 };
 
 }  // namespace shardps

@@ -106,6 +106,22 @@ TEST_F(GrpcPsClientCancelTest, RetryingCallEndsAtOnce) {
   ExpectCancelledAtOnce(client.get(), later.get());
 }
 
+// A call waiting for its next attempt when its client is destroyed ends
+// CANCELLED in the destructor, and its retry, due later on the timer that
+// outlives the client, touches nothing (a trainer crashed at exit when a
+// retry of a call to a killed pserver came due after its client was gone).
+TEST_F(GrpcPsClientCancelTest, DestroyedClientEndsItsWaitingCalls) {
+  auto client = Client(UnusedPort());
+  auto r = Start(client.get());
+  EXPECT_FALSE(r->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  client.reset();
+  ASSERT_TRUE(r->done.HasBeenNotified());
+  EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled) << r->status;
+  // Past the longest back-off (200 ms): the retry came due, and found the
+  // call ended.
+  absl::SleepFor(absl::Milliseconds(500));
+}
+
 TEST_F(GrpcPsClientCancelTest, HeldCallEndsAtOnce) {
   SilentService service;
   int port = 0;
