@@ -69,7 +69,12 @@ Trainer::Trainer(TrainerOptions options,
       servers_(std::move(servers)),
       stamp_(options_.trainer_id, options_.incarnation) {}
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // The router's thread calls the chief's rejoin, which reads params_ and
+  // job_client_: stopped before they go (a trainer aborted at exit with
+  // bad_alloc when a probe ran after params_ was destroyed).
+  if (router_ != nullptr) router_->Stop();
+}
 
 namespace {
 

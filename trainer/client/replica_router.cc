@@ -305,12 +305,14 @@ ReplicaRouter::ReplicaRouter(std::vector<PsClientInterface*> servers,
   worker_ = std::thread([this] { Run(); });
 }
 
-ReplicaRouter::~ReplicaRouter() {
+ReplicaRouter::~ReplicaRouter() { Stop(); }
+
+void ReplicaRouter::Stop() {
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 std::vector<PsClientInterface*> ReplicaRouter::shard_clients() const {

@@ -70,6 +70,11 @@ class ReplicaRouter {
   // about once a second.
   void set_rejoin(std::function<absl::Status(int)> rejoin);
 
+  // Stops the router's thread: nothing it would run (failovers, probes,
+  // `rejoin`) runs after this returns. For an owner whose `rejoin` uses
+  // what it destroys before the router. The destructor calls it.
+  void Stop();
+
  private:
   class ShardClient;
   friend class ShardClient;
