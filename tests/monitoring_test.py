@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 
 import testlib
-from testlib import CONFIG, clean_env, wait_for
+from testlib import CONFIG, clean_env, read_port, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -37,13 +37,6 @@ def http_get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode()
 
-
-def read_port(path):
-    try:
-        with open(path) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
 
 
 def tail(path, n=3000):

@@ -11,7 +11,6 @@ forbids them).
 """
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -77,14 +76,8 @@ class NetworkFaultTest(testlib.ProcessTestCase):
                 "--host=" + self.net.addrs[0], "--port_file=" + port_file,
                 "--num_gradient_servers=2"], stdout=f,
                 stderr=subprocess.STDOUT)
-
-        def port():
-            try:
-                with open(port_file) as pf:
-                    return int(pf.read())
-            except (OSError, ValueError):
-                return None
-        self.assertTrue(wait_for(port, 30), "pserver did not come up")
+        self.assertTrue(wait_for(lambda: testlib.read_port(port_file), 30),
+                        "pserver did not come up")
         metrics = [os.path.join(self.tmp, "%s-%d.jsonl" % (run, k))
                    for k in (0, 1)]
         trainers = []
@@ -93,7 +86,8 @@ class NetworkFaultTest(testlib.ProcessTestCase):
             with open(log, "ab") as f:
                 trainers.append(self.popen(self.net.prefix(k + 1) + [
                     testlib.trainer_bin(),
-                    "--pservers=%s:%d" % (self.net.addrs[0], port()),
+                    "--pservers=%s:%d" % (self.net.addrs[0],
+                                          testlib.read_port(port_file)),
                     "--trainer_id=%d" % k, "--num_gradient_servers=2",
                     "--config=" + testlib.CONFIG, "--num_passes=1",
                     "--shared_memory=false", "--progress=off",

@@ -58,14 +58,7 @@ class Job(object):
                 "--host=" + self.net.addrs[i], "--port_file=" + port_file,
                 "--num_gradient_servers=%d" % TRAINERS], stdout=f,
                 stderr=subprocess.STDOUT)
-
-        def port():
-            try:
-                with open(port_file) as pf:
-                    return int(pf.read())
-            except (OSError, ValueError):
-                return None
-        got = wait_for(port, 30)
+        got = wait_for(lambda: testlib.read_port(port_file), 30)
         self.test.assertTrue(got, "pserver %d did not come up" % i)
         self.ports[i] = got
 

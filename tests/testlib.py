@@ -143,6 +143,16 @@ def final_eval(path, trainer_id=None):
     return evals[-1] if evals else None
 
 
+def read_port(path):
+    """The port a server wrote to `path` (--port_file), or None while the
+    file is missing or not yet whole."""
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def wait_for(predicate, timeout, interval=0.05):
     """Polls predicate() until it returns a true value or `timeout` passes;
     returns the last value."""
@@ -248,11 +258,7 @@ class ProcessTestCase(unittest.TestCase):
         def port():
             if p.poll() is not None:
                 return -1
-            try:
-                with open(port_file) as f:
-                    return int(f.read())
-            except (OSError, ValueError):
-                return None
+            return read_port(port_file)
 
         got = wait_for(port, 30)
         if not got or got < 0:
