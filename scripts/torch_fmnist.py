@@ -8,6 +8,9 @@ partial batch of each epoch dropped.
   single: one process with --threads intra-op threads (default 2).
   ddp:    DistributedDataParallel over gloo, 2 processes on 127.0.0.1,
           1 thread each; gradients are averaged by the all-reduce.
+          With --rank, this process is that one rank only, and meets the
+          others at --master_addr:--port (one rank per host; rank 0 prints
+          the RESULT line, the others print theirs too).
 
 Prints one line, "RESULT " and JSON: per epoch its wall seconds (training
 loop only), samples, mean training loss and test accuracy.
@@ -16,6 +19,11 @@ and python3-numpy (run it with /usr/bin/python3):
 
   /usr/bin/python3 scripts/torch_fmnist.py --mode single
   /usr/bin/python3 scripts/torch_fmnist.py --mode ddp --port 29517
+  /usr/bin/python3 scripts/torch_fmnist.py --mode ddp --rank 1 \
+      --master_addr 10.0.0.1 --port 29517     # on the second host
+
+scripts/bench_hosts.py runs the last form, a rank in each trainer's network
+namespace.
 """
 
 import argparse
@@ -43,12 +51,20 @@ def parse_args(argv):
                    help="intra-op threads per process (default: 2 for "
                         "single, 1 for ddp)")
     p.add_argument("--port", type=int, default=29511,
-                   help="the gloo rendezvous port on 127.0.0.1 (ddp)")
+                   help="the gloo rendezvous port (ddp)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="ddp: run this rank only (0 or 1), meeting the "
+                        "other at --master_addr; default: both ranks here")
+    p.add_argument("--master_addr", default="127.0.0.1",
+                   help="ddp: the address of rank 0 (default 127.0.0.1)")
     p.add_argument("--data_dir", default=DATA_DIR,
                    help="the folder of the four IDX files (gzip)")
     a = p.parse_args(argv)
     if a.epochs < 1:
         p.error("--epochs must be at least 1")
+    if a.rank is not None and (a.mode != "ddp" or
+                               not 0 <= a.rank < WORKERS):
+        p.error("--rank needs --mode ddp and is 0 to %d" % (WORKERS - 1))
     if a.threads is None:
         a.threads = 2 if a.mode == "single" else 1
     return a
@@ -145,11 +161,18 @@ def train(a, rank, barrier):
 
 
 def ddp_worker(rank, a, queue):
+    queue.put((rank, run_rank(a, rank)))
+
+
+def run_rank(a, rank):
+    """This process as DDP rank `rank`, meeting the others at
+    a.master_addr:a.port; returns its epochs' figures."""
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}",
+    dist.init_process_group("gloo",
+                            init_method=f"tcp://{a.master_addr}:{a.port}",
                             rank=rank, world_size=WORKERS)
     try:
-        queue.put((rank, train(a, rank, dist.barrier)))
+        return train(a, rank, dist.barrier)
     finally:
         dist.destroy_process_group()
 
@@ -180,11 +203,16 @@ def main(argv):
                  "(Debian's dataset-fashion-mnist, or --data_dir)")
     import torch
     t0 = time.perf_counter()
-    epochs = train(a, None, lambda: None) if a.mode == "single" else run_ddp(a)
+    if a.mode == "single":
+        epochs = train(a, None, lambda: None)
+    elif a.rank is not None:
+        epochs = run_rank(a, a.rank)
+    else:
+        epochs = run_ddp(a)
     for e in epochs:
         e["samples_per_s"] = e["samples"] / e["wall_s"]
     print("RESULT " + json.dumps(dict(
-        mode=a.mode, threads=a.threads, epochs=epochs,
+        mode=a.mode, rank=a.rank, threads=a.threads, epochs=epochs,
         final_test_acc=epochs[-1]["test_acc"], torch=torch.__version__,
         total_wall_s=time.perf_counter() - t0)), flush=True)
 

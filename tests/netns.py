@@ -10,6 +10,7 @@ match.
     net.cut(1); net.heal(1)       # namespace 1 unreachable, then back
     net.block(0, 2); net.unblock(0, 2)  # 0 and 2 cannot talk; 1 reaches both
     net.loss(0, 0.1); net.loss(0, 0)    # 10% of what 0 receives dropped
+    net.shape(0, 10**9)          # namespace 0's link: 1 Gbit/s each way
     net.close()
 
 Needs root and a kernel that allows network namespaces; `unavailable()`
@@ -24,6 +25,7 @@ import subprocess
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
 IPTABLES = shutil.which("iptables") or "/usr/sbin/iptables"
+TC = shutil.which("tc") or "/usr/sbin/tc"
 
 
 def _ip(*args):
@@ -97,6 +99,10 @@ class Net(object):
         _ip("-n", ns, "link", "set", inside, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
 
+    def link(self, i):
+        """The name of namespace i's network interface, inside it."""
+        return self._links[i] + "n"
+
     def prefix(self, i):
         """The argv prefix that runs a command inside namespace i."""
         return [IP, "netns", "exec", self.names[i]]
@@ -139,6 +145,29 @@ class Net(object):
             self._loss[i] = "%.4f" % p
             self._rule(i, "-A", "INPUT", "-m", "statistic", "--mode",
                        "random", "--probability", self._loss[i], "-j", "DROP")
+
+    def shape(self, i, bits_per_s):
+        """Namespace i's link carries at most `bits_per_s` each way (a
+        token bucket, `tc tbf`, on both ends of its veth pair; this kernel
+        has no netem), like a host's network card; None: unshaped."""
+        ends = [([TC], self._links[i]),
+                ([IP, "netns", "exec", self.names[i], TC], self.link(i))]
+        for cmd, dev in ends:
+            if bits_per_s is None:
+                subprocess.run(cmd + ["qdisc", "del", "dev", dev, "root"],
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                continue
+            # The bucket holds 10 ms of the rate (the kernel refills it at
+            # timer ticks, 4 ms apart at HZ=250: a smaller one caps the
+            # rate below what is asked), and at least two of the largest
+            # (GSO) packets a veth hands over, 64 KiB, which tbf drops.
+            burst = max(bits_per_s // 8 // 100, 128 * 1024)
+            subprocess.run(cmd + ["qdisc", "replace", "dev", dev, "root", "tbf",
+                                  "rate", "%dbit" % bits_per_s,
+                                  "burst", str(burst), "latency", "50ms"],
+                           check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
 
     def close(self):
         for kind, name in reversed(self._made):
