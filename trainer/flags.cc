@@ -110,6 +110,11 @@ DEFINE_double(threshold_max_sparsity, 1e-2,
 DEFINE_bool(momentum_masking, true,
             "--compression=threshold: zero the trainer's momentum where a "
             "value was sent (DGC's momentum factor masking)");
+DEFINE_bool(compressed_pulls, true,
+            "--compression=threshold: pulls carry the threshold-encoded "
+            "change since the trainer's copy, the pserver keeping the "
+            "residual (docs/compression.md, \"Compressed pulls\"); false: "
+            "pulls stay dense float32");
 DEFINE_bool(residual_clipping, false,
             "--compression=threshold: clip the residual to +-5 thresholds "
             "every 5 steps");
@@ -321,6 +326,7 @@ absl::Status CompressionFromFlags(TrainerOptions* o) {
   t.min_sparsity = FLAGS_threshold_min_sparsity;
   t.max_sparsity = FLAGS_threshold_max_sparsity;
   o->momentum_masking = FLAGS_momentum_masking;
+  o->compressed_pulls = FLAGS_compressed_pulls;
   return absl::OkStatus();
 }
 
@@ -462,7 +468,7 @@ std::vector<FlagGroup> TrainerFlagGroups() {
       {"Compression (docs/compression.md)",
        {"compression", "updates_threshold", "adaptive_threshold",
         "threshold_min_sparsity", "threshold_max_sparsity", "momentum_masking",
-        "residual_clipping", "shake_frequency", "residual"}},
+        "compressed_pulls", "residual_clipping", "shake_frequency", "residual"}},
       {"Faults and checkpoints (docs/fault_tolerance.md)",
        {"replication", "failover_after_ms", "pserver_lease_ms",
         "heartbeat_interval_s", "checkpoint_every_steps"}},

@@ -81,6 +81,9 @@ struct TrainerOptions {
   // kThreshold: zero the trainer's velocity where a message sent the value
   // (DGC's momentum factor masking). Default: true.
   bool momentum_masking = true;
+  // kThreshold: pulls carry threshold-encoded changes (compressed pulls,
+  // docs/compression.md) rather than dense float32. Default: true.
+  bool compressed_pulls = true;
 
   // Forward and backward on CUDA device `gpu_id` (the CUDA backend) instead
   // of the CPU backend with `cpu_threads` threads. Default: CPU, 1 thread.

@@ -170,6 +170,7 @@ absl::Status Trainer::Setup() {
       break;
     case Compression::kThreshold:
       params_->set_threshold_compression(threshold_);
+      if (o.compressed_pulls) params_->set_encodings(FLOAT32, THRESHOLD);
       break;
   }
   schedule_ = MakeSchedule();

@@ -407,10 +407,11 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     return;
   }
   const ValueEncoding encoding = req.encoding();
-  if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16) {
-    done(absl::InvalidArgumentError(
-        absl::StrCat("pull encoding ", ValueEncoding_Name(encoding),
-                     ": pulls come as FLOAT32, FLOAT16 or BFLOAT16")));
+  if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16 &&
+      encoding != THRESHOLD) {
+    done(absl::InvalidArgumentError(absl::StrCat(
+        "pull encoding ", ValueEncoding_Name(encoding),
+        ": pulls come as FLOAT32, FLOAT16, BFLOAT16 or THRESHOLD")));
     return;
   }
   if (absl::Status s =
@@ -434,6 +435,12 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     done(s);
     return;
   }
+  HeldBlocks held;
+  if (encoding == THRESHOLD) {
+    for (const BlockRef& b : req.blocks()) {
+      held[{b.table_id(), b.block()}] = {b.held_epoch(), b.held_version()};
+    }
+  }
   resp->mutable_blocks()->Reserve(req.blocks_size());
   std::vector<SparsePull> sparse;
   for (int i = 0; i < req.sparse_size(); ++i) {
@@ -452,12 +459,16 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
         r.table_id(), *keys,
         reinterpret_cast<float*>(out->mutable_values()->data()), r.shard()});
   }
+  // A compressed block that could not be encoded fails the pull.
+  auto failed = std::make_shared<absl::Status>();
   store_->Pull(
       req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
       ToBlockIds(req.blocks()), sparse,
-      [resp, encoding, lane = std::move(lane), offsets = std::move(offsets)](
-          uint32_t table_id, uint32_t block, int64_t version,
-          absl::Span<const float> values) {
+      [this, resp, encoding, lane = std::move(lane),
+       offsets = std::move(offsets), held = std::move(held),
+       generation = store_->generation(),
+       failed](uint32_t table_id, uint32_t block, int64_t version,
+               absl::Span<const float> values) {
         DenseBlock* b = resp->add_blocks();
         b->set_table_id(table_id);
         b->set_block(block);
@@ -467,11 +478,23 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
           const uint64_t at = offsets.at({table_id, block});
           b->set_shared_offset(at);
           lane->Write(at, values);
+        } else if (encoding == THRESHOLD) {
+          const PullDeltaDecoder::Held h = held.at({table_id, block});
+          PullDeltaEncoder::Reply r;
+          absl::Status s = pull_deltas_.Serve(
+              table_id, block, generation, version, values, h.epoch,
+              h.version, b->mutable_values(), &r);
+          if (!s.ok() && failed->ok()) *failed = s;
+          b->set_encoding(r.dense ? FLOAT32 : THRESHOLD);
+          b->set_version(r.version);
+          b->set_delta_epoch(r.epoch);
+          b->set_base_version(r.base_version);
         } else {
           EncodeValues(values, encoding, b->mutable_values());
         }
       },
-      [resp, done](absl::Status s, absl::Duration waited) {
+      [resp, done, failed](absl::Status s, absl::Duration waited) {
+        if (s.ok()) s = *failed;
         if (!s.ok()) resp->Clear();
         resp->set_wait_micros(absl::ToInt64Microseconds(waited));
         done(std::move(s));

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "common/transport/dense_value_lane.h"
+#include "compression/pull_delta.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpoint/checkpointer.h"
 #include "pserver/service/replication_handler.h"
@@ -97,6 +98,10 @@ class RequestHandler {
   absl::Status LanePullTargets(const PullRequest& req,
                                const DenseValueLane* lane,
                                LaneOffsets* offsets) const;
+  // A compressed pull (encoding THRESHOLD): what the trainer holds of
+  // each block it asks for.
+  using HeldBlocks = absl::flat_hash_map<std::pair<uint32_t, uint32_t>,
+                                         PullDeltaDecoder::Held>;
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp,
                          const DenseValueLane* lane);
@@ -117,6 +122,8 @@ class RequestHandler {
   RequestDedup dedup_;
   SharedRegions shared_regions_;
   ReplicationHandler replication_;
+  // The shadows of compressed pulls (docs/compression.md).
+  PullDeltaEncoder pull_deltas_;
 };
 
 }  // namespace shardps

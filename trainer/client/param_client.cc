@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/transport/dense_pull.h"
 #include "common/transport/wire_limits.h"
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
@@ -77,6 +78,57 @@ void ParamClient::CancelSharedCalls() {
     if (c != nullptr) c->CancelSharedCalls();
   }
 }
+
+void ParamClient::set_encodings(ValueEncoding push, ValueEncoding pull) {
+  push_encoding_ = push;
+  pull_encoding_ = pull;
+  deltas_.reset();
+  if (pull != THRESHOLD) return;
+  std::vector<PullDeltaDecoder::BlockSize> blocks;
+  for (const auto& server : chunks_) {
+    for (const auto& chunk : server) {
+      for (const BlockPlacement& b : chunk) {
+        blocks.push_back({b.table_id, b.block, b.size});
+      }
+    }
+  }
+  deltas_ = std::make_unique<PullDeltaDecoder>(blocks);
+}
+
+namespace {
+
+// Takes a compressed pull's reply (TakeDensePull's checks, then each block
+// through `deltas`).
+absl::Status TakeCompressedPull(absl::string_view from, const PullRequest& req,
+                                const PullResponse& resp,
+                                const DensePullTargets& targets,
+                                PullDeltaDecoder* deltas) {
+  if (resp.blocks_size() != req.blocks_size() ||
+      targets.size() != static_cast<size_t>(req.blocks_size())) {
+    return absl::DataLossError(absl::StrCat("pull from ", from, ": asked for ",
+                                            req.blocks_size(), " blocks, got ",
+                                            resp.blocks_size()));
+  }
+  for (int i = 0; i < resp.blocks_size(); ++i) {
+    const DenseBlock& got = resp.blocks(i);
+    const BlockRef& want = req.blocks(i);
+    if (got.table_id() != want.table_id() || got.block() != want.block() ||
+        (got.encoding() != THRESHOLD && got.encoding() != FLOAT32)) {
+      return MismatchedPullBlock(from, i);
+    }
+    if (absl::Status s = deltas->Take(
+            got.table_id(), got.block(), got.encoding() == FLOAT32,
+            got.delta_epoch(), got.base_version(), got.version(), got.values(),
+            targets[i]);
+        !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("pull from ", from, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 int ParamClient::shared_servers() const {
   const bool pushes = push_encoding_ == FLOAT32 && threshold_ == nullptr;
@@ -155,8 +207,10 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
         stats->bytes += static_cast<int64_t>(p.resp.ByteSizeLong());
         for (int j = 0; j < p.resp.blocks_size(); ++j) {
           const DenseBlock& b = p.resp.blocks(j);
-          // Values its transport moved outside the reply (shared memory).
-          if (b.values().empty() && j < static_cast<int>(p.chunk.size())) {
+          // Values its transport moved outside the reply (shared memory;
+          // an empty THRESHOLD block is a pull with no change).
+          if (b.values().empty() && b.encoding() != THRESHOLD &&
+              j < static_cast<int>(p.chunk.size())) {
             stats->bytes +=
                 p.chunk[j].size * static_cast<int64_t>(sizeof(float));
           }
@@ -168,7 +222,20 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
             std::max(stats->server_wait_us, p.resp.wait_micros());
       });
   for (const auto& p : *calls) {
-    p->server->PullDenseAsync(p->req, &p->targets, &p->resp, t->OneDone());
+    if (deltas_ == nullptr) {
+      p->server->PullDenseAsync(p->req, &p->targets, &p->resp, t->OneDone());
+      continue;
+    }
+    PullCall* call = p.get();
+    p->server->PullAsync(
+        p->req, &p->resp,
+        [call, deltas = deltas_.get(), done = t->OneDone()](absl::Status s) {
+          if (s.ok()) {
+            s = TakeCompressedPull(call->server->address(), call->req,
+                                   call->resp, call->targets, deltas);
+          }
+          done(std::move(s));
+        });
   }
   return t;
 }
@@ -191,6 +258,11 @@ std::unique_ptr<ParamClient::PullCall> ParamClient::MakePullCall(
     BlockRef* r = p->req.add_blocks();
     r->set_table_id(b.table_id);
     r->set_block(b.block);
+    if (deltas_ != nullptr) {
+      const PullDeltaDecoder::Held h = deltas_->held(b.table_id, b.block);
+      r->set_held_epoch(h.epoch);
+      r->set_held_version(h.version);
+    }
   }
   return p;
 }

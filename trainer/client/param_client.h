@@ -17,6 +17,7 @@
 #include "trainer/client/fanout.h"
 #include "trainer/client/placement.h"
 #include "trainer/client/request_stamp.h"
+#include "compression/pull_delta.h"
 #include "trainer/client/shared_memory_client.h"
 
 namespace shardps {
@@ -81,12 +82,12 @@ class ParamClient {
               std::vector<DenseTableLayout> tables);
 
   // How dense values travel: pushes as FLOAT32, FLOAT16 or BFLOAT16, pulls
-  // as FLOAT32, FLOAT16 or BFLOAT16 (the pservers keep float32 master
-  // values). Default: FLOAT32 both ways.
-  void set_encodings(ValueEncoding push, ValueEncoding pull) {
-    push_encoding_ = push;
-    pull_encoding_ = pull;
-  }
+  // as FLOAT32, FLOAT16, BFLOAT16 or THRESHOLD (compressed pulls,
+  // docs/compression.md: the changes since the copy this client keeps of
+  // each block; the first pull, and any after the pserver lost its shadow,
+  // is dense). The pservers keep float32 master values. Default: FLOAT32
+  // both ways.
+  void set_encodings(ValueEncoding push, ValueEncoding pull);
   // Threshold encoding of dense pushes (docs/compression.md); pulls stay as
   // set by set_encodings.
   void set_threshold_compression(const ThresholdPushEncoder::Options& o);
@@ -186,6 +187,8 @@ class ParamClient {
   std::unique_ptr<ThresholdPushEncoder> threshold_;
   // Per server; null: its values go over TCP.
   std::vector<std::unique_ptr<SharedMemoryPsClient>> shared_;
+  // Compressed pulls: the copy of each block; null otherwise.
+  std::unique_ptr<PullDeltaDecoder> deltas_;
 };
 
 }  // namespace shardps
