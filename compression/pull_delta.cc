@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -39,13 +40,27 @@ int64_t MaxEntries(size_t n) {
 
 }  // namespace
 
-float ChooseDeltaThreshold(absl::Span<const float> d, int64_t max_entries) {
-  std::vector<float> mags;
+float ChooseDeltaThreshold(absl::Span<const float> d, int64_t max_entries,
+                           std::vector<float>* scratch) {
+  float largest = 0;
   for (float v : d) {
     const float a = std::fabs(v);
-    if (a > 0 && std::isfinite(a)) mags.push_back(a);
+    // Not NaN or Inf (whose messages EncodeThreshold refuses anyway).
+    if (a > largest && a <= std::numeric_limits<float>::max()) largest = a;
   }
-  if (mags.empty() || max_entries < 1) return 0;
+  if (largest == 0 || max_entries < 1) return 0;
+  // A threshold t below largest / 4096 would beat t = largest only with
+  // more than 4096^2 elements at or above it (j t^2 - 2 t S >= -j t^2):
+  // the candidates are the magnitudes above that, which leaves out the
+  // rounding differences between the values and the shadow (most of the
+  // block's elements, and most of the work otherwise).
+  const float floor = largest / 4096;
+  std::vector<float>& mags = *scratch;
+  mags.clear();
+  for (float v : d) {
+    const float a = std::fabs(v);
+    if (a >= floor && a <= largest) mags.push_back(a);
+  }
   const size_t k = std::min(mags.size(), static_cast<size_t>(max_entries));
   std::nth_element(mags.begin(), mags.begin() + (k - 1), mags.end(),
                    std::greater<float>());
@@ -72,7 +87,8 @@ float ChooseDeltaThreshold(absl::Span<const float> d, int64_t max_entries) {
 absl::Status EncodePullDelta(absl::Span<const float> values,
                              absl::Span<float> shadow, int64_t max_entries,
                              std::vector<int32_t>* msg,
-                             std::vector<float>* scratch) {
+                             std::vector<float>* scratch,
+                             std::vector<float>* mags) {
   if (values.size() != shadow.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("a pull delta of ", values.size(), " values against ",
@@ -83,11 +99,11 @@ absl::Status EncodePullDelta(absl::Span<const float> values,
   for (size_t i = 0; i < values.size(); ++i) {
     (*scratch)[i] = values[i] - shadow[i];
   }
-  const float t = ChooseDeltaThreshold(*scratch, max_entries);
+  const float t = ChooseDeltaThreshold(*scratch, max_entries, mags);
   if (t == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const EncodeInfo info,
-                   EncodeThreshold(absl::MakeSpan(*scratch), t, max_entries,
-                                   msg));
+  ASSIGN_OR_RETURN(
+      const EncodeInfo info,
+      EncodeThreshold(absl::MakeSpan(*scratch), t, max_entries, msg));
   (void)info;
   return DecodeAdd(*msg, shadow);
 }
@@ -167,7 +183,7 @@ absl::Status PullDeltaEncoder::Advance(Block* b, uint64_t generation,
   if (version <= b->version) return absl::OkStatus();
   RETURN_IF_ERROR(EncodePullDelta(values, absl::MakeSpan(b->shadow),
                                   MaxEntries(values.size()), &b->msg,
-                                  &b->scratch));
+                                  &b->scratch, &b->mags));
   Message m{b->version, version, std::string()};
   AppendMessageBytes(b->msg, &m.bytes);
   b->version = version;
@@ -194,11 +210,10 @@ absl::Status PullDeltaEncoder::Serve(uint32_t table_id, uint32_t block,
   out->clear();
   if (held_epoch == b->epoch && held_version <= b->version) {
     // The messages from the one that starts at the version held.
-    auto it = std::find_if(
-        b->recent.begin(), b->recent.end(),
-        [held_version](const Message& m) {
-          return m.base_version == held_version;
-        });
+    auto it = std::find_if(b->recent.begin(), b->recent.end(),
+                           [held_version](const Message& m) {
+                             return m.base_version == held_version;
+                           });
     if (held_version == b->version || it != b->recent.end()) {
       size_t bytes = 0;
       for (auto m = it; m != b->recent.end(); ++m) bytes += m->bytes.size();
@@ -223,7 +238,7 @@ size_t PullDeltaEncoder::MemoryBytes() const {
   for (const auto& [key, b] : blocks_) {
     absl::MutexLock bl(&b->mu);
     n += b->shadow.capacity() * sizeof(float) + b->recent_bytes +
-         b->scratch.capacity() * sizeof(float) +
+         (b->scratch.capacity() + b->mags.capacity()) * sizeof(float) +
          b->msg.capacity() * sizeof(int32_t);
   }
   return n;
@@ -260,7 +275,8 @@ absl::Status PullDeltaDecoder::Take(uint32_t table_id, uint32_t block,
                                     absl::string_view bytes,
                                     absl::Span<float> target) {
   Block* b = const_cast<Block*>(Find(table_id, block));
-  const std::string name = absl::StrCat("block ", block, " of table ", table_id);
+  const std::string name =
+      absl::StrCat("block ", block, " of table ", table_id);
   if (b == nullptr) {
     return absl::DataLossError(
         absl::StrCat("a compressed pull of ", name, ", not held here"));
@@ -276,21 +292,21 @@ absl::Status PullDeltaDecoder::Take(uint32_t table_id, uint32_t block,
             DecodeValues(bytes, FLOAT32, absl::MakeSpan(b->values));
         !s.ok()) {
       b->held = Held{};
-      return absl::DataLossError(absl::StrCat("a dense pull of ", name, ": ",
-                                              s.message()));
+      return absl::DataLossError(
+          absl::StrCat("a dense pull of ", name, ": ", s.message()));
     }
   } else {
     if (epoch != b->held.epoch || base_version != b->held.version) {
       return absl::DataLossError(absl::StrCat(
           "a compressed pull of ", name, " applies to version ", base_version,
-          " of epoch ", epoch, "; this trainer holds version ",
-          b->held.version, " of epoch ", b->held.epoch));
+          " of epoch ", epoch, "; this trainer holds version ", b->held.version,
+          " of epoch ", b->held.epoch));
     }
     if (absl::Status s = DecodeAddChain(bytes, absl::MakeSpan(b->values));
         !s.ok()) {
       b->held = Held{};
-      return absl::DataLossError(absl::StrCat("a compressed pull of ", name,
-                                              ": ", s.message()));
+      return absl::DataLossError(
+          absl::StrCat("a compressed pull of ", name, ": ", s.message()));
     }
   }
   b->held = Held{epoch, version};

@@ -48,17 +48,21 @@ inline constexpr double kPullDeltaMaxFraction = 1.0 / 17;
 // The threshold that leaves the least squared residual when every element
 // with |d_i| >= t moves by t toward 0, among the magnitudes of the
 // `max_entries` largest elements of `d`; 0 when `d` is all zero (or holds
-// no finite non-zero value). Exposed for tests.
-float ChooseDeltaThreshold(absl::Span<const float> d, int64_t max_entries);
+// no finite non-zero value). `scratch` is working memory. Exposed for
+// tests.
+float ChooseDeltaThreshold(absl::Span<const float> d, int64_t max_entries,
+                           std::vector<float>* scratch);
 
 // One block's message: encodes `values - *shadow` at ChooseDeltaThreshold
 // (at most max_entries entries, always the threshold format) into `*msg`
 // (emptied first; empty: nothing to send) and adds it to `*shadow` exactly
-// as DecodeAdd does on the trainer. `scratch` is working memory.
+// as DecodeAdd does on the trainer. `scratch` and `mags` are working
+// memory.
 absl::Status EncodePullDelta(absl::Span<const float> values,
                              absl::Span<float> shadow, int64_t max_entries,
                              std::vector<int32_t>* msg,
-                             std::vector<float>* scratch);
+                             std::vector<float>* scratch,
+                             std::vector<float>* mags);
 
 // Adds every message of `chain` (threshold or bitmap messages laid end to
 // end, as little-endian bytes; empty: none) to `target`, in order.
@@ -109,6 +113,7 @@ class PullDeltaEncoder {
     size_t recent_bytes ABSL_GUARDED_BY(mu) = 0;
     std::vector<int32_t> msg ABSL_GUARDED_BY(mu);
     std::vector<float> scratch ABSL_GUARDED_BY(mu);
+    std::vector<float> mags ABSL_GUARDED_BY(mu);
   };
 
   Block* Find(uint32_t table_id, uint32_t block);

@@ -19,11 +19,14 @@ constexpr uint32_t kTable = 1;
 constexpr uint32_t kBlock = 2;
 
 TEST(ChooseDeltaThresholdTest, NothingToSendIsZero) {
-  EXPECT_EQ(ChooseDeltaThreshold(std::vector<float>(100, 0.0f), 10), 0);
-  EXPECT_EQ(ChooseDeltaThreshold({NAN, INFINITY, 0.0f}, 10), 0);
+  std::vector<float> scratch;
+  EXPECT_EQ(ChooseDeltaThreshold(std::vector<float>(100, 0.0f), 10, &scratch),
+            0);
+  EXPECT_EQ(ChooseDeltaThreshold({NAN, INFINITY, 0.0f}, 10, &scratch), 0);
 }
 
 TEST(ChooseDeltaThresholdTest, LeavesTheLeastResidual) {
+  std::vector<float> scratch;
   // Quanta q and 2q (two trainers' threshold messages averaged): q when
   // more elements moved by q, 2q when more moved by 2q.
   const float q = 0.015f;
@@ -32,12 +35,12 @@ TEST(ChooseDeltaThresholdTest, LeavesTheLeastResidual) {
   d[5] = -q;
   d[9] = q;
   d[20] = -q;
-  EXPECT_EQ(ChooseDeltaThreshold(d, 100), q);
+  EXPECT_EQ(ChooseDeltaThreshold(d, 100, &scratch), q);
   d[5] = -2 * q;
   d[9] = 2 * q;
-  EXPECT_EQ(ChooseDeltaThreshold(d, 100), 2 * q);
+  EXPECT_EQ(ChooseDeltaThreshold(d, 100, &scratch), 2 * q);
   // Among the `max_entries` largest only.
-  EXPECT_EQ(ChooseDeltaThreshold(d, 1), 2 * q);
+  EXPECT_EQ(ChooseDeltaThreshold(d, 1, &scratch), 2 * q);
 }
 
 // A sync job of two trainers: the master values move by sparse steps, both
@@ -56,10 +59,11 @@ TEST(PullDeltaTest, TrainersHoldTheShadowExactly) {
   size_t delta_bytes = 0, steps = 0;
   for (int64_t version = 0; version < 200; ++version) {
     if (version > 0) {
-      for (int k = 0; k < 40; ++k) values[pick(rng)] += (k % 2 ? 0.015f : -0.03f);
+      for (int k = 0; k < 40; ++k)
+        values[pick(rng)] += (k % 2 ? 0.015f : -0.03f);
     }
-    for (auto [decoder, out] : {std::make_pair(&t0, &out0),
-                                std::make_pair(&t1, &out1)}) {
+    for (auto [decoder, out] :
+         {std::make_pair(&t0, &out0), std::make_pair(&t1, &out1)}) {
       const PullDeltaDecoder::Held h = decoder->held(kTable, kBlock);
       std::string bytes;
       PullDeltaEncoder::Reply r;
@@ -161,10 +165,10 @@ TEST(PullDeltaTest, DenseWhenTheShadowIsNotTheOneHeld) {
   EXPECT_EQ(bytes.size(), n * sizeof(float));
   const uint64_t epoch = r.epoch;
   // Another epoch, a version never held, a negative one: dense.
-  for (auto [e, v] : {std::make_pair(epoch + 1, int64_t{5}),
-                      std::make_pair(epoch, int64_t{4}),
-                      std::make_pair(epoch, int64_t{-1}),
-                      std::make_pair(epoch, int64_t{1} << 62)}) {
+  for (auto [e, v] :
+       {std::make_pair(epoch + 1, int64_t{5}),
+        std::make_pair(epoch, int64_t{4}), std::make_pair(epoch, int64_t{-1}),
+        std::make_pair(epoch, int64_t{1} << 62)}) {
     ASSERT_TRUE(
         encoder.Serve(kTable, kBlock, 1, 5, values, e, v, &bytes, &r).ok());
     EXPECT_TRUE(r.dense) << e << " " << v;
@@ -193,10 +197,9 @@ TEST(PullDeltaTest, KeptMessagesStayBelowTheDenseBlock) {
   const uint64_t epoch = r.epoch;
   for (int64_t v = 1; v <= 100; ++v) {
     values[v % n] += 1.0f;
-    ASSERT_TRUE(encoder
-                    .Serve(kTable, kBlock, 1, v, values, epoch, v - 1, &bytes,
-                           &r)
-                    .ok());
+    ASSERT_TRUE(
+        encoder.Serve(kTable, kBlock, 1, v, values, epoch, v - 1, &bytes, &r)
+            .ok());
   }
   EXPECT_LE(encoder.MemoryBytes(), 4 * n * sizeof(float));
   // Too far behind for the kept messages: dense.
@@ -217,11 +220,11 @@ TEST(PullDeltaDecoderTest, RefusesWhatDoesNotFollow) {
   EXPECT_EQ(d.Take(kTable, 7, true, 9, 0, 4, dense, absl::MakeSpan(out)).code(),
             absl::StatusCode::kDataLoss);
   std::vector<float> small(n - 1);
-  EXPECT_EQ(
-      d.Take(kTable, kBlock, true, 9, 0, 4, dense, absl::MakeSpan(small))
-          .code(),
-      absl::StatusCode::kDataLoss);
-  absl::Status s = d.Take(kTable, kBlock, false, 8, 4, 5, "", absl::MakeSpan(out));
+  EXPECT_EQ(d.Take(kTable, kBlock, true, 9, 0, 4, dense, absl::MakeSpan(small))
+                .code(),
+            absl::StatusCode::kDataLoss);
+  absl::Status s =
+      d.Take(kTable, kBlock, false, 8, 4, 5, "", absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("holds version 4 of epoch 9"));
   EXPECT_EQ(

@@ -435,12 +435,6 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     done(s);
     return;
   }
-  HeldBlocks held;
-  if (encoding == THRESHOLD) {
-    for (const BlockRef& b : req.blocks()) {
-      held[{b.table_id(), b.block()}] = {b.held_epoch(), b.held_version()};
-    }
-  }
   resp->mutable_blocks()->Reserve(req.blocks_size());
   std::vector<SparsePull> sparse;
   for (int i = 0; i < req.sparse_size(); ++i) {
@@ -464,35 +458,7 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
   store_->Pull(
       req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
       ToBlockIds(req.blocks()), sparse,
-      [this, resp, encoding, lane = std::move(lane),
-       offsets = std::move(offsets), held = std::move(held),
-       generation = store_->generation(),
-       failed](uint32_t table_id, uint32_t block, int64_t version,
-               absl::Span<const float> values) {
-        DenseBlock* b = resp->add_blocks();
-        b->set_table_id(table_id);
-        b->set_block(block);
-        b->set_version(version);
-        b->set_encoding(encoding);
-        if (lane != nullptr) {
-          const uint64_t at = offsets.at({table_id, block});
-          b->set_shared_offset(at);
-          lane->Write(at, values);
-        } else if (encoding == THRESHOLD) {
-          const PullDeltaDecoder::Held h = held.at({table_id, block});
-          PullDeltaEncoder::Reply r;
-          absl::Status s = pull_deltas_.Serve(
-              table_id, block, generation, version, values, h.epoch,
-              h.version, b->mutable_values(), &r);
-          if (!s.ok() && failed->ok()) *failed = s;
-          b->set_encoding(r.dense ? FLOAT32 : THRESHOLD);
-          b->set_version(r.version);
-          b->set_delta_epoch(r.epoch);
-          b->set_base_version(r.base_version);
-        } else {
-          EncodeValues(values, encoding, b->mutable_values());
-        }
-      },
+      DenseSink(req, resp, std::move(lane), std::move(offsets), failed),
       [resp, done, failed](absl::Status s, absl::Duration waited) {
         if (s.ok()) s = *failed;
         if (!s.ok()) resp->Clear();
@@ -500,6 +466,48 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
         done(std::move(s));
       },
       req.generation(), req.own_clock());
+}
+
+PullSink RequestHandler::DenseSink(const PullRequest& req, PullResponse* resp,
+                                   std::shared_ptr<const DenseValueLane> lane,
+                                   LaneOffsets offsets,
+                                   std::shared_ptr<absl::Status> failed) {
+  const ValueEncoding encoding = req.encoding();
+  HeldBlocks held;
+  if (encoding == THRESHOLD) {
+    for (const BlockRef& b : req.blocks()) {
+      held[{b.table_id(), b.block()}] = {b.held_epoch(), b.held_version()};
+    }
+  }
+  return [this, resp, encoding, lane = std::move(lane),
+          offsets = std::move(offsets), held = std::move(held),
+          generation = store_->generation(), failed = std::move(failed)](
+             uint32_t table_id, uint32_t block, int64_t version,
+             absl::Span<const float> values) {
+    DenseBlock* b = resp->add_blocks();
+    b->set_table_id(table_id);
+    b->set_block(block);
+    b->set_version(version);
+    b->set_encoding(encoding);
+    if (lane != nullptr) {
+      const uint64_t at = offsets.at({table_id, block});
+      b->set_shared_offset(at);
+      lane->Write(at, values);
+    } else if (encoding == THRESHOLD) {
+      const PullDeltaDecoder::Held h = held.at({table_id, block});
+      PullDeltaEncoder::Reply r;
+      absl::Status s =
+          pull_deltas_.Serve(table_id, block, generation, version, values,
+                             h.epoch, h.version, b->mutable_values(), &r);
+      if (!s.ok() && failed->ok()) *failed = s;
+      b->set_encoding(r.dense ? FLOAT32 : THRESHOLD);
+      b->set_version(r.version);
+      b->set_delta_epoch(r.epoch);
+      b->set_base_version(r.base_version);
+    } else {
+      EncodeValues(values, encoding, b->mutable_values());
+    }
+  };
 }
 
 absl::Status RequestHandler::Push(const PushRequest& req, PushResponse* resp,

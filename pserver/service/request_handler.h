@@ -102,6 +102,11 @@ class RequestHandler {
   // each block it asks for.
   using HeldBlocks = absl::flat_hash_map<std::pair<uint32_t, uint32_t>,
                                          PullDeltaDecoder::Held>;
+  // Where a pull's dense blocks go: into `lane`, compressed (THRESHOLD:
+  // pull_deltas_; an error goes to *failed) or encoded into `resp`.
+  PullSink DenseSink(const PullRequest& req, PullResponse* resp,
+                     std::shared_ptr<const DenseValueLane> lane,
+                     LaneOffsets offsets, std::shared_ptr<absl::Status> failed);
   // A push's payload for the store, decoded (dense or sparse).
   absl::Status PushDense(const PushRequest& req, PushResponse* resp,
                          const DenseValueLane* lane);

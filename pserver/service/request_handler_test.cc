@@ -531,12 +531,29 @@ TEST_F(RequestHandlerTest, HalfPrecisionPushAndPull) {
       DecodeValues(resp.blocks(0).values(), FLOAT16, absl::MakeSpan(v)).ok());
   EXPECT_EQ(v, (std::vector<float>{0, 1, 2, 3}));  // 1..4 - 0.5 * 2
 
-  // An odd byte count and a pull encoding that is not plain are refused.
+  // An odd byte count and an unknown pull encoding are refused.
   ExpectCode(Push(0, 1, 200, {{0, std::string(7, '\0')}}, 0, FLOAT16),
              absl::StatusCode::kInvalidArgument, "16-bit");
-  req.set_encoding(THRESHOLD);
+  req.set_encoding(static_cast<ValueEncoding>(99));
   ExpectCode(Pull(req, &resp), absl::StatusCode::kInvalidArgument,
              "pull encoding");
+
+  // A compressed pull: dense the first time (FLOAT32, with the shadow's
+  // epoch), then the change since the version held (none here).
+  req.set_encoding(THRESHOLD);
+  resp.Clear();
+  ASSERT_TRUE(Pull(req, &resp).ok());
+  ASSERT_EQ(resp.blocks(0).encoding(), FLOAT32);
+  ASSERT_EQ(resp.blocks(0).values().size(), 16u);
+  const uint64_t epoch = resp.blocks(0).delta_epoch();
+  ASSERT_NE(epoch, 0u);
+  req.mutable_blocks(0)->set_held_epoch(epoch);
+  req.mutable_blocks(0)->set_held_version(resp.blocks(0).version());
+  resp.Clear();
+  ASSERT_TRUE(Pull(req, &resp).ok());
+  EXPECT_EQ(resp.blocks(0).encoding(), THRESHOLD);
+  EXPECT_EQ(resp.blocks(0).delta_epoch(), epoch);
+  EXPECT_TRUE(resp.blocks(0).values().empty());
 }
 
 TEST_F(RequestHandlerTest, ThresholdMessagesAreDecodedOrRefusedWhole) {

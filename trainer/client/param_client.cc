@@ -116,10 +116,10 @@ absl::Status TakeCompressedPull(absl::string_view from, const PullRequest& req,
         (got.encoding() != THRESHOLD && got.encoding() != FLOAT32)) {
       return MismatchedPullBlock(from, i);
     }
-    if (absl::Status s = deltas->Take(
-            got.table_id(), got.block(), got.encoding() == FLOAT32,
-            got.delta_epoch(), got.base_version(), got.version(), got.values(),
-            targets[i]);
+    if (absl::Status s =
+            deltas->Take(got.table_id(), got.block(), got.encoding() == FLOAT32,
+                         got.delta_epoch(), got.base_version(), got.version(),
+                         got.values(), targets[i]);
         !s.ok()) {
       return absl::DataLossError(
           absl::StrCat("pull from ", from, ": ", s.message()));

@@ -12,12 +12,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transport/ps_client_interface.h"
+#include "compression/pull_delta.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/fanout.h"
 #include "trainer/client/placement.h"
 #include "trainer/client/request_stamp.h"
-#include "compression/pull_delta.h"
 #include "trainer/client/shared_memory_client.h"
 
 namespace shardps {
