@@ -63,8 +63,11 @@ def parse_args(argv):
         "machine. Arguments after -- go to every trainer.",
         epilog="Example: %(prog)s --pservers 2 --trainers 2 -- --mode=async "
         "--num_passes=3")
-    p.add_argument("--pservers", type=int, default=2, metavar="P",
-                   help="pservers to start (default 2)")
+    p.add_argument("--pservers", default="2", metavar="P",
+                   help="pservers to start (default 2), or `beside`: one "
+                   "per trainer, the layout of docs/deploy.md, \"A pserver "
+                   "beside each trainer\" (on one machine every trainer "
+                   "reaches every pserver through shared memory)")
     p.add_argument("--trainers", type=int, default=2, metavar="N",
                    help="trainers to start (default 2)")
     p.add_argument("--config",
@@ -96,6 +99,12 @@ def parse_args(argv):
                    help="do not show trainer 0's output on the terminal")
     a = p.parse_args(own)
     a.extra = extra
+    if a.pservers == "beside":
+        a.pservers = a.trainers
+    elif not a.pservers.isdigit():
+        p.error("--pservers must be a whole number or `beside`, not %r" %
+                a.pservers)
+    a.pservers = int(a.pservers)
     if a.pservers < 1:
         p.error("--pservers must be at least 1")
     if a.trainers < 1:

@@ -103,6 +103,19 @@ class ClusterTest(testlib.ProcessTestCase):
         sys.stderr.write("[async: accuracy %.4f, %.1f s] " % (
             evals[0]["test_accuracy"], time.monotonic() - start))
 
+    def test_pservers_beside(self):
+        """--pservers beside starts one pserver per trainer (docs/deploy.md,
+        "A pserver beside each trainer"); each trainer moves its dense
+        values through shared memory with all of them on this machine."""
+        r, summary = self.run_cluster(["--pservers", "beside", "--trainers",
+                                       "2"], ["--max_steps=20"])
+        self.assertRanWell(r, summary)
+        self.assertEqual(len(summary["pservers"]), 2)
+        for t in summary["trainers"]:
+            with open(os.path.join(self.tmp, "logs",
+                                   "trainer-%d.log" % t["id"])) as f:
+                self.assertIn("shared memory with 2 of 2 pservers", f.read())
+
     def test_compression(self):
         """fp16 halves the bytes both ways at dense accuracy;
         --compression=threshold with nothing else (the defaults chosen in

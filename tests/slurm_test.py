@@ -368,9 +368,10 @@ class SlurmTest(testlib.ProcessTestCase):
 
     # Helpers ------------------------------------------------------------
 
-    def submit(self, pservers, trainers, args=(), **variables):
+    def submit(self, pservers, trainers, args=(), tasks=None, **variables):
         """sbatch SCRIPT with SHARDPS_SLURM_<NAME>=value for each keyword
-        argument; returns the job id."""
+        argument (and `tasks`, sbatch's task options, instead of
+        --ntasks=P+N); returns the job id."""
         env = self.cluster.env(SHARDPS_SLURM_BIN_DIR=testlib.BIN_DIR,
                                SHARDPS_SLURM_DIR=self.dir,
                                SHARDPS_SLURM_PSERVERS=pservers)
@@ -378,7 +379,8 @@ class SlurmTest(testlib.ProcessTestCase):
                     for k, v in variables.items()})
         r = subprocess.run(
             [self.cluster.programs["sbatch"], "--parsable",
-             "--ntasks=%d" % (pservers + trainers), "--time=5",
+             ] + (tasks or ["--ntasks=%d" % (pservers + trainers)]) + [
+             "--time=5",
              "--output=" + self.job_out, SCRIPT] + list(args),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             universal_newlines=True, env=env, cwd=self.tmp, timeout=60,
@@ -471,6 +473,33 @@ class SlurmTest(testlib.ProcessTestCase):
         self.assertEqual(evals[0]["test_accuracy"], evals[1]["test_accuracy"])
         sys.stderr.write("[accuracy %.4f, job %.1f s] " % (
             evals[0]["test_accuracy"], time.monotonic() - start))
+
+    def test_pserver_beside_each_trainer(self):
+        """SHARDPS_SLURM_PSERVERS=beside (docs/performance.md, "Across
+        hosts"): a pserver and a trainer on each node; on this one node, one
+        of each, the trainer's dense values through shared memory with its
+        pserver. A job whose tasks are not two per node is refused, saying
+        how to submit it."""
+        job = self.submit("beside", 0, ["--max_steps=100"],
+                          tasks=["--nodes=1", "--ntasks-per-node=2"])
+        state, code = self.wait_job(job, 120)
+        self.assertEqual((state, code), ("COMPLETED", "0:0"), self.describe())
+        out = self.read(self.job_out)
+        self.assertIn("1 pserver(s) (one beside each trainer), 1 trainer(s)",
+                      out)
+        t_log = self.read(self.log("trainer-0.log"))
+        self.assertIn("dense values through shared memory with 1 of 1 "
+                      "pservers", t_log)
+        ev = final_eval(self.log("trainer-0.jsonl"), 0)
+        self.assertIsNotNone(ev, self.describe())
+        self.assertEqual(ev["step"], 100)
+
+        job = self.submit("beside", 0, tasks=["--ntasks=3"])
+        state, code = self.wait_job(job, 60)
+        self.assertEqual(state, "FAILED", self.describe())
+        self.assertIn("runs a pserver and a trainer on each node: the job has "
+                      "3 task(s) on 1 node(s); submit with sbatch --nodes=N "
+                      "--ntasks-per-node=2", self.read(self.job_out))
 
     def test_trainer_flag_typo(self):
         """A misspelt trainer flag: every trainer stops at start with one

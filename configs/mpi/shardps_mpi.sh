@@ -14,6 +14,16 @@
 #       -np 8 --host w1:4,w2:4 -x SHARDPS_MPI_DIR=/shared/job1 \
 #           configs/mpi/shardps_mpi.sh --mode=sync
 #
+# or, with a pserver beside each trainer (docs/performance.md, "Across
+# hosts": each machine's link then carries what a ring all-reduce would,
+# and a trainer moves its local pserver's share through shared memory), N
+# machines and 2N ranks placed round-robin over them, so that pserver rank
+# r and trainer r (rank N + r) share machine r:
+#
+#   mpirun -np 2N --map-by node --bind-to none --host w1,w2,...,wN \
+#       -x SHARDPS_MPI_PSERVERS=N -x SHARDPS_MPI_DIR=/shared/job1 \
+#       configs/mpi/shardps_mpi.sh --mode=sync
+#
 # Pserver rank r starts `pserver --port=PORT --port_file=...
 # --num_gradient_servers=N`, and once it serves writes HOST:port into a
 # folder all ranks share. Trainer rank k waits for the P addresses, then
