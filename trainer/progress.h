@@ -2,6 +2,8 @@
 #define SHARDPS_TRAINER_PROGRESS_H_
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -21,6 +23,32 @@ struct StepTimes {
 // push and waiting for other trainers): what overlap did not hide.
 double ExposedComm(const StepTimes& t, absl::Duration elapsed);
 
+// What the trainer says once, after its first steps, about the network:
+// how much of the step the transfers take and which setting would cut it
+// (docs/performance.md, "Which layout and compression").
+// --compression (trainer/options.h, which includes this file).
+enum class Compression;
+
+struct NetworkPicture {
+  // Shares of the steps' wall time: pulls and pushes (net of the time the
+  // pservers held them), and waiting for the other trainers.
+  double pull_share = 0;
+  double push_share = 0;
+  double wait_share = 0;
+  int servers = 0;               // pservers
+  int shared_servers = 0;        // of them, reached through shared memory
+  Compression compression{};     // kNone
+  bool compressed_pulls = true;  // kThreshold: --compressed_pulls
+};
+
+// Below this share of the step, the transfers are left alone.
+inline constexpr double kNetworkShareWorthCutting = 0.25;
+
+// One line: the transfers' share of the step and, when it is at least
+// kNetworkShareWorthCutting, the flags or layout that would cut it, most
+// effective first.
+std::string NetworkAdvice(const NetworkPicture& p);
+
 // What the trainer tells about its progress (docs/flags.md, "Metrics"):
 // every `log_every_steps` steps a "step" metrics line with the loss, the
 // samples per second and the share of each phase, and either a log line or,
@@ -33,6 +61,10 @@ class ProgressReporter {
     int num_passes = 1;
     int log_every_steps = 50;
     bool progress_bar = false;
+    // The job's pservers and compression; set, the reporter logs
+    // NetworkAdvice once, with the second report's window (the first holds
+    // the start: connections, the first dense pull), or the last step's.
+    std::function<NetworkPicture()> network;
   };
   // `metrics` must outlive the reporter.
   ProgressReporter(const Options& options, int64_t steps_per_pass,
@@ -72,6 +104,7 @@ class ProgressReporter {
   absl::Time window_start_ = absl::Now();
   absl::Time last_step_ = absl::Now();
   absl::Time last_draw_ = absl::InfinitePast();
+  int reports_ = 0;
 };
 
 }  // namespace shardps

@@ -300,8 +300,10 @@ absl::StatusOr<BatchStats> StepSchedule::Compute(const StepPlan&,
 }
 
 absl::Status StepSchedule::Push(const StepPlan& plan, TransferStats* push) {
+  const absl::Time start = absl::Now();
   ComputeUpdates(plan);
   ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> pushing, StartPush(plan.tag));
+  push->prepare_us += absl::ToInt64Microseconds(absl::Now() - start);
   TransferStats this_push;
   absl::Status s = pushing->Wait(&this_push);
   push->bytes += this_push.bytes;

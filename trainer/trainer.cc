@@ -468,6 +468,14 @@ absl::Status Trainer::Run() {
   p.num_passes = o.num_passes;
   p.log_every_steps = o.log_every_steps;
   p.progress_bar = o.progress_bar;
+  p.network = [this] {
+    NetworkPicture n;
+    n.servers = static_cast<int>(servers_.size());
+    n.shared_servers = params_->shared_servers();
+    n.compression = options_.compression;
+    n.compressed_pulls = options_.compressed_pulls;
+    return n;
+  };
   progress_ = std::make_unique<ProgressReporter>(p, steps_per_pass_,
                                                  total_steps_, metrics_.get());
   const absl::Time train_start = absl::Now();

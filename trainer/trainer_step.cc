@@ -71,8 +71,12 @@ absl::Status Trainer::Step(int pass, int64_t index) {
   times.data = t1 - t0;
   times.pull = std::max(absl::ZeroDuration(), pulling - wait);
   times.wait = std::min(wait, pulling);
-  times.compute = (t3 - t2) - pull_wait;
-  times.push = t4 - t3;
+  // Making the update and encoding it is computation (threshold
+  // compression), sending it is the push.
+  const absl::Duration prepare =
+      std::min(absl::Microseconds(push.prepare_us), t4 - t3);
+  times.compute = (t3 - t2) - pull_wait + prepare;
+  times.push = (t4 - t3) - prepare;
   train_time_ += t4 - t0;
   progress_->StepDone(step_, pass, times, bs.loss_sum, bs.count, push_bytes_,
                       pull_bytes_, params_->threshold_encoder());

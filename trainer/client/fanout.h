@@ -20,6 +20,10 @@ struct TransferStats {
   int64_t rpcs = 0;
   int64_t server_wait_us = 0;  // pulls: longest time held by a pserver
   int64_t min_version = -1;    // dense pulls: lowest block version received
+  // Pushes: time this trainer spent making the values before sending them
+  // (with threshold compression, its own optimizer and the encoder):
+  // computation, not waiting on the network.
+  int64_t prepare_us = 0;
 };
 
 // Collects the first error of parallel calls. Thread-safe.
