@@ -1,6 +1,7 @@
 #include "compression/pull_delta.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -42,24 +43,34 @@ int64_t MaxEntries(size_t n) {
 
 float ChooseDeltaThreshold(absl::Span<const float> d, int64_t max_entries,
                            std::vector<float>* scratch) {
-  float largest = 0;
-  for (float v : d) {
-    const float a = std::fabs(v);
-    // Not NaN or Inf (whose messages EncodeThreshold refuses anyway).
-    if (a > largest && a <= std::numeric_limits<float>::max()) largest = a;
+  if (max_entries < 1) return 0;
+  // How many magnitudes have each binary exponent (the float's exponent
+  // field: 0 holds zeros and denormals, 255 NaN and Inf, both left out).
+  std::array<int64_t, 256> count{};
+  for (float v : d) ++count[(codec::FloatBits(v) & 0x7fffffffu) >> 23];
+  int top = 254;
+  while (top > 0 && count[top] == 0) --top;
+  if (top == 0) return 0;
+  // The candidates: the largest exponents, down to the one whose elements
+  // make max_entries (the search looks no further), and at most 13 binades
+  // below the largest: a threshold t below largest / 2^14 would beat
+  // t = largest only with more than 2^28 elements at or above it
+  // (j t^2 - 2 t S >= -j t^2). That leaves out the rounding differences
+  // between the values and the shadow and the many small residuals, most
+  // of the block's elements and otherwise most of the work.
+  int lowest = top;
+  int64_t taken = count[top];
+  while (taken < max_entries && lowest > std::max(1, top - 13)) {
+    taken += count[--lowest];
   }
-  if (largest == 0 || max_entries < 1) return 0;
-  // A threshold t below largest / 4096 would beat t = largest only with
-  // more than 4096^2 elements at or above it (j t^2 - 2 t S >= -j t^2):
-  // the candidates are the magnitudes above that, which leaves out the
-  // rounding differences between the values and the shadow (most of the
-  // block's elements, and most of the work otherwise).
-  const float floor = largest / 4096;
+  const uint32_t from = static_cast<uint32_t>(lowest) << 23;
   std::vector<float>& mags = *scratch;
   mags.clear();
+  mags.reserve(static_cast<size_t>(taken));
   for (float v : d) {
-    const float a = std::fabs(v);
-    if (a >= floor && a <= largest) mags.push_back(a);
+    const uint32_t bits = codec::FloatBits(v) & 0x7fffffffu;
+    if (bits >= from && bits < 0x7f800000u)
+      mags.push_back(codec::BitsToFloat(bits));
   }
   const size_t k = std::min(mags.size(), static_cast<size_t>(max_entries));
   std::nth_element(mags.begin(), mags.begin() + (k - 1), mags.end(),
