@@ -156,9 +156,20 @@ absl::Status DecodeAddChain(absl::string_view chain, absl::Span<float> target) {
   return absl::OkStatus();
 }
 
-PullDeltaEncoder::PullDeltaEncoder() {
+PullDeltaEncoder::PullDeltaEncoder(Accounting accounting)
+    : accounting_(std::move(accounting)) {
   std::random_device rd;
   next_epoch_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+PullDeltaEncoder::~PullDeltaEncoder() {
+  int64_t reserved = 0;
+  absl::MutexLock l(&mu_);
+  for (auto& [key, b] : blocks_) {
+    absl::MutexLock bl(&b->mu);
+    reserved += b->reserved;
+  }
+  if (reserved > 0 && accounting_.release) accounting_.release(reserved);
 }
 
 uint64_t PullDeltaEncoder::NextEpoch() {
@@ -180,6 +191,16 @@ absl::Status PullDeltaEncoder::Advance(Block* b, uint64_t generation,
                                        absl::Span<const float> values) {
   if (b->epoch == 0 || b->generation != generation ||
       b->shadow.size() != values.size()) {
+    const int64_t need =
+        static_cast<int64_t>(values.size()) * kBytesPerValue - b->reserved;
+    if (need > 0 && accounting_.reserve && !accounting_.reserve(need)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a compressed pull needs ", need,
+          " bytes for the shadow of a block of ", values.size(),
+          " values, more than the pserver's memory limit leaves; pull it "
+          "dense (trainer --compressed_pulls=false) or raise the limit"));
+    }
+    if (need > 0) b->reserved += need;
     // A new shadow: the values themselves, dense to everyone.
     b->epoch = NextEpoch();
     b->generation = generation;

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,7 +82,23 @@ class PullDeltaEncoder {
     int64_t version = 0;       // the version the trainer then holds
   };
 
-  PullDeltaEncoder();
+  // Memory accounting: `reserve(bytes)` is asked before a block's shadow
+  // and working memory are made (kBytesPerValue for each of its values;
+  // false: that pull fails RESOURCE_EXHAUSTED), and `release` gets every
+  // reserved byte back when the encoder goes. Both may be empty.
+  struct Accounting {
+    std::function<bool(int64_t)> reserve;
+    std::function<void(int64_t)> release;
+  };
+  // Bytes reserved per value of a block: the shadow, the kept messages
+  // (at most as many bytes), the difference and the threshold's
+  // candidates.
+  static constexpr int64_t kBytesPerValue = 4 * sizeof(float);
+
+  explicit PullDeltaEncoder(Accounting accounting = {});
+  ~PullDeltaEncoder();
+  PullDeltaEncoder(const PullDeltaEncoder&) = delete;
+  PullDeltaEncoder& operator=(const PullDeltaEncoder&) = delete;
 
   // The reply for a trainer that holds (`held_epoch`, `held_version`) of
   // block (`table_id`, `block`), whose master values are `values` at
@@ -105,7 +122,8 @@ class PullDeltaEncoder {
   };
   struct Block {
     absl::Mutex mu;
-    uint64_t epoch ABSL_GUARDED_BY(mu) = 0;  // 0: no shadow yet
+    uint64_t epoch ABSL_GUARDED_BY(mu) = 0;    // 0: no shadow yet
+    int64_t reserved ABSL_GUARDED_BY(mu) = 0;  // bytes, from accounting_
     uint64_t generation ABSL_GUARDED_BY(mu) = 0;
     int64_t version ABSL_GUARDED_BY(mu) = 0;
     std::vector<float> shadow ABSL_GUARDED_BY(mu);
@@ -123,6 +141,7 @@ class PullDeltaEncoder {
                        absl::Span<const float> values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->mu);
 
+  const Accounting accounting_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Block>> blocks_
       ABSL_GUARDED_BY(mu_);

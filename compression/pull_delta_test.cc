@@ -208,6 +208,32 @@ TEST(PullDeltaTest, KeptMessagesStayBelowTheDenseBlock) {
   EXPECT_TRUE(r.dense);
 }
 
+TEST(PullDeltaTest, ShadowsAreCountedAndRefusedPastTheLimit) {
+  int64_t used = 0;
+  const int64_t limit = 3000;
+  {
+    PullDeltaEncoder encoder(
+        PullDeltaEncoder::Accounting{[&](int64_t n) {
+                                       if (used + n > limit) return false;
+                                       used += n;
+                                       return true;
+                                     },
+                                     [&](int64_t n) { used -= n; }});
+    std::vector<float> small(100, 1.0f), large(1000, 1.0f);
+    std::string bytes;
+    PullDeltaEncoder::Reply r;
+    ASSERT_TRUE(encoder.Serve(kTable, 0, 1, 0, small, 0, 0, &bytes, &r).ok());
+    EXPECT_EQ(used, 100 * PullDeltaEncoder::kBytesPerValue);
+    // Served again, or restarted by a rollback: nothing more.
+    ASSERT_TRUE(encoder.Serve(kTable, 0, 2, 0, small, 0, 0, &bytes, &r).ok());
+    EXPECT_EQ(used, 100 * PullDeltaEncoder::kBytesPerValue);
+    absl::Status s = encoder.Serve(kTable, 1, 1, 0, large, 0, 0, &bytes, &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(s.message(), HasSubstr("--compressed_pulls=false"));
+  }
+  EXPECT_EQ(used, 0);  // given back with the encoder
+}
+
 TEST(PullDeltaDecoderTest, RefusesWhatDoesNotFollow) {
   const int64_t n = 64;
   const PullDeltaDecoder::BlockSize size{kTable, kBlock, n};

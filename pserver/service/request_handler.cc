@@ -168,7 +168,11 @@ RequestHandler::RequestHandler(ParameterStore* store,
       checkpointer_(checkpointer),
       clock_(clock),
       shared_regions_(store),
-      replication_(store, &dedup_) {}
+      replication_(store, &dedup_),
+      // Shadows of compressed pulls count in --max_memory_mb.
+      pull_deltas_(PullDeltaEncoder::Accounting{
+          [b = store->budget()](int64_t n) { return b->TryReserve(n); },
+          [b = store->budget()](int64_t n) { b->Release(n); }}) {}
 
 absl::Status RequestHandler::InitJob(const InitJobRequest& req,
                                      InitJobResponse* resp) {
