@@ -349,13 +349,13 @@ def main(argv):
     tables = []
     for link in a.links:
         rows = {}
-        todo = [("ShardPS, %s, %s" % (LAYOUT_NAMES[l], c),
+        runs_of_link = [("ShardPS, %s, %s" % (LAYOUT_NAMES[l], c),
                  lambda d, l=l, c=c: shardps_run(a, l, c, link, d))
                 for l, c in settings]
         if not a.no_ddp:
-            todo.append(("PyTorch DDP (gloo)",
+            runs_of_link.append(("PyTorch DDP (gloo)",
                          lambda d: ddp_run(a, link, d)))
-        for name, fn in todo:
+        for name, fn in runs_of_link:
             runs = []
             for rep in range(a.repeats):
                 d = os.path.join(out, "%s-%s-%d" % (

@@ -11,9 +11,10 @@ absl::Status MismatchedPullBlock(absl::string_view from, int i) {
                    " of the reply does not match the request"));
 }
 
-absl::Status TakeDensePull(absl::string_view from, const PullRequest& req,
-                           const PullResponse& resp,
-                           const DensePullTargets& targets) {
+absl::Status CheckPullBlockCounts(absl::string_view from,
+                                  const PullRequest& req,
+                                  const PullResponse& resp,
+                                  const DensePullTargets& targets) {
   if (targets.size() != static_cast<size_t>(req.blocks_size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("pull from ", from, ": ", req.blocks_size(),
@@ -23,6 +24,16 @@ absl::Status TakeDensePull(absl::string_view from, const PullRequest& req,
     return absl::DataLossError(absl::StrCat("pull from ", from, ": asked for ",
                                             req.blocks_size(), " blocks, got ",
                                             resp.blocks_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TakeDensePull(absl::string_view from, const PullRequest& req,
+                           const PullResponse& resp,
+                           const DensePullTargets& targets) {
+  if (absl::Status s = CheckPullBlockCounts(from, req, resp, targets);
+      !s.ok()) {
+    return s;
   }
   for (int i = 0; i < resp.blocks_size(); ++i) {
     const DenseBlock& got = resp.blocks(i);

@@ -24,6 +24,14 @@ absl::Status TakeDensePull(absl::string_view from, const PullRequest& req,
                            const PullResponse& resp,
                            const DensePullTargets& targets);
 
+// The counts TakeDensePull checks first: one target per block of `req`
+// (INVALID_ARGUMENT otherwise) and as many blocks in `resp` (DATA_LOSS).
+// For transports and clients that take replies their own way.
+absl::Status CheckPullBlockCounts(absl::string_view from,
+                                  const PullRequest& req,
+                                  const PullResponse& resp,
+                                  const DensePullTargets& targets);
+
 // DATA_LOSS for block `i` of a reply from `from` that does not match its
 // request (TakeDensePull, and transports that check their own replies).
 absl::Status MismatchedPullBlock(absl::string_view from, int i);

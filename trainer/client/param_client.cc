@@ -103,12 +103,7 @@ absl::Status TakeCompressedPull(absl::string_view from, const PullRequest& req,
                                 const PullResponse& resp,
                                 const DensePullTargets& targets,
                                 PullDeltaDecoder* deltas) {
-  if (resp.blocks_size() != req.blocks_size() ||
-      targets.size() != static_cast<size_t>(req.blocks_size())) {
-    return absl::DataLossError(absl::StrCat("pull from ", from, ": asked for ",
-                                            req.blocks_size(), " blocks, got ",
-                                            resp.blocks_size()));
-  }
+  RETURN_IF_ERROR(CheckPullBlockCounts(from, req, resp, targets));
   for (int i = 0; i < resp.blocks_size(); ++i) {
     const DenseBlock& got = resp.blocks(i);
     const BlockRef& want = req.blocks(i);
