@@ -95,10 +95,14 @@ class ClusterTest(testlib.ProcessTestCase):
         evals = self.final_evals(summary)
         for ev in evals:
             self.assertEqual(ev["step"], 468)
-            # One async pass ends anywhere from 0.756 to 0.832 (16 runs
-            # standalone, before and after the redesign alike; lower when
-            # another test shares the CPU): the bound says it learned.
-            self.assertGreaterEqual(ev["test_accuracy"], 0.72, summary)
+            # The accuracy of one final iterate at learning rate 0.05 and
+            # momentum 0.9 is a noisy figure: one trainer alone moves by
+            # 3 points between processors, and one async pass of two ended
+            # between 0.709 and 0.833 (16 runs alone, 8 beside a CPU hog,
+            # and a CI run at 0.7098). Chance is 0.10 and the untrained
+            # loss 2.3: the bounds say it learned, nothing finer.
+            self.assertGreaterEqual(ev["test_accuracy"], 0.65, summary)
+            self.assertLess(ev["test_loss"], 0.8, summary)
         self.assertEqual(evals[0]["test_accuracy"], evals[1]["test_accuracy"])
         sys.stderr.write("[async: accuracy %.4f, %.1f s] " % (
             evals[0]["test_accuracy"], time.monotonic() - start))
