@@ -11,7 +11,9 @@
 // them by the shard map), and shm: 1 moves the values through shared memory
 // and the calls through the region's slots (ParamClient::UseSharedMemory, as
 // trainers on the pserver's host do), 2 the values through shared memory
-// and the calls (offsets) over gRPC (--shared_calls=false), 0 all over TCP.
+// and the calls (offsets) over gRPC (--shared_calls=false), 3 over the TCP
+// lane (ParamClient::UseTcpLane, 2 connections per pserver, as trainers on
+// other hosts do), 0 all over gRPC on TCP.
 // Throughput counts payload bytes once per push, once per pull, and once per
 // push+pull round (model bytes synchronised per second). Client and pservers
 // share the machine's cores.
@@ -130,15 +132,21 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   if (st.ok()) st = c->job->InitJob(job, c->params->chunks(), {init.data()});
   if (st.ok()) st = c->job->WaitUntilReady(job, absl::Seconds(30));
   if (!st.ok()) return st;
-  if (shared_memory != 0) {
-    // Every pserver that holds a block (a small payload may leave one
-    // empty) must take the lane.
-    int holding = 0;
-    for (const auto& chunks : c->params->chunks()) {
-      size_t blocks = 0;
-      for (const auto& chunk : chunks) blocks += chunk.size();
-      holding += blocks > 0;
+  // Every pserver that holds a block (a small payload may leave one empty)
+  // must take the lane.
+  int holding = 0;
+  for (const auto& chunks : c->params->chunks()) {
+    size_t blocks = 0;
+    for (const auto& chunk : chunks) blocks += chunk.size();
+    holding += blocks > 0;
+  }
+  if (shared_memory == 3) {
+    TcpLanePsClient::Options lane;
+    lane.connections = 2;
+    if (c->params->UseTcpLane(lane) != holding) {
+      return absl::UnavailableError("TCP lane: see the log");
     }
+  } else if (shared_memory != 0) {
     if (c->params->UseSharedMemory(shared_memory == 1) != holding) {
       return absl::UnavailableError("shared memory: see the log");
     }
@@ -235,6 +243,7 @@ void RunTransfer(benchmark::State& state, Op op) {
   state.SetLabel(absl::StrCat(payload / kKiB, "KiB x", state.range(1),
                               state.range(2) == 1   ? " shm"
                               : state.range(2) == 2 ? " shm, gRPC calls"
+                              : state.range(2) == 3 ? " TCP lane"
                                                     : "",
                               op == Op::kPush   ? " push"
                               : op == Op::kPull ? " pull"
@@ -294,7 +303,7 @@ void BM_PushPull(benchmark::State& state) { RunTransfer(state, Op::kRound); }
 // a 64 MiB transfer takes 20 to 100 ms here, so at least 3 iterations.
 void Args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"bytes", "pservers", "shm"});
-  for (int shm : {0, 1, 2}) {
+  for (int shm : {0, 1, 2, 3}) {
     for (int servers : {1, 2}) {
       for (int64_t bytes :
            {64 * kKiB, 256 * kKiB, 1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}) {

@@ -28,6 +28,13 @@ DEFINE_string(port_file, "",
 DEFINE_int32(num_gradient_servers, 0,
              "trainers in the job; 0 accepts the count the chief sends");
 DEFINE_string(host, "0.0.0.0", "address to listen on");
+DEFINE_bool(tcp_lane, true,
+            "serve trainers' float32 dense pushes and pulls on a TCP port of "
+            "their own, without gRPC's copies (docs/wire_protocol.md, \"TCP "
+            "lane\"); never with TLS");
+DEFINE_int32(tcp_lane_port, 0,
+             "the TCP lane's port on --host; 0 picks a free one (trainers "
+             "learn it over gRPC)");
 DEFINE_int32(max_pull_wait_s, 20,
              "a pull that waits longer is answered DEADLINE_EXCEEDED naming "
              "the trainers it waits for (the trainer retries)");
@@ -86,6 +93,11 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   options.host = FLAGS_host;
   options.port = FLAGS_port;
   options.port_file = FLAGS_port_file;
+  if (FLAGS_tcp_lane_port < 0 || FLAGS_tcp_lane_port > 65535) {
+    fail("--tcp_lane_port must be in [0, 65535]");
+  }
+  options.tcp_lane = FLAGS_tcp_lane;
+  options.tcp_lane_port = FLAGS_tcp_lane_port;
   auto security =
       shardps::LoadTransportSecurity(shardps::TransportSecurityFilesFromFlags(),
                                      shardps::TransportRole::kServer);
@@ -114,7 +126,7 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
 std::vector<shardps::FlagGroup> PserverFlagGroups() {
   return {{"Server",
            {"port", "port_file", "host", "num_gradient_servers",
-            "max_pull_wait_s", "trainer_timeout"}},
+            "max_pull_wait_s", "trainer_timeout", "tcp_lane", "tcp_lane_port"}},
           {"Jobs and memory", {"max_jobs", "job_retention", "max_memory_mb"}},
           {"Checkpoints (docs/checkpoint_format.md)",
            {"checkpoint_dir", "keep_checkpoints"}},

@@ -120,6 +120,33 @@ class ClusterTest(testlib.ProcessTestCase):
                                    "trainer-%d.log" % t["id"])) as f:
                 self.assertIn("shared memory with 2 of 2 pservers", f.read())
 
+    def test_tcp_lane(self):
+        """Without shared memory (as between hosts) dense values go over the
+        TCP lane (docs/wire_protocol.md, "TCP lane"): the same parameters as
+        through gRPC alone, bit for bit, and the lane's calls are the
+        trainers' pushes and pulls."""
+        results = {}
+        for lane in ("true", "false"):
+            log_dir = os.path.join(self.tmp, "logs-lane-" + lane)
+            r, summary = self.run_cluster(
+                ["--pservers", "2", "--trainers", "2"],
+                ["--mode=sync", "--max_steps=120", "--shared_memory=false",
+                 "--tcp_lane=" + lane], log_dir=log_dir)
+            self.assertRanWell(r, summary)
+            evals = self.final_evals(summary)
+            results[lane] = evals[0]
+            for t in summary["trainers"]:
+                with open(t["log"]) as f:
+                    log = f.read()
+                if lane == "true":
+                    self.assertIn("shared memory with 0 of 2 pservers, over "
+                                  "the TCP lane with 2\n", log)
+                else:
+                    self.assertIn("over gRPC with 2", log)
+        self.assertEqual(results["true"]["test_loss"],
+                         results["false"]["test_loss"])
+        self.assertGreater(results["true"]["test_accuracy"], 0.6)
+
     def test_compression(self):
         """fp16 halves the bytes both ways at dense accuracy;
         --compression=threshold with nothing else (the defaults chosen in

@@ -62,6 +62,13 @@ DEFINE_bool(async_prefetch, false,
 DEFINE_bool(shared_memory, true,
             "move dense float32 values through shared memory with pservers "
             "on this host (same user and PID namespace); others stay on TCP");
+DEFINE_bool(tcp_lane, true,
+            "move dense float32 values over TCP connections of their own "
+            "with the pservers that serve them (not with TLS), without "
+            "gRPC's copies (docs/wire_protocol.md, \"TCP lane\")");
+DEFINE_int32(tcp_lane_connections, 2,
+             "TCP lane connections to each pserver, in [1, 8]: the calls of "
+             "a step to one pserver go over them in parallel");
 DEFINE_int32(num_passes, 0, "passes over the data; 0 = the config's (1)");
 DEFINE_int64(max_steps, 0, "stop after this many steps; 0 = no limit");
 DEFINE_int32(batch_size, 0, "examples per step per trainer; 0 = the config's");
@@ -242,6 +249,11 @@ absl::Status RunFromFlags(TrainerOptions* o) {
   o->overlap = FLAGS_overlap;
   o->layer_pipeline = FLAGS_layer_pipeline;
   o->shared_memory = FLAGS_shared_memory;
+  if (FLAGS_tcp_lane_connections < 1 || FLAGS_tcp_lane_connections > 8) {
+    return Bad("--tcp_lane_connections must be in [1, 8]");
+  }
+  o->tcp_lane = FLAGS_tcp_lane;
+  o->tcp_lane_connections = FLAGS_tcp_lane_connections;
   if (FLAGS_async_prefetch && o->mode != ASYNC) {
     return Bad("--async_prefetch applies to --mode=async only");
   }
@@ -457,7 +469,8 @@ std::vector<FlagGroup> TrainerFlagGroups() {
   return {
       {"Cluster",
        {"pservers", "trainer_id", "num_gradient_servers", "job_id",
-        "ready_timeout_s", "rpc_retry_s", "shared_memory"}},
+        "ready_timeout_s", "rpc_retry_s", "shared_memory", "tcp_lane",
+        "tcp_lane_connections"}},
       {"Model and data",
        {"config", "config_set", "train_data", "test_data", "train_labels",
         "test_labels", "num_passes", "max_steps", "batch_size", "shuffle",
@@ -468,7 +481,8 @@ std::vector<FlagGroup> TrainerFlagGroups() {
       {"Compression (docs/compression.md)",
        {"compression", "updates_threshold", "adaptive_threshold",
         "threshold_min_sparsity", "threshold_max_sparsity", "momentum_masking",
-        "compressed_pulls", "residual_clipping", "shake_frequency", "residual"}},
+        "compressed_pulls", "residual_clipping", "shake_frequency",
+        "residual"}},
       {"Faults and checkpoints (docs/fault_tolerance.md)",
        {"replication", "failover_after_ms", "pserver_lease_ms",
         "heartbeat_interval_s", "checkpoint_every_steps"}},

@@ -56,6 +56,11 @@ struct TrainerOptions {
   // Dense float32 values go through shared memory with pservers on this
   // host (ParamClient::UseSharedMemory). Default: true.
   bool shared_memory = true;
+  // Dense float32 values go over the TCP lane with the other pservers that
+  // serve one (ParamClient::UseTcpLane), on this many connections each.
+  // Default: true, 2.
+  bool tcp_lane = true;
+  int tcp_lane_connections = 2;
   int num_passes = 1;
   // Stop after this many steps in all; 0 = no limit. Default: 0.
   int64_t max_steps = 0;

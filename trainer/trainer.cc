@@ -280,7 +280,7 @@ absl::Status Trainer::Connect() {
   }
   RETURN_IF_ERROR(job_client_->WaitUntilReady(job_, o.ready_timeout));
   ASSIGN_OR_RETURN(step_, SyncWithPservers());
-  OpenSharedMemory();
+  OpenValueLanes();
   if (step_ > 0) {
     LOG(INFO) << "trainer " << k << " joins the job at step " << step_
               << " (pass " << step_ / steps_per_pass_ << ", batch "
@@ -343,17 +343,25 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
   return job_client_->Join();
 }
 
-void Trainer::OpenSharedMemory() {
-  // Replicated shards move between pservers; their values go over TCP.
-  if (!options_.shared_memory || options_.replication > 1) return;
-  const int n = params_->UseSharedMemory();
-  const int tcp = static_cast<int>(servers_.size()) - n;
+void Trainer::OpenValueLanes() {
+  // Replicated shards move between pservers; their values go over gRPC.
+  if (options_.replication > 1) return;
+  const int n = options_.shared_memory ? params_->UseSharedMemory() : 0;
+  int lanes = 0;
+  if (options_.tcp_lane) {
+    TcpLanePsClient::Options o;
+    o.connections = options_.tcp_lane_connections;
+    lanes = params_->UseTcpLane(o);
+  }
+  const int grpc = static_cast<int>(servers_.size()) - n - lanes;
   LOG(INFO) << "trainer " << options_.trainer_id << ": dense values through "
             << "shared memory with " << n << " of " << servers_.size()
             << " pservers"
-            << (tcp > 0 ? absl::StrCat(", over TCP with ", tcp,
-                                       " (the log above says why)")
-                        : "");
+            << (lanes > 0 ? absl::StrCat(", over the TCP lane with ", lanes)
+                          : "")
+            << (grpc > 0 ? absl::StrCat(", over gRPC with ", grpc,
+                                        " (the log above says why)")
+                         : "");
 }
 
 void Trainer::CancelIfFatal(const absl::Status& why) {
@@ -425,7 +433,7 @@ absl::Status Trainer::Recover(const absl::Status& why) {
                << why.message() << "; recovering";
   schedule_->Drain().IgnoreError();
   ASSIGN_OR_RETURN(step_, SyncWithPservers());
-  OpenSharedMemory();  // a restarted pserver holds none of the regions
+  OpenValueLanes();  // a restarted pserver holds none of the regions or lanes
   if (sharing_ != nullptr) {
     params_->threshold_encoder()->Reset();
     sharing_->Reset();

@@ -87,9 +87,10 @@ class Trainer {
   absl::Status Finish(absl::Time train_start);
   bool sync() const { return options_.mode == SYNC; }
   void LeaveQuietly();
-  // With options_.shared_memory: shared regions with the pservers on this
-  // host (ParamClient::UseSharedMemory).
-  void OpenSharedMemory();
+  // Where dense values go besides gRPC: shared regions with the pservers
+  // on this host (options_.shared_memory, ParamClient::UseSharedMemory),
+  // the TCP lane with the others (options_.tcp_lane, UseTcpLane).
+  void OpenValueLanes();
   // A step that failed with `why` (at its push, or its LARS norms): the
   // calls in flight cancelled unless the run recovers, the transfers
   // drained; returns `why`.

@@ -29,6 +29,13 @@ class DenseValueLane {
   // Copies to.size() values from `offset` into `to`. REQUIRES:
   // Check(offset, to.size()).
   virtual void Read(uint64_t offset, absl::Span<float> to) const = 0;
+  // The `floats` values at `offset` in place, when nobody else can write
+  // them while the call runs (a lane of the pserver's own memory): a push
+  // then reads them there, without the copy Read makes. Null by default.
+  // REQUIRES: Check(offset, floats).
+  virtual const float* Stable(uint64_t /*offset*/, int64_t /*floats*/) const {
+    return nullptr;
+  }
 };
 
 }  // namespace shardps

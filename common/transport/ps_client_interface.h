@@ -112,6 +112,10 @@ class PsClientInterface {
                                      StatusCallback done) {
     CallAsync(PsRpc::kOpenSharedMemory, req, resp, std::move(done));
   }
+  virtual void OpenTcpLaneAsync(const TcpLaneRequest& req,
+                                TcpLaneResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kOpenTcpLane, req, resp, std::move(done));
+  }
 
   virtual void ChangeViewAsync(const ChangeViewRequest& req,
                                ChangeViewResponse* resp, StatusCallback done) {
@@ -161,6 +165,9 @@ class PsClientInterface {
   absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
                                 SharedMemoryResponse* resp) {
     return CallAndWait(&PsClientInterface::OpenSharedMemoryAsync, req, resp);
+  }
+  absl::Status OpenTcpLane(const TcpLaneRequest& req, TcpLaneResponse* resp) {
+    return CallAndWait(&PsClientInterface::OpenTcpLaneAsync, req, resp);
   }
 
  private:

@@ -2,9 +2,11 @@
 #define SHARDPS_COMMON_TRANSPORT_PS_RPC_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/transport/dense_value_lane.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -31,6 +33,7 @@ enum class PsRpc {
   kRollback,
   kOpenSharedMemory,
   kChangeView,
+  kOpenTcpLane,
   // The Replication service, between pservers (docs/replication.md).
   kForward,
   kViewPrepare,
@@ -38,8 +41,8 @@ enum class PsRpc {
   kViewCommit,
   kInstallUnit,
 };
-inline constexpr int kNumPsRpcs = 18;
-inline constexpr int kFirstReplicationRpc = 13;  // PsRpc::kForward
+inline constexpr int kNumPsRpcs = 19;
+inline constexpr int kFirstReplicationRpc = 14;  // PsRpc::kForward
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.
@@ -49,6 +52,9 @@ const google::protobuf::MethodDescriptor& PsRpcMethod(PsRpc rpc);
 struct CallContext {
   std::string job_id;  // the job it names (base/job_id.h)
   std::string peer;    // who sent it, for Register's log line ("": unknown)
+  // Where a pull's or push's dense values are when its transport moved
+  // them outside the messages itself (the TCP lane); null otherwise.
+  std::shared_ptr<const DenseValueLane> lane;
 };
 
 // Where a transport hands the calls it receives: the pserver's dispatcher

@@ -25,6 +25,7 @@ TEST(PsRpcTest, EnumFollowsTheService) {
       {PsRpc::kRollback, "Rollback"},
       {PsRpc::kOpenSharedMemory, "OpenSharedMemory"},
       {PsRpc::kChangeView, "ChangeView"},
+      {PsRpc::kOpenTcpLane, "OpenTcpLane"},
       {PsRpc::kForward, "Forward"},
       {PsRpc::kViewPrepare, "ViewPrepare"},
       {PsRpc::kViewAccept, "ViewAccept"},

@@ -4,6 +4,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -65,11 +66,23 @@ void RegisterCall(RequestHandler& h, const CallContext& ctx, const Message& req,
   }));
 }
 
-// The lane of the shared region a pull or push names (none: null), into
-// *lane; RESOURCE_EXHAUSTED when it cannot be made.
+// The lane of a pull's or push's dense values, into *lane: the one its
+// transport brought, or that of the shared region it names (none: null);
+// RESOURCE_EXHAUSTED when it cannot be made.
 template <typename Request>
-absl::Status LaneOf(RequestHandler& h, const Request& req,
+absl::Status LaneOf(RequestHandler& h, const CallContext& ctx,
+                    const Request& req,
                     std::shared_ptr<const DenseValueLane>* lane) {
+  if (ctx.lane != nullptr) {
+    // The transport moved the values itself (the TCP lane).
+    if (req.shared_region() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer ", req.trainer_id(), " names shared region ",
+          req.shared_region(), " in a call whose values came another way"));
+    }
+    *lane = ctx.lane;
+    return absl::OkStatus();
+  }
   if (req.shared_region() == 0) return absl::OkStatus();
   return Guarded([&] {
     *lane = h.shared_regions().Lane(req.trainer_id(), req.shared_region());
@@ -79,11 +92,11 @@ absl::Status LaneOf(RequestHandler& h, const Request& req,
 
 // The one call a handler may answer later (RequestHandler::Pull catches
 // its own failed allocations).
-void PullCall(RequestHandler& h, const CallContext&, const Message& req,
+void PullCall(RequestHandler& h, const CallContext& ctx, const Message& req,
               Message* resp, StatusCallback done) {
   const auto& pull = static_cast<const PullRequest&>(req);
   std::shared_ptr<const DenseValueLane> lane;
-  if (absl::Status s = LaneOf(h, pull, &lane); !s.ok()) {
+  if (absl::Status s = LaneOf(h, ctx, pull, &lane); !s.ok()) {
     done(s);
     return;
   }
@@ -91,11 +104,11 @@ void PullCall(RequestHandler& h, const CallContext&, const Message& req,
          std::move(lane));
 }
 
-void PushCall(RequestHandler& h, const CallContext&, const Message& req,
+void PushCall(RequestHandler& h, const CallContext& ctx, const Message& req,
               Message* resp, StatusCallback done) {
   const auto& push = static_cast<const PushRequest&>(req);
   std::shared_ptr<const DenseValueLane> lane;
-  absl::Status s = LaneOf(h, push, &lane);
+  absl::Status s = LaneOf(h, ctx, push, &lane);
   if (s.ok()) {
     s = Guarded([&] {
       return h.Push(push, static_cast<PushResponse*>(resp), lane.get());
@@ -125,6 +138,7 @@ const std::array<CallEntry, kNumPsRpcs> kTable = {{
     {PsRpc::kRollback, kIfReplicated, &Unary<&RH::Rollback>},
     {PsRpc::kOpenSharedMemory, kCaller, &Unary<&SharedRegions::Open>},
     {PsRpc::kChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>},
+    {PsRpc::kOpenTcpLane, kCaller, &Unary<&RH::OpenTcpLane>},
     {PsRpc::kForward, kPeer, &Unary<&RepH::Forward>},
     {PsRpc::kViewPrepare, kPeer, &Unary<&RepH::ViewPrepare>},
     {PsRpc::kViewAccept, kPeer, &Unary<&RepH::ViewAccept>},

@@ -72,6 +72,12 @@ absl::Status GrpcPsServer::Start() {
     monitoring_ = *std::move(monitoring);
   }
   if (absl::Status s = BuildServer(); !s.ok()) return s;
+  if (absl::Status s = StartTcpLane(); !s.ok()) {
+    server_->Shutdown();
+    server_->Wait();
+    server_.reset();
+    return s;
+  }
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   if (absl::Status s = pserver_->Start(); !s.ok()) {
     server_->Shutdown();
@@ -137,6 +143,36 @@ absl::Status GrpcPsServer::BuildServer() {
   return absl::OkStatus();
 }
 
+absl::Status GrpcPsServer::StartTcpLane() {
+  if (!options_.tcp_lane) {
+    service_.SetTcpLane(nullptr,
+                        "it is off on this pserver (--tcp_lane=false)");
+    return absl::OkStatus();
+  }
+  if (options_.security.tls()) {
+    service_.SetTcpLane(nullptr,
+                        "this pserver uses TLS, whose encryption the lane "
+                        "would bypass; values stay in gRPC");
+    return absl::OkStatus();
+  }
+  TcpLaneServer::Options o;
+  o.host = options_.host;
+  o.port = options_.tcp_lane_port;
+  auto lane =
+      TcpLaneServer::Start(service_.dispatcher(), pserver_->memory_budget(), o);
+  if (!lane.ok()) {
+    return absl::Status(lane.status().code(),
+                        absl::StrCat(lane.status().message(),
+                                     " (--tcp_lane_port; --tcp_lane=false "
+                                     "turns the lane off)"));
+  }
+  tcp_lane_ = *std::move(lane);
+  service_.SetTcpLane(tcp_lane_.get(), "");
+  LOG(INFO) << "TCP lane for dense values on " << options_.host << ":"
+            << tcp_lane_->port();
+  return absl::OkStatus();
+}
+
 void GrpcPsServer::Wait() { done_.WaitForNotification(); }
 
 void GrpcPsServer::Shutdown(absl::Duration grace) {
@@ -146,6 +182,8 @@ void GrpcPsServer::Shutdown(absl::Duration grace) {
     shut_down_ = true;
   }
   pserver_->BeginShutdown();
+  // Its calls in progress are answered (waiting pulls were, just above).
+  if (tcp_lane_ != nullptr) tcp_lane_->Stop();
   if (server_ != nullptr) {
     // NOT_SERVING from now on, so that probes and load balancers stop
     // sending here while calls drain.

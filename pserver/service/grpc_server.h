@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pserver/service/grpc_service.h"
 #include "pserver/service/pserver.h"
+#include "pserver/service/tcp_lane_server.h"
 
 namespace shardps {
 
@@ -27,6 +28,11 @@ struct GrpcServerOptions {
   std::string port_file;
   // Token and TLS (docs/security.md). Default: none, with a warning.
   TransportSecurity security;
+  // The TCP lane for trainers' dense values (docs/wire_protocol.md, "TCP
+  // lane"): on unless false, and never with TLS (values would bypass its
+  // encryption); `tcp_lane_port` 0 binds a free port on `host`.
+  bool tcp_lane = true;
+  int tcp_lane_port = 0;
   // The pserver behind the port.
   PserverOptions pserver;
   // Prometheus metrics (docs/monitoring.md). Default: none.
@@ -57,6 +63,12 @@ class GrpcPsServer {
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
   int port() const { return port_; }
+  // The TCP lane; null without one (tests).
+  TcpLaneServer* tcp_lane() { return tcp_lane_.get(); }
+  // The TCP lane's port; 0 without one.
+  int tcp_lane_port() const {
+    return tcp_lane_ != nullptr ? tcp_lane_->port() : 0;
+  }
   // The bound /metrics port; 0 without monitoring.
   int monitoring_port() const {
     return monitoring_ != nullptr ? monitoring_->port() : 0;
@@ -71,6 +83,8 @@ class GrpcPsServer {
 
   // Builds the gRPC server, not yet serving calls; binds port_.
   absl::Status BuildServer();
+  // Starts the TCP lane where the options allow one.
+  absl::Status StartTcpLane();
 
   const GrpcServerOptions options_;
   std::unique_ptr<Pserver> pserver_;
@@ -79,6 +93,9 @@ class GrpcPsServer {
   std::unique_ptr<RpcMetrics> rpc_metrics_;
   GrpcPsService service_;
   std::unique_ptr<MonitoringServer> monitoring_;
+  // Null without a TCP lane. Stopped before service_ goes (it dispatches
+  // through it).
+  std::unique_ptr<TcpLaneServer> tcp_lane_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex shutdown_mu_;

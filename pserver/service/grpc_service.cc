@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "base/job_id.h"
 #include "common/transport/grpc_status.h"
 #include "common/transport/grpc_wire.h"
@@ -20,8 +21,10 @@ CallContext GrpcPsService::ContextOf(grpc::CallbackServerContext* ctx,
                                      PsRpc rpc) {
   // The peer's address only where it is used (Register's log line):
   // gRPC builds the string anew on every call.
-  return CallContext{JobIdOf(ctx),
-                     rpc == PsRpc::kRegister ? ctx->peer() : std::string()};
+  CallContext c;
+  c.job_id = JobIdOf(ctx);
+  if (rpc == PsRpc::kRegister) c.peer = ctx->peer();
+  return c;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Bind(
@@ -122,6 +125,27 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
                                           : job.status();
                 resp->set_calls(s.ok());
               });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::OpenTcpLane(
+    grpc::CallbackServerContext* ctx, const TcpLaneRequest* req,
+    TcpLaneResponse* resp) {
+  if (tcp_lane_ == nullptr) {
+    const absl::Status s = absl::FailedPreconditionError(
+        absl::StrCat("TCP lane: ", why_no_tcp_lane_));
+    dispatcher_.Refused(PsRpc::kOpenTcpLane, s, req->ByteSizeLong());
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  return Bind(
+      ctx, PsRpc::kOpenTcpLane, *req, resp,
+      [this, job_id = JobIdOf(ctx), req, resp] {
+        auto job = dispatcher_.Job(job_id);
+        if (!job.ok()) return;  // ended meanwhile: no ticket
+        resp->set_port(static_cast<uint32_t>(tcp_lane_->port()));
+        resp->set_ticket(tcp_lane_->Issue(job_id, *job, req->trainer_id()));
+      });
 }
 
 }  // namespace shardps

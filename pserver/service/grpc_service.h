@@ -13,6 +13,7 @@
 #include "pserver/service/pserver_metrics.h"
 #include "pserver/service/request_handler.h"
 #include "pserver/service/shared_call_binding.h"
+#include "pserver/service/tcp_lane_server.h"
 
 namespace shardps {
 
@@ -77,6 +78,20 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* ChangeView(grpc::CallbackServerContext* ctx,
                                        const ChangeViewRequest* req,
                                        ChangeViewResponse* resp) override;
+  // Issues a ticket of the TCP lane (SetTcpLane) to a trainer the job's
+  // handler accepts; FAILED_PRECONDITION, with the reason, without a lane.
+  grpc::ServerUnaryReactor* OpenTcpLane(grpc::CallbackServerContext* ctx,
+                                        const TcpLaneRequest* req,
+                                        TcpLaneResponse* resp) override;
+
+  // The lane OpenTcpLane issues tickets of (it must outlive this object or
+  // be replaced first), or null and why there is none. Call before serving.
+  void SetTcpLane(TcpLaneServer* lane, std::string why_none) {
+    tcp_lane_ = lane;
+    why_no_tcp_lane_ = std::move(why_none);
+  }
+  // Where every transport's calls go (the TCP lane's too).
+  Dispatcher* dispatcher() { return &dispatcher_; }
 
  private:
   // Hands call `rpc` to `dispatcher` and finishes it with its answer,
@@ -125,6 +140,8 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   ReplicationService replication_{&dispatcher_};
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;
+  TcpLaneServer* tcp_lane_ = nullptr;
+  std::string why_no_tcp_lane_ = "the pserver has not started it";
 };
 
 }  // namespace shardps

@@ -125,6 +125,8 @@ class Pserver : public JobDirectory {
   std::vector<JobStats> Stats() const;
   // What all jobs' tables hold, and the --max_memory_mb limit (0: none).
   int64_t memory_used_bytes() const { return budget_.used(); }
+  // The budget every job draws on (transports count their buffers in it).
+  MemoryBudget* memory_budget() { return &budget_; }
   int64_t memory_limit_bytes() const { return budget_.limit(); }
 
  private:

@@ -125,7 +125,8 @@ absl::Status NoLaneFor(const Request& req) {
 
 // The float32 values of a push's blocks in `lane`, as the store takes them,
 // copied into `copy` before anything checks or applies them: the trainer
-// can write them at any time. INVALID_ARGUMENT for an offset outside the
+// can write them at any time (but in a lane whose values are Stable, read
+// in place). INVALID_ARGUMENT for an offset outside the
 // lane or values also in the message, NOT_FOUND for an unknown block.
 absl::Status CopyFromLane(const PushRequest& req, const ParameterStore& store,
                           const DenseValueLane* lane,
@@ -146,6 +147,21 @@ absl::Status CopyFromLane(const PushRequest& req, const ParameterStore& store,
         lane->Check(b.shared_offset(), size, "a shared push block"));
     sizes.push_back(size);
     total += size;
+  }
+  // A lane of the pserver's own memory is read in place.
+  bool stable = true;
+  for (int i = 0; i < req.blocks_size() && stable; ++i) {
+    stable = lane->Stable(req.blocks(i).shared_offset(), sizes[i]) != nullptr;
+  }
+  if (stable) {
+    for (int i = 0; i < req.blocks_size(); ++i) {
+      const DenseBlock& b = req.blocks(i);
+      out->push_back(BlockData{
+          b.table_id(), b.block(),
+          absl::Span<const float>(lane->Stable(b.shared_offset(), sizes[i]),
+                                  static_cast<size_t>(sizes[i]))});
+    }
+    return absl::OkStatus();
   }
   // Not zero-filled: every float is written below.
   copy->reset(new float[static_cast<size_t>(total)]);
@@ -578,6 +594,26 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
   }
   resp->set_late_blocks(late);
   return s;
+}
+
+absl::Status RequestHandler::OpenTcpLane(const TcpLaneRequest& req,
+                                         TcpLaneResponse* /*resp*/) {
+  if (!store_->ready()) {
+    return absl::FailedPreconditionError(
+        "TCP lane: the job is not initialized on this pserver yet");
+  }
+  const int k = req.trainer_id();
+  if (k < 0 || k >= store_->job().num_trainers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TCP lane: trainer id ", k, " is not in [0, ",
+                     store_->job().num_trainers(), ")"));
+  }
+  if (store_->job().replication() > 1) {
+    return absl::FailedPreconditionError(
+        "TCP lane: a replicated job's dense values stay in gRPC (its shards "
+        "move between pservers)");
+  }
+  return store_->CheckIncarnation(k, req.incarnation());
 }
 
 absl::Status RequestHandler::PushSparse(const PushRequest& req) {

@@ -63,6 +63,13 @@ class RequestHandler {
   // With `lane`, the dense values are read from there, as Pull.
   absl::Status Push(const PushRequest& req, PushResponse* resp,
                     const DenseValueLane* lane = nullptr);
+  // Checks that `req.trainer_id()` may have a TCP lane (docs/
+  // wire_protocol.md, "TCP lane"): FAILED_PRECONDITION before the job is
+  // ready and for a replicated job (its shards move between pservers),
+  // INVALID_ARGUMENT for a trainer id outside the job, the store's answer
+  // to a stale incarnation. The transport that serves the lane fills
+  // `resp` (GrpcPsService).
+  absl::Status OpenTcpLane(const TcpLaneRequest& req, TcpLaneResponse* resp);
   absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp);
   absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp);
   absl::Status Checkpoint(const CheckpointRequest& req,

@@ -77,6 +77,44 @@ void ParamClient::CancelSharedCalls() {
   for (const std::unique_ptr<SharedMemoryPsClient>& c : shared_) {
     if (c != nullptr) c->CancelSharedCalls();
   }
+  for (const std::unique_ptr<TcpLanePsClient>& c : tcp_) {
+    if (c != nullptr) c->CancelCalls();
+  }
+}
+
+int ParamClient::UseTcpLane(const TcpLanePsClient::Options& options) {
+  tcp_.clear();
+  tcp_.resize(servers_.size());
+  // Float32 values only, as through a shared region.
+  const bool pushes = push_encoding_ == FLOAT32 && threshold_ == nullptr;
+  const bool pulls = pull_encoding_ == FLOAT32;
+  if (!pushes && !pulls) return 0;
+  int n = 0;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (s < shared_.size() && shared_[s] != nullptr) continue;
+    bool holds = false;
+    for (const auto& chunk : chunks_[s]) holds = holds || !chunk.empty();
+    if (!holds) continue;
+    absl::StatusOr<std::unique_ptr<TcpLanePsClient>> c =
+        TcpLanePsClient::Open(servers_[s], *stamp_, options);
+    if (!c.ok()) {
+      LOG(INFO) << "pserver " << servers_[s]->address()
+                << ": dense values go over gRPC, not the TCP lane ("
+                << c.status().message() << ")";
+      continue;
+    }
+    tcp_[s] = *std::move(c);
+    ++n;
+  }
+  return n;
+}
+
+int ParamClient::tcp_lane_servers() const {
+  int n = 0;
+  for (const std::unique_ptr<TcpLanePsClient>& c : tcp_) {
+    n += c != nullptr && !c->lost();
+  }
+  return n;
 }
 
 void ParamClient::set_encodings(ValueEncoding push, ValueEncoding pull) {

@@ -19,6 +19,7 @@
 #include "trainer/client/placement.h"
 #include "trainer/client/request_stamp.h"
 #include "trainer/client/shared_memory_client.h"
+#include "trainer/client/tcp_lane_client.h"
 
 namespace shardps {
 
@@ -156,6 +157,15 @@ class ParamClient {
   // answer still writes the region's values. Call from the thread that
   // made the regions.
   void CancelSharedCalls();
+  // Moves float32 dense values over the TCP lane (TcpLanePsClient,
+  // docs/wire_protocol.md "TCP lane") with every pserver that holds none
+  // of this trainer's shared regions and serves one; the log says why
+  // where it does not. Replaces the lanes in use. Call after
+  // UseSharedMemory, with no transfer in flight. Returns how many pservers
+  // use one.
+  int UseTcpLane(const TcpLanePsClient::Options& options);
+  // How many pservers use the TCP lane now (lost lanes not counted).
+  int tcp_lane_servers() const;
 
  private:
   // A pull or push of one chunk of one pserver, in flight.
@@ -174,8 +184,9 @@ class ParamClient {
   // Where dense values of server s go: through its shared region when it
   // has one (SharedMemoryPsClient), to the server otherwise.
   PsClientInterface* Dense(size_t s) const {
-    return s < shared_.size() && shared_[s] != nullptr ? shared_[s].get()
-                                                       : servers_[s];
+    if (s < shared_.size() && shared_[s] != nullptr) return shared_[s].get();
+    if (s < tcp_.size() && tcp_[s] != nullptr) return tcp_[s].get();
+    return servers_[s];
   }
 
   const std::vector<PsClientInterface*> servers_;
@@ -187,6 +198,9 @@ class ParamClient {
   std::unique_ptr<ThresholdPushEncoder> threshold_;
   // Per server; null: its values go over TCP.
   std::vector<std::unique_ptr<SharedMemoryPsClient>> shared_;
+  // Per server; null: no TCP lane (its values go through gRPC or shared
+  // memory).
+  std::vector<std::unique_ptr<TcpLanePsClient>> tcp_;
   // Compressed pulls: the copy of each block; null otherwise.
   std::unique_ptr<PullDeltaDecoder> deltas_;
 };
