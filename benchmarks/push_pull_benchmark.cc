@@ -31,11 +31,18 @@
 // server in this process that answers at once (no store, no optimizer, no
 // chunking). They are the "plain gRPC" row of docs/benchmarks.md
 // ("Transport ceilings"), so ShardPS can be divided by a figure taken on the
-// same machine at the same time.
+// same machine at the same time. BM_RawTcpPush and BM_RawTcpPull are the
+// ceiling of one loopback TCP connection here (RawTcp below).
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -46,6 +53,7 @@
 #include "benchmark/benchmark.h"
 #include "benchmarks/grpc_baseline.h"
 #include "common/launch/malloc_tuning.h"
+#include "common/transport/tcp_lane.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/service/grpc_server.h"
@@ -295,6 +303,110 @@ void RunPlainGrpc(benchmark::State& state, Op op) {
                               op == Op::kPush ? " push" : " pull"));
 }
 
+// The ceiling of one TCP connection on this machine: a thread of this
+// process that reads the payload and answers one byte (a push), or reads
+// one byte and sends the payload (a pull), over TcpLaneSocket; no header,
+// parsing, check or optimizer. What the TCP lane could reach at most.
+class RawTcp {
+ public:
+  static absl::StatusOr<std::unique_ptr<RawTcp>> Start(int64_t bytes) {
+    const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (listener < 0 ||
+        bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return absl::UnavailableError("raw TCP: cannot listen");
+    }
+    auto r = std::unique_ptr<RawTcp>(new RawTcp(bytes));
+    r->server_ = std::thread([r = r.get(), listener] {
+      const int fd = accept(listener, nullptr, nullptr);
+      close(listener);
+      if (fd < 0) return;
+      r->Serve(std::make_unique<TcpLaneSocket>(fd, "raw"));
+    });
+    auto c = TcpLaneSocket::Connect("127.0.0.1", ntohs(a.sin_port),
+                                    absl::Now() + absl::Seconds(10));
+    if (!c.ok()) return c.status();
+    r->client_ = *std::move(c);
+    return r;
+  }
+  ~RawTcp() {
+    if (client_ != nullptr) client_->Shutdown();
+    server_.join();
+  }
+  int64_t payload_bytes() const { return static_cast<int64_t>(data_.size()); }
+  absl::Status Push() {
+    char op = 'P', ack;
+    absl::Status s = client_->Write(
+        {IoVec(&op, 1), IoVec(data_.data(), data_.size())}, Deadline());
+    return s.ok() ? client_->Read({IoVec(&ack, 1)}, Deadline()) : s;
+  }
+  absl::Status Pull() {
+    char op = 'L';
+    absl::Status s = client_->Write({IoVec(&op, 1)}, Deadline());
+    return s.ok()
+               ? client_->Read({IoVec(data_.data(), data_.size())}, Deadline())
+               : s;
+  }
+
+ private:
+  explicit RawTcp(int64_t bytes) : data_(bytes, 1), served_(bytes) {}
+  static absl::Time Deadline() { return absl::Now() + absl::Seconds(60); }
+  void Serve(std::unique_ptr<TcpLaneSocket> socket) {
+    char op;
+    while (socket->Read({IoVec(&op, 1)}, absl::InfiniteFuture()).ok()) {
+      absl::Status s;
+      if (op == 'P') {
+        s = socket->Read({IoVec(served_.data(), served_.size())}, Deadline());
+        if (s.ok()) s = socket->Write({IoVec("k", 1)}, Deadline());
+      } else {
+        s = socket->Write({IoVec(served_.data(), served_.size())}, Deadline());
+      }
+      if (!s.ok()) return;
+    }
+  }
+
+  std::vector<char> data_, served_;
+  std::unique_ptr<TcpLaneSocket> client_;
+  std::thread server_;
+};
+
+std::unique_ptr<RawTcp>& CurrentRawTcp() {
+  static auto* p = new std::unique_ptr<RawTcp>();
+  return *p;
+}
+
+void RunRawTcp(benchmark::State& state, Op op) {
+  std::unique_ptr<RawTcp>& p = CurrentRawTcp();
+  if (p == nullptr || p->payload_bytes() != state.range(0)) {
+    p.reset();
+    auto started = RawTcp::Start(state.range(0));
+    if (!started.ok()) {
+      state.SkipWithError(started.status().ToString().c_str());
+      return;
+    }
+    p = *std::move(started);
+  }
+  for (auto _ : state) {
+    absl::Status st = op == Op::kPush ? p->Push() : p->Pull();
+    if (!st.ok()) {
+      state.SkipWithError(absl::StrCat("raw TCP: ", st.message()).c_str());
+      break;
+    }
+  }
+  const int64_t iters = static_cast<int64_t>(state.iterations());
+  state.SetBytesProcessed(iters * p->payload_bytes());
+  state.counters["MiB/s"] =
+      benchmark::Counter(static_cast<double>(iters * p->payload_bytes()) / kMiB,
+                         benchmark::Counter::kIsRate);
+  state.SetLabel(absl::StrCat(p->payload_bytes() / kKiB, "KiB raw TCP",
+                              op == Op::kPush ? " push" : " pull"));
+}
+
 void BM_Push(benchmark::State& state) { RunTransfer(state, Op::kPush); }
 void BM_Pull(benchmark::State& state) { RunTransfer(state, Op::kPull); }
 void BM_PushPull(benchmark::State& state) { RunTransfer(state, Op::kRound); }
@@ -337,6 +449,11 @@ void PlainGrpcArgs(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_PlainGrpcPush)->Apply(PlainGrpcArgs);
 BENCHMARK(BM_PlainGrpcPull)->Apply(PlainGrpcArgs);
+
+void BM_RawTcpPush(benchmark::State& state) { RunRawTcp(state, Op::kPush); }
+void BM_RawTcpPull(benchmark::State& state) { RunRawTcp(state, Op::kPull); }
+BENCHMARK(BM_RawTcpPush)->Apply(PlainGrpcArgs);
+BENCHMARK(BM_RawTcpPull)->Apply(PlainGrpcArgs);
 
 }  // namespace
 }  // namespace shardps

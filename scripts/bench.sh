@@ -156,6 +156,7 @@ calib_note = (
 transfer, ctx = load(*sys.argv[2:])
 mibs = {}  # (op, bytes, (pservers, shared memory)) -> MiB/s
 grpc_mibs = {}  # (op, bytes) -> MiB/s, plain gRPC in this run
+raw_mibs = {}  # (op, bytes) -> MiB/s, one raw TCP connection in this run
 for name, b in transfer.items():
     m = re.match(r"BM_(Push|Pull|PushPull)/bytes:(\d+)/pservers:(\d+)"
                  r"(?:/shm:(\d+))?", name)
@@ -165,6 +166,9 @@ for name, b in transfer.items():
     m = re.match(r"BM_PlainGrpc(Push|Pull)/bytes:(\d+)/", name)
     if m:
         grpc_mibs[(m.group(1), int(m.group(2)))] = b["MiB/s"]
+    m = re.match(r"BM_RawTcp(Push|Pull)/bytes:(\d+)/", name)
+    if m:
+        raw_mibs[(m.group(1), int(m.group(2)))] = b["MiB/s"]
 
 load_avg = ", ".join(f"{x:.2f}" for x in ctx.get("load_avg", []))
 print(f"## Dense push/pull over loopback TCP, MiB/s of payload "
@@ -183,14 +187,19 @@ print("ShardPS: in-process pservers and one ASYNC trainer over 127.0.0.1, "
       "the trainer and the pserver map (--shared_memory, trainers on the "
       "pserver's host) and so do the calls (slots and a futex doorbell), "
       "as trainers do; \"shared memory, gRPC calls\": the values through "
-      "the region, the calls (offsets) over gRPC.")
+      "the region, the calls (offsets) over gRPC; \"TCP lane\": the "
+      "trainer's dense calls over connections of their own "
+      "(docs/wire_protocol.md, \"TCP lane\"), as trainers on other hosts "
+      "do. Raw TCP: one loopback connection of this run carrying the payload "
+      "one way and a byte back, nothing else (the ceiling of a lane's "
+      "single call).")
 print()
 print("Calibration: " + calib_note)
 print()
 print("| payload | pservers | push | pull | round | plain gRPC push "
-      "| plain gRPC pull | push ÷ gRPC | pull ÷ gRPC "
+      "| plain gRPC pull | push ÷ gRPC | pull ÷ gRPC | raw TCP push / pull "
       "| ref. plain gRPC, docs/benchmarks.md | ref. ps-lite, docs/benchmarks.md |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def ratio(a, b):
@@ -206,18 +215,21 @@ for size in sorted({k[1] for k in mibs} | {k[1] for k in grpc_mibs}):
     g_pull = grpc_mibs.get(("Pull", size))
     ref_grpc = pair(REF_PLAIN_GRPC.get(size))
     ref_lite = pair(REF_PS_LITE.get(size))
+    raw = ("—" if ("Push", size) not in raw_mibs else
+           pair((raw_mibs.get(("Push", size)), raw_mibs.get(("Pull", size)))))
     for servers in sorted({k[2] for k in mibs}) or [None]:
         push = mibs.get(("Push", size, servers))
         pull = mibs.get(("Pull", size, servers))
         rnd = mibs.get(("PushPull", size, servers))
         lanes = {0: "", 1: ", shared memory",
-                 2: ", shared memory, gRPC calls"}
+                 2: ", shared memory, gRPC calls", 3: ", TCP lane"}
         where = ("—" if servers is None else
                  f"{servers[0]}" + lanes.get(servers[1], f", shm {servers[1]}"))
         print(f"| {size_name(size)} | {where} | {fmt(push)} "
               f"| {fmt(pull)} | {fmt(rnd)} | {fmt(g_push)} | {fmt(g_pull)} "
               f"| {fmt(ratio(push, g_push), 2)} "
-              f"| {fmt(ratio(pull, g_pull), 2)} | {ref_grpc} | {ref_lite} |")
+              f"| {fmt(ratio(pull, g_pull), 2)} | {raw} | {ref_grpc} "
+              f"| {ref_lite} |")
 
 print()
 print("## Optimizer update throughput (CPU functors), GB/s of memory touched")

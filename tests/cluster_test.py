@@ -122,16 +122,20 @@ class ClusterTest(testlib.ProcessTestCase):
 
     def test_tcp_lane(self):
         """Without shared memory (as between hosts) dense values go over the
-        TCP lane (docs/wire_protocol.md, "TCP lane"): the same parameters as
-        through gRPC alone, bit for bit, and the lane's calls are the
-        trainers' pushes and pulls."""
+        TCP lane (docs/wire_protocol.md, "TCP lane"), float32 and bf16: the
+        same parameters as through gRPC alone, bit for bit."""
+        for compression in ("none", "bf16"):
+            self.check_tcp_lane(compression)
+
+    def check_tcp_lane(self, compression):
         results = {}
         for lane in ("true", "false"):
-            log_dir = os.path.join(self.tmp, "logs-lane-" + lane)
+            log_dir = os.path.join(self.tmp, "logs-%s-%s" % (compression, lane))
             r, summary = self.run_cluster(
                 ["--pservers", "2", "--trainers", "2"],
                 ["--mode=sync", "--max_steps=120", "--shared_memory=false",
-                 "--tcp_lane=" + lane], log_dir=log_dir)
+                 "--compression=" + compression, "--tcp_lane=" + lane],
+                log_dir=log_dir)
             self.assertRanWell(r, summary)
             evals = self.final_evals(summary)
             results[lane] = evals[0]

@@ -37,6 +37,7 @@ struct NetworkPicture {
   double wait_share = 0;
   int servers = 0;               // pservers
   int shared_servers = 0;        // of them, reached through shared memory
+  int lane_servers = 0;          // of them, over the TCP lane
   Compression compression{};     // kNone
   bool compressed_pulls = true;  // kThreshold: --compressed_pulls
 };

@@ -137,6 +137,18 @@ TEST(NetworkAdviceTest, EachCompressionGetsWhatIsLeft) {
   EXPECT_THAT(NetworkAdvice(p), HasSubstr("already compressed both ways"));
 }
 
+TEST(NetworkAdviceTest, PserversOffTheLaneGetTheLane) {
+  NetworkPicture p = Picture(0.3, 0.3, 2, 0);
+  EXPECT_THAT(NetworkAdvice(p), HasSubstr("the TCP lane"));
+  p.lane_servers = 2;
+  EXPECT_THAT(NetworkAdvice(p), Not(HasSubstr("TCP lane")));
+  p.lane_servers = 1;
+  p.shared_servers = 1;
+  EXPECT_THAT(NetworkAdvice(p), Not(HasSubstr("TCP lane")));
+  p = Picture(0.3, 0.3, 2, 0, Compression::kThreshold);
+  EXPECT_THAT(NetworkAdvice(p), Not(HasSubstr("TCP lane")));
+}
+
 TEST(NetworkAdviceTest, AllOnThisHostPointsAtThePservers) {
   EXPECT_THAT(NetworkAdvice(Picture(0.3, 0.3, 2, 2)),
               AllOf(HasSubstr("every pserver is on this host"),

@@ -480,6 +480,7 @@ absl::Status Trainer::Run() {
     NetworkPicture n;
     n.servers = static_cast<int>(servers_.size());
     n.shared_servers = params_->shared_servers();
+    n.lane_servers = params_->tcp_lane_servers();
     n.compression = options_.compression;
     n.compressed_pulls = options_.compressed_pulls;
     return n;

@@ -97,6 +97,111 @@ absl::StatusOr<std::pair<int, int>> Listen(const std::string& host, int port) {
       absl::StrCat("TCP lane: cannot listen on ", where, ": ", why));
 }
 
+// INVALID_ARGUMENT for a call header out of bounds, NOT_FOUND when the
+// ticket was replaced.
+absl::Status CheckCallHeader(const CallHeader& h, bool revoked) {
+  if (h.method != tcp_lane::kPush && h.method != tcp_lane::kPull) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TCP lane: unknown method ", h.method));
+  }
+  if (h.request_bytes > tcp_lane::kMaxRequestBytes ||
+      h.value_bytes > tcp_lane::kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TCP lane: a call of ", h.request_bytes, " request bytes and ",
+        h.value_bytes, " value bytes (at most ", tcp_lane::kMaxRequestBytes,
+        " and ", tcp_lane::kMaxValueBytes, ")"));
+  }
+  if (revoked) {
+    return absl::NotFoundError(
+        "TCP lane: its ticket was replaced (the trainer opened another)");
+  }
+  return absl::OkStatus();
+}
+
+// Parses a call's request into *req (and makes *resp) and says whether its
+// values stay in the buffer (*in_place: float32, read there by the
+// handler) or go into the message (16-bit values). INVALID_ARGUMENT for a
+// request that does not parse or asks for an encoding the lane does not
+// carry, PERMISSION_DENIED for one naming another trainer.
+absl::Status ParseCall(bool push, const std::string& bytes, int trainer_id,
+                       std::unique_ptr<google::protobuf::Message>* req,
+                       std::unique_ptr<google::protobuf::Message>* resp,
+                       bool* in_place) {
+  bool parsed = false;
+  int named = 0;
+  bool carried = true;
+  if (push) {
+    auto r = std::make_unique<PushRequest>();
+    parsed = r->ParseFromString(bytes);
+    named = r->trainer_id();
+    for (const DenseBlock& b : r->blocks()) {
+      carried = carried && b.encoding() != THRESHOLD;
+      *in_place = *in_place && b.encoding() == FLOAT32;
+    }
+    *req = std::move(r);
+    *resp = std::make_unique<PushResponse>();
+  } else {
+    auto r = std::make_unique<PullRequest>();
+    parsed = r->ParseFromString(bytes);
+    named = r->trainer_id();
+    carried = r->encoding() != THRESHOLD;
+    *in_place = r->encoding() == FLOAT32;
+    *req = std::move(r);
+    *resp = std::make_unique<PullResponse>();
+  }
+  if (!parsed) {
+    return absl::InvalidArgumentError(
+        "TCP lane: a request that does not parse");
+  }
+  if (named != trainer_id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("TCP lane: trainer ", named,
+                     " named through the lane of trainer ", trainer_id));
+  }
+  if (!carried) {
+    return absl::InvalidArgumentError(
+        "TCP lane: threshold-encoded values go over gRPC");
+  }
+  return absl::OkStatus();
+}
+
+// A 16-bit push: block i's values are bytes [offset i, offset i+1) of the
+// call's `bytes` values (the last to the end), moved into the message.
+// INVALID_ARGUMENT for offsets that do not start at 0 and rise.
+absl::Status InlinePushValues(const char* values, uint64_t bytes,
+                              PushRequest* req) {
+  const int n = req->blocks_size();
+  for (int i = 0; i < n; ++i) {
+    DenseBlock* b = req->mutable_blocks(i);
+    const uint64_t begin = b->shared_offset();
+    const uint64_t end = i + 1 < n ? req->blocks(i + 1).shared_offset() : bytes;
+    if ((i == 0 && begin != 0) || end < begin || end > bytes ||
+        !b->values().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TCP lane: block ", i, " of a push lies at bytes ",
+                       begin, " to ", end, " of ", bytes,
+                       " (blocks in order, from 0, values not in "
+                       "the message)"));
+    }
+    b->set_values(values + begin, end - begin);
+    b->set_shared_offset(0);
+  }
+  return absl::OkStatus();
+}
+
+// A 16-bit pull's reply: each block's values moved into *moved, the block
+// naming where they lie in the stream. Returns the bytes in all.
+uint64_t MovePullValues(PullResponse* resp, std::vector<std::string>* moved) {
+  uint64_t at = 0;
+  for (DenseBlock& b : *resp->mutable_blocks()) {
+    moved->emplace_back();
+    moved->back().swap(*b.mutable_values());
+    b.set_shared_offset(at);
+    at += moved->back().size();
+  }
+  return at;
+}
+
 std::string RandomTicket() {
   std::string t(tcp_lane::kTicketBytes, '\0');
   size_t got = 0;
@@ -119,10 +224,12 @@ class TcpLaneServer::Buffer {
   // Room for `bytes`; false when the budget has none.
   bool Ensure(uint64_t bytes) {
     if (bytes <= capacity_) return true;
-    const int64_t more = static_cast<int64_t>(bytes - capacity_);
+    const uint64_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
+    const int64_t more =
+        static_cast<int64_t>(floats * sizeof(float) - capacity_);
     if (!budget_->TryReserve(more)) return false;
-    data_ = std::make_unique<float[]>(bytes / sizeof(float));
-    capacity_ = bytes;
+    data_ = std::make_unique<float[]>(floats);
+    capacity_ = floats * sizeof(float);
     return true;
   }
   float* data() { return data_.get(); }
@@ -332,22 +439,7 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
     return s;
   }
   const absl::Time deadline = absl::Now() + options_.call_timeout;
-  absl::Status bad;
-  if (h.method != tcp_lane::kPush && h.method != tcp_lane::kPull) {
-    bad = absl::InvalidArgumentError(
-        absl::StrCat("TCP lane: unknown method ", h.method));
-  } else if (h.request_bytes > tcp_lane::kMaxRequestBytes ||
-             h.value_bytes > tcp_lane::kMaxValueBytes ||
-             h.value_bytes % sizeof(float) != 0) {
-    bad = absl::InvalidArgumentError(absl::StrCat(
-        "TCP lane: a call of ", h.request_bytes, " request bytes and ",
-        h.value_bytes, " value bytes (at most ", tcp_lane::kMaxRequestBytes,
-        " and ", tcp_lane::kMaxValueBytes, ", whole floats)"));
-  } else if (grant.revoked.load()) {
-    bad = absl::NotFoundError(
-        "TCP lane: its ticket was replaced (the trainer opened another)");
-  }
-  if (!bad.ok()) {
+  if (absl::Status bad = CheckCallHeader(h, grant.revoked.load()); !bad.ok()) {
     // The framing cannot be trusted past this: answer, then close.
     (void)SendReply(socket, bad, "", nullptr, 0, deadline);
     return bad;
@@ -382,29 +474,13 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
     return gone;
   }
   std::unique_ptr<google::protobuf::Message> req, resp;
-  bool parsed = false;
-  int named_trainer = 0;
-  if (push) {
-    auto r = std::make_unique<PushRequest>();
-    parsed = r->ParseFromString(request);
-    named_trainer = r->trainer_id();
-    req = std::move(r);
-    resp = std::make_unique<PushResponse>();
-  } else {
-    auto r = std::make_unique<PullRequest>();
-    parsed = r->ParseFromString(request);
-    named_trainer = r->trainer_id();
-    req = std::move(r);
-    resp = std::make_unique<PullResponse>();
-  }
-  absl::Status refused;
-  if (!parsed) {
+  bool in_place = true;
+  absl::Status refused =
+      ParseCall(push, request, grant.trainer_id, &req, &resp, &in_place);
+  if (refused.ok() && push && !in_place) {
     refused =
-        absl::InvalidArgumentError("TCP lane: a request that does not parse");
-  } else if (named_trainer != grant.trainer_id) {
-    refused = absl::PermissionDeniedError(
-        absl::StrCat("TCP lane: trainer ", named_trainer,
-                     " named through the lane of trainer ", grant.trainer_id));
+        InlinePushValues(reinterpret_cast<const char*>(buffer.data()),
+                         h.value_bytes, static_cast<PushRequest*>(req.get()));
   }
   if (!refused.ok()) {
     dispatcher_->Refused(rpc, refused, request.size());
@@ -413,7 +489,9 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
   CallContext ctx;
   ctx.job_id = grant.job_id;
   ctx.peer = socket.peer();
-  ctx.lane = std::make_shared<BufferLane>(buffer.data(), h.value_bytes);
+  if (in_place) {
+    ctx.lane = std::make_shared<BufferLane>(buffer.data(), h.value_bytes);
+  }
   absl::Notification answered;
   absl::Status status;
   dispatcher_->CallOn(job, rpc, ctx, *req, resp.get(), [&](absl::Status s) {
@@ -422,11 +500,40 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
   });
   answered.WaitForNotification();
   ctx.lane.reset();
-  const std::string reply = status.ok() ? resp->SerializeAsString() : "";
-  const bool values = !push && status.ok();
-  return SendReply(socket, status, reply, values ? buffer.data() : nullptr,
-                   values ? h.value_bytes : 0,
-                   absl::Now() + options_.call_timeout);
+  return Answer(socket, status, push, in_place, buffer.data(), h.value_bytes,
+                resp.get(), absl::Now() + options_.call_timeout);
+}
+
+absl::Status TcpLaneServer::Answer(TcpLaneSocket& socket,
+                                   const absl::Status& status, bool push,
+                                   bool in_place, const float* values,
+                                   uint64_t value_bytes,
+                                   google::protobuf::Message* resp,
+                                   absl::Time deadline) {
+  if (!status.ok()) return SendReply(socket, status, "", nullptr, 0, deadline);
+  if (push) {
+    return SendReply(socket, status, resp->SerializeAsString(), nullptr, 0,
+                     deadline);
+  }
+  if (in_place) {
+    return SendReply(socket, status, resp->SerializeAsString(), values,
+                     value_bytes, deadline);
+  }
+  // A 16-bit pull: each block's values leave the message for the stream.
+  std::vector<std::string> moved;
+  const uint64_t bytes =
+      MovePullValues(static_cast<PullResponse*>(resp), &moved);
+  const std::string reply = resp->SerializeAsString();
+  const absl::string_view message = status.message();
+  ReplyHeader h;
+  h.reply_bytes = static_cast<uint32_t>(reply.size());
+  h.message_bytes = static_cast<uint32_t>(message.size());
+  h.value_bytes = bytes;
+  std::vector<iovec> parts = {IoVec(&h, sizeof(h)),
+                              IoVec(message.data(), message.size()),
+                              IoVec(reply.data(), reply.size())};
+  for (const std::string& v : moved) parts.push_back(IoVec(v.data(), v.size()));
+  return socket.Write(std::move(parts), deadline);
 }
 
 }  // namespace shardps

@@ -91,6 +91,13 @@ class TcpLaneServer {
   absl::StatusOr<std::shared_ptr<Grant>> Hello(TcpLaneSocket& socket);
   // One call: OK to go on with the next, an error to close.
   absl::Status ServeCall(TcpLaneSocket& socket, Grant& grant, Buffer& buffer);
+  // Sends the answer of a call: a pull's values from the buffer (in place)
+  // or out of the reply's blocks (16-bit values).
+  static absl::Status Answer(TcpLaneSocket& socket, const absl::Status& status,
+                             bool push, bool in_place, const float* values,
+                             uint64_t value_bytes,
+                             google::protobuf::Message* resp,
+                             absl::Time deadline);
   // Joins the threads of finished connections. REQUIRES: mu_ held.
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -208,6 +208,28 @@ TEST_F(TcpLaneTest, PushesAndPullsGoOverTheLane) {
   EXPECT_LT(server_->pserver()->memory_used_bytes(), held);
 }
 
+TEST_F(TcpLaneTest, SixteenBitValuesGoOverTheLaneToo) {
+  for (ValueEncoding e : {BFLOAT16, FLOAT16}) {
+    SCOPED_TRACE(ValueEncoding_Name(e));
+    Start();
+    params_->set_encodings(e, e);
+    ASSERT_EQ(params_->UseTcpLane({}), 1);
+    // Values and steps that 16 bits hold exactly.
+    std::vector<float> w = w_;
+    for (int64_t step = 0; step < 6; ++step) {
+      std::vector<float> g(6);
+      for (int i = 0; i < 6; ++i) g[i] = 0.125f * ((i + step) % 3 - 1);
+      for (int i = 0; i < 6; ++i) w[i] -= g[i];
+      ASSERT_EQ(Step(step, g), w) << "step " << step;
+    }
+    EXPECT_EQ(client_->over_grpc.load(), 0);
+    EXPECT_EQ(params_->tcp_lane_servers(), 1);
+    params_.reset();
+    jobs_.reset();
+    server_.reset();
+  }
+}
+
 TEST_F(TcpLaneTest, AReplacedTicketOrAStoppedLaneSendsTheCallsToGrpc) {
   Start();
   ASSERT_EQ(params_->UseTcpLane({}), 1);
@@ -309,6 +331,47 @@ TEST_F(TcpLaneTest, HostileCallsOnAValidTicket) {
   answer = ReadAnswer(*socket, nullptr);
   EXPECT_EQ(answer.code(), absl::StatusCode::kInvalidArgument) << answer;
   EXPECT_TRUE(absl::StartsWith(ReadAnswer(*socket, nullptr).message(), "io:"));
+}
+
+TEST_F(TcpLaneTest, EncodingsAndOffsetsTheLaneDoesNotCarry) {
+  Start();
+  absl::Status answer;
+  auto socket = Connect(HelloWith(Ticket()), &answer);
+  ASSERT_TRUE(answer.ok()) << answer;
+  // Threshold messages stay on gRPC.
+  {
+    PullRequest pull;
+    pull.ParseFromString(PullOf(0, 0, 0));
+    pull.set_encoding(THRESHOLD);
+    SendCall(*socket, tcp_lane::kPull, pull.SerializeAsString(), 8);
+    answer = ReadAnswer(*socket, nullptr);
+    EXPECT_EQ(answer.code(), absl::StatusCode::kInvalidArgument) << answer;
+    EXPECT_TRUE(absl::StrContains(answer.message(), "threshold")) << answer;
+  }
+  // 16-bit push blocks out of order, or past the values.
+  for (uint64_t first : {uint64_t{2}, uint64_t{0}}) {
+    PushRequest push;
+    push.set_trainer_id(0);
+    push.set_request_id(78 + first);
+    for (uint32_t block : {0u, 1u}) {
+      DenseBlock* b = push.add_blocks();
+      b->set_table_id(0);
+      b->set_block(block);
+      b->set_encoding(BFLOAT16);
+      b->set_shared_offset(block == 0 ? first : 12);
+    }
+    SendCall(*socket, tcp_lane::kPush, push.SerializeAsString(), 8,
+             {0.0f, 0.0f});
+    answer = ReadAnswer(*socket, nullptr);
+    EXPECT_EQ(answer.code(), absl::StatusCode::kInvalidArgument) << answer;
+    EXPECT_TRUE(absl::StrContains(answer.message(), "lies at bytes")) << answer;
+  }
+  // The connection goes on.
+  SendCall(*socket, tcp_lane::kPull, PullOf(0, 2, 0), 8);
+  std::vector<float> values;
+  answer = ReadAnswer(*socket, nullptr, &values);
+  ASSERT_TRUE(answer.ok()) << answer;
+  EXPECT_EQ(values, (std::vector<float>{5, 6}));
 }
 
 TEST_F(TcpLaneTest, TooManyConnectionsOfOneTicket) {

@@ -85,9 +85,9 @@ void ParamClient::CancelSharedCalls() {
 int ParamClient::UseTcpLane(const TcpLanePsClient::Options& options) {
   tcp_.clear();
   tcp_.resize(servers_.size());
-  // Float32 values only, as through a shared region.
-  const bool pushes = push_encoding_ == FLOAT32 && threshold_ == nullptr;
-  const bool pulls = pull_encoding_ == FLOAT32;
+  // Float32 and 16-bit values; threshold messages stay on gRPC.
+  const bool pushes = push_encoding_ != THRESHOLD && threshold_ == nullptr;
+  const bool pulls = pull_encoding_ != THRESHOLD;
   if (!pushes && !pulls) return 0;
   int n = 0;
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -104,6 +104,13 @@ int ParamClient::UseTcpLane(const TcpLanePsClient::Options& options) {
       continue;
     }
     tcp_[s] = *std::move(c);
+    // Smaller calls, spread over the connections, so that one is received
+    // while another is applied.
+    std::vector<BlockPlacement> blocks;
+    for (const auto& chunk : chunks_[s]) {
+      blocks.insert(blocks.end(), chunk.begin(), chunk.end());
+    }
+    chunks_[s] = CutChunks(blocks, tcp_lane::kChunkBytes);
     ++n;
   }
   return n;

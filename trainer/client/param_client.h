@@ -161,8 +161,9 @@ class ParamClient {
   // docs/wire_protocol.md "TCP lane") with every pserver that holds none
   // of this trainer's shared regions and serves one; the log says why
   // where it does not. Replaces the lanes in use. Call after
-  // UseSharedMemory, with no transfer in flight. Returns how many pservers
-  // use one.
+  // UseSharedMemory, with no transfer in flight; the transfers to a
+  // pserver with a lane go in calls of tcp_lane::kChunkBytes from then on
+  // (chunks()). Returns how many pservers use one.
   int UseTcpLane(const TcpLanePsClient::Options& options);
   // How many pservers use the TCP lane now (lost lanes not counted).
   int tcp_lane_servers() const;
@@ -192,7 +193,8 @@ class ParamClient {
   const std::vector<PsClientInterface*> servers_;
   RequestStamp* const stamp_;
   const std::vector<DenseTableLayout> tables_;
-  const ChunkPlan chunks_;
+  // Per server; UseTcpLane cuts a lane's into smaller calls.
+  ChunkPlan chunks_;
   ValueEncoding push_encoding_ = FLOAT32;
   ValueEncoding pull_encoding_ = FLOAT32;
   std::unique_ptr<ThresholdPushEncoder> threshold_;

@@ -24,16 +24,23 @@ ChunkPlan PlanChunks(const std::vector<DenseTableLayout>& tables,
   }
   ChunkPlan chunks(num_servers);
   for (int s = 0; s < num_servers; ++s) {
-    size_t bytes = 0;
-    for (const BlockPlacement& p : per_server[s]) {
-      const size_t b = static_cast<size_t>(p.size) * sizeof(float);
-      if (chunks[s].empty() || bytes + b > max_chunk_bytes) {
-        chunks[s].emplace_back();
-        bytes = 0;
-      }
-      chunks[s].back().push_back(p);
-      bytes += b;
+    chunks[s] = CutChunks(per_server[s], max_chunk_bytes);
+  }
+  return chunks;
+}
+
+std::vector<std::vector<BlockPlacement>> CutChunks(
+    const std::vector<BlockPlacement>& blocks, size_t max_chunk_bytes) {
+  std::vector<std::vector<BlockPlacement>> chunks;
+  size_t bytes = 0;
+  for (const BlockPlacement& p : blocks) {
+    const size_t b = static_cast<size_t>(p.size) * sizeof(float);
+    if (chunks.empty() || bytes + b > max_chunk_bytes) {
+      chunks.emplace_back();
+      bytes = 0;
     }
+    chunks.back().push_back(p);
+    bytes += b;
   }
   return chunks;
 }

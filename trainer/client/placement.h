@@ -35,6 +35,11 @@ using ChunkPlan = std::vector<std::vector<std::vector<BlockPlacement>>>;
 ChunkPlan PlanChunks(const std::vector<DenseTableLayout>& tables,
                      int num_servers, size_t max_chunk_bytes);
 
+// `blocks` (one pserver's, in order) cut into chunks of at most
+// `max_chunk_bytes` of values, as PlanChunks cuts them.
+std::vector<std::vector<BlockPlacement>> CutChunks(
+    const std::vector<BlockPlacement>& blocks, size_t max_chunk_bytes);
+
 // Positions into `keys` per pserver (Mix64(key) % P), cut into chunks of at
 // most `max_chunk_bytes` of keys and `dim`-float rows. With `every_server`,
 // each pserver gets at least one chunk, possibly empty (a sync push tells

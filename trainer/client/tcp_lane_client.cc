@@ -53,6 +53,51 @@ absl::Status ReadAnswer(TcpLaneSocket& socket, absl::Time deadline,
   return absl::OkStatus();
 }
 
+// Bytes a value takes in `encoding` on the lane; 0 for encodings it does
+// not carry (threshold messages go over gRPC).
+size_t ValueBytes(ValueEncoding encoding) {
+  switch (encoding) {
+    case FLOAT32:
+      return sizeof(float);
+    case FLOAT16:
+    case BFLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+// Checks the reply of a pull over the lane against `req` (the same blocks,
+// at the offsets asked for, values outside the message) and, for 16-bit
+// values (`scratch`, the stream's bytes), decodes them into `targets`;
+// float32 values were read into them already. DATA_LOSS naming `from`.
+absl::Status TakeLanePull(absl::string_view from, const PullRequest& req,
+                          const std::vector<uint64_t>& offsets,
+                          const std::string* scratch,
+                          const DensePullTargets& targets, PullResponse* resp) {
+  if (absl::Status s = CheckPullBlockCounts(from, req, *resp, targets);
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < resp->blocks_size(); ++i) {
+    const DenseBlock& got = resp->blocks(i);
+    const BlockRef& want = req.blocks(i);
+    if (got.table_id() != want.table_id() || got.block() != want.block() ||
+        got.encoding() != req.encoding() || !got.values().empty() ||
+        got.shared_offset() != offsets[i]) {
+      return MismatchedPullBlock(from, i);
+    }
+  }
+  if (scratch == nullptr) return absl::OkStatus();
+  for (int i = 0; i < resp->blocks_size(); ++i) {
+    const uint64_t end =
+        i + 1 < resp->blocks_size() ? offsets[i + 1] : scratch->size();
+    resp->mutable_blocks(i)->set_values(scratch->data() + offsets[i],
+                                        end - offsets[i]);
+  }
+  return TakeDensePull(from, req, *resp, targets);
+}
+
 }  // namespace
 
 struct TcpLanePsClient::Call {
@@ -64,6 +109,8 @@ struct TcpLanePsClient::Call {
   std::vector<iovec> values;
   uint64_t value_bytes = 0;
   google::protobuf::Message* resp = nullptr;
+  // A 16-bit pull's values as they came, decoded by `check`.
+  std::shared_ptr<std::string> scratch;
   // Checks an OK answer (a pull's blocks).
   std::function<absl::Status()> check;
   // Sends the call again through the pserver's client.
@@ -267,14 +314,14 @@ absl::Status TcpLanePsClient::Exchange(TcpLaneSocket& socket, Call& call,
 void TcpLanePsClient::PullDenseAsync(const PullRequest& req,
                                      const DensePullTargets* targets,
                                      PullResponse* resp, StatusCallback done) {
-  const bool fits = !lost() && req.encoding() == FLOAT32 &&
-                    req.blocks_size() > 0 && req.sparse_size() == 0 &&
-                    !req.lars_norms() && req.shared_region() == 0 &&
+  const size_t width = ValueBytes(req.encoding());
+  const bool fits = !lost() && width > 0 && req.blocks_size() > 0 &&
+                    req.sparse_size() == 0 && !req.lars_norms() &&
+                    req.shared_region() == 0 &&
                     targets->size() == static_cast<size_t>(req.blocks_size());
   uint64_t bytes = 0;
   if (fits) {
-    for (const absl::Span<float>& t : *targets)
-      bytes += t.size() * sizeof(float);
+    for (const absl::Span<float>& t : *targets) bytes += t.size() * width;
   }
   if (!fits || bytes > tcp_lane::kMaxValueBytes) {
     inner_->PullDenseAsync(req, targets, resp, std::move(done));
@@ -291,26 +338,21 @@ void TcpLanePsClient::PullDenseAsync(const PullRequest& req,
     const absl::Span<float>& t = (*targets)[i];
     lane.mutable_blocks(i)->set_shared_offset(at);
     offsets.push_back(at);
-    call->values.push_back(IoVec(t.data(), t.size() * sizeof(float)));
-    at += t.size() * sizeof(float);
+    if (width == sizeof(float)) {
+      // Straight into the caller's parameters.
+      call->values.push_back(IoVec(t.data(), t.size() * sizeof(float)));
+    }
+    at += t.size() * width;
+  }
+  if (width != sizeof(float)) {
+    // 16-bit values: into the call's own bytes, decoded once checked.
+    call->scratch = std::make_shared<std::string>(bytes, '\0');
+    call->values.push_back(IoVec(call->scratch->data(), bytes));
   }
   call->request = lane.SerializeAsString();
-  call->check = [this, &req, resp, offsets = std::move(offsets)]() {
-    if (resp->blocks_size() != req.blocks_size()) {
-      return absl::DataLossError(absl::StrCat(
-          "pull from ", address(), ": asked for ", req.blocks_size(),
-          " blocks, got ", resp->blocks_size()));
-    }
-    for (int i = 0; i < resp->blocks_size(); ++i) {
-      const DenseBlock& got = resp->blocks(i);
-      const BlockRef& want = req.blocks(i);
-      if (got.table_id() != want.table_id() || got.block() != want.block() ||
-          got.encoding() != FLOAT32 || !got.values().empty() ||
-          got.shared_offset() != offsets[i]) {
-        return MismatchedPullBlock(address(), i);
-      }
-    }
-    return absl::OkStatus();
+  call->check = [this, &req, targets, resp, offsets = std::move(offsets),
+                 scratch = call->scratch]() {
+    return TakeLanePull(address(), req, offsets, scratch.get(), *targets, resp);
   };
   call->resend = [this, &req, targets, resp](StatusCallback cb) {
     inner_->PullDenseAsync(req, targets, resp, std::move(cb));
@@ -325,7 +367,7 @@ void TcpLanePsClient::PushDenseAsync(const DensePush& push, PushResponse* resp,
       !lost() && !push.blocks.empty() && push.header.shared_region() == 0;
   uint64_t bytes = 0;
   for (size_t i = 0; fits && i < push.blocks.size(); ++i) {
-    fits = push.blocks[i].encoding == FLOAT32;
+    fits = ValueBytes(push.blocks[i].encoding) > 0;
     bytes += push.blocks[i].bytes.size();
   }
   if (!fits || bytes > tcp_lane::kMaxValueBytes) {
