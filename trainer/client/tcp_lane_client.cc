@@ -222,17 +222,15 @@ void TcpLanePsClient::Enqueue(std::unique_ptr<Call> call) {
   call->resend(std::move(call->done));
 }
 
+bool TcpLanePsClient::HasWork() const { return stop_ || !queue_.empty(); }
+
 void TcpLanePsClient::Worker(size_t i) {
   TcpLaneSocket& socket = *sockets_[i];
   while (true) {
     std::unique_ptr<Call> call;
     {
       absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](TcpLanePsClient* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-            return c->stop_ || !c->queue_.empty();
-          },
-          this));
+      mu_.Await(absl::Condition(this, &TcpLanePsClient::HasWork));
       if (stop_ || socket.shut_down()) return;
       call = std::move(queue_.front());
       queue_.pop_front();

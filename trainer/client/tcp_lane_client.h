@@ -79,6 +79,8 @@ class TcpLanePsClient final : public PsClientInterface {
   // lane is lost or stopping.
   void Enqueue(std::unique_ptr<Call> call);
   void Worker(size_t i);
+  // Whether a worker has something to do: stop, or a queued call.
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One call over socket i: the pserver's answer into *answer, or the
   // connection's failure.
   absl::Status Exchange(TcpLaneSocket& socket, Call& call,
