@@ -52,11 +52,14 @@ class TcpLaneTest : public ::testing::Test {
  protected:
   // One pserver, table "w" of 6 values in blocks of 2, SGD lr 1, one sync
   // trainer: a pull after a push of g reads w - g.
-  void Start(bool lane = true) {
+  void Start(bool lane = true,
+             absl::Duration max_pull_wait = absl::Seconds(20)) {
     GrpcServerOptions opts;
     opts.host = "127.0.0.1";
     opts.port = 0;
     opts.tcp_lane = lane;
+    opts.pserver.store.max_pull_wait = max_pull_wait;
+    opts.pserver.sweep_interval = absl::Milliseconds(20);
     auto server = GrpcPsServer::Create(opts);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -253,6 +256,26 @@ TEST_F(TcpLaneTest, AReplacedTicketOrAStoppedLaneSendsTheCallsToGrpc) {
   for (float& v : w) v -= 1;
   ASSERT_EQ(Step(3, g), w);
   EXPECT_EQ(params_->tcp_lane_servers(), 0);
+}
+
+TEST_F(TcpLaneTest, APullThatWaitsItsLongestIsRetriedThroughGrpc) {
+  Start(/*lane=*/true, /*max_pull_wait=*/absl::Milliseconds(100));
+  ASSERT_EQ(params_->UseTcpLane({}), 1);
+  // The pull waits for version 1, which the push 400 ms later makes: the
+  // pserver answers the lane's call DEADLINE_EXCEEDED after 100 ms, and
+  // gRPC waits on for it.
+  std::vector<float> out(6);
+  std::unique_ptr<DenseTransfer> pull =
+      params_->StartPull(/*min_version=*/1, /*step=*/1, {out.data()});
+  absl::SleepFor(absl::Milliseconds(400));
+  const std::vector<float> g = {1, 1, 1, 1, 1, 1};
+  ASSERT_TRUE(params_->Push(0, {g.data()}, nullptr).ok());
+  ASSERT_TRUE(pull->Wait(nullptr).ok());
+  std::vector<float> w = w_;
+  for (float& v : w) v -= 1;
+  EXPECT_EQ(out, w);
+  EXPECT_GE(client_->over_grpc.load(), 1);
+  EXPECT_EQ(params_->tcp_lane_servers(), 1);  // the lane stays
 }
 
 TEST_F(TcpLaneTest, ABadHelloIsAnsweredAndClosed) {

@@ -260,7 +260,12 @@ void TcpLanePsClient::Worker(size_t i) {
       call->resend(std::move(call->done));
       return;
     }
-    if (IsLaneFull(answer)) {
+    if (IsLaneFull(answer) || absl::IsDeadlineExceeded(answer) ||
+        absl::IsUnavailable(answer)) {
+      // No room on the pserver, a pull that waited its longest, a pserver
+      // shutting down: this call again through gRPC, which waits for the
+      // pserver and retries (--rpc_retry_s) as for any transient failure.
+      if (absl::IsUnavailable(answer)) Lose(answer);
       call->resp->Clear();
       call->resend(std::move(call->done));
       continue;
