@@ -55,6 +55,10 @@ struct CallContext {
   // Where a pull's or push's dense values are when its transport moved
   // them outside the messages itself (the TCP lane); null otherwise.
   std::shared_ptr<const DenseValueLane> lane;
+  // Bytes of values the transport carried outside the messages over the
+  // network (the TCP lane's float32 values): a push's are counted with its
+  // request's bytes, a pull's with its reply's.
+  uint64_t value_bytes = 0;
 };
 
 // Where a transport hands the calls it receives: the pserver's dispatcher

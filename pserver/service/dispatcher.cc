@@ -40,15 +40,16 @@ absl::StatusOr<std::shared_ptr<RequestHandler>> Dispatcher::Job(
 
 void Dispatcher::Record(PsRpc rpc, const absl::Status& s, absl::Time start,
                         size_t request_bytes,
-                        const google::protobuf::Message* resp) {
+                        const google::protobuf::Message* resp,
+                        uint64_t reply_value_bytes) {
   if (metrics_ == nullptr) return;
   if (rpc == PsRpc::kPull && s.ok()) {
     metrics_->RecordPullWait(absl::Microseconds(
         static_cast<const PullResponse*>(resp)->wait_micros()));
   }
-  metrics_->Record(PsRpcMethod(rpc).name(), s.code(), absl::Now() - start,
-                   request_bytes,
-                   s.ok() && resp != nullptr ? resp->ByteSizeLong() : 0);
+  metrics_->Record(
+      PsRpcMethod(rpc).name(), s.code(), absl::Now() - start, request_bytes,
+      s.ok() && resp != nullptr ? resp->ByteSizeLong() + reply_value_bytes : 0);
 }
 
 void Dispatcher::Refused(PsRpc rpc, const absl::Status& s,
@@ -111,8 +112,10 @@ void Dispatcher::CallOn(const std::shared_ptr<RequestHandler>& job, PsRpc rpc,
                         const CallContext& ctx,
                         const google::protobuf::Message& req,
                         google::protobuf::Message* resp, StatusCallback done) {
+  // A push's values that came outside the message count as received.
+  const uint64_t values = rpc == PsRpc::kPush ? ctx.value_bytes : 0;
   Run(CallTableEntry(rpc), job, ctx, req, resp, std::move(done), absl::Now(),
-      metrics_ != nullptr ? req.ByteSizeLong() : 0);
+      metrics_ != nullptr ? req.ByteSizeLong() + values : 0);
 }
 
 void Dispatcher::Run(const CallEntry& e, std::shared_ptr<RequestHandler> job,
@@ -122,10 +125,12 @@ void Dispatcher::Run(const CallEntry& e, std::shared_ptr<RequestHandler> job,
                      absl::Time start, size_t request_bytes) {
   RequestHandler& h = *job;
   // The job stays until the call is answered (a pull may answer later).
+  // A pull's values sent outside the reply count as sent.
+  const uint64_t reply_values = e.rpc == PsRpc::kPull ? ctx.value_bytes : 0;
   e.run(h, ctx, req, resp,
         [this, rpc = e.rpc, job = std::move(job), resp, start, request_bytes,
-         done = std::move(done)](absl::Status s) {
-          Record(rpc, s, start, request_bytes, resp);
+         reply_values, done = std::move(done)](absl::Status s) {
+          Record(rpc, s, start, request_bytes, resp, reply_values);
           done(std::move(s));
         });
 }

@@ -62,8 +62,10 @@ class Dispatcher : public PsCallTarget {
            absl::Time start, size_t request_bytes);
   // The pool the call runs on; null: the caller's thread.
   BlockingPool* PoolFor(const CallEntry& e, const RequestHandler& job);
+  // Reports a call; `reply_value_bytes`: values sent outside the reply.
   void Record(PsRpc rpc, const absl::Status& s, absl::Time start,
-              size_t request_bytes, const google::protobuf::Message* resp);
+              size_t request_bytes, const google::protobuf::Message* resp,
+              uint64_t reply_value_bytes = 0);
 
   JobDirectory* const jobs_;
   RpcMetrics* const metrics_;

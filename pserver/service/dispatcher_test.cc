@@ -54,7 +54,7 @@ class DispatcherTest : public ::testing::Test {
                     google::protobuf::Message* resp) {
     absl::Notification answered;
     absl::Status status;
-    dispatcher_->Call(rpc, CallContext{job_id, "test", nullptr}, req, resp,
+    dispatcher_->Call(rpc, CallContext{job_id, "test", nullptr, 0}, req, resp,
                       [&](absl::Status s) {
                         status = std::move(s);
                         answered.Notify();

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "glog/logging.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "proto/ps_service.pb.h"
 
 namespace shardps {
@@ -200,6 +201,32 @@ uint64_t MovePullValues(PullResponse* resp, std::vector<std::string>* moved) {
     at += moved->back().size();
   }
   return at;
+}
+
+// What a float32 push over the lane would weigh as a gRPC message, its
+// values in each block's `values` (block i's are bytes [shared_offset i,
+// shared_offset i+1) of the call's `value_bytes`): the pserver's received
+// bytes then match what the trainer counts, whichever way the values came.
+uint64_t MessageBytesOfLanePush(const PushRequest& req, uint64_t value_bytes) {
+  using google::protobuf::io::CodedOutputStream;
+  uint64_t total = req.ByteSizeLong();
+  const int n = req.blocks_size();
+  for (int i = 0; i < n; ++i) {
+    const DenseBlock& b = req.blocks(i);
+    const uint64_t lane = b.ByteSizeLong();
+    const uint64_t end =
+        i + 1 < n ? req.blocks(i + 1).shared_offset() : value_bytes;
+    const uint64_t len = end > b.shared_offset() ? end - b.shared_offset() : 0;
+    uint64_t message = lane;
+    if (b.shared_offset() != 0) {
+      message -= 1 + CodedOutputStream::VarintSize64(b.shared_offset());
+    }
+    if (len > 0) message += 1 + CodedOutputStream::VarintSize64(len) + len;
+    // The block's own length prefix changes with it (tag: 1 byte).
+    total = total - CodedOutputStream::VarintSize64(lane) - lane +
+            CodedOutputStream::VarintSize64(message) + message;
+  }
+  return total;
 }
 
 std::string RandomTicket() {
@@ -491,6 +518,12 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
   ctx.peer = socket.peer();
   if (in_place) {
     ctx.lane = std::make_shared<BufferLane>(buffer.data(), h.value_bytes);
+    // Counted with the call's bytes, as the trainer counts them.
+    ctx.value_bytes =
+        push ? MessageBytesOfLanePush(*static_cast<PushRequest*>(req.get()),
+                                      h.value_bytes) -
+                   req->ByteSizeLong()
+             : h.value_bytes;
   }
   absl::Notification answered;
   absl::Status status;
