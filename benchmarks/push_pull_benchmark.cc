@@ -340,7 +340,7 @@ class RawTcp {
   }
   int64_t payload_bytes() const { return static_cast<int64_t>(data_.size()); }
   absl::Status Push() {
-    char op = 'P', ack;
+    char op = 'P', ack = 0;
     absl::Status s = client_->Write(
         {IoVec(&op, 1), IoVec(data_.data(), data_.size())}, Deadline());
     return s.ok() ? client_->Read({IoVec(&ack, 1)}, Deadline()) : s;
@@ -357,7 +357,7 @@ class RawTcp {
   explicit RawTcp(int64_t bytes) : data_(bytes, 1), served_(bytes) {}
   static absl::Time Deadline() { return absl::Now() + absl::Seconds(60); }
   void Serve(std::unique_ptr<TcpLaneSocket> socket) {
-    char op;
+    char op = 0;
     while (socket->Read({IoVec(&op, 1)}, absl::InfiniteFuture()).ok()) {
       absl::Status s;
       if (op == 'P') {

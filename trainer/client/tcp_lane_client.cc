@@ -159,7 +159,10 @@ absl::StatusOr<std::unique_ptr<TcpLanePsClient>> TcpLanePsClient::Open(
     if (!s.ok()) return s;
     c->sockets_.push_back(*std::move(socket));
   }
-  c->busy_.assign(c->sockets_.size(), 0);
+  {
+    absl::MutexLock l(&c->mu_);
+    c->busy_.assign(c->sockets_.size(), 0);
+  }
   for (size_t i = 0; i < c->sockets_.size(); ++i) {
     c->workers_.emplace_back([p = c.get(), i] { p->Worker(i); });
   }
