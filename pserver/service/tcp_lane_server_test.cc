@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "pserver/service/grpc_server.h"
-#include "pserver/testing/store_testing.h"
+#include "pserver/testing/grpc_one_table.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
@@ -26,68 +26,15 @@ namespace {
 using tcp_lane::CallHeader;
 using tcp_lane::ReplyHeader;
 
-// Forwards to a client and counts the pushes and pulls that reach gRPC.
-class CountingClient final : public PsClientInterface {
- public:
-  explicit CountingClient(PsClientInterface* inner) : inner_(inner) {}
-  const std::string& address() const override { return inner_->address(); }
-  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
-                 google::protobuf::Message* resp,
-                 StatusCallback done) override {
-    if (rpc == PsRpc::kPush || rpc == PsRpc::kPull) ++over_grpc;
-    inner_->CallAsync(rpc, req, resp, std::move(done));
-  }
-  void PushDenseAsync(const DensePush& push, PushResponse* resp,
-                      StatusCallback done) override {
-    ++over_grpc;
-    inner_->PushDenseAsync(push, resp, std::move(done));
-  }
-  std::atomic<int> over_grpc{0};
-
- private:
-  PsClientInterface* const inner_;
-};
-
-class TcpLaneTest : public ::testing::Test {
+class TcpLaneTest : public testing::GrpcOneTableTest {
  protected:
-  // One pserver, table "w" of 6 values in blocks of 2, SGD lr 1, one sync
-  // trainer: a pull after a push of g reads w - g.
   void Start(bool lane = true,
              absl::Duration max_pull_wait = absl::Seconds(20)) {
     GrpcServerOptions opts;
-    opts.host = "127.0.0.1";
-    opts.port = 0;
     opts.tcp_lane = lane;
     opts.pserver.store.max_pull_wait = max_pull_wait;
     opts.pserver.sweep_interval = absl::Milliseconds(20);
-    auto server = GrpcPsServer::Create(opts);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    ASSERT_TRUE(server_->Start().ok());
-    grpc_ = GrpcPsClient::Create(absl::StrCat("127.0.0.1:", server_->port()),
-                                 RpcOptions{}, &timer_);
-    client_ = std::make_unique<CountingClient>(grpc_.get());
-    jobs_ = std::make_unique<JobClient>(
-        std::vector<PsClientInterface*>{client_.get()}, &stamp_);
-    ASSERT_TRUE(jobs_->Register().ok());
-    const JobSpec job = testing::MakeJobSpec(
-        SYNC, 1, {testing::DenseTableSpec("w", 6, 2, testing::Sgd(1.0f))});
-    params_ = std::make_unique<ParamClient>(
-        std::vector<PsClientInterface*>{client_.get()}, &stamp_,
-        std::vector<DenseTableLayout>{{"w", 6, 2}});
-    ASSERT_TRUE(jobs_->InitJob(job, params_->chunks(), {w_.data()}).ok());
-    ASSERT_TRUE(jobs_->WaitUntilReady(job, absl::Seconds(5)).ok());
-    ASSERT_TRUE(jobs_->Join().ok());
-  }
-
-  // Pushes g for `step` and pulls the version after it.
-  std::vector<float> Step(int64_t step, const std::vector<float>& g) {
-    absl::Status s = params_->Push(step, {g.data()}, nullptr);
-    EXPECT_TRUE(s.ok()) << s;
-    std::vector<float> out(6);
-    s = params_->Pull(step + 1, step + 1, {out.data()}, nullptr);
-    EXPECT_TRUE(s.ok()) << s;
-    return out;
+    GrpcOneTableTest::Start(opts);
   }
 
   // A ticket for trainer 0, asked for over gRPC.
@@ -174,15 +121,6 @@ class TcpLaneTest : public ::testing::Test {
     b->set_shared_offset(offset);
     return req.SerializeAsString();
   }
-
-  RetryTimer timer_;
-  RequestStamp stamp_{0, /*incarnation=*/3};
-  std::vector<float> w_ = {1, 2, 3, 4, 5, 6};
-  std::unique_ptr<GrpcPsServer> server_;
-  std::unique_ptr<GrpcPsClient> grpc_;
-  std::unique_ptr<CountingClient> client_;
-  std::unique_ptr<JobClient> jobs_;
-  std::unique_ptr<ParamClient> params_;
 };
 
 TEST_F(TcpLaneTest, PushesAndPullsGoOverTheLane) {

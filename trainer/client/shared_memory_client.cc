@@ -123,13 +123,17 @@ void SharedMemoryPsClient::Send(shared_calls::Method method, const Request& req,
   if (caller_ != nullptr &&
       caller_->TryCall(method, req, resp,
                        [resp, over_grpc, done](absl::Status s) {
-                         if (!IsTooLargeForSlot(s)) {
+                         if (!IsTooLargeForSlot(s) && !absl::IsUnavailable(s) &&
+                             !absl::IsDeadlineExceeded(s)) {
                            done(std::move(s));
                            return;
                          }
-                         // A pull's reply with many blocks: again over
-                         // gRPC (a push keeps its request id, so it is
-                         // applied once).
+                         // A pull's reply with many blocks, a pull that
+                         // waited --max_pull_wait_s, a pserver shutting
+                         // down: again over gRPC, which waits for the
+                         // pserver and retries (--rpc_retry_s) as for any
+                         // transient failure. A push keeps its request id,
+                         // so it is applied once.
                          resp->Clear();
                          over_grpc(done);
                        })) {

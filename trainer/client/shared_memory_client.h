@@ -28,7 +28,9 @@ namespace shardps {
 // as it is. A pserver that no longer holds the region (it restarted, or the
 // region was replaced) answers NOT_FOUND: the call is sent again in the
 // message, a push under a new request id (the pserver remembers the refusal
-// under the old one), and every later call goes over TCP too (lost()).
+// under the old one), and every later call goes over TCP too (lost()). A
+// call through the slots answered UNAVAILABLE or DEADLINE_EXCEEDED goes
+// again over gRPC, whose client retries such failures.
 // Every other call goes to the pserver's client through its CallAsync (a
 // typed override of that client is not used). Thread-safe once open, but
 // for PushDenseAsync, which draws a request id from the trainer's
