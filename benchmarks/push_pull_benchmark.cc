@@ -140,14 +140,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   if (st.ok()) st = c->job->InitJob(job, c->params->chunks(), {init.data()});
   if (st.ok()) st = c->job->WaitUntilReady(job, absl::Seconds(30));
   if (!st.ok()) return st;
-  // Every pserver that holds a block (a small payload may leave one empty)
-  // must take the lane.
-  int holding = 0;
-  for (const auto& chunks : c->params->chunks()) {
-    size_t blocks = 0;
-    for (const auto& chunk : chunks) blocks += chunk.size();
-    holding += blocks > 0;
-  }
+  // Every pserver that holds a block must take the lane.
+  const int holding = c->params->holding_servers();
   if (shared_memory == 3) {
     TcpLanePsClient::Options lane;
     lane.connections = 2;

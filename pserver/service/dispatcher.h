@@ -34,6 +34,9 @@ class Dispatcher : public PsCallTarget {
 
   // The RPC names, as RpcMetrics labels them (the proto's).
   static std::vector<std::string> MethodNames();
+  // Whether calls are reported to RpcMetrics (a transport may then skip
+  // counting their bytes).
+  bool has_metrics() const { return metrics_ != nullptr; }
   // Whether calls are served (true once the pserver has started).
   void SetServing(bool serving) { serving_.store(serving); }
 

@@ -518,12 +518,16 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
   ctx.peer = socket.peer();
   if (in_place) {
     ctx.lane = std::make_shared<BufferLane>(buffer.data(), h.value_bytes);
-    // Counted with the call's bytes, as the trainer counts them.
-    ctx.value_bytes =
-        push ? MessageBytesOfLanePush(*static_cast<PushRequest*>(req.get()),
-                                      h.value_bytes) -
-                   req->ByteSizeLong()
-             : h.value_bytes;
+    // Counted with the call's bytes, as the trainer counts them (a walk
+    // over the push's blocks, skipped without metrics).
+    if (!push) {
+      ctx.value_bytes = h.value_bytes;
+    } else if (dispatcher_->has_metrics()) {
+      ctx.value_bytes =
+          MessageBytesOfLanePush(*static_cast<PushRequest*>(req.get()),
+                                 h.value_bytes) -
+          req->ByteSizeLong();
+    }
   }
   absl::Notification answered;
   absl::Status status;

@@ -92,9 +92,7 @@ int ParamClient::UseTcpLane(const TcpLanePsClient::Options& options) {
   int n = 0;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (s < shared_.size() && shared_[s] != nullptr) continue;
-    bool holds = false;
-    for (const auto& chunk : chunks_[s]) holds = holds || !chunk.empty();
-    if (!holds) continue;
+    if (!Holds(s)) continue;
     absl::StatusOr<std::unique_ptr<TcpLanePsClient>> c =
         TcpLanePsClient::Open(servers_[s], *stamp_, options);
     if (!c.ok()) {
@@ -113,6 +111,19 @@ int ParamClient::UseTcpLane(const TcpLanePsClient::Options& options) {
     chunks_[s] = CutChunks(blocks, tcp_lane::kChunkBytes);
     ++n;
   }
+  return n;
+}
+
+bool ParamClient::Holds(size_t s) const {
+  for (const auto& chunk : chunks_[s]) {
+    if (!chunk.empty()) return true;
+  }
+  return false;
+}
+
+int ParamClient::holding_servers() const {
+  int n = 0;
+  for (size_t s = 0; s < chunks_.size(); ++s) n += Holds(s);
   return n;
 }
 

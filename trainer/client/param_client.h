@@ -167,6 +167,10 @@ class ParamClient {
   int UseTcpLane(const TcpLanePsClient::Options& options);
   // How many pservers use the TCP lane now (lost lanes not counted).
   int tcp_lane_servers() const;
+  // Whether pserver s holds a block of this trainer's tables (a small
+  // model may leave one empty), and how many do.
+  bool Holds(size_t s) const;
+  int holding_servers() const;
 
  private:
   // A pull or push of one chunk of one pserver, in flight.
