@@ -110,15 +110,27 @@ class ClusterTest(testlib.ProcessTestCase):
     def test_pservers_beside(self):
         """--pservers beside starts one pserver per trainer (docs/deploy.md,
         "A pserver beside each trainer"); each trainer moves its dense
-        values through shared memory with all of them on this machine."""
+        values through shared memory with all of them on this machine.
+        With --wait_for_trainers_s (configs/k8s/beside) each waits, after
+        its final evaluation, until both have finished."""
         r, summary = self.run_cluster(["--pservers", "beside", "--trainers",
-                                       "2"], ["--max_steps=20"])
+                                       "2"], ["--max_steps=20",
+                                              "--wait_for_trainers_s=120"])
         self.assertRanWell(r, summary)
         self.assertEqual(len(summary["pservers"]), 2)
         for t in summary["trainers"]:
             with open(os.path.join(self.tmp, "logs",
                                    "trainer-%d.log" % t["id"])) as f:
-                self.assertIn("shared memory with 2 of 2 pservers", f.read())
+                log = f.read()
+            self.assertIn("shared memory with 2 of 2 pservers", log)
+            self.assertIn("trainer %d: every trainer of the job has finished"
+                          % t["id"], log)
+        for i in range(2):
+            with open(os.path.join(self.tmp, "logs",
+                                   "pserver-%d.log" % i)) as f:
+                log = f.read()
+            for k in range(2):
+                self.assertIn("trainer %d has finished" % k, log)
 
     def test_tcp_lane(self):
         """Without shared memory (as between hosts) dense values go over the

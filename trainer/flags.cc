@@ -69,6 +69,11 @@ DEFINE_bool(tcp_lane, true,
 DEFINE_int32(tcp_lane_connections, 2,
              "TCP lane connections to each pserver, in [1, 8]: the calls of "
              "a step to one pserver go over them in parallel");
+DEFINE_int32(wait_for_trainers_s, 0,
+             "after training, wait up to this many seconds for every other "
+             "trainer of the job to finish too before exiting, so that a "
+             "pserver that stops with this trainer (its pod's sidecar, "
+             "configs/k8s/beside) serves them to the end; 0 = exit at once");
 DEFINE_int32(num_passes, 0, "passes over the data; 0 = the config's (1)");
 DEFINE_int64(max_steps, 0, "stop after this many steps; 0 = no limit");
 DEFINE_int32(batch_size, 0, "examples per step per trainer; 0 = the config's");
@@ -254,6 +259,10 @@ absl::Status RunFromFlags(TrainerOptions* o) {
   }
   o->tcp_lane = FLAGS_tcp_lane;
   o->tcp_lane_connections = FLAGS_tcp_lane_connections;
+  if (FLAGS_wait_for_trainers_s < 0) {
+    return Bad("--wait_for_trainers_s must be >= 0");
+  }
+  o->wait_for_trainers = absl::Seconds(FLAGS_wait_for_trainers_s);
   if (FLAGS_async_prefetch && o->mode != ASYNC) {
     return Bad("--async_prefetch applies to --mode=async only");
   }
@@ -470,7 +479,7 @@ std::vector<FlagGroup> TrainerFlagGroups() {
       {"Cluster",
        {"pservers", "trainer_id", "num_gradient_servers", "job_id",
         "ready_timeout_s", "rpc_retry_s", "shared_memory", "tcp_lane",
-        "tcp_lane_connections"}},
+        "tcp_lane_connections", "wait_for_trainers_s"}},
       {"Model and data",
        {"config", "config_set", "train_data", "test_data", "train_labels",
         "test_labels", "num_passes", "max_steps", "batch_size", "shuffle",

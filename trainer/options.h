@@ -61,6 +61,9 @@ struct TrainerOptions {
   // Default: true, 2.
   bool tcp_lane = true;
   int tcp_lane_connections = 2;
+  // After training, how long to wait for every other trainer to finish
+  // (JobClient::WaitForTrainers); zero: exit at once. Default: zero.
+  absl::Duration wait_for_trainers = absl::ZeroDuration();
   int num_passes = 1;
   // Stop after this many steps in all; 0 = no limit. Default: 0.
   int64_t max_steps = 0;

@@ -545,7 +545,17 @@ absl::Status Trainer::Run() {
 
 absl::Status Trainer::Finish(absl::Time train_start) {
   if (!sync()) LeaveQuietly();
+  // No heartbeats once left: one would make a pserver restarted meanwhile
+  // wait for this trainer again.
   if (heartbeats_ != nullptr) heartbeats_->Stop();
+  if (options_.wait_for_trainers > absl::ZeroDuration()) {
+    RETURN_IF_ERROR(job_client_->Leave(/*finished=*/true));
+    RETURN_IF_ERROR(job_client_->WaitForTrainers(options_.num_trainers,
+                                                 options_.wait_for_trainers,
+                                                 options_.stop_requested));
+    LOG(INFO) << "trainer " << options_.trainer_id
+              << ": every trainer of the job has finished";
+  }
   result_.steps = step_;
   result_.shared_memory_servers = params_->shared_servers();
   result_.push_bytes = push_bytes_;

@@ -1,6 +1,7 @@
 #include "pserver/store/membership.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -90,6 +91,7 @@ Membership::Registration Membership::Register(int k, uint64_t incarnation,
   Registration r;
   absl::MutexLock l(&mu_);
   Member& m = members_[k];
+  m.finished = false;
   last_seen_us_[k].store(absl::ToUnixMicros(now));
   if (m.state == State::kExpected ||
       (m.state == State::kActive &&
@@ -187,6 +189,27 @@ absl::Status Membership::Leave(int k, uint64_t incarnation, bool* changed) {
   *changed = true;
   LOG(INFO) << "trainer " << k << " left the job";
   return absl::OkStatus();
+}
+
+absl::Status Membership::Finish(int k, uint64_t incarnation, bool* changed) {
+  RETURN_IF_ERROR(Leave(k, incarnation, changed));
+  absl::MutexLock l(&mu_);
+  // Leave checked the incarnation; a Register since then starts anew.
+  Member& m = members_[k];
+  if (m.state == State::kLeft && m.incarnation == incarnation) {
+    if (!m.finished) LOG(INFO) << "trainer " << k << " has finished";
+    m.finished = true;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> Membership::FinishedTrainers() const {
+  std::vector<int> out;
+  absl::MutexLock l(&mu_);
+  for (int k = 0; k < num_trainers_; ++k) {
+    if (members_[k].finished) out.push_back(k);
+  }
+  return out;
 }
 
 absl::Duration Membership::Silence(int k, absl::Time now) const {

@@ -97,6 +97,10 @@ class Membership {
   // Takes trainer k out of the barrier; *changed is false when it had left
   // already.
   absl::Status Leave(int k, uint64_t incarnation, bool* changed);
+  // Leave, and trainer k has evaluated the final parameters and calls
+  // nothing more: listed by FinishedTrainers until it registers again.
+  absl::Status Finish(int k, uint64_t incarnation, bool* changed);
+  std::vector<int> FinishedTrainers() const;
   // Whether an active trainer has been silent for `timeout` as of `now`.
   bool HasSilent(absl::Time now, absl::Duration timeout) const;
   // Drops every active trainer silent for `timeout` as of `now`, logging
@@ -125,6 +129,7 @@ class Membership {
   struct Member {
     State state = State::kExpected;
     uint64_t incarnation = 0;
+    bool finished = false;  // LeaveRequest.finished, until a new Register
   };
 
   // How long active trainer k has been silent as of `now` (zero when it is

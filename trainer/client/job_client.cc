@@ -58,12 +58,13 @@ absl::StatusOr<int64_t> JobClient::Join() {
   return start;
 }
 
-absl::Status JobClient::Leave() {
+absl::Status JobClient::Leave(bool finished) {
   std::vector<LeaveRequest> reqs(servers_.size());
   std::vector<LeaveResponse> resps(servers_.size());
   return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_incarnation(stamp_->incarnation());
+    reqs[s].set_finished(finished);
     servers_[s]->LeaveAsync(reqs[s], &resps[s], std::move(done));
   });
 }
@@ -86,6 +87,60 @@ absl::StatusOr<std::vector<GetStatusResponse>> JobClient::Statuses() {
     servers_[s]->GetStatusAsync(reqs[s], &resps[s], std::move(done));
   }));
   return resps;
+}
+
+absl::Status JobClient::WaitForTrainers(int num_trainers,
+                                        absl::Duration timeout,
+                                        const std::atomic<bool>* stop,
+                                        absl::Duration poll) {
+  const absl::Time start = absl::Now();
+  absl::Time last_log = start;
+  std::vector<bool> finished(num_trainers, false);
+  finished[stamp_->trainer_id()] = true;
+  while (true) {
+    std::string unanswered;
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      if (live_ && !live_(static_cast<int>(s))) continue;
+      GetStatusRequest req;
+      GetStatusResponse resp;
+      absl::Status st = servers_[s]->GetStatus(req, &resp);
+      if (!st.ok()) {
+        unanswered = absl::StrCat("; pserver ", servers_[s]->address(),
+                                  " did not answer: ", st.message());
+        continue;
+      }
+      for (int k : resp.finished_trainers()) {
+        if (k >= 0 && k < num_trainers) finished[k] = true;
+      }
+    }
+    std::vector<int> waiting;
+    for (int k = 0; k < num_trainers; ++k) {
+      if (!finished[k]) waiting.push_back(k);
+    }
+    if (waiting.empty()) return absl::OkStatus();
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(
+          absl::StrCat("stopped by a signal while waiting for trainer(s) ",
+                       absl::StrJoin(waiting, ", "), " to finish"));
+    }
+    const absl::Time now = absl::Now();
+    if (now - start >= timeout) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "trainer(s) ", absl::StrJoin(waiting, ", "),
+          " had not finished after ", absl::FormatDuration(now - start),
+          " (--wait_for_trainers_s)", unanswered));
+    }
+    if (now - last_log >= absl::Seconds(30)) {
+      last_log = now;
+      LOG(INFO) << "trainer " << stamp_->trainer_id()
+                << " has finished and waits for trainer(s) "
+                << absl::StrJoin(waiting, ", ")
+                << " to finish too, so that the pservers stay up for them ("
+                << absl::FormatDuration(now - start) << " so far, up to "
+                << absl::FormatDuration(timeout) << ")" << unanswered;
+    }
+    absl::SleepFor(poll);
+  }
 }
 
 absl::Status JobClient::Rollback(int64_t step, uint64_t generation) {

@@ -3,6 +3,7 @@
 // rollbacks on every pserver at once.
 #include "trainer/client/job_client.h"
 
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -76,6 +77,44 @@ TEST_F(JobClientTest, InitWaitJoinAndLeave) {
   EXPECT_NE(s.message().find("pserver pserver-0 holds a job that differs"),
             std::string::npos)
       << s;
+}
+
+TEST_F(JobClientTest, WaitForTrainersWaitsUntilEveryTrainerHasFinished) {
+  Start(false);
+  JobSpec job = testing::MakeJobSpec(
+      SYNC, 2, {testing::DenseTableSpec("w", 6, 2, testing::Sgd(1.0f))});
+  RequestStamp stamp0(0, 5), stamp1(1, 6);
+  JobClient chief(ptrs_, &stamp0), other(ptrs_, &stamp1);
+  ASSERT_TRUE(chief.Register().ok());
+  ASSERT_TRUE(other.Register().ok());
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(chief.InitJob(job, Plan(), {w.data()}).ok());
+  ASSERT_TRUE(chief.WaitUntilReady(job, absl::Seconds(5)).ok());
+  // A plain Leave (the barrier only) is not finishing.
+  ASSERT_TRUE(other.Leave().ok());
+  ASSERT_TRUE(chief.Leave(/*finished=*/true).ok());
+  absl::Status s = chief.WaitForTrainers(2, absl::Milliseconds(300), nullptr,
+                                         absl::Milliseconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("trainer(s) 1 had not finished after"),
+            std::string::npos)
+      << s;
+  std::atomic<bool> stop{true};
+  s = chief.WaitForTrainers(2, absl::Seconds(60), &stop,
+                            absl::Milliseconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  // Trainer 1 finishes while trainer 0 waits.
+  std::thread finisher([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(other.Leave(/*finished=*/true).ok());
+  });
+  s = chief.WaitForTrainers(2, absl::Seconds(30), nullptr,
+                            absl::Milliseconds(20));
+  finisher.join();
+  EXPECT_TRUE(s.ok()) << s;
+  auto st = chief.Statuses();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*st)[1].finished_trainers_size(), 2);
 }
 
 TEST_F(JobClientTest, WaitUntilReadyNamesThePserversNotReady) {
