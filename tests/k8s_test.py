@@ -16,6 +16,8 @@
   line and environment plus --helpxml, so that its own parser accepts them.
   Other variables must be ones the binaries read (common/launch/flags.cc). A
   self-check makes sure a made-up flag or variable is caught.
+- The beside/ layout (a pserver sidecar in each trainer pod) passes the
+  same schema, flag and file checks, and its own consistency checks.
 - Consistency: the Service selects the StatefulSet's pods, --pservers
   names every pserver pod, the trainer count agrees everywhere, the
   ConfigMap holds configs/fmnist_mlp.pbtxt, file flags point into mounted
@@ -37,6 +39,7 @@ import xml.etree.ElementTree as ET
 import testlib
 
 K8S_DIR = os.path.join(testlib.REPO, "configs", "k8s")
+BESIDE_DIR = os.path.join(K8S_DIR, "beside")
 MODEL_CONFIG = os.path.join(testlib.REPO, "configs", "fmnist_mlp.pbtxt")
 # The sources that read variables other than SHARDPS_*: the schedulers'
 # (flags.cc) and the launchers' (launch_env.cc, where there is one).
@@ -409,6 +412,31 @@ def memory_mib(quantity):
     return float(m.group(1)) * (units[m.group(2)] if m.group(2) else 2**-20)
 
 
+def pod_containers(workload):
+    """The containers of a workload's pod template, init (sidecar)
+    containers first."""
+    spec = workload.get("spec", {}).get("template", {}).get("spec", {})
+    return spec.get("initContainers", []) + spec.get("containers", [])
+
+
+def kustomized_files(path, kustomizations):
+    """The object files a kustomization (its path) lists, with those of
+    the kustomization folders it lists, recursively."""
+    folder = os.path.dirname(path)
+    out = set()
+    for r in kustomizations[path].get("resources", []):
+        p = os.path.normpath(os.path.join(folder, r))
+        k = os.path.join(p, "kustomization.yaml")
+        if os.path.isdir(p):
+            if k not in kustomizations:
+                raise AssertionError("%s lists %s, which has no "
+                                     "kustomization.yaml" % (path, r))
+            out |= kustomized_files(k, kustomizations)
+        else:
+            out.add(p)
+    return out
+
+
 class K8sManifestTest(unittest.TestCase):
 
     @classmethod
@@ -422,7 +450,8 @@ class K8sManifestTest(unittest.TestCase):
                            glob.glob(os.path.join(K8S_DIR, "**", "*.yml"),
                                      recursive=True))
         cls.docs = run_venv(_LOAD, cls.files)
-        cls.objects = []       # (file, object) of every Kubernetes object
+        cls.objects = []       # (file, object) of the base layout
+        cls.beside = []        # (file, object) of beside/
         cls.kustomizations = {}
         cls.components = {}
         cls.patches = {}
@@ -435,6 +464,8 @@ class K8sManifestTest(unittest.TestCase):
                     cls.components[path] = doc
                 elif isinstance(doc, list):
                     cls.patches[path] = doc
+                elif path.startswith(BESIDE_DIR + os.sep):
+                    cls.beside.append((path, doc))
                 else:
                     cls.objects.append((path, doc))
         cls.known_other = scheduler_variables()
@@ -447,8 +478,7 @@ class K8sManifestTest(unittest.TestCase):
         return found[0]
 
     def container(self, workload, name):
-        cs = [c for c in workload["spec"]["template"]["spec"]["containers"]
-              if c["name"] == name]
+        cs = [c for c in pod_containers(workload) if c["name"] == name]
         self.assertEqual(len(cs), 1, "one container %s" % name)
         return cs[0]
 
@@ -493,33 +523,40 @@ class K8sManifestTest(unittest.TestCase):
                 used.add(p)
         self.assertEqual(set(self.patches), used,
                          "JSON patches no component uses")
-        self.assertEqual(len(self.kustomizations), 1)
-        kpath, k = next(iter(self.kustomizations.items()))
-        self.assertEqual(os.path.dirname(kpath), K8S_DIR)
-        object_files = {os.path.relpath(p, K8S_DIR) for p, _ in self.objects}
-        templates = {os.path.relpath(p, K8S_DIR) for p, o in self.objects
-                     if o["kind"] == "Secret"}
-        self.assertEqual(templates, {"secret-template.yaml"})
-        self.assertEqual(set(k["resources"]), object_files - templates,
+        base = os.path.join(K8S_DIR, "kustomization.yaml")
+        beside = os.path.join(BESIDE_DIR, "kustomization.yaml")
+        self.assertIn(base, self.kustomizations)
+        self.assertIn(beside, self.kustomizations)
+        templates = {p for p, o in self.objects if o["kind"] == "Secret"}
+        self.assertEqual({os.path.relpath(p, K8S_DIR) for p in templates},
+                         {"secret-template.yaml"})
+        model = {p for p, o in self.objects if o["kind"] == "ConfigMap"}
+        self.assertEqual(kustomized_files(base, self.kustomizations),
+                         {p for p, _ in self.objects} - templates,
                          "kustomization.yaml resources: every object file "
                          "but the Secret template (applying it would "
-                         "replace the real Secret)")
+                         "replace the real Secret) and beside/'s")
+        self.assertEqual(kustomized_files(beside, self.kustomizations),
+                         {p for p, _ in self.beside} | model,
+                         "beside/kustomization.yaml resources: its own "
+                         "files and the model")
         for comp in self.components:
             self.assertTrue(os.path.isfile(comp))
-        names = {i["name"] for i in k.get("images", [])}
-        for _, o in self.objects:
-            spec = o.get("spec", {}).get("template", {}).get("spec", {})
-            for c in spec.get("containers", []):
-                self.assertIn(c["image"], names,
-                              "%s: kustomization.yaml's images maps %s" %
-                              (c["name"], sorted(names)))
+        for kpath, objects in ((base, self.objects), (beside, self.beside)):
+            names = {i["name"]
+                     for i in self.kustomizations[kpath].get("images", [])}
+            for _, o in objects:
+                for c in pod_containers(o):
+                    self.assertIn(c["image"], names,
+                                  "%s: %s's images maps %s" %
+                                  (c["name"], kpath, sorted(names)))
         self.assertTrue(os.path.isfile(os.path.join(K8S_DIR, "Dockerfile")))
 
     def test_schemas(self):
         """Every object, and the plaintext variants, against the schemas
         of Kubernetes 1.31 and 1.37, strictly."""
-        objs = self.objects + self.plaintext_objects()
-        self.assertGreaterEqual(len(objs), 7)
+        objs = self.objects + self.plaintext_objects() + self.beside
+        self.assertGreaterEqual(len(objs), 10)
         results = run_venv(_VALIDATE, stdin=json.dumps(
             {"objects": [o for _, o in objs],
              "versions": list(KUBERNETES_VERSIONS)}))
@@ -532,9 +569,8 @@ class K8sManifestTest(unittest.TestCase):
         """Every flag and variable of every container and exec probe, in
         the base and the plaintext variant, is one its program takes."""
         failures = []
-        for path, o in self.objects + self.plaintext_objects():
-            spec = o.get("spec", {}).get("template", {}).get("spec", {})
-            for c in spec.get("containers", []):
+        for path, o in self.objects + self.plaintext_objects() + self.beside:
+            for c in pod_containers(o):
                 failures += ["%s %s: %s" % (os.path.basename(path), c["name"],
                                             e)
                              for e in check_container_flags(c,
@@ -689,14 +725,14 @@ class K8sManifestTest(unittest.TestCase):
                                 "client.pem", "client.key"})
         self.assertIn(" ", secret["stringData"]["token"],
                       "the placeholder token must be one no pserver takes")
-        for path, o in self.objects + self.plaintext_objects():
+        for path, o in self.objects + self.plaintext_objects() + self.beside:
             if "template" not in o.get("spec", {}):
                 continue
             pod = o["spec"]["template"]["spec"]
             vols = {v["name"]: v for v in pod.get("volumes", [])}
             for t in o["spec"].get("volumeClaimTemplates", []):
                 vols[t["metadata"]["name"]] = {"claim": True}
-            for c in pod["containers"]:
+            for c in pod_containers(o):
                 where = "%s %s" % (os.path.basename(path), c["name"])
                 files = {}
                 for m in c.get("volumeMounts", []):
@@ -823,6 +859,101 @@ class K8sManifestTest(unittest.TestCase):
                              "2 x --max_memory_mb (tables and a checkpoint's "
                              "copy) + %d MiB must fit the memory limit" %
                              PSERVER_OVERHEAD_MIB)
+
+    def test_beside_layout(self):
+        """beside/: pod k runs trainer k and, as a native sidecar, pserver
+        k, named through the headless Service; the trainer sees the
+        pserver's shared memory and waits for the others before its pod
+        (and so its pserver) stops; the checkpoints survive the pod."""
+        objs = self.beside
+        svc, job = self.one("Service", objs), self.one("Job", objs)
+        pvc = self.one("PersistentVolumeClaim", objs)
+        pod = job["spec"]["template"]["spec"]
+        ps, tr = self.container(job, "pserver"), self.container(job, "trainer")
+        self.assertEqual([c["name"] for c in pod["initContainers"]],
+                         ["pserver"])
+        self.assertEqual(ps.get("restartPolicy"), "Always",
+                         "a native sidecar: stopped after the trainer")
+        self.assertNotIn("readinessProbe", ps,
+                         "a sidecar's readiness would hold the pod back "
+                         "as the trainer's does; startup gates the trainer")
+        self.assertIn("startupProbe", ps)
+        self.assertTrue(pod.get("shareProcessNamespace"),
+                        "the trainer opens the pserver's region in /proc")
+        users = {c.get("securityContext", {}).get("runAsUser",
+                                                  pod["securityContext"]
+                                                  ["runAsUser"])
+                 for c in (ps, tr)}
+        self.assertEqual(len(users), 1, "one user: /proc/<pid>/fd opens")
+        psf, trf = effective_flags(ps), effective_flags(tr)
+        spec = job["spec"]
+        self.assertEqual(spec["completionMode"], "Indexed")
+        n = spec["completions"]
+        self.assertEqual(spec["parallelism"], n)
+        self.assertEqual(int(trf["num_gradient_servers"]), n)
+        self.assertIn(int(psf.get("num_gradient_servers", 0)), (0, n))
+        self.assertNotIn("trainer_id", trf, "JOB_COMPLETION_INDEX gives it")
+        # Names: pod k is <job>-k.<subdomain>, the Service headless, not
+        # waiting for readiness, selecting exactly these pods.
+        self.assertEqual(pod["subdomain"], svc["metadata"]["name"])
+        self.assertEqual(svc["spec"].get("clusterIP"), "None")
+        self.assertTrue(svc["spec"].get("publishNotReadyAddresses"),
+                        "a pod is ready only once every pserver serves")
+        labels = spec["template"]["metadata"]["labels"]
+        for k, v in svc["spec"]["selector"].items():
+            self.assertEqual(labels.get(k), v, "pod label %s" % k)
+        other = [o for _, o in self.objects
+                 if o["kind"] in ("StatefulSet", "Job")]
+        for o in other:
+            olabels = o["spec"]["template"]["metadata"]["labels"]
+            self.assertFalse(all(olabels.get(k) == v for k, v in
+                                 svc["spec"]["selector"].items()),
+                             "the Service selects the base layout's pods")
+        port = int(psf.get("port", 7164))
+        self.assertEqual({p["name"]: p["containerPort"]
+                          for p in ps["ports"]}["grpc"], port)
+        want = ["%s-%d.%s:%d" % (job["metadata"]["name"], i,
+                                 svc["metadata"]["name"], port)
+                for i in range(n)]
+        self.assertEqual(trf["pservers"].split(","), want)
+        # The trainer outlives no other trainer's need of its pserver.
+        self.assertGreater(int(trf.get("wait_for_trainers_s", 0)), 0)
+        self.assertEqual(pod["restartPolicy"], "OnFailure",
+                         "a failed trainer restarts beside its pserver")
+        self.assertEqual(trf.get("mode"), "sync")
+        self.assertGreater(int(trf.get("checkpoint_every_steps", 0)), 0)
+        # Checkpoints: a folder per index on a volume any node mounts.
+        self.assertIn("$(JOB_COMPLETION_INDEX)", psf["checkpoint_dir"])
+        vols = {v["name"]: v for v in pod["volumes"]}
+        mount = [m for m in ps["volumeMounts"]
+                 if psf["checkpoint_dir"].startswith(m["mountPath"] + "/")]
+        self.assertEqual(len(mount), 1)
+        claim = vols[mount[0]["name"]].get("persistentVolumeClaim", {})
+        self.assertEqual(claim.get("claimName"), pvc["metadata"]["name"])
+        self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteMany"])
+        # The model, TLS on both sides, ports apart, resources.
+        cm = self.one("ConfigMap")
+        mounts = [m for m in tr["volumeMounts"]
+                  if vols[m["name"]].get("configMap", {}).get("name") ==
+                  cm["metadata"]["name"]]
+        self.assertEqual(len(mounts), 1)
+        self.assertEqual(trf["config"], mounts[0]["mountPath"] +
+                         "/" + os.path.basename(MODEL_CONFIG))
+        self.assertEqual(bool(psf.get("tls_cert_file")),
+                         bool(trf.get("tls_ca_file")))
+        ports = [p["containerPort"] for c in (ps, tr) for p in c["ports"]]
+        self.assertEqual(len(ports), len(set(ports)), "one pod, one port set")
+        self.assertNotEqual(psf["monitoring_port"], trf["monitoring_port"])
+        ann = spec["template"]["metadata"]["annotations"]
+        self.assertEqual(ann["prometheus.io/port"], psf["monitoring_port"])
+        for c in (ps, tr):
+            r = c.get("resources", {})
+            for part in ("requests", "limits"):
+                for res in ("cpu", "memory"):
+                    self.assertIn(res, r.get(part, {}))
+        limit = memory_mib(ps["resources"]["limits"]["memory"])
+        self.assertLessEqual(2 * int(psf["max_memory_mb"]) +
+                             PSERVER_OVERHEAD_MIB, limit)
 
     def test_json_patch(self):
         """The RFC 6902 subset applied above, on a small document."""
