@@ -98,15 +98,7 @@ class SharedCallWaitTest : public testing::GrpcOneTableTest {
 // client retries any transient failure), instead of failing the step.
 TEST_F(SharedCallWaitTest, APullThatWaitsItsLongestIsRetriedThroughGrpc) {
   ASSERT_EQ(params_->UseSharedMemory(), 1);
-  std::vector<float> out(6);
-  std::unique_ptr<DenseTransfer> pull =
-      params_->StartPull(/*min_version=*/1, /*step=*/1, {out.data()});
-  absl::SleepFor(absl::Milliseconds(400));
-  const std::vector<float> g = {1, 1, 1, 1, 1, 1};
-  ASSERT_TRUE(params_->Push(0, {g.data()}, nullptr).ok());
-  absl::Status s = pull->Wait(nullptr);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(out, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(PullHeldPastItsWait(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
   EXPECT_GE(client_->over_grpc.load(), 1);
   EXPECT_EQ(params_->shared_servers(), 1);  // the region stays
 }

@@ -83,6 +83,23 @@ class GrpcOneTableTest : public ::testing::Test {
     return out;
   }
 
+  // A pull of version 1 started before the push of step 0 (ones), which
+  // comes 400 ms later; the pulled values (w - 1 when the pull succeeds).
+  // With a --max_pull_wait below that, the pserver answers the first try
+  // DEADLINE_EXCEEDED.
+  std::vector<float> PullHeldPastItsWait() {
+    std::vector<float> out(6);
+    std::unique_ptr<DenseTransfer> pull =
+        params_->StartPull(/*min_version=*/1, /*step=*/1, {out.data()});
+    absl::SleepFor(absl::Milliseconds(400));
+    const std::vector<float> g = {1, 1, 1, 1, 1, 1};
+    absl::Status s = params_->Push(0, {g.data()}, nullptr);
+    EXPECT_TRUE(s.ok()) << s;
+    s = pull->Wait(nullptr);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
   RetryTimer timer_;
   RequestStamp stamp_{0, /*incarnation=*/3};
   std::vector<float> w_ = {1, 2, 3, 4, 5, 6};
