@@ -549,10 +549,9 @@ absl::Status Trainer::Finish(absl::Time train_start) {
   // wait for this trainer again.
   if (heartbeats_ != nullptr) heartbeats_->Stop();
   if (options_.wait_for_trainers > absl::ZeroDuration()) {
-    RETURN_IF_ERROR(job_client_->Leave(/*finished=*/true));
-    RETURN_IF_ERROR(job_client_->WaitForTrainers(options_.num_trainers,
-                                                 options_.wait_for_trainers,
-                                                 options_.stop_requested));
+    RETURN_IF_ERROR(job_client_->FinishAndWait(options_.num_trainers,
+                                               options_.wait_for_trainers,
+                                               options_.stop_requested));
     LOG(INFO) << "trainer " << options_.trainer_id
               << ": every trainer of the job has finished";
   }

@@ -270,7 +270,10 @@ absl::Status RequestHandler::Heartbeat(const HeartbeatRequest& req,
 
 absl::Status RequestHandler::Leave(const LeaveRequest& req,
                                    LeaveResponse* resp) {
-  return store_->Leave(req.trainer_id(), req.incarnation(), req.finished());
+  RETURN_IF_ERROR(store_->Leave(req.trainer_id(), req.incarnation()));
+  if (!req.finished() || !store_->ready()) return absl::OkStatus();
+  return store_->state()->membership->MarkFinished(req.trainer_id(),
+                                                   req.incarnation());
 }
 
 absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
@@ -352,7 +355,9 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
     resp->set_min_version(v.min);
     resp->set_max_version(v.max);
     for (int k : store_->LiveTrainers()) resp->add_live_trainers(k);
-    for (int k : store_->FinishedTrainers()) resp->add_finished_trainers(k);
+    for (int k : store_->state()->membership->FinishedTrainers()) {
+      resp->add_finished_trainers(k);
+    }
   }
   resp->set_generation(store_->generation());
   resp->set_base_step(store_->base_step());

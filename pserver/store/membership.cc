@@ -191,15 +191,17 @@ absl::Status Membership::Leave(int k, uint64_t incarnation, bool* changed) {
   return absl::OkStatus();
 }
 
-absl::Status Membership::Finish(int k, uint64_t incarnation, bool* changed) {
-  RETURN_IF_ERROR(Leave(k, incarnation, changed));
+absl::Status Membership::MarkFinished(int k, uint64_t incarnation) {
+  RETURN_IF_ERROR(CheckTrainerId(k));
   absl::MutexLock l(&mu_);
-  // Leave checked the incarnation; a Register since then starts anew.
   Member& m = members_[k];
-  if (m.state == State::kLeft && m.incarnation == incarnation) {
-    if (!m.finished) LOG(INFO) << "trainer " << k << " has finished";
-    m.finished = true;
+  if (m.state != State::kLeft || m.incarnation != incarnation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer ", k, " incarnation ", incarnation,
+                     " has not left the job, so it cannot have finished"));
   }
+  if (!m.finished) LOG(INFO) << "trainer " << k << " has finished";
+  m.finished = true;
   return absl::OkStatus();
 }
 

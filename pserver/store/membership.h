@@ -97,9 +97,11 @@ class Membership {
   // Takes trainer k out of the barrier; *changed is false when it had left
   // already.
   absl::Status Leave(int k, uint64_t incarnation, bool* changed);
-  // Leave, and trainer k has evaluated the final parameters and calls
-  // nothing more: listed by FinishedTrainers until it registers again.
-  absl::Status Finish(int k, uint64_t incarnation, bool* changed);
+  // Trainer k, which has left as `incarnation`, has evaluated the final
+  // parameters and calls nothing more (LeaveRequest.finished): listed by
+  // FinishedTrainers until it registers again. FAILED_PRECONDITION unless
+  // it has left so. Changes no barrier.
+  absl::Status MarkFinished(int k, uint64_t incarnation);
   std::vector<int> FinishedTrainers() const;
   // Whether an active trainer has been silent for `timeout` as of `now`.
   bool HasSilent(absl::Time now, absl::Duration timeout) const;

@@ -96,21 +96,21 @@ TEST_F(MembershipTest, LeaveIsIdempotentAndChecksTheIncarnation) {
 TEST_F(MembershipTest, FinishedTrainersAreListedUntilTheyRegisterAgain) {
   sync_.Register(1, 5, clock_.Now(), 0, 0);
   sync_.Register(2, 7, clock_.Now(), 0, 0);
-  bool changed = false;
-  EXPECT_EQ(sync_.Finish(1, 6, &changed).code(),
+  // Only a trainer that has left (a sync trainer leaves the barrier before
+  // its final evaluation), as the incarnation that left, can finish.
+  EXPECT_EQ(sync_.MarkFinished(1, 5).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(sync_.FinishedTrainers().empty());
-  // A plain Leave is not finishing (a sync trainer leaves the barrier
-  // before its final evaluation).
+  bool changed = false;
   ASSERT_TRUE(sync_.Leave(1, 5, &changed).ok());
   EXPECT_TRUE(sync_.FinishedTrainers().empty());
-  ASSERT_TRUE(sync_.Finish(1, 5, &changed).ok());
-  EXPECT_FALSE(changed);  // it had left already
-  ASSERT_TRUE(sync_.Finish(2, 7, &changed).ok());
-  EXPECT_TRUE(changed);
-  EXPECT_FALSE(sync_.Live(2));
+  EXPECT_EQ(sync_.MarkFinished(1, 6).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(sync_.MarkFinished(1, 5).ok());
+  ASSERT_TRUE(sync_.MarkFinished(1, 5).ok());  // idempotent
+  ASSERT_TRUE(sync_.Leave(2, 7, &changed).ok());
+  ASSERT_TRUE(sync_.MarkFinished(2, 7).ok());
   EXPECT_EQ(sync_.FinishedTrainers(), (std::vector<int>{1, 2}));
-  EXPECT_EQ(sync_.Finish(3, 1, &changed).code(),
+  EXPECT_EQ(sync_.MarkFinished(3, 1).code(),
             absl::StatusCode::kInvalidArgument);
   // Trainer 2 restarted: not finished until it says so again.
   sync_.Register(2, 8, clock_.Now(), 4, 0);

@@ -63,16 +63,14 @@ absl::Status ParameterStore::ConfirmJoin(int trainer_id, uint64_t incarnation,
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation,
-                                   bool finished) {
+absl::Status ParameterStore::Leave(int trainer_id, uint64_t incarnation) {
   if (!state_.is_ready()) return absl::OkStatus();
   std::vector<WaiterPtr> released;
   {
     absl::MutexLock g(&state_.gate);
     bool changed = false;
     RETURN_IF_ERROR(
-        finished ? state_.membership->Finish(trainer_id, incarnation, &changed)
-                 : state_.membership->Leave(trainer_id, incarnation, &changed));
+        state_.membership->Leave(trainer_id, incarnation, &changed));
     if (changed) RecheckBarriers(&released);
   }
   state_.ReleaseAll(released);

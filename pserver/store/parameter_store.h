@@ -77,12 +77,7 @@ class ParameterStore {
     if (!ready()) return absl::OkStatus();
     return state_.membership->Heartbeat(trainer_id, incarnation, now);
   }
-  // `finished`: LeaveRequest.finished (Membership::Finish).
-  absl::Status Leave(int trainer_id, uint64_t incarnation,
-                     bool finished = false);
-  std::vector<int> FinishedTrainers() const {
-    return ready() ? state_.membership->FinishedTrainers() : std::vector<int>{};
-  }
+  absl::Status Leave(int trainer_id, uint64_t incarnation);
   // Trainers the barrier waits for (not dropped, not left).
   std::vector<int> LiveTrainers() const {
     return ready() ? state_.membership->LiveTrainers() : std::vector<int>{};

@@ -1,10 +1,12 @@
 #include "trainer/client/job_client.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
@@ -58,13 +60,12 @@ absl::StatusOr<int64_t> JobClient::Join() {
   return start;
 }
 
-absl::Status JobClient::Leave(bool finished) {
+absl::Status JobClient::Leave() {
   std::vector<LeaveRequest> reqs(servers_.size());
   std::vector<LeaveResponse> resps(servers_.size());
   return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_incarnation(stamp_->incarnation());
-    reqs[s].set_finished(finished);
     servers_[s]->LeaveAsync(reqs[s], &resps[s], std::move(done));
   });
 }
@@ -89,35 +90,115 @@ absl::StatusOr<std::vector<GetStatusResponse>> JobClient::Statuses() {
   return resps;
 }
 
-absl::Status JobClient::WaitForTrainers(int num_trainers,
-                                        absl::Duration timeout,
-                                        const std::atomic<bool>* stop,
-                                        absl::Duration poll) {
+namespace {
+
+// FinishAndWait's calls and what they learnt: a call may outlive the wait
+// (a pserver gone is retried by its client until --rpc_retry_s, or until
+// the client is destroyed), so all of it is shared with the callbacks.
+struct FinishedPoll {
+  FinishedPoll(size_t servers, int trainers)
+      : leave(servers),
+        left(servers),
+        reqs(servers),
+        resps(servers),
+        told(servers, false),
+        in_flight(servers, false),
+        finished(trainers, false) {}
+  bool AllFinished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return std::all_of(finished.begin(), finished.end(),
+                       [](bool f) { return f; });
+  }
+  bool Settled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return AllFinished() || std::none_of(in_flight.begin(), in_flight.end(),
+                                         [](bool f) { return f; });
+  }
+
+  absl::Mutex mu;
+  // One slot per pserver, stable; a response is written by its call in
+  // flight only.
+  std::vector<LeaveRequest> leave;
+  std::vector<LeaveResponse> left;
+  std::vector<GetStatusRequest> reqs;
+  std::vector<GetStatusResponse> resps;
+  std::vector<bool> told ABSL_GUARDED_BY(mu);  // the Leave was answered OK
+  std::vector<bool> in_flight ABSL_GUARDED_BY(mu);
+  std::vector<bool> finished ABSL_GUARDED_BY(mu);
+  std::string unanswered ABSL_GUARDED_BY(mu);  // the last failure, if any
+};
+
+// Pserver s, unless its last call is still unanswered (one that has
+// stopped, its trainer finished and its pod gone, must not hold the wait
+// up): first that this trainer has finished, then who else has.
+void AskOne(const std::shared_ptr<FinishedPoll>& state, size_t s,
+            PsClientInterface* server, const RequestStamp& stamp) {
+  FinishedPoll& st = *state;
+  bool told;
+  {
+    absl::MutexLock l(&st.mu);
+    if (st.in_flight[s]) return;
+    st.in_flight[s] = true;
+    told = st.told[s];
+  }
+  auto answered = [state, s, told,
+                   address = server->address()](absl::Status status) {
+    FinishedPoll& p = *state;
+    absl::MutexLock l(&p.mu);
+    p.in_flight[s] = false;
+    if (!status.ok()) {
+      p.unanswered = absl::StrCat("; pserver ", address,
+                                  " did not answer: ", status.message());
+    } else if (!told) {
+      p.told[s] = true;
+    } else {
+      for (int k : p.resps[s].finished_trainers()) {
+        if (k >= 0 && k < static_cast<int>(p.finished.size())) {
+          p.finished[k] = true;
+        }
+      }
+    }
+  };
+  if (!told) {
+    st.leave[s].set_trainer_id(stamp.trainer_id());
+    st.leave[s].set_incarnation(stamp.incarnation());
+    st.leave[s].set_finished(true);
+    server->LeaveAsync(st.leave[s], &st.left[s], std::move(answered));
+  } else {
+    st.resps[s].Clear();
+    server->GetStatusAsync(st.reqs[s], &st.resps[s], std::move(answered));
+  }
+}
+
+}  // namespace
+
+absl::Status JobClient::FinishAndWait(int num_trainers, absl::Duration timeout,
+                                      const std::atomic<bool>* stop,
+                                      absl::Duration poll) {
   const absl::Time start = absl::Now();
   absl::Time last_log = start;
-  std::vector<bool> finished(num_trainers, false);
-  finished[stamp_->trainer_id()] = true;
+  auto state = std::make_shared<FinishedPoll>(servers_.size(), num_trainers);
+  FinishedPoll& st = *state;
+  {
+    absl::MutexLock l(&st.mu);
+    st.finished[stamp_->trainer_id()] = true;
+  }
   while (true) {
-    std::string unanswered;
     for (size_t s = 0; s < servers_.size(); ++s) {
       if (live_ && !live_(static_cast<int>(s))) continue;
-      GetStatusRequest req;
-      GetStatusResponse resp;
-      absl::Status st = servers_[s]->GetStatus(req, &resp);
-      if (!st.ok()) {
-        unanswered = absl::StrCat("; pserver ", servers_[s]->address(),
-                                  " did not answer: ", st.message());
-        continue;
-      }
-      for (int k : resp.finished_trainers()) {
-        if (k >= 0 && k < num_trainers) finished[k] = true;
-      }
+      AskOne(state, s, servers_[s], *stamp_);
     }
+    const absl::Time round_end = absl::Now() + poll;
     std::vector<int> waiting;
-    for (int k = 0; k < num_trainers; ++k) {
-      if (!finished[k]) waiting.push_back(k);
+    std::string unanswered;
+    {
+      absl::MutexLock l(&st.mu);
+      st.mu.AwaitWithDeadline(absl::Condition(&st, &FinishedPoll::Settled),
+                              round_end);
+      if (st.AllFinished()) return absl::OkStatus();
+      for (int k = 0; k < num_trainers; ++k) {
+        if (!st.finished[k]) waiting.push_back(k);
+      }
+      unanswered = st.unanswered;
     }
-    if (waiting.empty()) return absl::OkStatus();
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(
           absl::StrCat("stopped by a signal while waiting for trainer(s) ",
@@ -139,7 +220,7 @@ absl::Status JobClient::WaitForTrainers(int num_trainers,
                 << absl::FormatDuration(now - start) << " so far, up to "
                 << absl::FormatDuration(timeout) << ")" << unanswered;
     }
-    absl::SleepFor(poll);
+    if (now < round_end) absl::SleepFor(round_end - now);
   }
 }
 

@@ -45,20 +45,22 @@ class JobClient {
   // Joins the job in two phases (RegisterRequest): returns the step this
   // trainer starts at, which every pserver now waits for.
   absl::StatusOr<int64_t> Join();
-  // Leaves the barrier on every pserver; `finished`: also says that this
-  // trainer has evaluated the final parameters and calls nothing more
-  // (LeaveRequest.finished).
-  absl::Status Leave(bool finished = false);
-  // After Leave(true): waits until every one of the job's `num_trainers`
-  // trainers has finished as well, as any pserver reports it (a pserver
-  // that does not answer is asked again), polling every `poll` and logging
-  // whom it waits for every 30 s. DEADLINE_EXCEEDED, naming them, after
-  // `timeout`; CANCELLED once *stop (when given) is true. For a pserver in
-  // this trainer's pod or allocation, which stops when the trainer exits
-  // while others still need it.
-  absl::Status WaitForTrainers(int num_trainers, absl::Duration timeout,
-                               const std::atomic<bool>* stop = nullptr,
-                               absl::Duration poll = absl::Seconds(1));
+  // Leaves the barrier on every pserver.
+  absl::Status Leave();
+  // After the final evaluation: tells every pserver that this trainer has
+  // finished and calls nothing more (LeaveRequest.finished; again to a
+  // pserver that failed it), and waits until every one of the job's
+  // `num_trainers` trainers has finished too, as any pserver reports it.
+  // All pservers are asked at once, each again every `poll` once its last
+  // call is answered: one that does not answer (stopped with its own
+  // trainer, perhaps) holds up nothing. Logs whom it waits for every 30 s.
+  // DEADLINE_EXCEEDED, naming them, after `timeout`; CANCELLED once *stop
+  // (when given) is true. For a pserver in this trainer's pod or
+  // allocation, which stops when the trainer exits while the others may
+  // still need it.
+  absl::Status FinishAndWait(int num_trainers, absl::Duration timeout,
+                             const std::atomic<bool>* stop = nullptr,
+                             absl::Duration poll = absl::Seconds(1));
   // Chief: every pserver writes a checkpoint of `step`.
   absl::Status Checkpoint(int64_t step);
   // Every pserver's status, in --pservers order.

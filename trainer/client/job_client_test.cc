@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/testing/temp_dir.h"
 #include "common/transport/in_process_ps_client.h"
@@ -19,6 +20,32 @@
 
 namespace shardps {
 namespace {
+
+// A pserver that has stopped as far as its client can tell: calls are
+// never answered (a gRPC client would retry them until --rpc_retry_s),
+// until the client goes, when they end CANCELLED.
+class SilentClient final : public PsClientInterface {
+ public:
+  ~SilentClient() override {
+    for (StatusCallback& done : held_) done(absl::CancelledError("closed"));
+  }
+  const std::string& address() const override { return address_; }
+  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                 google::protobuf::Message* resp,
+                 StatusCallback done) override {
+    absl::MutexLock l(&mu_);
+    held_.push_back(std::move(done));
+  }
+  int held() {
+    absl::MutexLock l(&mu_);
+    return static_cast<int>(held_.size());
+  }
+
+ private:
+  const std::string address_ = "silent:7164";
+  absl::Mutex mu_;
+  std::vector<StatusCallback> held_;
+};
 
 class JobClientTest : public ::testing::Test {
  protected:
@@ -79,7 +106,7 @@ TEST_F(JobClientTest, InitWaitJoinAndLeave) {
       << s;
 }
 
-TEST_F(JobClientTest, WaitForTrainersWaitsUntilEveryTrainerHasFinished) {
+TEST_F(JobClientTest, FinishAndWaitWaitsUntilEveryTrainerHasFinished) {
   Start(false);
   JobSpec job = testing::MakeJobSpec(
       SYNC, 2, {testing::DenseTableSpec("w", 6, 2, testing::Sgd(1.0f))});
@@ -90,31 +117,48 @@ TEST_F(JobClientTest, WaitForTrainersWaitsUntilEveryTrainerHasFinished) {
   const std::vector<float> w = {1, 2, 3, 4, 5, 6};
   ASSERT_TRUE(chief.InitJob(job, Plan(), {w.data()}).ok());
   ASSERT_TRUE(chief.WaitUntilReady(job, absl::Seconds(5)).ok());
-  // A plain Leave (the barrier only) is not finishing.
+  // A plain Leave (the barrier only, before a sync trainer's final
+  // evaluation) is not finishing.
   ASSERT_TRUE(other.Leave().ok());
-  ASSERT_TRUE(chief.Leave(/*finished=*/true).ok());
-  absl::Status s = chief.WaitForTrainers(2, absl::Milliseconds(300), nullptr,
-                                         absl::Milliseconds(20));
+  absl::Status s = chief.FinishAndWait(2, absl::Milliseconds(300), nullptr,
+                                       absl::Milliseconds(20));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("trainer(s) 1 had not finished after"),
             std::string::npos)
       << s;
-  std::atomic<bool> stop{true};
-  s = chief.WaitForTrainers(2, absl::Seconds(60), &stop,
-                            absl::Milliseconds(20));
-  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
-  // Trainer 1 finishes while trainer 0 waits.
-  std::thread finisher([&] {
-    absl::SleepFor(absl::Milliseconds(100));
-    ASSERT_TRUE(other.Leave(/*finished=*/true).ok());
-  });
-  s = chief.WaitForTrainers(2, absl::Seconds(30), nullptr,
-                            absl::Milliseconds(20));
-  finisher.join();
-  EXPECT_TRUE(s.ok()) << s;
   auto st = chief.Statuses();
   ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*st)[0].finished_trainers_size(), 1);  // trainer 0 said so
+  std::atomic<bool> stop{true};
+  s = chief.FinishAndWait(2, absl::Seconds(60), &stop, absl::Milliseconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  // Both wait for each other, and both go on.
+  absl::Status other_done;
+  std::thread t([&] {
+    other_done = other.FinishAndWait(2, absl::Seconds(30), nullptr,
+                                     absl::Milliseconds(20));
+  });
+  s = chief.FinishAndWait(2, absl::Seconds(30), nullptr,
+                          absl::Milliseconds(20));
+  t.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(other_done.ok()) << other_done;
+  st = chief.Statuses();
+  ASSERT_TRUE(st.ok());
   EXPECT_EQ((*st)[1].finished_trainers_size(), 2);
+  // A pserver that no longer answers (its pod stopped with its trainer)
+  // holds up nothing, and is asked once while its call is unanswered.
+  SilentClient gone;
+  JobClient last({&gone, ptrs_[1]}, &stamp1);
+  const absl::Time start = absl::Now();
+  s = last.FinishAndWait(2, absl::Seconds(30), nullptr, absl::Milliseconds(20));
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  JobClient stuck({&gone}, &stamp1);
+  s = stuck.FinishAndWait(2, absl::Milliseconds(200), nullptr,
+                          absl::Milliseconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_EQ(gone.held(), 2);  // one call per wait, not one per round
 }
 
 TEST_F(JobClientTest, WaitUntilReadyNamesThePserversNotReady) {
