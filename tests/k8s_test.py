@@ -860,16 +860,23 @@ class K8sManifestTest(unittest.TestCase):
                              "copy) + %d MiB must fit the memory limit" %
                              PSERVER_OVERHEAD_MIB)
 
-    def test_beside_layout(self):
+    def beside_parts(self):
+        """beside/'s Service, Job, claim, pod spec, and its pserver and
+        trainer containers with their effective flags."""
+        objs = self.beside
+        job = self.one("Job", objs)
+        ps, tr = self.container(job, "pserver"), self.container(job, "trainer")
+        return (self.one("Service", objs), job,
+                self.one("PersistentVolumeClaim", objs),
+                job["spec"]["template"]["spec"], ps, tr, effective_flags(ps),
+                effective_flags(tr))
+
+    def test_beside_pods(self):
         """beside/: pod k runs trainer k and, as a native sidecar, pserver
         k, named through the headless Service; the trainer sees the
         pserver's shared memory and waits for the others before its pod
-        (and so its pserver) stops; the checkpoints survive the pod."""
-        objs = self.beside
-        svc, job = self.one("Service", objs), self.one("Job", objs)
-        pvc = self.one("PersistentVolumeClaim", objs)
-        pod = job["spec"]["template"]["spec"]
-        ps, tr = self.container(job, "pserver"), self.container(job, "trainer")
+        (and so its pserver) stops."""
+        svc, job, _, pod, ps, tr, psf, trf = self.beside_parts()
         self.assertEqual([c["name"] for c in pod["initContainers"]],
                          ["pserver"])
         self.assertEqual(ps.get("restartPolicy"), "Always",
@@ -880,12 +887,41 @@ class K8sManifestTest(unittest.TestCase):
         self.assertIn("startupProbe", ps)
         self.assertTrue(pod.get("shareProcessNamespace"),
                         "the trainer opens the pserver's region in /proc")
-        users = {c.get("securityContext", {}).get("runAsUser",
-                                                  pod["securityContext"]
-                                                  ["runAsUser"])
-                 for c in (ps, tr)}
+        users = {c.get("securityContext", {}).get(
+            "runAsUser", pod["securityContext"]["runAsUser"])
+            for c in (ps, tr)}
         self.assertEqual(len(users), 1, "one user: /proc/<pid>/fd opens")
-        psf, trf = effective_flags(ps), effective_flags(tr)
+        self.assertGreater(int(trf.get("wait_for_trainers_s", 0)), 0)
+        self.assertEqual(pod["restartPolicy"], "OnFailure",
+                         "a failed trainer restarts beside its pserver")
+        self.assertEqual(trf.get("mode"), "sync")
+        # Names: pod k is <job>-k.<subdomain>, the Service headless, not
+        # waiting for readiness, selecting exactly these pods.
+        self.assertEqual(pod["subdomain"], svc["metadata"]["name"])
+        self.assertEqual(svc["spec"].get("clusterIP"), "None")
+        self.assertTrue(svc["spec"].get("publishNotReadyAddresses"),
+                        "a pod is ready only once every pserver serves")
+        selector = svc["spec"]["selector"].items()
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        self.assertTrue(all(labels.get(k) == v for k, v in selector))
+        for _, o in self.objects:
+            if o["kind"] in ("StatefulSet", "Job"):
+                other = o["spec"]["template"]["metadata"]["labels"]
+                self.assertFalse(all(other.get(k) == v for k, v in selector),
+                                 "the Service selects the base's pods")
+        port = int(psf.get("port", 7164))
+        self.assertEqual({p["name"]: p["containerPort"]
+                          for p in ps["ports"]}["grpc"], port)
+        want = ["%s-%d.%s:%d" % (job["metadata"]["name"], i,
+                                 svc["metadata"]["name"], port)
+                for i in range(job["spec"]["completions"])]
+        self.assertEqual(trf["pservers"].split(","), want)
+
+    def test_beside_counts_volumes_and_resources(self):
+        """beside/: the trainer count agrees everywhere, the checkpoints
+        are a folder per index on a volume any node mounts, the model is
+        the ConfigMap's, TLS on both sides, ports apart, resources fit."""
+        _, job, pvc, pod, ps, tr, psf, trf = self.beside_parts()
         spec = job["spec"]
         self.assertEqual(spec["completionMode"], "Indexed")
         n = spec["completions"]
@@ -893,36 +929,7 @@ class K8sManifestTest(unittest.TestCase):
         self.assertEqual(int(trf["num_gradient_servers"]), n)
         self.assertIn(int(psf.get("num_gradient_servers", 0)), (0, n))
         self.assertNotIn("trainer_id", trf, "JOB_COMPLETION_INDEX gives it")
-        # Names: pod k is <job>-k.<subdomain>, the Service headless, not
-        # waiting for readiness, selecting exactly these pods.
-        self.assertEqual(pod["subdomain"], svc["metadata"]["name"])
-        self.assertEqual(svc["spec"].get("clusterIP"), "None")
-        self.assertTrue(svc["spec"].get("publishNotReadyAddresses"),
-                        "a pod is ready only once every pserver serves")
-        labels = spec["template"]["metadata"]["labels"]
-        for k, v in svc["spec"]["selector"].items():
-            self.assertEqual(labels.get(k), v, "pod label %s" % k)
-        other = [o for _, o in self.objects
-                 if o["kind"] in ("StatefulSet", "Job")]
-        for o in other:
-            olabels = o["spec"]["template"]["metadata"]["labels"]
-            self.assertFalse(all(olabels.get(k) == v for k, v in
-                                 svc["spec"]["selector"].items()),
-                             "the Service selects the base layout's pods")
-        port = int(psf.get("port", 7164))
-        self.assertEqual({p["name"]: p["containerPort"]
-                          for p in ps["ports"]}["grpc"], port)
-        want = ["%s-%d.%s:%d" % (job["metadata"]["name"], i,
-                                 svc["metadata"]["name"], port)
-                for i in range(n)]
-        self.assertEqual(trf["pservers"].split(","), want)
-        # The trainer outlives no other trainer's need of its pserver.
-        self.assertGreater(int(trf.get("wait_for_trainers_s", 0)), 0)
-        self.assertEqual(pod["restartPolicy"], "OnFailure",
-                         "a failed trainer restarts beside its pserver")
-        self.assertEqual(trf.get("mode"), "sync")
         self.assertGreater(int(trf.get("checkpoint_every_steps", 0)), 0)
-        # Checkpoints: a folder per index on a volume any node mounts.
         self.assertIn("$(JOB_COMPLETION_INDEX)", psf["checkpoint_dir"])
         vols = {v["name"]: v for v in pod["volumes"]}
         mount = [m for m in ps["volumeMounts"]
@@ -931,7 +938,6 @@ class K8sManifestTest(unittest.TestCase):
         claim = vols[mount[0]["name"]].get("persistentVolumeClaim", {})
         self.assertEqual(claim.get("claimName"), pvc["metadata"]["name"])
         self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteMany"])
-        # The model, TLS on both sides, ports apart, resources.
         cm = self.one("ConfigMap")
         mounts = [m for m in tr["volumeMounts"]
                   if vols[m["name"]].get("configMap", {}).get("name") ==
@@ -947,10 +953,9 @@ class K8sManifestTest(unittest.TestCase):
         ann = spec["template"]["metadata"]["annotations"]
         self.assertEqual(ann["prometheus.io/port"], psf["monitoring_port"])
         for c in (ps, tr):
-            r = c.get("resources", {})
             for part in ("requests", "limits"):
                 for res in ("cpu", "memory"):
-                    self.assertIn(res, r.get(part, {}))
+                    self.assertIn(res, c.get("resources", {}).get(part, {}))
         limit = memory_mib(ps["resources"]["limits"]["memory"])
         self.assertLessEqual(2 * int(psf["max_memory_mb"]) +
                              PSERVER_OVERHEAD_MIB, limit)

@@ -229,6 +229,14 @@ uint64_t MessageBytesOfLanePush(const PushRequest& req, uint64_t value_bytes) {
   return total;
 }
 
+// The bytes a float32 push's values add to its message, as a trainer counts
+// them; 0 without metrics, where nobody reads them (it walks the blocks).
+uint64_t LanePushValueBytes(const PushRequest& req, uint64_t value_bytes,
+                            bool metrics) {
+  return metrics ? MessageBytesOfLanePush(req, value_bytes) - req.ByteSizeLong()
+                 : 0;
+}
+
 std::string RandomTicket() {
   std::string t(tcp_lane::kTicketBytes, '\0');
   size_t got = 0;
@@ -518,16 +526,11 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
   ctx.peer = socket.peer();
   if (in_place) {
     ctx.lane = std::make_shared<BufferLane>(buffer.data(), h.value_bytes);
-    // Counted with the call's bytes, as the trainer counts them (a walk
-    // over the push's blocks, skipped without metrics).
-    if (!push) {
-      ctx.value_bytes = h.value_bytes;
-    } else if (dispatcher_->has_metrics()) {
-      ctx.value_bytes =
-          MessageBytesOfLanePush(*static_cast<PushRequest*>(req.get()),
-                                 h.value_bytes) -
-          req->ByteSizeLong();
-    }
+    // Counted with the call's bytes, as the trainer counts them.
+    ctx.value_bytes =
+        push ? LanePushValueBytes(*static_cast<PushRequest*>(req.get()),
+                                  h.value_bytes, dispatcher_->has_metrics())
+             : h.value_bytes;
   }
   absl::Notification answered;
   absl::Status status;
