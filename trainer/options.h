@@ -62,7 +62,7 @@ struct TrainerOptions {
   bool tcp_lane = true;
   int tcp_lane_connections = 2;
   // After training, how long to wait for every other trainer to finish
-  // (JobClient::WaitForTrainers); zero: exit at once. Default: zero.
+  // (JobClient::FinishAndWait); zero: exit at once. Default: zero.
   absl::Duration wait_for_trainers = absl::ZeroDuration();
   int num_passes = 1;
   // Stop after this many steps in all; 0 = no limit. Default: 0.
