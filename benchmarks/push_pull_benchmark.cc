@@ -33,6 +33,11 @@
 // ("Transport ceilings"), so ShardPS can be divided by a figure taken on the
 // same machine at the same time. BM_RawTcpPush and BM_RawTcpPull are the
 // ceiling of one loopback TCP connection here (RawTcp below).
+//
+// --lane_spin_us sets how long the TCP lane's sockets, on both sides,
+// retry before they sleep (trainer and pserver --tcp_lane_spin_us; their
+// default unless given), to measure what the spin buys:
+//   push_pull_benchmark --benchmark_filter=/bytes:262144/ --lane_spin_us=0
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -54,6 +59,7 @@
 #include "benchmarks/grpc_baseline.h"
 #include "common/launch/malloc_tuning.h"
 #include "common/transport/tcp_lane.h"
+#include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/service/grpc_server.h"
@@ -61,6 +67,12 @@
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
 #include "trainer/client/retry_timer.h"
+
+DEFINE_int32(lane_spin_us,
+             static_cast<int32_t>(
+                 absl::ToInt64Microseconds(shardps::tcp_lane::kDefaultSpin)),
+             "microseconds the TCP lane's sockets retry before they sleep "
+             "(trainer and pserver --tcp_lane_spin_us)");
 
 namespace shardps {
 namespace {
@@ -104,6 +116,7 @@ absl::StatusOr<std::unique_ptr<GrpcPsServer>> StartLocalServer() {
   GrpcServerOptions opts;
   opts.host = "127.0.0.1";
   opts.port = 0;
+  opts.tcp_lane_spin = absl::Microseconds(FLAGS_lane_spin_us);
   auto server = GrpcPsServer::Create(opts);
   if (!server.ok()) return server.status();
   absl::Status st = (*server)->Start();
@@ -145,6 +158,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(int64_t payload_bytes,
   if (shared_memory == 3) {
     TcpLanePsClient::Options lane;
     lane.connections = 2;
+    lane.spin = absl::Microseconds(FLAGS_lane_spin_us);
     if (c->params->UseTcpLane(lane) != holding) {
       return absl::UnavailableError("TCP lane: see the log");
     }
@@ -299,8 +313,9 @@ void RunPlainGrpc(benchmark::State& state, Op op) {
 
 // The ceiling of one TCP connection on this machine: a thread of this
 // process that reads the payload and answers one byte (a push), or reads
-// one byte and sends the payload (a pull), over TcpLaneSocket; no header,
-// parsing, check or optimizer. What the TCP lane could reach at most.
+// one byte and sends the payload (a pull), over TcpLaneSocket (spinning as
+// the lane's do, --lane_spin_us); no header, parsing, check or optimizer.
+// What the TCP lane could reach at most.
 class RawTcp {
  public:
   static absl::StatusOr<std::unique_ptr<RawTcp>> Start(int64_t bytes) {
@@ -320,12 +335,15 @@ class RawTcp {
       const int fd = accept(listener, nullptr, nullptr);
       close(listener);
       if (fd < 0) return;
-      r->Serve(std::make_unique<TcpLaneSocket>(fd, "raw"));
+      auto socket = std::make_unique<TcpLaneSocket>(fd, "raw");
+      socket->set_spin(absl::Microseconds(FLAGS_lane_spin_us));
+      r->Serve(std::move(socket));
     });
     auto c = TcpLaneSocket::Connect("127.0.0.1", ntohs(a.sin_port),
                                     absl::Now() + absl::Seconds(10));
     if (!c.ok()) return c.status();
     r->client_ = *std::move(c);
+    r->client_->set_spin(absl::Microseconds(FLAGS_lane_spin_us));
     return r;
   }
   ~RawTcp() {
@@ -457,6 +475,7 @@ int main(int argc, char** argv) {
   // The pservers log every job start at INFO; keep the output to the results.
   FLAGS_minloglevel = 1;
   benchmark::Initialize(&argc, argv);
+  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   // Keeps gRPC's shared callback completion queue referenced for the whole
   // run. Without it, replacing a cluster can drop that queue's last reference

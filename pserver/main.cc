@@ -35,6 +35,12 @@ DEFINE_bool(tcp_lane, true,
 DEFINE_int32(tcp_lane_port, 0,
              "the TCP lane's port on --host; 0 picks a free one (trainers "
              "learn it over gRPC)");
+DEFINE_int32(tcp_lane_spin_us, 50,
+             "microseconds a TCP lane connection waiting for the next call "
+             "polls before it sleeps, in [0, 10000], while no lane call is "
+             "in progress: costs up to that much of a core per wait, saves "
+             "a wake-up; 0 when cores are scarce "
+             "(docs/performance.md, \"TCP lane\")");
 DEFINE_int32(max_pull_wait_s, 20,
              "a pull that waits longer is answered DEADLINE_EXCEEDED naming "
              "the trainers it waits for (the trainer retries)");
@@ -98,6 +104,10 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   }
   options.tcp_lane = FLAGS_tcp_lane;
   options.tcp_lane_port = FLAGS_tcp_lane_port;
+  if (FLAGS_tcp_lane_spin_us < 0 || FLAGS_tcp_lane_spin_us > 10000) {
+    fail("--tcp_lane_spin_us must be in [0, 10000]");
+  }
+  options.tcp_lane_spin = absl::Microseconds(FLAGS_tcp_lane_spin_us);
   auto security =
       shardps::LoadTransportSecurity(shardps::TransportSecurityFilesFromFlags(),
                                      shardps::TransportRole::kServer);
@@ -124,14 +134,15 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
 
 // The pserver's flags as --help groups, in the order --help shows them.
 std::vector<shardps::FlagGroup> PserverFlagGroups() {
-  return {{"Server",
-           {"port", "port_file", "host", "num_gradient_servers",
-            "max_pull_wait_s", "trainer_timeout", "tcp_lane", "tcp_lane_port"}},
-          {"Jobs and memory", {"max_jobs", "job_retention", "max_memory_mb"}},
-          {"Checkpoints (docs/checkpoint_format.md)",
-           {"checkpoint_dir", "keep_checkpoints"}},
-          shardps::SecurityFlagGroup(),
-          shardps::MonitoringFlagGroup()};
+  return {
+      {"Server",
+       {"port", "port_file", "host", "num_gradient_servers", "max_pull_wait_s",
+        "trainer_timeout", "tcp_lane", "tcp_lane_port", "tcp_lane_spin_us"}},
+      {"Jobs and memory", {"max_jobs", "job_retention", "max_memory_mb"}},
+      {"Checkpoints (docs/checkpoint_format.md)",
+       {"checkpoint_dir", "keep_checkpoints"}},
+      shardps::SecurityFlagGroup(),
+      shardps::MonitoringFlagGroup()};
 }
 
 }  // namespace

@@ -234,6 +234,14 @@ class CliTest(testlib.ProcessTestCase):
         self.assertRefused(trainer("--trainer_id=-3"), "--trainer_id",
                            prefix="trainer")
 
+    def test_tcp_lane_spin_out_of_range(self):
+        for bad in ("-1", "10001"):
+            self.assertRefused(trainer("--tcp_lane_spin_us=" + bad),
+                               "--tcp_lane_spin_us", prefix="trainer")
+            self.assertRefused(
+                run([pserver_bin(), "--tcp_lane_spin_us=" + bad]),
+                "--tcp_lane_spin_us", prefix="pserver")
+
     def test_trainer_count_must_be_positive(self):
         self.assertRefused(trainer("--num_gradient_servers=0"),
                            "--num_gradient_servers", prefix="trainer")

@@ -69,6 +69,12 @@ DEFINE_bool(tcp_lane, true,
 DEFINE_int32(tcp_lane_connections, 2,
              "TCP lane connections to each pserver, in [1, 8]: the calls of "
              "a step to one pserver go over them in parallel");
+DEFINE_int32(tcp_lane_spin_us, 50,
+             "microseconds a TCP lane connection that would wait polls "
+             "before it sleeps, in [0, 10000], while it carries the only "
+             "lane call: costs up to that much of a core per call, saves a "
+             "wake-up; 0 when cores are scarce "
+             "(docs/performance.md, \"TCP lane\")");
 DEFINE_int32(wait_for_trainers_s, 0,
              "after training, wait up to this many seconds for every other "
              "trainer of the job to finish too before exiting, so that a "
@@ -253,12 +259,6 @@ absl::Status RunFromFlags(TrainerOptions* o) {
   o->max_staleness = FLAGS_max_staleness;
   o->overlap = FLAGS_overlap;
   o->layer_pipeline = FLAGS_layer_pipeline;
-  o->shared_memory = FLAGS_shared_memory;
-  if (FLAGS_tcp_lane_connections < 1 || FLAGS_tcp_lane_connections > 8) {
-    return Bad("--tcp_lane_connections must be in [1, 8]");
-  }
-  o->tcp_lane = FLAGS_tcp_lane;
-  o->tcp_lane_connections = FLAGS_tcp_lane_connections;
   if (FLAGS_wait_for_trainers_s < 0) {
     return Bad("--wait_for_trainers_s must be >= 0");
   }
@@ -308,6 +308,21 @@ absl::Status RunFromFlags(TrainerOptions* o) {
   } else {
     return Bad("--progress must be auto, on or off");
   }
+  return absl::OkStatus();
+}
+
+// How dense values travel besides gRPC: shared memory, the TCP lane.
+absl::Status ValueLanesFromFlags(TrainerOptions* o) {
+  o->shared_memory = FLAGS_shared_memory;
+  if (FLAGS_tcp_lane_connections < 1 || FLAGS_tcp_lane_connections > 8) {
+    return Bad("--tcp_lane_connections must be in [1, 8]");
+  }
+  o->tcp_lane = FLAGS_tcp_lane;
+  o->tcp_lane_connections = FLAGS_tcp_lane_connections;
+  if (FLAGS_tcp_lane_spin_us < 0 || FLAGS_tcp_lane_spin_us > 10000) {
+    return Bad("--tcp_lane_spin_us must be in [0, 10000]");
+  }
+  o->tcp_lane_spin = absl::Microseconds(FLAGS_tcp_lane_spin_us);
   return absl::OkStatus();
 }
 
@@ -439,6 +454,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(const GetEnvFn& env) {
   RETURN_IF_ERROR(IdentityFromFlags(env, &o));
   RETURN_IF_ERROR(ConnectionOptionsFromFlags().status());
   RETURN_IF_ERROR(RunFromFlags(&o));
+  RETURN_IF_ERROR(ValueLanesFromFlags(&o));
   RETURN_IF_ERROR(CompressionFromFlags(&o));
   RETURN_IF_ERROR(DeviceFromFlags(env, &o));
   RETURN_IF_ERROR(FaultToleranceFromFlags(&o));
@@ -479,7 +495,7 @@ std::vector<FlagGroup> TrainerFlagGroups() {
       {"Cluster",
        {"pservers", "trainer_id", "num_gradient_servers", "job_id",
         "ready_timeout_s", "rpc_retry_s", "shared_memory", "tcp_lane",
-        "tcp_lane_connections", "wait_for_trainers_s"}},
+        "tcp_lane_connections", "tcp_lane_spin_us", "wait_for_trainers_s"}},
       {"Model and data",
        {"config", "config_set", "train_data", "test_data", "train_labels",
         "test_labels", "num_passes", "max_steps", "batch_size", "shuffle",

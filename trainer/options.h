@@ -8,6 +8,7 @@
 
 #include "absl/time/time.h"
 #include "common/transport/ps_client_interface.h"
+#include "common/transport/tcp_lane.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/model_config.pb.h"
 #include "proto/ps_service.pb.h"
@@ -57,10 +58,12 @@ struct TrainerOptions {
   // host (ParamClient::UseSharedMemory). Default: true.
   bool shared_memory = true;
   // Dense float32 values go over the TCP lane with the other pservers that
-  // serve one (ParamClient::UseTcpLane), on this many connections each.
-  // Default: true, 2.
+  // serve one (ParamClient::UseTcpLane), on this many connections each,
+  // retrying this long before sleeping on an answer (TcpLaneSocket).
+  // Default: true, 2, 50 µs.
   bool tcp_lane = true;
   int tcp_lane_connections = 2;
+  absl::Duration tcp_lane_spin = tcp_lane::kDefaultSpin;
   // After training, how long to wait for every other trainer to finish
   // (JobClient::FinishAndWait); zero: exit at once. Default: zero.
   absl::Duration wait_for_trainers = absl::ZeroDuration();

@@ -351,6 +351,7 @@ void Trainer::OpenValueLanes() {
   if (options_.tcp_lane) {
     TcpLanePsClient::Options o;
     o.connections = options_.tcp_lane_connections;
+    o.spin = options_.tcp_lane_spin;
     lanes = params_->UseTcpLane(o);
   }
   const int grpc = static_cast<int>(servers_.size()) - n - lanes;

@@ -30,6 +30,16 @@ int PollMillis(absl::Time deadline) {
       INT_MAX));
 }
 
+// Tells the core that this thread is spinning (a hyperthread sibling gets
+// its execution units).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 void SetNonBlocking(int fd) {
   const int flags = fcntl(fd, F_GETFL, 0);
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -110,6 +120,8 @@ void TcpLaneSocket::Shutdown() {
 absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
                                      absl::Time deadline, bool write) {
   size_t first = 0;
+  // Whether this wait has spun already.
+  bool spun = false;
   while (first < parts.size()) {
     if (parts[first].iov_len == 0) {
       ++first;
@@ -131,6 +143,7 @@ absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
       n = readv(fd_, &parts[first], count);
     }
     if (n > 0) {
+      spun = false;
       size_t left = static_cast<size_t>(n);
       while (left > 0) {
         iovec& v = parts[first];
@@ -152,6 +165,10 @@ absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
           absl::StrCat("TCP lane to ", peer_, ": ", std::strerror(errno)));
     }
     pollfd p{fd_, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+    if (!spun) {
+      spun = true;
+      if (Spin(p, deadline)) continue;
+    }
     const int ready = poll(&p, 1, PollMillis(deadline));
     if (ready == 0) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -163,6 +180,27 @@ absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
     }
   }
   return absl::OkStatus();
+}
+
+bool TcpLaneSocket::Spin(pollfd& p, absl::Time deadline) {
+  if (spin_ <= absl::ZeroDuration()) return false;
+  if (busy_ != nullptr && busy_->fetch_add(1) > own_) {
+    busy_->fetch_sub(1);
+    return false;
+  }
+  const absl::Time until = std::min(absl::Now() + spin_, deadline);
+  bool ready = false;
+  do {
+    // poll, not the read itself: it leaves the socket's lock to the sender
+    // delivering into it. Ready, or an error the read will name.
+    if (poll(&p, 1, 0) != 0) {
+      ready = true;
+      break;
+    }
+    CpuRelax();
+  } while (absl::Now() < until);
+  if (busy_ != nullptr) busy_->fetch_sub(1);
+  return ready;
 }
 
 absl::Status TcpLaneSocket::Write(std::vector<iovec> parts,

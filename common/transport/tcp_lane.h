@@ -1,6 +1,7 @@
 #ifndef SHARDPS_COMMON_TRANSPORT_TCP_LANE_H_
 #define SHARDPS_COMMON_TRANSPORT_TCP_LANE_H_
 
+#include <poll.h>
 #include <sys/uio.h>
 
 #include <atomic>
@@ -46,6 +47,10 @@ inline constexpr uint32_t kMaxMessageBytes = 4096;
 // (docs/performance.md, "TCP lane").
 inline constexpr size_t kChunkBytes = 512 << 10;
 
+// How long a lane socket that would wait polls without sleeping before it
+// sleeps (TcpLaneSocket::set_spin; trainer and pserver --tcp_lane_spin_us).
+inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(50);
+
 enum Method : uint32_t { kPush = 1, kPull = 2 };
 
 // What a connection sends first.
@@ -83,6 +88,18 @@ static_assert(sizeof(ReplyHeader) == 24);
 // A connected TCP socket whose reads and writes end by a deadline; closed
 // on destruction. Shutdown (from any thread) wakes a blocked Read or Write,
 // which then fails. One reader and one writer at a time.
+//
+// A Read or Write that would wait first polls for up to spin() without
+// sleeping (kDefaultSpin unless set_spin says otherwise), then sleeps in
+// poll: the answer to a lane call comes tens of microseconds after its
+// request, the room to write the rest of one as soon as the peer reads,
+// and waking a sleeping thread costs about as much again on virtual
+// machines (a halted vCPU woken by an inter-processor interrupt). Among the
+// sockets that share a count (set_spin), one spins at a time, and only while no
+// other call is in progress: with several, the cores have their work to
+// do, and spinning made 1 to 16 MiB transfers a quarter slower
+// (docs/performance.md, "TCP lane"). Each wait burns at most spin() of a
+// core.
 class TcpLaneSocket {
  public:
   // Connects to host:port (a name or an address) by `deadline`, with
@@ -106,16 +123,36 @@ class TcpLaneSocket {
   absl::Status Skip(uint64_t bytes, absl::Time deadline);
   // Ends the connection both ways; later and blocked calls fail.
   void Shutdown();
+  // How long a Read or Write polls before it sleeps; zero: it sleeps at
+  // once.
+  // `busy` (null: none; it must outlive the socket) counts the lane calls
+  // in progress on this side and the sockets spinning; it spins only while
+  // that count is at most `own` (its own call, when it counts one). Set
+  // before the socket is used.
+  void set_spin(absl::Duration spin, std::atomic<int>* busy = nullptr,
+                int own = 0) {
+    spin_ = spin;
+    busy_ = busy;
+    own_ = own;
+  }
+  absl::Duration spin() const { return spin_; }
   bool shut_down() const { return shut_down_.load(); }
   const std::string& peer() const { return peer_; }
 
  private:
   absl::Status Transfer(std::vector<iovec>& parts, absl::Time deadline,
                         bool write);
+  // Polls `p` without sleeping for up to spin() (not past `deadline`);
+  // whether it became ready. False at once when spin() is zero or the
+  // side is busy (set_spin).
+  bool Spin(pollfd& p, absl::Time deadline);
 
   const int fd_;
   const std::string peer_;
   std::atomic<bool> shut_down_{false};
+  absl::Duration spin_ = tcp_lane::kDefaultSpin;
+  std::atomic<int>* busy_ = nullptr;
+  int own_ = 0;
 };
 
 // One iovec over `bytes` bytes at `data`.

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -95,6 +97,66 @@ TEST(TcpLaneSocketTest, ShutdownWakesABlockedRead) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_TRUE(p.server->shut_down());
   EXPECT_FALSE(p.server->Write({IoVec("x", 1)}, absl::InfiniteFuture()).ok());
+}
+
+// Waits up to 5 s for `busy` to read `want`.
+bool BusyReaches(const std::atomic<int>& busy, int want) {
+  for (int i = 0; i < 5000 && busy.load() != want; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return busy.load() == want;
+}
+
+TEST(TcpLaneSocketTest, AReadSpinsCountedWhileItsSideIsIdle) {
+  Pair p = Connected();
+  std::atomic<int> busy{0};
+  p.server->set_spin(absl::Seconds(20), &busy, /*own=*/0);
+  std::thread writer([&] {
+    // The read waits spinning, and counts itself while it does.
+    EXPECT_TRUE(BusyReaches(busy, 1));
+    EXPECT_TRUE(
+        p.client->Write({IoVec("abcd", 4)}, absl::InfiniteFuture()).ok());
+  });
+  char buf[4];
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(
+      p.server->Read({IoVec(buf, sizeof(buf))}, absl::Now() + absl::Seconds(30))
+          .ok());
+  writer.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(std::string(buf, 4), "abcd");
+  EXPECT_EQ(busy.load(), 0);
+}
+
+TEST(TcpLaneSocketTest, AReadSleepsAtOnceWhileAnotherCallIsInProgress) {
+  Pair p = Connected();
+  // One call in progress besides this socket's own.
+  std::atomic<int> busy{2};
+  p.server->set_spin(absl::Seconds(20), &busy, /*own=*/1);
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_EQ(busy.load(), 2);  // not spinning
+    EXPECT_TRUE(p.client->Write({IoVec("ab", 2)}, absl::InfiniteFuture()).ok());
+  });
+  char buf[2];
+  EXPECT_TRUE(
+      p.server->Read({IoVec(buf, sizeof(buf))}, absl::Now() + absl::Seconds(30))
+          .ok());
+  writer.join();
+  EXPECT_EQ(busy.load(), 2);
+}
+
+TEST(TcpLaneSocketTest, ASpinEndsAtTheDeadline) {
+  Pair p = Connected();
+  std::atomic<int> busy{0};
+  p.server->set_spin(absl::Seconds(20), &busy, 0);
+  char buf[2];
+  const absl::Time start = absl::Now();
+  absl::Status s = p.server->Read({IoVec(buf, sizeof(buf))},
+                                  absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(busy.load(), 0);
 }
 
 TEST(TcpLaneSocketTest, ConnectNamesTheAddressItCannotReach) {

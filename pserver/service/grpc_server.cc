@@ -158,6 +158,7 @@ absl::Status GrpcPsServer::StartTcpLane() {
   TcpLaneServer::Options o;
   o.host = options_.host;
   o.port = options_.tcp_lane_port;
+  o.spin = options_.tcp_lane_spin;
   auto lane =
       TcpLaneServer::Start(service_.dispatcher(), pserver_->memory_budget(), o);
   if (!lane.ok()) {

@@ -30,9 +30,11 @@ struct GrpcServerOptions {
   TransportSecurity security;
   // The TCP lane for trainers' dense values (docs/wire_protocol.md, "TCP
   // lane"): on unless false, and never with TLS (values would bypass its
-  // encryption); `tcp_lane_port` 0 binds a free port on `host`.
+  // encryption); `tcp_lane_port` 0 binds a free port on `host`;
+  // `tcp_lane_spin`: TcpLaneServer::Options::spin.
   bool tcp_lane = true;
   int tcp_lane_port = 0;
+  absl::Duration tcp_lane_spin = tcp_lane::kDefaultSpin;
   // The pserver behind the port.
   PserverOptions pserver;
   // Prometheus metrics (docs/monitoring.md). Default: none.

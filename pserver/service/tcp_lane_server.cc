@@ -25,6 +25,24 @@ namespace {
 using tcp_lane::CallHeader;
 using tcp_lane::ReplyHeader;
 
+// Lane calls in progress in this process, from header to answer, on every
+// TcpLaneServer's connections, and the connections spinning: one waiting
+// for a call spins only while there is none and no other spins
+// (TcpLaneSocket::set_spin), leaving the cores to the calls.
+std::atomic<int>& Busy() {
+  static auto* calls = new std::atomic<int>(0);
+  return *calls;
+}
+
+// Counts a call in Busy() while it lasts.
+class CountedCall {
+ public:
+  CountedCall() { Busy().fetch_add(1, std::memory_order_relaxed); }
+  ~CountedCall() { Busy().fetch_sub(1, std::memory_order_relaxed); }
+  CountedCall(const CountedCall&) = delete;
+  CountedCall& operator=(const CountedCall&) = delete;
+};
+
 // Sends `status` as a reply header and its message, with `reply` and
 // `values` (a pull answered OK) after them.
 absl::Status SendReply(TcpLaneSocket& socket, const absl::Status& status,
@@ -388,6 +406,9 @@ void TcpLaneServer::AcceptLoop() {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     auto socket = std::make_unique<TcpLaneSocket>(fd, PeerOf(fd));
+    // Waiting for a call while no other is in progress, then never: its
+    // own counts.
+    socket->set_spin(options_.spin, &Busy(), 0);
     absl::MutexLock l(&mu_);
     Reap();
     if (static_cast<int>(connections_.size()) >= options_.max_connections) {
@@ -473,6 +494,7 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
       !s.ok()) {
     return s;
   }
+  const CountedCall counted;
   const absl::Time deadline = absl::Now() + options_.call_timeout;
   if (absl::Status bad = CheckCallHeader(h, grant.revoked.load()); !bad.ok()) {
     // The framing cannot be trusted past this: answer, then close.

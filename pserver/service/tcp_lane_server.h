@@ -42,6 +42,10 @@ class TcpLaneServer {
     absl::Duration call_timeout = absl::Seconds(60);
     int max_connections = 256;
     int max_connections_per_ticket = 8;
+    // How long a connection's thread waiting for the next call polls
+    // before it sleeps, when no call is in progress in the process (within
+    // a call it never spins: its own counts; TcpLaneSocket::set_spin).
+    absl::Duration spin = tcp_lane::kDefaultSpin;
   };
 
   // Binds and starts accepting. `dispatcher` and `budget` must outlive it.

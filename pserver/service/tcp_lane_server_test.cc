@@ -9,10 +9,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "pserver/service/grpc_server.h"
 #include "pserver/testing/grpc_one_table.h"
@@ -147,6 +149,80 @@ TEST_F(TcpLaneTest, PushesAndPullsGoOverTheLane) {
   }
   EXPECT_EQ(server_->tcp_lane()->connections(), 0);
   EXPECT_LT(server_->pserver()->memory_used_bytes(), held);
+}
+
+TEST_F(TcpLaneTest, WithoutSpinningAndWithOneConnectionToo) {
+  Start();
+  TcpLanePsClient::Options o;
+  o.connections = 1;
+  o.spin = absl::ZeroDuration();
+  ASSERT_EQ(params_->UseTcpLane(o), 1);
+  std::vector<float> w = w_;
+  for (int64_t step = 0; step < 20; ++step) {
+    std::vector<float> g(6, 0.25f * (step % 3 - 1));
+    for (int i = 0; i < 6; ++i) w[i] -= g[i];
+    ASSERT_EQ(Step(step, g), w) << "step " << step;
+  }
+  EXPECT_EQ(client_->over_grpc.load(), 0);
+}
+
+TEST_F(TcpLaneTest, RunQueuedCarriesNothingWhenNothingIsQueued) {
+  Start();
+  auto lane = TcpLanePsClient::Open(client_.get(), stamp_, {});
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  EXPECT_FALSE((*lane)->RunQueued());
+  TcpLanePsClient::Options negative;
+  negative.spin = absl::Microseconds(-1);
+  auto bad = TcpLanePsClient::Open(client_.get(), stamp_, negative);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TcpLaneTest, ADeferredCallWaitsForTheThreadThatCarriesIt) {
+  Start();
+  auto lane = TcpLanePsClient::Open(client_.get(), stamp_, {});
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  PullRequest req;
+  stamp_.Stamp(&req);
+  req.set_encoding(FLOAT32);
+  BlockRef* b = req.add_blocks();
+  b->set_table_id(0);
+  b->set_block(0);
+  std::vector<float> got(2, -1);
+  const DensePullTargets targets = {absl::MakeSpan(got)};
+  PullResponse resp;
+  struct Answer {
+    absl::Notification done;
+    absl::Status status;
+    std::thread::id carrier;
+  };
+  const auto pull = [&](Answer* a) {
+    (*lane)->PullDenseAsync(req, &targets, &resp, [a](absl::Status s) {
+      a->status = s;
+      a->carrier = std::this_thread::get_id();
+      a->done.Notify();
+    });
+  };
+  (*lane)->set_defer(true);
+  Answer first;
+  pull(&first);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(first.done.HasBeenNotified());  // no worker took it
+  EXPECT_TRUE((*lane)->RunQueued());
+  ASSERT_TRUE(first.done.HasBeenNotified());
+  EXPECT_EQ(first.carrier, std::this_thread::get_id());
+  EXPECT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(got, (std::vector<float>{1, 2}));
+  // Deferred, then released without a thread to carry it: a worker does.
+  Answer second;
+  got.assign(2, -1);
+  pull(&second);
+  (*lane)->set_defer(false);
+  ASSERT_TRUE(second.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_NE(second.carrier, std::this_thread::get_id());
+  EXPECT_TRUE(second.status.ok()) << second.status;
+  EXPECT_EQ(got, (std::vector<float>{1, 2}));
+  EXPECT_FALSE((*lane)->RunQueued());
+  EXPECT_EQ(client_->over_grpc.load(), 0);
 }
 
 TEST_F(TcpLaneTest, SixteenBitValuesGoOverTheLaneToo) {

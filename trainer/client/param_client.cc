@@ -12,6 +12,32 @@
 #include "trainer/client/table_norms.h"
 
 namespace shardps {
+namespace {
+
+// Defers the calls of `lanes` (TcpLanePsClient::set_defer) while it lives:
+// around a transfer that its thread waits for at once, which carries them.
+class DeferLaneCalls {
+ public:
+  explicit DeferLaneCalls(
+      const std::vector<std::unique_ptr<TcpLanePsClient>>& lanes)
+      : lanes_(lanes) {
+    for (const auto& c : lanes_) {
+      if (c != nullptr) c->set_defer(true);
+    }
+  }
+  ~DeferLaneCalls() {
+    for (const auto& c : lanes_) {
+      if (c != nullptr) c->set_defer(false);
+    }
+  }
+  DeferLaneCalls(const DeferLaneCalls&) = delete;
+  DeferLaneCalls& operator=(const DeferLaneCalls&) = delete;
+
+ private:
+  const std::vector<std::unique_ptr<TcpLanePsClient>>& lanes_;
+};
+
+}  // namespace
 
 ParamClient::ParamClient(std::vector<PsClientInterface*> servers,
                          RequestStamp* stamp,
@@ -48,16 +74,22 @@ DenseTransfer::DenseTransfer(int calls) : state_(std::make_shared<State>()) {
 }
 
 absl::Status DenseTransfer::Wait(TransferStats* stats) {
-  {
-    State& st = *state_;
-    absl::MutexLock l(&st.mu);
-    st.mu.Await(absl::Condition(
-        +[](State* s)
-             ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; },
-        &st));
+  if (run_queued_) {
+    while (!Done() && run_queued_()) {
+    }
   }
+  AwaitCalls();
   if (stats != nullptr) *stats = stats_ ? stats_() : TransferStats{};
   return state_->error.Get();
+}
+
+void DenseTransfer::AwaitCalls() {
+  State& st = *state_;
+  absl::MutexLock l(&st.mu);
+  st.mu.Await(absl::Condition(
+      +[](State* s)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; },
+      &st));
 }
 
 bool DenseTransfer::Done() const {
@@ -112,6 +144,26 @@ int ParamClient::UseTcpLane(const TcpLanePsClient::Options& options) {
     ++n;
   }
   return n;
+}
+
+std::function<bool()> ParamClient::LaneRunner() const {
+  std::vector<TcpLanePsClient*> lanes;
+  for (const std::unique_ptr<TcpLanePsClient>& c : tcp_) {
+    if (c != nullptr) lanes.push_back(c.get());
+  }
+  if (lanes.empty()) return nullptr;
+  return [lanes = std::move(lanes)] {
+    // Once this thread has a call, the others' deferred calls go to their
+    // workers, to be carried at the same time.
+    const auto release = [&lanes] {
+      for (TcpLanePsClient* c : lanes) c->ReleaseDeferred();
+    };
+    for (TcpLanePsClient* c : lanes) {
+      if (c->RunQueued(release)) return true;
+    }
+    release();
+    return false;
+  };
 }
 
 bool ParamClient::Holds(size_t s) const {
@@ -227,6 +279,7 @@ int ParamClient::UseSharedMemory(bool calls) {
 absl::Status ParamClient::Pull(int64_t min_version, int64_t step,
                                const std::vector<float*>& values,
                                TransferStats* stats, int64_t min_clock) {
+  const DeferLaneCalls waited_at_once(tcp_);
   return StartPull(min_version, step, values, min_clock)->Wait(stats);
 }
 
@@ -272,6 +325,7 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
         stats->server_wait_us =
             std::max(stats->server_wait_us, p.resp.wait_micros());
       });
+  t->run_queued_ = LaneRunner();
   for (const auto& p : *calls) {
     if (deltas_ == nullptr) {
       p->server->PullDenseAsync(p->req, &p->targets, &p->resp, t->OneDone());
@@ -321,6 +375,7 @@ std::unique_ptr<ParamClient::PullCall> ParamClient::MakePullCall(
 absl::Status ParamClient::Push(int64_t step,
                                const std::vector<const float*>& grads,
                                TransferStats* stats) {
+  const DeferLaneCalls waited_at_once(tcp_);
   ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> t, StartPush(step, grads));
   return t->Wait(stats);
 }
@@ -358,6 +413,7 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
         // more or less than this).
         stats->bytes += static_cast<int64_t>(DensePushByteSize(p.push));
       });
+  t->run_queued_ = LaneRunner();
   for (const auto& p : *calls) {
     p->server->PushDenseAsync(p->push, &p->resp, t->OneDone());
   }

@@ -25,10 +25,13 @@ namespace shardps {
 
 // A pull or push in flight on every pserver (ParamClient::StartPull,
 // StartPush). Wait() returns once every call of it has ended; the
-// destructor waits too, so that no reply lands after it. Thread-compatible.
+// destructor waits too, so that no reply lands after it. Wait() carries
+// queued TCP lane calls on its own thread while it would wait
+// (TcpLanePsClient::RunQueued), so the ParamClient must still be there.
+// Thread-compatible.
 class DenseTransfer {
  public:
-  ~DenseTransfer() { Wait().IgnoreError(); }
+  ~DenseTransfer() { AwaitCalls(); }
   // The first error of its calls, or OK; fills `stats` (when not null).
   // May be called again: it returns the same.
   absl::Status Wait(TransferStats* stats = nullptr);
@@ -63,12 +66,17 @@ class DenseTransfer {
   }
   // The callback of one call.
   StatusCallback OneDone();
+  // Blocks until every call has ended.
+  void AwaitCalls();
 
   const std::shared_ptr<State> state_;
   // The calls (kept alive until they end), and the statistics of the ended
   // transfer read from them.
   std::shared_ptr<void> calls_;
   std::function<TransferStats()> stats_;
+  // Carries one queued call of the ParamClient's TCP lanes on this thread;
+  // false when there was none. Null: no lanes.
+  std::function<bool()> run_queued_;
 };
 
 // The trainer's view of the dense parameters on all pservers: pulls and
@@ -193,6 +201,9 @@ class ParamClient {
     if (s < tcp_.size() && tcp_[s] != nullptr) return tcp_[s].get();
     return servers_[s];
   }
+  // DenseTransfer::run_queued_ for this client's TCP lanes; null when it
+  // has none.
+  std::function<bool()> LaneRunner() const;
 
   const std::vector<PsClientInterface*> servers_;
   RequestStamp* const stamp_;

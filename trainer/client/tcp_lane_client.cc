@@ -53,6 +53,15 @@ absl::Status ReadAnswer(TcpLaneSocket& socket, absl::Time deadline,
   return absl::OkStatus();
 }
 
+// The lane calls in progress in this process (those of every pserver's
+// client) and the connections spinning: one waiting for its answer spins
+// only while it carries the only call and no other spins
+// (TcpLaneSocket::set_spin).
+std::atomic<int>& Busy() {
+  static auto* calls = new std::atomic<int>(0);
+  return *calls;
+}
+
 // Bytes a value takes in `encoding` on the lane; 0 for encodings it does
 // not carry (threshold messages go over gRPC).
 size_t ValueBytes(ValueEncoding encoding) {
@@ -133,6 +142,9 @@ absl::StatusOr<std::unique_ptr<TcpLanePsClient>> TcpLanePsClient::Open(
   if (options.connections < 1) {
     return absl::InvalidArgumentError("a TCP lane needs 1 connection or more");
   }
+  if (options.spin < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a TCP lane's spin cannot be negative");
+  }
   TcpLaneRequest req;
   req.set_trainer_id(stamp.trainer_id());
   req.set_incarnation(stamp.incarnation());
@@ -149,6 +161,8 @@ absl::StatusOr<std::unique_ptr<TcpLanePsClient>> TcpLanePsClient::Open(
     auto socket =
         TcpLaneSocket::Connect(host, static_cast<int>(resp.port()), deadline);
     if (!socket.ok()) return socket.status();
+    // Its own call counts.
+    (*socket)->set_spin(options.spin, &Busy(), 1);
     tcp_lane::Hello hello;
     std::memcpy(hello.ticket, resp.ticket().data(), tcp_lane::kTicketBytes);
     ReplyHeader h;
@@ -175,7 +189,7 @@ TcpLanePsClient::~TcpLanePsClient() {
     absl::MutexLock l(&mu_);
     stop_ = true;
     cancelled_ = next_call_;
-    queued.swap(queue_);
+    queued = TakeAllQueued();
   }
   for (auto& s : sockets_) s->Shutdown();
   for (std::thread& t : workers_) t.join();
@@ -189,7 +203,7 @@ void TcpLanePsClient::CancelCalls() {
   {
     absl::MutexLock l(&mu_);
     cancelled_ = next_call_ - 1;
-    queued.swap(queue_);
+    queued = TakeAllQueued();
     for (size_t i = 0; i < busy_.size(); ++i) {
       if (busy_[i] != 0) sockets_[i]->Shutdown();
     }
@@ -208,7 +222,7 @@ void TcpLanePsClient::Lose(const absl::Status& why) {
   std::deque<std::unique_ptr<Call>> queued;
   {
     absl::MutexLock l(&mu_);
-    queued.swap(queue_);
+    queued = TakeAllQueued();
   }
   for (auto& call : queued) call->resend(std::move(call->done));
 }
@@ -218,64 +232,122 @@ void TcpLanePsClient::Enqueue(std::unique_ptr<Call> call) {
     absl::MutexLock l(&mu_);
     if (!stop_ && !lost()) {
       call->id = next_call_++;
-      queue_.push_back(std::move(call));
+      (defer_ ? deferred_ : queue_).push_back(std::move(call));
       return;
     }
   }
   call->resend(std::move(call->done));
 }
 
-bool TcpLanePsClient::HasWork() const { return stop_ || !queue_.empty(); }
+std::deque<std::unique_ptr<TcpLanePsClient::Call>>
+TcpLanePsClient::TakeAllQueued() {
+  std::deque<std::unique_ptr<Call>> all;
+  all.swap(queue_);
+  for (auto& call : deferred_) all.push_back(std::move(call));
+  deferred_.clear();
+  return all;
+}
+
+void TcpLanePsClient::Undefer() {
+  for (auto& call : deferred_) queue_.push_back(std::move(call));
+  deferred_.clear();
+}
+
+void TcpLanePsClient::ReleaseDeferred() {
+  absl::MutexLock l(&mu_);
+  Undefer();
+}
+
+void TcpLanePsClient::set_defer(bool defer) {
+  absl::MutexLock l(&mu_);
+  defer_ = defer;
+  if (!defer) Undefer();
+}
+
+std::unique_ptr<TcpLanePsClient::Call> TcpLanePsClient::Take(size_t i) {
+  std::unique_ptr<Call> call = std::move(queue_.front());
+  queue_.pop_front();
+  busy_[i] = call->id;
+  return call;
+}
 
 void TcpLanePsClient::Worker(size_t i) {
-  TcpLaneSocket& socket = *sockets_[i];
+  const auto has_work = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || (!queue_.empty() && busy_[i] == 0);
+  };
   while (true) {
     std::unique_ptr<Call> call;
     {
       absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(this, &TcpLanePsClient::HasWork));
-      if (stop_ || socket.shut_down()) return;
-      call = std::move(queue_.front());
-      queue_.pop_front();
-      busy_[i] = call->id;
+      mu_.Await(absl::Condition(&has_work));
+      if (stop_ || sockets_[i]->shut_down()) return;
+      call = Take(i);
     }
-    absl::Status answer;
-    const absl::Status io = Exchange(socket, *call, &answer);
-    bool cancelled;
-    {
-      absl::MutexLock l(&mu_);
-      busy_[i] = 0;
-      cancelled = call->id <= cancelled_;
-    }
-    if (cancelled) {
-      call->done(absl::CancelledError("TCP lane: call cancelled"));
-      if (io.ok()) continue;
-      // Its connection was closed to cancel it.
-      Lose(absl::CancelledError("TCP lane: calls cancelled"));
-      return;
-    }
-    if (!io.ok() || IsLaneGone(answer)) {
-      // Sent again through gRPC: a pull changes nothing, and a push keeps
-      // its request id, so the pserver applies it once.
-      socket.Shutdown();
-      Lose(io.ok() ? answer : io);
-      call->resp->Clear();
-      call->resend(std::move(call->done));
-      return;
-    }
-    if (IsLaneFull(answer) || absl::IsDeadlineExceeded(answer) ||
-        absl::IsUnavailable(answer)) {
-      // No room on the pserver, a pull that waited its longest, a pserver
-      // shutting down: this call again through gRPC, which waits for the
-      // pserver and retries (--rpc_retry_s) as for any transient failure.
-      if (absl::IsUnavailable(answer)) Lose(answer);
-      call->resp->Clear();
-      call->resend(std::move(call->done));
-      continue;
-    }
-    if (answer.ok() && call->check) answer = call->check();
-    call->done(std::move(answer));
+    if (!Run(i, std::move(call))) return;
   }
+}
+
+bool TcpLanePsClient::RunQueued(const std::function<void()>& taken) {
+  std::unique_ptr<Call> call;
+  size_t i = 0;
+  {
+    absl::MutexLock l(&mu_);
+    Undefer();
+    if (stop_ || queue_.empty()) return false;
+    while (i < busy_.size() && (busy_[i] != 0 || sockets_[i]->shut_down())) {
+      ++i;
+    }
+    if (i == busy_.size()) return false;
+    call = Take(i);
+  }
+  if (taken) taken();
+  Run(i, std::move(call));
+  return true;
+}
+
+bool TcpLanePsClient::Run(size_t i, std::unique_ptr<Call> call) {
+  TcpLaneSocket& socket = *sockets_[i];
+  absl::Status answer;
+  Busy().fetch_add(1, std::memory_order_relaxed);
+  const absl::Status io = Exchange(socket, *call, &answer);
+  Busy().fetch_sub(1, std::memory_order_relaxed);
+  // Closed before another thread may take the connection.
+  if (!io.ok()) socket.Shutdown();
+  bool cancelled;
+  {
+    absl::MutexLock l(&mu_);
+    busy_[i] = 0;
+    cancelled = call->id <= cancelled_;
+  }
+  if (cancelled) {
+    call->done(absl::CancelledError("TCP lane: call cancelled"));
+    if (io.ok()) return true;
+    // Its connection was closed to cancel it.
+    Lose(absl::CancelledError("TCP lane: calls cancelled"));
+    return false;
+  }
+  if (!io.ok() || IsLaneGone(answer)) {
+    // Sent again through gRPC: a pull changes nothing, and a push keeps
+    // its request id, so the pserver applies it once.
+    socket.Shutdown();
+    Lose(io.ok() ? answer : io);
+    call->resp->Clear();
+    call->resend(std::move(call->done));
+    return false;
+  }
+  if (IsLaneFull(answer) || absl::IsDeadlineExceeded(answer) ||
+      absl::IsUnavailable(answer)) {
+    // No room on the pserver, a pull that waited its longest, a pserver
+    // shutting down: this call again through gRPC, which waits for the
+    // pserver and retries (--rpc_retry_s) as for any transient failure.
+    if (absl::IsUnavailable(answer)) Lose(answer);
+    call->resp->Clear();
+    call->resend(std::move(call->done));
+    return true;
+  }
+  if (answer.ok() && call->check) answer = call->check();
+  call->done(std::move(answer));
+  return true;
 }
 
 absl::Status TcpLanePsClient::Exchange(TcpLaneSocket& socket, Call& call,

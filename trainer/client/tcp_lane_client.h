@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,6 +41,10 @@ class TcpLanePsClient final : public PsClientInterface {
     // a step too): as one attempt of a gRPC call (RpcOptions).
     absl::Duration deadline = absl::Seconds(60);
     absl::Duration connect_timeout = absl::Seconds(10);
+    // How long a connection that would wait polls before it sleeps, when
+    // it carries the only call of this process in progress
+    // (TcpLaneSocket::set_spin).
+    absl::Duration spin = tcp_lane::kDefaultSpin;
   };
 
   // Asks the pserver `inner` reaches for a lane (OpenTcpLane) and opens
@@ -68,6 +73,23 @@ class TcpLanePsClient final : public PsClientInterface {
   void PushDenseAsync(const DensePush& push, PushResponse* resp,
                       StatusCallback done) override;
 
+  // Runs the oldest queued call on the calling thread, over a connection no
+  // call is using, as a worker would have (its `done` runs here too);
+  // `taken` (when set) runs once the call is taken, before it is carried.
+  // False when no call is queued or every connection is busy. A thread
+  // about to wait for its calls (DenseTransfer::Wait) calls it instead:
+  // handing a call to a worker and its answer back costs two thread
+  // wakeups, a third of a 256 KiB call's time on virtual machines
+  // (docs/performance.md, "TCP lane").
+  bool RunQueued(const std::function<void()>& taken = nullptr);
+  // While set, new calls wait for the next RunQueued instead of waking a
+  // worker, for a thread that waits for them at once (ParamClient::Push,
+  // Pull): a transfer of one call then wakes no thread at all. RunQueued
+  // hands the others to the workers as it takes one (or finds every
+  // connection busy), and so do ReleaseDeferred and clearing it.
+  void set_defer(bool defer);
+  void ReleaseDeferred();
+
   // Whether the lane was lost (every call goes through gRPC since).
   bool lost() const { return lost_.load(); }
   int connections() const { return static_cast<int>(sockets_.size()); }
@@ -79,8 +101,16 @@ class TcpLanePsClient final : public PsClientInterface {
   // lane is lost or stopping.
   void Enqueue(std::unique_ptr<Call> call);
   void Worker(size_t i);
-  // Whether a worker has something to do: stop, or a queued call.
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every queued call, deferred or not, removed.
+  std::deque<std::unique_ptr<Call>> TakeAllQueued()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the deferred calls to the workers.
+  void Undefer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The oldest queued call, marked as carried by connection i.
+  std::unique_ptr<Call> Take(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Carries `call` over connection i and answers it (again through gRPC
+  // where the lane failed it). False when the connection is gone.
+  bool Run(size_t i, std::unique_ptr<Call> call);
   // One call over socket i: the pserver's answer into *answer, or the
   // connection's failure.
   absl::Status Exchange(TcpLaneSocket& socket, Call& call,
@@ -96,11 +126,15 @@ class TcpLanePsClient final : public PsClientInterface {
   std::atomic<bool> lost_{false};
   absl::Mutex mu_;
   std::deque<std::unique_ptr<Call>> queue_ ABSL_GUARDED_BY(mu_);
+  // Calls queued while defer_ was set, which workers do not see.
+  std::deque<std::unique_ptr<Call>> deferred_ ABSL_GUARDED_BY(mu_);
+  bool defer_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Calls are numbered; those up to cancelled_ end CANCELLED.
   uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
-  // The number of the call each connection is carrying (0: none).
+  // The number of the call each connection is carrying (0: none), set by
+  // whichever thread carries it (its worker, or one in RunQueued).
   std::vector<uint64_t> busy_ ABSL_GUARDED_BY(mu_);
 };
 
