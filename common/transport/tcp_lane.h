@@ -94,10 +94,10 @@ static_assert(sizeof(ReplyHeader) == 24);
 // poll: the answer to a lane call comes tens of microseconds after its
 // request, the room to write the rest of one as soon as the peer reads,
 // and waking a sleeping thread costs about as much again on virtual
-// machines (a halted vCPU woken by an inter-processor interrupt). Among the
-// sockets that share a count (set_spin), one spins at a time, and only while no
-// other call is in progress: with several, the cores have their work to
-// do, and spinning made 1 to 16 MiB transfers a quarter slower
+// machines (a halted vCPU woken by an inter-processor interrupt). Among
+// the sockets that share a count (set_spin), one spins at a time, and only
+// while no other call is in progress: with several, the cores have their
+// work to do, and spinning made 1 to 16 MiB transfers a quarter slower
 // (docs/performance.md, "TCP lane"). Each wait burns at most spin() of a
 // core.
 class TcpLaneSocket {
@@ -123,12 +123,11 @@ class TcpLaneSocket {
   absl::Status Skip(uint64_t bytes, absl::Time deadline);
   // Ends the connection both ways; later and blocked calls fail.
   void Shutdown();
-  // How long a Read or Write polls before it sleeps; zero: it sleeps at
-  // once.
-  // `busy` (null: none; it must outlive the socket) counts the lane calls
-  // in progress on this side and the sockets spinning; it spins only while
-  // that count is at most `own` (its own call, when it counts one). Set
-  // before the socket is used.
+  // How long a Read or Write polls before it sleeps (zero: it sleeps at
+  // once). `busy` (null: none; it must outlive the socket) counts the lane
+  // calls in progress on this side and the sockets spinning; the socket
+  // spins only while that count is at most `own` (its own call, when the
+  // count includes it). Set before the socket is used.
   void set_spin(absl::Duration spin, std::atomic<int>* busy = nullptr,
                 int own = 0) {
     spin_ = spin;

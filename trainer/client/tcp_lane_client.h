@@ -79,7 +79,7 @@ class TcpLanePsClient final : public PsClientInterface {
   // False when no call is queued or every connection is busy. A thread
   // about to wait for its calls (DenseTransfer::Wait) calls it instead:
   // handing a call to a worker and its answer back costs two thread
-  // wakeups, a third of a 256 KiB call's time on virtual machines
+  // wake-ups, tens of microseconds each on virtual machines
   // (docs/performance.md, "TCP lane").
   bool RunQueued(const std::function<void()>& taken = nullptr);
   // While set, new calls wait for the next RunQueued instead of waking a
