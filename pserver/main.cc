@@ -36,10 +36,11 @@ DEFINE_int32(tcp_lane_port, 0,
              "the TCP lane's port on --host; 0 picks a free one (trainers "
              "learn it over gRPC)");
 DEFINE_int32(tcp_lane_spin_us, 50,
-             "microseconds a TCP lane connection waiting for the next call "
-             "polls before it sleeps, in [0, 10000], while no lane call is "
-             "in progress: costs up to that much of a core per wait, saves "
-             "a wake-up; 0 when cores are scarce "
+             "microseconds a TCP lane connection that would wait (for the "
+             "next call, or within one) polls before it sleeps, in [0, "
+             "10000], while at most one other lane call is in progress: "
+             "costs up to that much of a core per wait, saves a wake-up; 0 "
+             "when cores are scarce "
              "(docs/performance.md, \"TCP lane\")");
 DEFINE_int32(max_pull_wait_s, 20,
              "a pull that waits longer is answered DEADLINE_EXCEEDED naming "

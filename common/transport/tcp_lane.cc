@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,16 +29,6 @@ int PollMillis(absl::Time deadline) {
   return static_cast<int>(std::clamp<int64_t>(
       absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1,
       INT_MAX));
-}
-
-// Tells the core that this thread is spinning (a hyperthread sibling gets
-// its execution units).
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 void SetNonBlocking(int fd) {
@@ -184,7 +175,8 @@ absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
 
 bool TcpLaneSocket::Spin(pollfd& p, absl::Time deadline) {
   if (spin_ <= absl::ZeroDuration()) return false;
-  if (busy_ != nullptr && busy_->fetch_add(1) > own_) {
+  if (busy_ != nullptr &&
+      busy_->fetch_add(1) > own_ + tcp_lane::kSpinAlongside) {
     busy_->fetch_sub(1);
     return false;
   }
@@ -197,7 +189,10 @@ bool TcpLaneSocket::Spin(pollfd& p, absl::Time deadline) {
       ready = true;
       break;
     }
-    CpuRelax();
+    // The thread that will send what this one waits for may be waiting
+    // for this core (a trainer and a pserver on one host, or more threads
+    // than cores): it runs first.
+    sched_yield();
   } while (absl::Now() < until);
   if (busy_ != nullptr) busy_->fetch_sub(1);
   return ready;

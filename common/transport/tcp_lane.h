@@ -51,6 +51,11 @@ inline constexpr size_t kChunkBytes = 512 << 10;
 // sleeps (TcpLaneSocket::set_spin; trainer and pserver --tcp_lane_spin_us).
 inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(50);
 
+// How many calls or spinning sockets besides its own a socket may spin
+// alongside (TcpLaneSocket::set_spin): one, as two calls in progress keep
+// two cores busy and a spinner yields its core between polls.
+inline constexpr int kSpinAlongside = 1;
+
 enum Method : uint32_t { kPush = 1, kPull = 2 };
 
 // What a connection sends first.
@@ -94,12 +99,13 @@ static_assert(sizeof(ReplyHeader) == 24);
 // poll: the answer to a lane call comes tens of microseconds after its
 // request, the room to write the rest of one as soon as the peer reads,
 // and waking a sleeping thread costs about as much again on virtual
-// machines (a halted vCPU woken by an inter-processor interrupt). Among
-// the sockets that share a count (set_spin), one spins at a time, and only
-// while no other call is in progress: with several, the cores have their
-// work to do, and spinning made 1 to 16 MiB transfers a quarter slower
-// (docs/performance.md, "TCP lane"). Each wait burns at most spin() of a
-// core.
+// machines (a halted vCPU woken by an inter-processor interrupt). A
+// spinning thread yields its core between polls, to the thread it may be
+// waiting for. Among the sockets that share a count (set_spin), one spins
+// only while at most one other call or spinner is counted
+// (kSpinAlongside): with more, the cores have their work to do, and
+// spinning made 1 to 16 MiB transfers slower (docs/performance.md, "TCP
+// lane"). Each wait burns at most spin() of a core.
 class TcpLaneSocket {
  public:
   // Connects to host:port (a name or an address) by `deadline`, with
@@ -127,13 +133,17 @@ class TcpLaneSocket {
   // once). `busy` (null: none; it must outlive the socket) counts the lane
   // calls in progress on this side and the sockets spinning; the socket
   // spins only while that count is at most `own` (its own call, when the
-  // count includes it). Set before the socket is used.
+  // count includes it) plus kSpinAlongside. Set before the socket is used.
   void set_spin(absl::Duration spin, std::atomic<int>* busy = nullptr,
                 int own = 0) {
     spin_ = spin;
     busy_ = busy;
     own_ = own;
   }
+  // What the socket's own call adds to `busy` now: 1 from the moment its
+  // call is counted there, 0 once it is not. Only by the thread that
+  // reads and writes the socket.
+  void set_own(int own) { own_ = own; }
   absl::Duration spin() const { return spin_; }
   bool shut_down() const { return shut_down_.load(); }
   const std::string& peer() const { return peer_; }

@@ -128,14 +128,13 @@ TEST(TcpLaneSocketTest, AReadSpinsCountedWhileItsSideIsIdle) {
   EXPECT_EQ(busy.load(), 0);
 }
 
-TEST(TcpLaneSocketTest, AReadSleepsAtOnceWhileAnotherCallIsInProgress) {
+TEST(TcpLaneSocketTest, AReadSpinsAlongsideOneOtherCall) {
   Pair p = Connected();
   // One call in progress besides this socket's own.
   std::atomic<int> busy{2};
   p.server->set_spin(absl::Seconds(20), &busy, /*own=*/1);
   std::thread writer([&] {
-    absl::SleepFor(absl::Milliseconds(100));
-    EXPECT_EQ(busy.load(), 2);  // not spinning
+    EXPECT_TRUE(BusyReaches(busy, 3));  // spinning
     EXPECT_TRUE(p.client->Write({IoVec("ab", 2)}, absl::InfiniteFuture()).ok());
   });
   char buf[2];
@@ -144,6 +143,27 @@ TEST(TcpLaneSocketTest, AReadSleepsAtOnceWhileAnotherCallIsInProgress) {
           .ok());
   writer.join();
   EXPECT_EQ(busy.load(), 2);
+}
+
+TEST(TcpLaneSocketTest, AReadSleepsAtOnceWhileTwoOthersAreCounted) {
+  Pair p = Connected();
+  // Two calls in progress besides this socket's own (or one and a
+  // spinner).
+  std::atomic<int> busy{3};
+  p.server->set_spin(absl::Seconds(20), &busy, /*own=*/1);
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_EQ(busy.load(), 3);  // not spinning
+    EXPECT_TRUE(p.client->Write({IoVec("ab", 2)}, absl::InfiniteFuture()).ok());
+  });
+  char buf[2];
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(
+      p.server->Read({IoVec(buf, sizeof(buf))}, absl::Now() + absl::Seconds(30))
+          .ok());
+  writer.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(busy.load(), 3);
 }
 
 TEST(TcpLaneSocketTest, ASpinEndsAtTheDeadline) {

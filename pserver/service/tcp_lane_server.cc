@@ -26,21 +26,32 @@ using tcp_lane::CallHeader;
 using tcp_lane::ReplyHeader;
 
 // Lane calls in progress in this process, from header to answer, on every
-// TcpLaneServer's connections, and the connections spinning: one waiting
-// for a call spins only while there is none and no other spins
-// (TcpLaneSocket::set_spin), leaving the cores to the calls.
+// TcpLaneServer's connections, and the connections spinning
+// (TcpLaneSocket::set_spin): a connection, waiting for a call or within
+// its own (for the rest of the values, or room for the answer), spins only
+// while at most one other call or spinner is counted
+// (tcp_lane::kSpinAlongside), leaving the cores to the calls.
 std::atomic<int>& Busy() {
   static auto* calls = new std::atomic<int>(0);
   return *calls;
 }
 
-// Counts a call in Busy() while it lasts.
+// Counts a call in Busy() while it lasts, its socket's own.
 class CountedCall {
  public:
-  CountedCall() { Busy().fetch_add(1, std::memory_order_relaxed); }
-  ~CountedCall() { Busy().fetch_sub(1, std::memory_order_relaxed); }
+  explicit CountedCall(TcpLaneSocket& socket) : socket_(socket) {
+    Busy().fetch_add(1, std::memory_order_relaxed);
+    socket_.set_own(1);
+  }
+  ~CountedCall() {
+    socket_.set_own(0);
+    Busy().fetch_sub(1, std::memory_order_relaxed);
+  }
   CountedCall(const CountedCall&) = delete;
   CountedCall& operator=(const CountedCall&) = delete;
+
+ private:
+  TcpLaneSocket& socket_;
 };
 
 // Sends `status` as a reply header and its message, with `reply` and
@@ -267,6 +278,8 @@ std::string RandomTicket() {
 
 }  // namespace
 
+int TcpLaneServer::busy() { return Busy().load(); }
+
 // A connection's values: zero-filled when it grows, so that a pull whose
 // blocks leave gaps never sends memory of another job; counted in the
 // budget while the connection lasts.
@@ -406,8 +419,7 @@ void TcpLaneServer::AcceptLoop() {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     auto socket = std::make_unique<TcpLaneSocket>(fd, PeerOf(fd));
-    // Waiting for a call while no other is in progress, then never: its
-    // own counts.
+    // Its own call counts from its header on (CountedCall).
     socket->set_spin(options_.spin, &Busy(), 0);
     absl::MutexLock l(&mu_);
     Reap();
@@ -494,7 +506,7 @@ absl::Status TcpLaneServer::ServeCall(TcpLaneSocket& socket, Grant& grant,
       !s.ok()) {
     return s;
   }
-  const CountedCall counted;
+  const CountedCall counted(socket);
   const absl::Time deadline = absl::Now() + options_.call_timeout;
   if (absl::Status bad = CheckCallHeader(h, grant.revoked.load()); !bad.ok()) {
     // The framing cannot be trusted past this: answer, then close.

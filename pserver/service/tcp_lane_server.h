@@ -42,9 +42,9 @@ class TcpLaneServer {
     absl::Duration call_timeout = absl::Seconds(60);
     int max_connections = 256;
     int max_connections_per_ticket = 8;
-    // How long a connection's thread waiting for the next call polls
-    // before it sleeps, when no call is in progress in the process (within
-    // a call it never spins: its own counts; TcpLaneSocket::set_spin).
+    // How long a connection's thread that would wait, for its next call
+    // or within one, polls before it sleeps, while at most one other call
+    // or spinner is counted in the process (TcpLaneSocket::set_spin).
     absl::Duration spin = tcp_lane::kDefaultSpin;
   };
 
@@ -69,6 +69,9 @@ class TcpLaneServer {
 
   // Connections open now (tests).
   int connections() const;
+  // Lane calls in progress in this process, on every TcpLaneServer, and
+  // connections spinning (tests).
+  static int busy();
 
  private:
   struct Grant {

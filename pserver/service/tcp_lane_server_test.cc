@@ -30,10 +30,11 @@ using tcp_lane::ReplyHeader;
 
 class TcpLaneTest : public testing::GrpcOneTableTest {
  protected:
-  void Start(bool lane = true,
-             absl::Duration max_pull_wait = absl::Seconds(20)) {
+  void Start(bool lane = true, absl::Duration max_pull_wait = absl::Seconds(20),
+             absl::Duration spin = tcp_lane::kDefaultSpin) {
     GrpcServerOptions opts;
     opts.tcp_lane = lane;
+    opts.tcp_lane_spin = spin;
     opts.pserver.store.max_pull_wait = max_pull_wait;
     opts.pserver.sweep_interval = absl::Milliseconds(20);
     GrpcOneTableTest::Start(opts);
@@ -164,6 +165,53 @@ TEST_F(TcpLaneTest, WithoutSpinningAndWithOneConnectionToo) {
     ASSERT_EQ(Step(step, g), w) << "step " << step;
   }
   EXPECT_EQ(client_->over_grpc.load(), 0);
+}
+
+// Waits up to 5 s for TcpLaneServer::busy() to read `want`.
+bool BusyReaches(int want) {
+  for (int i = 0; i < 5000 && TcpLaneServer::busy() != want; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return TcpLaneServer::busy() == want;
+}
+
+TEST_F(TcpLaneTest, ACallAloneSpinsForTheRestOfItsValues) {
+  // Longer than the test lasts: a connection that sleeps instead shows.
+  Start(/*lane=*/true, absl::Seconds(20), /*spin=*/absl::Seconds(30));
+  absl::Status answer;
+  std::unique_ptr<TcpLaneSocket> socket = Connect(HelloWith(Ticket()), &answer);
+  ASSERT_TRUE(answer.ok()) << answer;
+  // Idle, the connection waits for a call spinning: itself.
+  EXPECT_TRUE(BusyReaches(1)) << TcpLaneServer::busy();
+  PushRequest push;
+  push.set_trainer_id(0);
+  push.set_request_id(5);
+  DenseBlock* b = push.add_blocks();
+  b->set_table_id(0);
+  b->set_block(0);
+  b->set_encoding(FLOAT32);
+  const std::string request = push.SerializeAsString();
+  CallHeader h;
+  h.method = tcp_lane::kPush;
+  h.request_bytes = static_cast<uint32_t>(request.size());
+  h.value_bytes = 2 * sizeof(float);
+  ASSERT_TRUE(
+      socket
+          ->Write({IoVec(&h, sizeof(h)), IoVec(request.data(), request.size())},
+                  Deadline())
+          .ok());
+  // Within its call, the only one, it spins for the values: the call and
+  // itself.
+  EXPECT_TRUE(BusyReaches(2)) << TcpLaneServer::busy();
+  const float g[2] = {0.5f, 0.25f};
+  ASSERT_TRUE(socket->Write({IoVec(g, sizeof(g))}, Deadline()).ok());
+  answer = ReadAnswer(*socket, nullptr);
+  ASSERT_TRUE(answer.ok()) << answer;
+  SendCall(*socket, tcp_lane::kPull, PullOf(0, 0, 0), 8);
+  std::vector<float> values;
+  answer = ReadAnswer(*socket, nullptr, &values);
+  ASSERT_TRUE(answer.ok()) << answer;
+  EXPECT_EQ(values, (std::vector<float>{w_[0] - g[0], w_[1] - g[1]}));
 }
 
 TEST_F(TcpLaneTest, RunQueuedCarriesNothingWhenNothingIsQueued) {

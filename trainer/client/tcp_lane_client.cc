@@ -54,9 +54,9 @@ absl::Status ReadAnswer(TcpLaneSocket& socket, absl::Time deadline,
 }
 
 // The lane calls in progress in this process (those of every pserver's
-// client) and the connections spinning: one waiting for its answer spins
-// only while it carries the only call and no other spins
-// (TcpLaneSocket::set_spin).
+// client) and the connections spinning: one within its call spins only
+// while at most one other call or spinner is counted
+// (TcpLaneSocket::set_spin, tcp_lane::kSpinAlongside).
 std::atomic<int>& Busy() {
   static auto* calls = new std::atomic<int>(0);
   return *calls;

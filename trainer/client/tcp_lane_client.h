@@ -41,9 +41,9 @@ class TcpLanePsClient final : public PsClientInterface {
     // a step too): as one attempt of a gRPC call (RpcOptions).
     absl::Duration deadline = absl::Seconds(60);
     absl::Duration connect_timeout = absl::Seconds(10);
-    // How long a connection that would wait polls before it sleeps, when
-    // it carries the only call of this process in progress
-    // (TcpLaneSocket::set_spin).
+    // How long a connection that would wait polls before it sleeps, while
+    // at most one other call of this process is in progress
+    // (TcpLaneSocket::set_spin, tcp_lane::kSpinAlongside).
     absl::Duration spin = tcp_lane::kDefaultSpin;
   };
 
