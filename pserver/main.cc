@@ -114,7 +114,8 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
                                      shardps::TransportRole::kServer);
   if (!security.ok()) fail(std::string(security.status().message()).c_str());
   options.security = *std::move(security);
-  auto monitoring = shardps::MonitoringOptionsFromFlags();
+  // /metrics where the pserver listens, unless told otherwise.
+  auto monitoring = shardps::MonitoringOptionsFromFlags(FLAGS_host);
   if (!monitoring.ok())
     fail(std::string(monitoring.status().message()).c_str());
   options.monitoring = *monitoring;

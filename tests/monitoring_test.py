@@ -211,6 +211,28 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("unreachable", r.stdout)
 
+    def test_metrics_listen_where_the_pserver_does(self):
+        # No --monitoring_host: /metrics on the pserver's --host
+        # (127.0.0.1, start_pserver's), not on every interface.
+        mport = os.path.join(self.tmp, "ps.mport")
+        p, _, log = self.start_pserver(
+            "ps", extra=["--monitoring_port=0",
+                         "--monitoring_port_file=" + mport])
+        self.assertTrue(wait_for(lambda: read_port(mport), 10), tail(log))
+        port = read_port(mport)
+        self.assertIn("# TYPE", http_get("http://127.0.0.1:%d/metrics" % port))
+        listening = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as f:
+                for line in f.readlines()[1:]:
+                    local, state = line.split()[1], line.split()[3]
+                    addr, hexport = local.split(":")
+                    if state == "0A" and int(hexport, 16) == port:
+                        listening.add(addr)
+        self.assertEqual(listening, {"0100007F"}, tail(log))
+        self.assertIn("metrics on http://127.0.0.1:%d/metrics" % port,
+                      tail(log))
+
     def run_job_from_env(self, pserver_env, trainer_env):
         """One pserver and two trainers whose addresses, ids and counts all
         come from the environment; returns the trainers' final evals."""

@@ -103,7 +103,8 @@ class Monitoring : public shardps::TrainingObserver {
  public:
   // Serves what the flags ask for; exits 2 naming the flag on failure.
   Monitoring(const std::string& job_id, int trainer_id) {
-    auto m = shardps::MonitoringOptionsFromFlags();
+    // A trainer listens nowhere else: every interface, for Prometheus.
+    auto m = shardps::MonitoringOptionsFromFlags("0.0.0.0");
     if (!m.ok()) Fail(m.status().message());
     if (FLAGS_health_port < -1 || FLAGS_health_port > 65535) {
       Fail("--health_port must be in [-1, 65535]");

@@ -4,8 +4,11 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/launch/port_file.h"
@@ -47,10 +50,22 @@ absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
                                : options.host;
   const std::string addr = absl::StrCat(host, ":", options.port);
   std::unique_ptr<MonitoringServer> server(new MonitoringServer);
+  if (options.threads < 1 || options.request_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "/metrics needs at least 1 thread and a positive request timeout, "
+        "got ",
+        options.threads, " and ",
+        absl::FormatDuration(options.request_timeout)));
+  }
   try {
-    // One thread: a scrape takes microseconds, and Prometheus scrapes a
-    // target once per interval.
-    server->exposer_ = std::make_unique<prometheus::Exposer>(addr, 1);
+    // civetweb's options: a scrape takes microseconds, but a client that
+    // sends half a request holds its thread until the request timeout.
+    server->exposer_ =
+        std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+            "listening_ports", addr, "num_threads",
+            absl::StrCat(options.threads), "request_timeout_ms",
+            absl::StrCat(std::max<int64_t>(
+                1, absl::ToInt64Milliseconds(options.request_timeout)))});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("--monitoring_port: cannot listen on ", addr, " (",

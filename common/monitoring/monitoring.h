@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/launch/flag_help.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -26,12 +27,20 @@ struct MonitoringOptions {
   int port = -1;
   // Written with the bound port once it serves. Default: none.
   std::string port_file;
+  // Threads answering scrapes, and how long one waits for a request to
+  // arrive whole: a client that sends half a request and stops holds one
+  // thread that long, not the server. Default: 4 and 5 s.
+  int threads = 4;
+  absl::Duration request_timeout = absl::Seconds(5);
 };
 
 // The monitoring options from --monitoring_port, --monitoring_port_file and
-// --monitoring_host (common/monitoring/monitoring_flags.cc). INVALID_ARGUMENT
-// for a port outside [-1, 65535] or a port file without a port.
-absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags();
+// --monitoring_host (common/monitoring/monitoring_flags.cc), the host
+// `default_host` when --monitoring_host is empty (the pserver's --host).
+// INVALID_ARGUMENT for a port outside [-1, 65535] or a port file without a
+// port.
+absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags(
+    const std::string& default_host);
 
 // Those flags as a --help group (common/launch/flag_help.h).
 FlagGroup MonitoringFlagGroup();

@@ -10,8 +10,9 @@ DEFINE_int32(monitoring_port, -1,
 DEFINE_string(monitoring_port_file, "",
               "if set, write the bound monitoring port to this file once "
               "serving");
-DEFINE_string(monitoring_host, "0.0.0.0",
-              "address the /metrics server listens on");
+DEFINE_string(monitoring_host, "",
+              "address the /metrics server listens on; empty: the pserver's "
+              "--host, a trainer's 0.0.0.0");
 
 namespace shardps {
 
@@ -20,7 +21,8 @@ FlagGroup MonitoringFlagGroup() {
           {"monitoring_port", "monitoring_port_file", "monitoring_host"}};
 }
 
-absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags() {
+absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags(
+    const std::string& default_host) {
   if (FLAGS_monitoring_port < -1 || FLAGS_monitoring_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--monitoring_port must be in [-1, 65535], got ",
@@ -30,11 +32,11 @@ absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--monitoring_port_file needs --monitoring_port (0 for a free port)");
   }
-  if (FLAGS_monitoring_host.empty()) {
+  MonitoringOptions o;
+  o.host = FLAGS_monitoring_host.empty() ? default_host : FLAGS_monitoring_host;
+  if (o.host.empty()) {
     return absl::InvalidArgumentError("--monitoring_host must not be empty");
   }
-  MonitoringOptions o;
-  o.host = FLAGS_monitoring_host;
   o.port = FLAGS_monitoring_port;
   o.port_file = FLAGS_monitoring_port_file;
   return o;

@@ -1,7 +1,15 @@
 #include "common/monitoring/monitoring.h"
 
-#include <fstream>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
 #include "common/testing/http_get.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
@@ -85,6 +93,68 @@ TEST(MonitoringServerTest, StartsBesideLargeStaticTls) {
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_THAT(HttpGet((*server)->port(), "/metrics"),
               StartsWith("HTTP/1.1 200 "));
+}
+
+// A connection to 127.0.0.1:port that has sent `bytes` and stays open;
+// -1 when it cannot connect.
+int HalfSent(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::write(fd, bytes.data(), bytes.size()) !=
+          static_cast<ssize_t>(bytes.size())) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(MonitoringServerTest, HalfSentRequestsDoNotBlindScrapes) {
+  MonitoringOptions o = Loopback(0);
+  o.threads = 2;
+  o.request_timeout = absl::Milliseconds(500);
+  auto server = MonitoringServer::Start(o, {std::make_shared<OneGauge>()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  // As many half-sent requests as threads: each holds one until the
+  // request timeout, and no longer.
+  std::vector<int> stalled;
+  for (int i = 0; i < o.threads; ++i) {
+    stalled.push_back(HalfSent(port, "GET /metrics HTTP/1.1\r\nHo"));
+    ASSERT_GE(stalled.back(), 0);
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(HttpGet(port, "/metrics"), StartsWith("HTTP/1.1 200 "));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  for (int fd : stalled) ::close(fd);
+  // One thread and one half-sent request: the scrape waits for the
+  // timeout, not more.
+  o.threads = 1;
+  auto one = MonitoringServer::Start(o, {std::make_shared<OneGauge>()});
+  ASSERT_TRUE(one.ok()) << one.status();
+  const int held = HalfSent((*one)->port(), "GET /met");
+  ASSERT_GE(held, 0);
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time again = absl::Now();
+  EXPECT_THAT(HttpGet((*one)->port(), "/metrics"), StartsWith("HTTP/1.1 200 "));
+  EXPECT_LT(absl::Now() - again, absl::Seconds(5));
+  ::close(held);
+}
+
+TEST(MonitoringServerTest, RefusesNoThreadsOrNoTimeout) {
+  MonitoringOptions o = Loopback(0);
+  o.threads = 0;
+  EXPECT_EQ(MonitoringServer::Start(o, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = Loopback(0);
+  o.request_timeout = absl::ZeroDuration();
+  EXPECT_EQ(MonitoringServer::Start(o, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MonitoringServerTest, APortInUseIsUnavailableNamingTheAddress) {
