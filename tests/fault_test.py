@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import testlib
 from testlib import final_eval, read_json_lines, wait_for
@@ -434,6 +435,38 @@ class FaultTest(testlib.ProcessTestCase):
                       "with --checkpoint_dir; pserver 127.0.0.1:%d has none"
                       % int(port), r.stderr)
         self.stop(ps0)
+
+    def test_a_failed_checkpoint_write_reaches_the_chief(self):
+        """A checkpoint write that fails after the chief's request was taken
+        (an injected EIO on the pserver's fsync, as a full or failing disk
+        gives) is said in the chief's log at its next request, naming the
+        pserver, the step and the folder, and in the pserver's /metrics;
+        training goes on, and the next writes succeed."""
+        mport = os.path.join(self.tmp, "ps.mport")
+        env = testlib.clean_env(SHARDPS_TEST_CHECKPOINT_FAULT="fail_sync:2")
+        ps, port, _ = self.start_pserver(
+            "ps0", ["--checkpoint_dir=" + self.ckpt(0), "--monitoring_port=0",
+                    "--monitoring_port_file=" + mport], env=env)
+        r = subprocess.run(
+            [testlib.trainer_bin(), "--pservers=127.0.0.1:%d" % port,
+             "--num_gradient_servers=1", "--config=" + testlib.CONFIG,
+             "--max_steps=60", "--checkpoint_every_steps=20",
+             "--progress=off", "--metrics_file=" + self.metrics(0)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, env=testlib.clean_env(), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:])
+        self.assertRegex(
+            r.stdout, r"a checkpoint was not written: pserver "
+            r"127\.0\.0\.1:%d: .*checkpoint of step \d+ to %s.*injected "
+            r"fault" % (port, re.escape(self.job_ckpt(0))))
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
+                                    testlib.read_port(mport), timeout=10) as u:
+            page = u.read().decode()
+        self.assertIn('shardps_pserver_checkpoints_total{job_id="default",'
+                      'result="failed"} 1', page)
+        self.assertRegex(page, r'shardps_pserver_checkpoints_total\{'
+                         r'job_id="default",result="ok"\} [1-9]')
+        self.stop(ps)
 
     def test_sigterm_on_trainer_leaves_the_job(self):
         """SIGTERM on a sync trainer: it leaves the job (the pservers say

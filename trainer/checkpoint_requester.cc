@@ -1,5 +1,8 @@
 #include "trainer/checkpoint_requester.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
@@ -28,12 +31,22 @@ absl::Status CheckpointRequester::AtStep(int64_t step) {
   if (every_ <= 0 || step % every_ != 0 || step == last_) {
     return absl::OkStatus();
   }
-  absl::Status c = client_->Checkpoint(step);
+  std::vector<std::string> write_errors;
+  absl::Status c = client_->Checkpoint(step, &write_errors);
   if (absl::IsAborted(c)) return c;
   if (c.ok()) {
     last_ = step;
   } else {
     LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;
+  }
+  // A write that failed after its request was taken (a full or read-only
+  // disk): said here, at the next request, so that it never goes unseen.
+  for (const std::string& e : write_errors) {
+    ++write_failures_;
+    LOG(ERROR) << "a checkpoint was not written: " << e
+               << "; training goes on, and each --checkpoint_every_steps "
+                  "asks again (the pserver's newest complete checkpoint "
+                  "stays)";
   }
   return absl::OkStatus();
 }

@@ -23,7 +23,8 @@ class CheckpointRequester {
   absl::Status CheckPservers();
   // Called between the pull and the push of `step` (in sync mode no block
   // can move then). ABORTED (the job went to another timeline) is returned;
-  // any other failure is logged and training goes on.
+  // any other failure is logged and training goes on, and so is a
+  // pserver's previous write that failed (its answer says).
   absl::Status AtStep(int64_t step);
   // Whether AtStep(step) asks for a checkpoint.
   bool DueAt(int64_t step) const {
@@ -31,11 +32,14 @@ class CheckpointRequester {
   }
   // The job (re)started at `step`.
   void ResumedAt(int64_t step) { last_ = step; }
+  // Checkpoint writes the pservers said failed, so far.
+  int64_t write_failures() const { return write_failures_; }
 
  private:
   JobClient* const client_;
   const int64_t every_;
   int64_t last_ = 0;
+  int64_t write_failures_ = 0;
 };
 
 }  // namespace shardps

@@ -3,6 +3,7 @@
 // directory named.
 #include "trainer/checkpoint_requester.h"
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -14,9 +15,10 @@ namespace {
 // Records the checkpoint steps asked for; answers with `reply`.
 class CheckpointServer : public testing::FakePsClient {
  public:
-  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse*,
+  void CheckpointAsync(const CheckpointRequest& req, CheckpointResponse* resp,
                        StatusCallback done) override {
     steps.push_back(req.step());
+    resp->set_previous_write_error(write_error);
     done(reply);
   }
   void GetStatusAsync(const GetStatusRequest&, GetStatusResponse* resp,
@@ -26,6 +28,7 @@ class CheckpointServer : public testing::FakePsClient {
   }
   std::vector<int64_t> steps;
   absl::Status reply;
+  std::string write_error;
   bool enabled = true;
 };
 
@@ -64,6 +67,25 @@ TEST(CheckpointRequesterTest, AbortedIsPassedOnOtherFailuresAreNot) {
   ps.reply = absl::AbortedError("rolled back");
   EXPECT_EQ(r.AtStep(2).code(), absl::StatusCode::kAborted);  // asked again
   EXPECT_EQ(ps.steps, (std::vector<int64_t>{2, 2}));
+}
+
+TEST(CheckpointRequesterTest, AFailedWriteIsCountedAtTheNextRequest) {
+  CheckpointServer a, b;
+  RequestStamp stamp(0);
+  JobClient client({&a, &b}, &stamp);
+  std::vector<std::string> errors;
+  b.write_error = "RESOURCE_EXHAUSTED: checkpoint of step 2 to /ckpt: full";
+  ASSERT_TRUE(client.Checkpoint(4, &errors).ok());
+  EXPECT_EQ(errors, (std::vector<std::string>{
+                        "pserver fake: RESOURCE_EXHAUSTED: checkpoint of step "
+                        "2 to /ckpt: full"}));
+  CheckpointRequester r(&client, 2, true);
+  EXPECT_TRUE(r.AtStep(2).ok());  // training goes on
+  EXPECT_EQ(r.write_failures(), 1);
+  b.write_error.clear();
+  EXPECT_TRUE(r.AtStep(4).ok());
+  EXPECT_EQ(r.write_failures(), 1);
+  EXPECT_EQ(a.steps, (std::vector<int64_t>{4, 2, 4}));
 }
 
 TEST(CheckpointRequesterTest, PserversWithoutACheckpointDirAreNamed) {

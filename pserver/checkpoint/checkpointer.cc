@@ -30,10 +30,15 @@ void Checkpointer::JoinWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Checkpointer::Save(StoreSnapshot snapshot) {
+absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
   absl::MutexLock l(&mu_);
   const absl::Time wait_start = absl::Now();
   JoinWriter();
+  absl::Status previous;
+  {
+    absl::MutexLock w(&write_mu_);
+    previous = last_status_;
+  }
   const absl::Duration waited = absl::Now() - wait_start;
   if (waited > absl::Seconds(1)) {
     LOG(WARNING) << "checkpoint of step " << snapshot.info.step() << " waited "
@@ -73,8 +78,13 @@ void Checkpointer::Save(StoreSnapshot snapshot) {
       LOG(ERROR) << "checkpoint of step " << snap.info.step()
                  << " failed: " << s << " (the previous one is kept)";
     }
-    last_status_ = s;
+    last_status_ =
+        s.ok() ? s
+               : absl::Status(s.code(), absl::StrCat("checkpoint of step ",
+                                                     snap.info.step(), " to ",
+                                                     dir_, ": ", s.message()));
   });
+  return previous;
 }
 
 absl::Status Checkpointer::Flush() {

@@ -33,7 +33,9 @@ class Checkpointer {
 
   // Writes `snapshot` in the background. A write still in progress is
   // waited for first, so at most one runs (back-pressure on the chief).
-  void Save(StoreSnapshot snapshot);
+  // Returns how the previous write ended (OK when there was none), so that
+  // whoever asked hears of a failed one at its next request.
+  absl::Status Save(StoreSnapshot snapshot);
   // Waits until no write is in progress; returns the status of the last.
   absl::Status Flush();
 

@@ -61,9 +61,9 @@ TEST_F(CheckpointerTest, GenerationIsKeptDurablyAndChecked) {
   ASSERT_TRUE(c.WriteGeneration(8).ok());
   EXPECT_EQ(*c.ReadGeneration(), 8u);
   // Checkpoints ignore the file, and it survives their retention.
-  c.Save(snaps_[0]);
-  c.Save(snaps_[1]);
-  c.Save(snaps_[2]);
+  EXPECT_TRUE(c.Save(snaps_[0]).ok());
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());
+  EXPECT_TRUE(c.Save(snaps_[2]).ok());
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(*c.ReadGeneration(), 8u);
@@ -79,11 +79,11 @@ TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
   Checkpointer c(Env::Default(), dir_, /*keep=*/2);
   EXPECT_EQ(Steps(c), std::vector<int64_t>{});
   EXPECT_EQ(c.LoadNewest().status().code(), absl::StatusCode::kNotFound);
-  c.Save(snaps_[0]);
+  EXPECT_TRUE(c.Save(snaps_[0]).ok());
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
-  c.Save(snaps_[1]);
-  c.Save(snaps_[2]);  // waits for the write of step 2
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());
+  EXPECT_TRUE(c.Save(snaps_[2]).ok());  // waits for the write of step 2
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{2, 3}));
 
@@ -107,7 +107,7 @@ TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
 
 TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheAbandonedTimelineOnce) {
   Checkpointer c(Env::Default(), dir_, /*keep=*/3);
-  for (const StoreSnapshot& s : snaps_) c.Save(s);
+  for (const StoreSnapshot& s : snaps_) EXPECT_TRUE(c.Save(s).ok());
   ASSERT_TRUE(c.Flush().ok());
   ASSERT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
   ASSERT_TRUE(c.SetAsideNewerThan(3).ok());
@@ -121,7 +121,7 @@ TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheAbandonedTimelineOnce) {
   ExpectSameSnapshot(*newest, snaps_[0]);
   EXPECT_EQ(c.Load(3).status().code(), absl::StatusCode::kNotFound);
   // The new timeline writes step 2 again.
-  c.Save(snaps_[1]);
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2}));
   // The next rollback deletes what the one before set aside.
@@ -136,11 +136,11 @@ TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheAbandonedTimelineOnce) {
 TEST_F(CheckpointerTest, FailedSyncKeepsThePreviousCheckpoint) {
   FaultInjectionEnv env(Env::Default());
   Checkpointer c(&env, dir_, /*keep=*/2);
-  c.Save(snaps_[0]);
+  EXPECT_TRUE(c.Save(snaps_[0]).ok());
   ASSERT_TRUE(c.Flush().ok());
 
   env.FailNth(FaultOp::kSync, 1, absl::InternalError("injected EIO"));
-  c.Save(snaps_[1]);
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());
   absl::Status st = c.Flush();
   EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
   EXPECT_NE(st.message().find("injected EIO"), std::string::npos) << st;
@@ -153,9 +153,28 @@ TEST_F(CheckpointerTest, FailedSyncKeepsThePreviousCheckpoint) {
   EXPECT_EQ(GetState(&fresh), states_[0]);
 
   // The fault was one-off: the next write succeeds and Flush says so.
-  c.Save(snaps_[2]);
+  EXPECT_EQ(c.Save(snaps_[2]).code(), absl::StatusCode::kInternal);  // step 2
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 3}));
+}
+
+TEST_F(CheckpointerTest, TheNextSaveSaysThePreviousWriteFailed) {
+  FaultInjectionEnv env(Env::Default());
+  Checkpointer c(&env, dir_, /*keep=*/2);
+  EXPECT_TRUE(c.Save(snaps_[0]).ok());  // none before it
+  ASSERT_TRUE(c.Flush().ok());
+  env.FailNth(FaultOp::kSync, 1, absl::ResourceExhaustedError("no space"));
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());  // step 1's write succeeded
+  // Step 2's failed: the request for step 3 hears of it, and still writes.
+  const absl::Status previous = c.Save(snaps_[2]);
+  EXPECT_EQ(previous.code(), absl::StatusCode::kResourceExhausted) << previous;
+  EXPECT_NE(previous.message().find("checkpoint of step 2 to " + dir_),
+            std::string::npos)
+      << previous;
+  EXPECT_NE(previous.message().find("no space"), std::string::npos) << previous;
+  ASSERT_TRUE(c.Flush().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(c.stats().failed, 1);
 }
 
 }  // namespace

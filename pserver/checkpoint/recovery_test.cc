@@ -31,7 +31,7 @@ class RecoveryTest : public ::testing::Test {
       ASSERT_TRUE(RunStep(store.get(), step).ok());
       auto snap = StoreSnapshots(store.get()).Snapshot(step + 1);
       ASSERT_TRUE(snap.ok()) << snap.status();
-      checkpointer_.Save(*snap);
+      ASSERT_TRUE(checkpointer_.Save(*snap).ok());
       states_.push_back(GetState(store.get()));
     }
     ASSERT_TRUE(checkpointer_.Flush().ok());
@@ -114,11 +114,11 @@ TEST_F(RecoveryTest, AtStartAVerifiedButMalformedNewestIsSetAside) {
   ASSERT_TRUE(four.ok());
   four->info.set_step(4);
   four->files[0].second.resize(7);
-  checkpointer_.Save(*four);
+  ASSERT_TRUE(checkpointer_.Save(*four).ok());
   auto five = StoreSnapshots(store.get()).Snapshot(3);
   five->info.set_step(5);
   five->info.mutable_job()->set_num_trainers(2147483647);
-  checkpointer_.Save(*five);
+  ASSERT_TRUE(checkpointer_.Save(*five).ok());
   ASSERT_TRUE(checkpointer_.Flush().ok());
   ASSERT_EQ(Steps(), (std::vector<int64_t>{3, 4, 5}));  // keep = 3
 

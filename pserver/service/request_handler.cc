@@ -298,7 +298,8 @@ absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
   }
   auto snap = StoreSnapshots(store_).Snapshot(req.step());
   if (!snap.ok()) return snap.status();
-  checkpointer_->Save(std::move(*snap));
+  const absl::Status previous = checkpointer_->Save(std::move(*snap));
+  if (!previous.ok()) resp->set_previous_write_error(previous.ToString());
   return absl::OkStatus();
 }
 

@@ -70,15 +70,25 @@ absl::Status JobClient::Leave() {
   });
 }
 
-absl::Status JobClient::Checkpoint(int64_t step) {
+absl::Status JobClient::Checkpoint(int64_t step,
+                                   std::vector<std::string>* write_errors) {
   std::vector<CheckpointRequest> reqs(servers_.size());
   std::vector<CheckpointResponse> resps(servers_.size());
-  return OnLiveServers([&](size_t s, StatusCallback done) {
+  const absl::Status status = OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
     reqs[s].set_step(step);
     reqs[s].set_generation(stamp_->generation());
     servers_[s]->CheckpointAsync(reqs[s], &resps[s], std::move(done));
   });
+  if (write_errors != nullptr) {
+    for (size_t i = 0; i < resps.size(); ++i) {
+      if (resps[i].previous_write_error().empty()) continue;
+      write_errors->push_back(absl::StrCat("pserver ", servers_[i]->address(),
+                                           ": ",
+                                           resps[i].previous_write_error()));
+    }
+  }
+  return status;
 }
 
 absl::StatusOr<std::vector<GetStatusResponse>> JobClient::Statuses() {

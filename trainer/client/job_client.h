@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,8 +62,11 @@ class JobClient {
   absl::Status FinishAndWait(int num_trainers, absl::Duration timeout,
                              const std::atomic<bool>* stop = nullptr,
                              absl::Duration poll = absl::Seconds(1));
-  // Chief: every pserver writes a checkpoint of `step`.
-  absl::Status Checkpoint(int64_t step);
+  // Chief: every pserver writes a checkpoint of `step`. Each pserver whose
+  // previous write failed adds "pserver ADDRESS: why" to *write_errors
+  // (when given): the request was taken all the same.
+  absl::Status Checkpoint(int64_t step,
+                          std::vector<std::string>* write_errors = nullptr);
   // Every pserver's status, in --pservers order.
   absl::StatusOr<std::vector<GetStatusResponse>> Statuses();
   // Every pserver rolls back to its checkpoint of `step` as `generation`.
