@@ -231,7 +231,17 @@ absl::Status Pserver::MoveSingleJobLayout() {
   const std::string to = JoinPath(dir, kDefaultJobId);
   bool moved = false;
   for (const std::string& name : children) {
-    if (!absl::StartsWith(name, "ckpt-") && name != "GENERATION") continue;
+    if (!IsSingleJobLayoutName(name)) continue;
+    if (IsJobFolder(JoinPath(dir, name))) {
+      // A job of an earlier version took a name that is now reserved: its
+      // folder stays as it is, unserved, rather than be taken for the
+      // single-job layout's.
+      LOG(WARNING) << JoinPath(dir, name) << " holds the checkpoints of job '"
+                   << name << "', a name now reserved (base/job_id.h): left "
+                   << "in place and not served; rename the folder to a "
+                   << "valid job id to serve it";
+      continue;
+    }
     if (!moved) {
       RETURN_IF_ERROR(env_->CreateDir(to));
     }
@@ -380,7 +390,8 @@ void Pserver::FinalCheckpoint(JobSlot& job) {
                  << ": no final checkpoint: " << snap.status();
     return;
   }
-  job.checkpointer->Save(std::move(*snap));
+  // A write before it that failed was logged when it did.
+  (void)job.checkpointer->Save(std::move(*snap));
   absl::Status s = job.checkpointer->Flush();
   if (s.ok()) LOG(INFO) << "job " << job.id << ": final checkpoint written";
 }

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
@@ -148,21 +149,66 @@ TEST(PserverTest, JobIdsAndCountAreChecked) {
   EXPECT_EQ((*ps)->Job("../etc").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*ps)->Job("").status().code(), absl::StatusCode::kInvalidArgument);
+  // The names of checkpoints at the top of --checkpoint_dir.
+  for (const char* reserved : {"GENERATION", "ckpt-000000000009", "ckpt-"}) {
+    const absl::Status s = (*ps)->Job(reserved).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << reserved;
+    EXPECT_TRUE(absl::StrContains(s.message(), "reserved")) << s;
+  }
+  EXPECT_TRUE(ValidateJobId("GENERATIONS").ok());
+  EXPECT_TRUE(ValidateJobId("ckpt").ok());
+}
+
+// Writes a checkpoint of one step of gradient g at `dir`, as a job's
+// folder holds it (GENERATION, ckpt-000000000001).
+void WriteJobFolder(const std::string& dir, float g) {
+  ParameterStore store{StoreOptions()};
+  RunOneStep(&store, g);
+  Checkpointer c(Env::Default(), dir, 2);
+  ASSERT_TRUE(c.WriteGeneration(1).ok());
+  ASSERT_TRUE(c.Save(*StoreSnapshots(&store).Snapshot(1)).ok());
+  ASSERT_TRUE(c.Flush().ok());
+}
+
+TEST(PserverTest, AJobFolderWithAReservedNameIsLeftInPlace) {
+  testing::ScopedTempDir tmp("pserver_reserved");
+  PserverOptions o;
+  o.checkpoint_dir = tmp.Path("ckpt");
+  // Jobs of an earlier version that took names now reserved, and one that
+  // did not.
+  WriteJobFolder(tmp.Path("ckpt/GENERATION"), 1.0f);
+  WriteJobFolder(tmp.Path("ckpt/ckpt-000000000009"), 1.0f);
+  WriteJobFolder(tmp.Path("ckpt/a"), -1.0f);
+  auto ps = Pserver::Create(o);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  ASSERT_TRUE((*ps)->Start().ok());
+  // Neither was taken for the single-job layout's: the default job has no
+  // checkpoint, and both folders are as they were.
+  EXPECT_FALSE((*ps)->store()->ready());
+  EXPECT_EQ((*ps)->JobIds(), (std::vector<std::string>{"a", "default"}));
+  for (const char* job : {"GENERATION", "ckpt-000000000009"}) {
+    EXPECT_TRUE(
+        Env::Default()
+            ->FileExists(tmp.Path(absl::StrCat("ckpt/", job, "/GENERATION")))
+            .ok())
+        << job;
+    EXPECT_TRUE(Env::Default()
+                    ->FileExists(tmp.Path(
+                        absl::StrCat("ckpt/", job, "/", CheckpointDirName(1))))
+                    .ok())
+        << job;
+  }
+  EXPECT_FALSE(Env::Default()->FileExists(tmp.Path("ckpt/default")).ok());
+  EXPECT_EQ(StoreOf(ps->get(), "a")->TEST_BlockValues(0, 0),
+            (std::vector<float>{2, 3}));
 }
 
 TEST(PserverTest, TheSingleJobLayoutBecomesTheDefaultJob) {
   testing::ScopedTempDir tmp("pserver_layout");
   PserverOptions o;
   o.checkpoint_dir = tmp.Path("ckpt");
-  {
-    // A pserver of before jobs wrote its checkpoints at the top.
-    ParameterStore store{StoreOptions()};
-    RunOneStep(&store, 1.0f);
-    Checkpointer old(Env::Default(), o.checkpoint_dir, 2);
-    ASSERT_TRUE(old.WriteGeneration(1).ok());
-    old.Save(*StoreSnapshots(&store).Snapshot(1));
-    ASSERT_TRUE(old.Flush().ok());
-  }
+  // A pserver of before jobs wrote its checkpoints at the top.
+  WriteJobFolder(o.checkpoint_dir, 1.0f);
   auto ps = Pserver::Create(o);
   ASSERT_TRUE((*ps)->Start().ok());
   ASSERT_TRUE((*ps)->store()->ready());
