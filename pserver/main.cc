@@ -38,7 +38,8 @@ DEFINE_int32(tcp_lane_port, 0,
 DEFINE_int32(tcp_lane_spin_us, 50,
              "microseconds a TCP lane connection that would wait (for the "
              "next call, or within one) polls before it sleeps, in [0, "
-             "10000], while at most one other lane call is in progress: "
+             "10000], while at most one other lane call or polling "
+             "connection is counted: "
              "costs up to that much of a core per wait, saves a wake-up; 0 "
              "when cores are scarce "
              "(docs/performance.md, \"TCP lane\")");

@@ -33,20 +33,22 @@ absl::Status CheckpointRequester::AtStep(int64_t step) {
   }
   std::vector<std::string> write_errors;
   absl::Status c = client_->Checkpoint(step, &write_errors);
-  if (absl::IsAborted(c)) return c;
-  if (c.ok()) {
-    last_ = step;
-  } else {
-    LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;
-  }
   // A write that failed after its request was taken (a full or read-only
-  // disk): said here, at the next request, so that it never goes unseen.
+  // disk): said here, at the next request, so that it never goes unseen,
+  // even when another pserver refused this one (those that took it have
+  // started the next write already).
   for (const std::string& e : write_errors) {
     ++write_failures_;
     LOG(ERROR) << "a checkpoint was not written: " << e
                << "; training goes on, and each --checkpoint_every_steps "
                   "asks again (the pserver's newest complete checkpoint "
                   "stays)";
+  }
+  if (absl::IsAborted(c)) return c;
+  if (c.ok()) {
+    last_ = step;
+  } else {
+    LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;
   }
   return absl::OkStatus();
 }

@@ -85,7 +85,12 @@ TEST(CheckpointRequesterTest, AFailedWriteIsCountedAtTheNextRequest) {
   b.write_error.clear();
   EXPECT_TRUE(r.AtStep(4).ok());
   EXPECT_EQ(r.write_failures(), 1);
-  EXPECT_EQ(a.steps, (std::vector<int64_t>{4, 2, 4}));
+  // Said even when another pserver refused the request.
+  b.write_error = "INTERNAL: checkpoint of step 4 to /ckpt: EIO";
+  a.reply = absl::AbortedError("rolled back");
+  EXPECT_EQ(r.AtStep(6).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(r.write_failures(), 2);
+  EXPECT_EQ(a.steps, (std::vector<int64_t>{4, 2, 4, 6}));
 }
 
 TEST(CheckpointRequesterTest, PserversWithoutACheckpointDirAreNamed) {

@@ -72,8 +72,8 @@ DEFINE_int32(tcp_lane_connections, 2,
 DEFINE_int32(tcp_lane_spin_us, 50,
              "microseconds a TCP lane connection that would wait polls "
              "before it sleeps, in [0, 10000], while at most one other lane "
-             "call is in progress: costs up to that much of a core per call, "
-             "saves a wake-up; 0 when cores are scarce "
+             "call or polling connection is counted: costs up to that much "
+             "of a core per call, saves a wake-up; 0 when cores are scarce "
              "(docs/performance.md, \"TCP lane\")");
 DEFINE_int32(wait_for_trainers_s, 0,
              "after training, wait up to this many seconds for every other "

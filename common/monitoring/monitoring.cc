@@ -44,10 +44,11 @@ absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "--monitoring_port must be in [0, 65535], got ", options.port));
   }
-  // civetweb wants an IPv6 host in brackets.
-  const std::string host = options.host.find(':') != std::string::npos
-                               ? absl::StrCat("[", options.host, "]")
-                               : options.host;
+  // civetweb wants an IPv6 host in brackets (--host may have them).
+  const std::string host =
+      options.host.find(':') != std::string::npos && options.host.front() != '['
+          ? absl::StrCat("[", options.host, "]")
+          : options.host;
   const std::string addr = absl::StrCat(host, ":", options.port);
   std::unique_ptr<MonitoringServer> server(new MonitoringServer);
   if (options.threads < 1 || options.request_timeout <= absl::ZeroDuration()) {

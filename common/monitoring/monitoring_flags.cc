@@ -35,7 +35,9 @@ absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags(
   MonitoringOptions o;
   o.host = FLAGS_monitoring_host.empty() ? default_host : FLAGS_monitoring_host;
   if (o.host.empty()) {
-    return absl::InvalidArgumentError("--monitoring_host must not be empty");
+    return absl::InvalidArgumentError(
+        "--monitoring_host is empty, and so is the address it defaults to "
+        "(the pserver's --host): name one");
   }
   o.port = FLAGS_monitoring_port;
   o.port_file = FLAGS_monitoring_port_file;

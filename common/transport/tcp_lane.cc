@@ -176,7 +176,8 @@ absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
 bool TcpLaneSocket::Spin(pollfd& p, absl::Time deadline) {
   if (spin_ <= absl::ZeroDuration()) return false;
   if (busy_ != nullptr &&
-      busy_->fetch_add(1) > own_ + tcp_lane::kSpinAlongside) {
+      busy_->fetch_add(1) >
+          own_.load(std::memory_order_relaxed) + tcp_lane::kSpinAlongside) {
     busy_->fetch_sub(1);
     return false;
   }
@@ -191,7 +192,7 @@ bool TcpLaneSocket::Spin(pollfd& p, absl::Time deadline) {
     }
     // The thread that will send what this one waits for may be waiting
     // for this core (a trainer and a pserver on one host, or more threads
-    // than cores): it runs first.
+    // than cores): the scheduler may let it run.
     sched_yield();
   } while (absl::Now() < until);
   if (busy_ != nullptr) busy_->fetch_sub(1);

@@ -138,12 +138,12 @@ class TcpLaneSocket {
                 int own = 0) {
     spin_ = spin;
     busy_ = busy;
-    own_ = own;
+    own_.store(own, std::memory_order_relaxed);
   }
   // What the socket's own call adds to `busy` now: 1 from the moment its
   // call is counted there, 0 once it is not. Only by the thread that
   // reads and writes the socket.
-  void set_own(int own) { own_ = own; }
+  void set_own(int own) { own_.store(own, std::memory_order_relaxed); }
   absl::Duration spin() const { return spin_; }
   bool shut_down() const { return shut_down_.load(); }
   const std::string& peer() const { return peer_; }
@@ -161,7 +161,7 @@ class TcpLaneSocket {
   std::atomic<bool> shut_down_{false};
   absl::Duration spin_ = tcp_lane::kDefaultSpin;
   std::atomic<int>* busy_ = nullptr;
-  int own_ = 0;
+  std::atomic<int> own_{0};
 };
 
 // One iovec over `bytes` bytes at `data`.
