@@ -108,6 +108,22 @@ class Job(object):
                 p.wait(30)
         return codes
 
+    def warnings(self, per_log=3000):
+        """The warnings and errors of every process, each log's last
+        `per_log` characters of them: what a failed run printed."""
+        out = []
+        names = ["ps%d" % i for i in range(PSERVERS)] + [
+            "trainer-%d" % k for k in range(TRAINERS)]
+        for name in names:
+            try:
+                lines = [l for l in self.log(name).splitlines()
+                         if l[:1] in ("W", "E", "F")]
+            except FileNotFoundError:
+                continue
+            out.append("--- %s (warnings and errors):\n%s" % (
+                name, "\n".join(lines)[-per_log:]))
+        return "\n".join(out)
+
     def longest_step(self):
         lines = [l for k in range(TRAINERS)
                  for l in read_json_lines(self.path("%d.jsonl" % k))
@@ -143,8 +159,8 @@ class ReplicationFaultTest(testlib.ProcessTestCase):
 
     def check_ok(self, job, codes):
         for k, code in enumerate(codes):
-            self.assertEqual(code, 0, "trainer %d: %s" % (
-                k, job.log("trainer-%d" % k)[-4000:]))
+            self.assertEqual(code, 0, "trainer %d: %s\n%s" % (
+                k, job.log("trainer-%d" % k)[-4000:], job.warnings()))
 
     def check_same(self, job, codes, what):
         self.check_ok(job, codes)

@@ -194,6 +194,33 @@ TEST(ParameterStoreReplicationTest, WaitingPullsAreRefusedOnceTheUnitMoves) {
   EXPECT_THAT(pull->status.message(), HasSubstr("is not the primary"));
 }
 
+// A step this pserver half assembled as the primary, before a failover
+// moved the unit: the trainer missing from it pushed it to the new primary,
+// and is not dropped for stalling here (found as a job ended under 10%
+// packet loss: the old primary, rejoining, dropped the chief a minute on).
+TEST(ParameterStoreReplicationTest,
+     AStepHalfAssembledBeforeAFailoverDropsNoOne) {
+  FakeForwarder f;
+  auto store = MakeStore(SYNC, 2, &f);
+  const absl::Time t0 = absl::Now();
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(store->Register(k, 1, t0).ok());
+  std::vector<float> g = {1, 1, 1, 1};
+  ASSERT_TRUE(store->Push(1, 0, {{0, 0, g}}).ok());  // trainer 0's is lost
+  f.served = 0;  // block 0's shard failed over to another primary
+  const absl::Time later = t0 + absl::Minutes(2);  // the timeout is 60 s
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(store->Heartbeat(k, 1, later).ok());
+  }
+  store->Sweep(later);
+  EXPECT_EQ(store->counters().dropped_trainers, 0);
+  EXPECT_EQ(store->LiveTrainers(), (std::vector<int>{0, 1}));
+  // Still its primary, the same wait is a stall: trainer 0 is dropped.
+  f.served = 2;
+  store->Sweep(later);
+  EXPECT_EQ(store->counters().dropped_trainers, 1);
+  EXPECT_EQ(store->LiveTrainers(), (std::vector<int>{1}));
+}
+
 TEST(ParameterStoreReplicationTest, ABackupHoldsWhatItsPrimaryApplied) {
   FakeForwarder f;
   auto primary = MakeStore(SYNC, 1, &f);
