@@ -56,8 +56,12 @@ absl::StatusOr<LearningRateSchedule> LearningRateSchedule::Create(
       s.warmup_steps_ = c.warmup_steps();
       s.target_lr_ = static_cast<float>(s.base_lr_ * scale);
       s.start_lr_ = c.warmup_start_lr() > 0 ? c.warmup_start_lr() : s.base_lr_;
-      if (!IsFinite(s.target_lr_) || !IsFinite(s.start_lr_)) {
-        return absl::InvalidArgumentError("warm-up learning rate not finite");
+      if (!(s.target_lr_ <= kMaxLearningRate) ||
+          !(s.start_lr_ <= kMaxLearningRate)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the warm-up learning rates (", s.start_lr_, " to ", s.target_lr_,
+            " after the linear scaling rule) must be at most ",
+            kMaxLearningRate));
       }
       break;
     }
@@ -85,9 +89,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const OptimizerConfig& config_in, int64_t global_batch_size) {
   OptimizerConfig config = config_in;
   const float lr = config.learning_rate();
-  if (!(lr > 0) || !IsFinite(lr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learning_rate must be positive and finite, got ", lr));
+  if (!(lr > 0) || !(lr <= kMaxLearningRate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning_rate must be in (0, ", kMaxLearningRate, "], got ", lr));
   }
   switch (config.type()) {
     case OptimizerConfig::SGD:

@@ -11,6 +11,11 @@
 
 namespace shardps {
 
+// The largest learning rate an optimizer takes, before and after a
+// schedule's scaling. Large-batch LARS runs use tens; anything near this
+// is a typo or an attack, and drives parameters to infinity in a few steps.
+inline constexpr float kMaxLearningRate = 1e4f;
+
 // The learning rate at a step, from an OptimizerConfig's schedule.
 // Thread-safe (immutable after Create).
 class LearningRateSchedule {

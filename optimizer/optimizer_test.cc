@@ -1,5 +1,7 @@
 #include "optimizer/optimizer.h"
 
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -60,6 +62,28 @@ TEST(OptimizerTest, RejectsBadConfigs) {
   c.mutable_schedule()->set_type(LrSchedule::STEP);
   EXPECT_EQ(Optimizer::Create(c, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The audit's learning rates: NaN, infinite, and 3e38 (finite, and it drove
+// parameters to -inf in three steps of in-bound gradients).
+TEST(OptimizerTest, RejectsLearningRatesThatAreNotSane) {
+  for (float lr : {std::numeric_limits<float>::quiet_NaN(),
+                   std::numeric_limits<float>::infinity(), 3e38f, 1.5e4f}) {
+    absl::Status s = Optimizer::Create(Momentum(lr, 0.9f), 1).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << lr;
+    EXPECT_NE(s.message().find("learning_rate must be in (0, 10000]"),
+              std::string::npos)
+        << s;
+  }
+  EXPECT_TRUE(Optimizer::Create(Momentum(kMaxLearningRate, 0.9f), 1).ok());
+  // Within the bound, but not once the linear scaling rule has scaled it.
+  OptimizerConfig c = Momentum(100.0f, 0.9f);
+  c.mutable_schedule()->set_type(LrSchedule::WARMUP);
+  c.mutable_schedule()->set_reference_batch_size(1);
+  EXPECT_TRUE(Optimizer::Create(c, 100).ok());
+  absl::Status s = Optimizer::Create(c, 1000).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("at most 10000"), std::string::npos) << s;
 }
 
 TEST(OptimizerTest, SlotsPerType) {

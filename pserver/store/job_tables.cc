@@ -71,6 +71,22 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
           absl::StrCat("InitJob: sparse table ", spec.name(),
                        " has a negative admit_after or evict_after_steps"));
     }
+    const RowInitializer& init = so.init();
+    if (!RowInitializer::Type_IsValid(init.type())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: sparse table ", spec.name(),
+                       " has unknown initializer type ", init.type()));
+    }
+    // A row's initial values come from the scale alone: NaN, infinite or
+    // absurd ones would be every new row's (and every gradient's) poison.
+    if (!std::isfinite(init.scale()) ||
+        std::fabs(init.scale()) > kMaxInitializerScale ||
+        (init.type() == RowInitializer::UNIFORM && init.scale() < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitJob: sparse table ", spec.name(), " has initializer scale ",
+          init.scale(), "; it must be finite, in [-", kMaxInitializerScale,
+          ", ", kMaxInitializerScale, "], and >= 0 for UNIFORM"));
+    }
     if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitJob: sparse table ", spec.name(),

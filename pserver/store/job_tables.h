@@ -65,6 +65,10 @@ inline constexpr int kMaxTrainers = 1 << 16;
 // The most chunks a trainer may announce for one sparse table in one sync
 // step (each carries up to kMaxChunkBytes).
 inline constexpr int32_t kMaxChunksPerStep = 1 << 16;
+// The largest |scale| of a sparse table's row initializer (embeddings start
+// near 0.01; the bound only keeps out what can only be a mistake or an
+// attack).
+inline constexpr float kMaxInitializerScale = 1e4f;
 
 // INVALID_ARGUMENT or FAILED_PRECONDITION, naming the field, unless the
 // job-wide fields of `job` are sound: mode, trainer count (in [1,

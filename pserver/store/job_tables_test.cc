@@ -55,6 +55,29 @@ TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
       static_cast<SparseTableOptions::GradientMean>(7));
   EXPECT_EQ(CreateError(job, {}).message(),
             "InitJob: sparse table e has unknown gradient_mean 7");
+  // The audit's initializers: NaN and absurd scales, a negative UNIFORM
+  // range, an unknown type.
+  for (float scale : {std::nanf(""), 3e38f, -1.0f}) {
+    job = Job();
+    RowInitializer* init =
+        job.mutable_tables(1)->mutable_sparse()->mutable_init();
+    init->set_type(RowInitializer::UNIFORM);
+    init->set_scale(scale);
+    EXPECT_NE(CreateError(job, {}).message().find(
+                  "InitJob: sparse table e has initializer scale"),
+              std::string::npos)
+        << scale;
+  }
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->mutable_init()->set_scale(-0.5f);
+  EXPECT_TRUE(CreateError(job, {}).ok());  // a CONSTANT may be negative
+  job.mutable_tables(1)->mutable_sparse()->mutable_init()->set_type(
+      static_cast<RowInitializer::Type>(9));
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e has unknown initializer type 9");
+  job = Job();
+  job.mutable_tables(0)->mutable_optimizer()->set_learning_rate(3e38f);
+  EXPECT_EQ(CreateError(job, {}).code(), absl::StatusCode::kInvalidArgument);
   job = Job();
   job.mutable_tables(0)->set_block_size(0);
   EXPECT_NE(CreateError(job, {}).message().find("block_size must be in"),
