@@ -1,6 +1,12 @@
 #include "pserver/checkpoint/checkpointer.h"
 
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -9,17 +15,33 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
 namespace shardps {
 namespace {
 
 constexpr char kAbandonedSuffix[] = ".abandoned";
+constexpr char kAbandonedGenerationMark[] = ".abandoned-g";
+
+// The rollback that set `name` aside: its generation, 0 for the old name
+// without one; nullopt for any other name.
+std::optional<uint64_t> AbandonedBy(absl::string_view name) {
+  if (absl::EndsWith(name, kAbandonedSuffix)) return 0;
+  const size_t at = name.rfind(kAbandonedGenerationMark);
+  uint64_t generation;
+  if (at == absl::string_view::npos ||
+      !absl::SimpleAtoi(name.substr(at + std::strlen(kAbandonedGenerationMark)),
+                        &generation)) {
+    return std::nullopt;
+  }
+  return generation;
+}
 
 }  // namespace
 
 Checkpointer::Checkpointer(Env* env, std::string dir, int keep)
-    : env_(env), dir_(std::move(dir)), writer_(env, dir_, keep) {}
+    : env_(env), dir_(std::move(dir)), keep_(keep), writer_(env, dir_, keep) {}
 
 Checkpointer::~Checkpointer() {
   absl::MutexLock l(&mu_);
@@ -177,28 +199,41 @@ absl::Status Checkpointer::WriteGeneration(uint64_t generation) {
   return s;
 }
 
-absl::Status Checkpointer::SetAsideNewerThan(int64_t step) {
+absl::Status Checkpointer::SetAsideNewerThan(int64_t step,
+                                             uint64_t generation) {
   absl::MutexLock l(&mu_);
   JoinWriter();
   std::vector<std::string> children;
-  absl::Status st = env_->GetChildren(dir_, &children);
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(env_->GetChildren(dir_, &children));
+  // The timelines earlier rollbacks set aside, by generation: with this
+  // one's, the newest `keep_` stay.
+  std::map<uint64_t, std::vector<std::string>> abandoned;
   for (const std::string& name : children) {
-    if (!absl::EndsWith(name, kAbandonedSuffix)) continue;
-    st = env_->DeleteDir(JoinPath(dir_, name));
-    if (!st.ok()) return st;
+    std::optional<uint64_t> by = AbandonedBy(name);
+    if (by.has_value()) abandoned[*by].push_back(name);
+  }
+  int stay = std::max(0, keep_ - 1);
+  for (auto it = abandoned.rbegin(); it != abandoned.rend(); ++it) {
+    if (it->first != 0 && stay-- > 0) continue;
+    for (const std::string& name : it->second) {
+      RETURN_IF_ERROR(env_->DeleteDir(JoinPath(dir_, name)));
+      LOG(WARNING) << "deleted " << JoinPath(dir_, name)
+                   << " (set aside by an older rollback; the newest " << keep_
+                   << " rollbacks' are kept)";
+    }
   }
   auto steps = CheckpointReader(env_, dir_).ListComplete();
   if (!steps.ok()) return steps.status();
   for (int64_t s : *steps) {
     if (s <= step) continue;
     const std::string from = JoinPath(dir_, CheckpointDirName(s));
-    const std::string to = from + kAbandonedSuffix;
-    st = env_->RenameFile(from, to);
-    if (!st.ok()) return st;
+    const std::string to =
+        absl::StrCat(from, kAbandonedGenerationMark, generation);
+    RETURN_IF_ERROR(env_->RenameFile(from, to));
     LOG(WARNING) << "checkpoint of step " << s << " set aside as " << to
                  << " (the rollback to step " << step
-                 << " abandoned its timeline; deleted at the next rollback)";
+                 << " abandoned its timeline; kept for the newest " << keep_
+                 << " rollbacks)";
   }
   return env_->SyncDir(dir_);
 }

@@ -47,10 +47,13 @@ class Checkpointer {
   // with a warning. NotFound when there is none.
   absl::StatusOr<StoreSnapshot> LoadNewest() const;
   // Sets the checkpoints of steps after `step` aside (an abandoned timeline,
-  // after a rollback to `step`): renamed to ckpt-<step>.abandoned, and
-  // deleted at the next rollback. A rollback someone asked for wrongly
-  // loses no checkpoint for good: an operator can rename them back.
-  absl::Status SetAsideNewerThan(int64_t step);
+  // after a rollback to `step` that starts timeline `generation`): renamed
+  // to ckpt-<step>.abandoned-g<generation>. The timelines of the newest
+  // `keep` rollbacks stay (older ones are deleted, and so are those of the
+  // old name ckpt-<step>.abandoned), so that a rollback asked for wrongly,
+  // or twice, loses no checkpoint for good: an operator can rename them
+  // back.
+  absl::Status SetAsideNewerThan(int64_t step, uint64_t generation);
 
   // Renames every complete-looking checkpoint of a step after `step` to
   // ckpt-<step>.damaged, so that it is neither listed nor chosen for a
@@ -89,6 +92,7 @@ class Checkpointer {
 
   Env* const env_;
   const std::string dir_;
+  const int keep_;
   // mu_: one Save or Flush at a time (each joins the writer thread).
   absl::Mutex mu_;
   std::thread thread_ ABSL_GUARDED_BY(mu_);

@@ -105,32 +105,56 @@ TEST_F(CheckpointerTest, SaveLoadRoundTripAndRetention) {
   EXPECT_EQ(Steps(reader), (std::vector<int64_t>{2, 3}));
 }
 
-TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheAbandonedTimelineOnce) {
+TEST_F(CheckpointerTest, SetAsideNewerThanKeepsTheNewestRollbacksTimelines) {
   Checkpointer c(Env::Default(), dir_, /*keep=*/3);
   for (const StoreSnapshot& s : snaps_) EXPECT_TRUE(c.Save(s).ok());
   ASSERT_TRUE(c.Flush().ok());
   ASSERT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
-  ASSERT_TRUE(c.SetAsideNewerThan(3).ok());
+  ASSERT_TRUE(c.SetAsideNewerThan(3, 1).ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2, 3}));
-  ASSERT_TRUE(c.SetAsideNewerThan(1).ok());
+  ASSERT_TRUE(c.SetAsideNewerThan(1, 2).ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
-  const std::string three = JoinPath(dir_, CheckpointDirName(3));
-  EXPECT_TRUE(Env::Default()->FileExists(three + ".abandoned").ok());
+  auto at = [&](int64_t step, const std::string& suffix) {
+    return Env::Default()
+        ->FileExists(JoinPath(dir_, CheckpointDirName(step)) + suffix)
+        .ok();
+  };
+  EXPECT_TRUE(at(3, ".abandoned-g2"));
   auto newest = c.LoadNewest();
   ASSERT_TRUE(newest.ok()) << newest.status();
   ExpectSameSnapshot(*newest, snaps_[0]);
   EXPECT_EQ(c.Load(3).status().code(), absl::StatusCode::kNotFound);
-  // The new timeline writes step 2 again.
+  // The new timeline writes step 2 again, and a second rollback (the
+  // audit's: asked twice) sets it aside too, keeping the first one's.
   EXPECT_TRUE(c.Save(snaps_[1]).ok());
   ASSERT_TRUE(c.Flush().ok());
   EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 2}));
-  // The next rollback deletes what the one before set aside.
-  ASSERT_TRUE(c.SetAsideNewerThan(1).ok());
-  EXPECT_FALSE(Env::Default()->FileExists(three + ".abandoned").ok());
-  EXPECT_TRUE(
+  ASSERT_TRUE(c.SetAsideNewerThan(1, 3).ok());
+  EXPECT_TRUE(at(3, ".abandoned-g2"));
+  EXPECT_TRUE(at(2, ".abandoned-g2"));
+  EXPECT_TRUE(at(2, ".abandoned-g3"));
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
+  // With keep 3, the timelines of three rollbacks stay; the fourth deletes
+  // the oldest (and those of the old name, without a generation).
+  ASSERT_TRUE(
       Env::Default()
-          ->FileExists(JoinPath(dir_, CheckpointDirName(2)) + ".abandoned")
+          ->CreateDir(JoinPath(dir_, CheckpointDirName(7)) + ".abandoned")
           .ok());
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());
+  ASSERT_TRUE(c.Flush().ok());
+  ASSERT_TRUE(c.SetAsideNewerThan(1, 4).ok());
+  EXPECT_TRUE(at(2, ".abandoned-g4"));
+  EXPECT_TRUE(at(2, ".abandoned-g3"));
+  EXPECT_TRUE(at(2, ".abandoned-g2"));
+  EXPECT_FALSE(at(7, ".abandoned"));
+  EXPECT_TRUE(c.Save(snaps_[2]).ok());
+  ASSERT_TRUE(c.Flush().ok());
+  ASSERT_TRUE(c.SetAsideNewerThan(1, 5).ok());
+  EXPECT_TRUE(at(3, ".abandoned-g5"));
+  EXPECT_FALSE(at(3, ".abandoned-g2"));
+  EXPECT_FALSE(at(2, ".abandoned-g2"));
+  EXPECT_TRUE(at(2, ".abandoned-g3"));
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1}));
 }
 
 TEST_F(CheckpointerTest, FailedSyncKeepsThePreviousCheckpoint) {

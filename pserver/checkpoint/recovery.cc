@@ -86,7 +86,7 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
       RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(step - 1));
       continue;
     }
-    if (s.ok() && !start) s = checkpointer->SetAsideNewerThan(step);
+    if (s.ok() && !start) s = checkpointer->SetAsideNewerThan(step, generation);
     if (!s.ok() && start) {
       return absl::DataLossError(
           absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
