@@ -485,12 +485,8 @@ void ParameterStore::Sweep(absl::Time now) {
 }
 
 void ParameterStore::DropStalling(absl::Time now, absl::Duration timeout) {
-  // Trainers that heartbeat but have not sent their part of a step that
-  // others started `timeout` ago: dropped as silent ones are. Replicated,
-  // only the steps of units this pserver is the primary of count: one it
-  // assembled as the primary before a failover stays half-assembled until
-  // its new primary installs the unit (a rejoin), and the trainers that
-  // pushed the rest to the new primary are not stalling.
+  // Trainers that heartbeat but not their part of a step begun `timeout` ago
+  // in a unit served here (not one a failover left: docs/replication.md).
   std::vector<int> missing;
   int64_t step = 0;
   for (BarrierUnit* u : state_.tables->units()) {

@@ -260,25 +260,62 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
   // After the shard's primary changed: the acknowledged pushes of steps no
   // pull has seen applied go to the new primary (on the router's thread).
   void SendAgain() {
+    uint64_t round;
+    {
+      absl::MutexLock l(&mu_);
+      round = ++resend_round_;
+    }
+    SendAgainFrom(round, absl::Now(), absl::Milliseconds(50));
+  }
+
+ private:
+  // One try of round `round` (begun at `start`): every push still
+  // unconfirmed, to the shard's primary now. One it refuses because it has
+  // not learned the view yet, or that gets no answer for now, is sent again
+  // with the rest after `backoff` (doubling to 1 s), until the call timeout
+  // (options_.give_up_after); those it took already are answered as
+  // duplicates. A newer round (the primary moved again) ends this one.
+  // Found as a job stuck under packet loss: the new primary answered "not
+  // the primary of shard 2 in view 5" (the trainer knew view 6) to the push
+  // of step 68 sent again, nothing sent it a third time, and the step waited
+  // for it until the trainers gave up.
+  void SendAgainFrom(uint64_t round, absl::Time start, absl::Duration backoff) {
     std::vector<PushRequest> again;
     {
       absl::MutexLock l(&mu_);
+      if (round != resend_round_) return;
       again = unconfirmed_;
     }
+    const int p = router_->Primary(shard_);
+    if (p < 0) return;
     for (const PushRequest& req : again) {
-      const int p = router_->Primary(shard_);
-      if (p < 0) return;
       PushResponse resp;
       absl::Status s = router_->servers_[p]->Push(req, &resp);
-      LOG_IF(WARNING, !s.ok())
-          << "trainer " << router_->trainer_id_ << ": shard " << shard_
-          << ": pushing step " << req.step() << " again to pserver " << p
-          << ": " << s;
+      if (s.ok()) continue;
+      const Fault fault = Classify(s);
+      const bool later = (fault == Fault::kMoved || fault == Fault::kSilent ||
+                          fault == Fault::kBusy) &&
+                         absl::Now() - start < router_->options_.give_up_after;
+      LOG(WARNING) << "trainer " << router_->trainer_id_ << ": shard " << shard_
+                   << ": pushing step " << req.step() << " again to pserver "
+                   << p << ": " << s
+                   << (later ? absl::StrCat("; sent again in ",
+                                            absl::FormatDuration(backoff))
+                             : std::string("; not sent again"));
+      if (later) {
+        router_->Post(
+            [this, round, start, backoff] {
+              SendAgainFrom(round, start,
+                            std::min(backoff * 2, absl::Seconds(1)));
+            },
+            backoff);
+      }
+      return;
     }
     if (!again.empty()) {
       LOG(INFO) << "trainer " << router_->trainer_id_ << ": shard " << shard_
                 << ": pushed " << again.size() << " acknowledged push(es) "
-                << "again to pserver " << router_->Primary(shard_);
+                << "again to pserver " << p;
     }
   }
 
@@ -287,6 +324,7 @@ class ReplicaRouter::ShardClient : public PsClientInterface {
   const std::string name_;
   absl::Mutex mu_;
   std::vector<PushRequest> unconfirmed_ ABSL_GUARDED_BY(mu_);
+  uint64_t resend_round_ ABSL_GUARDED_BY(mu_) = 0;  // SendAgain's rounds
 };
 
 ReplicaRouter::ReplicaRouter(std::vector<PsClientInterface*> servers,
