@@ -232,6 +232,7 @@ int main(int argc, char** argv) {
   o->incarnation = (uint64_t{std::random_device{}()} << 32) ^
                    std::random_device{}() ^
                    static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  if (o->incarnation == 0) o->incarnation = 1;  // 0 means "none sent"
   shardps::SetBlasThreads(o->cpu_threads);
 
   Monitoring monitoring(c->job_id, o->trainer_id);

@@ -82,7 +82,9 @@ struct TrainerOptions {
   bool progress_bar = false;  // redraw one line on stderr (a terminal)
   // How long a non-chief waits for the chief to initialise the job.
   absl::Duration ready_timeout = absl::Minutes(10);
-  uint64_t incarnation = 0;  // distinguishes restarts of one trainer id
+  // Distinguishes restarts of one trainer id; never 0, which pservers
+  // refuse (trainer/main.cc draws 64 random bits).
+  uint64_t incarnation = 1;
 
   // Dense compression. Default: none.
   Compression compression = Compression::kNone;

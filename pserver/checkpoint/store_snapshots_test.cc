@@ -194,7 +194,9 @@ TEST(StoreCheckpointTest, ReplacedIncarnationIsRefused) {
   EXPECT_THAT(std::string(old.message()),
               ::testing::HasSubstr("was replaced by incarnation 2"));
   EXPECT_TRUE(s->CheckIncarnation(0, 2).ok());
-  EXPECT_TRUE(s->CheckIncarnation(0, 0).ok());  // not sent: not checked
+  // Not sent: refused once an incarnation registered (no way around it).
+  EXPECT_EQ(s->CheckIncarnation(0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(s->CheckIncarnation(1, 5).ok());  // not registered yet
 }
 

@@ -94,6 +94,7 @@ class HostileRequestTest : public ::testing::Test {
   // Table "w" as trainer 0 sees it.
   std::vector<float> W() {
     PullRequest req;
+    req.set_incarnation(1);  // trainer 0's, where a test registers it
     req.add_blocks()->set_block(0);
     req.add_blocks()->set_block(1);
     PullResponse resp;
@@ -278,9 +279,11 @@ TEST_F(HostileRequestTest, JobWithTooManyTrainersIsRefusedWhole) {
   EXPECT_EQ(W(), w0_);
   LeaveRequest leave;
   leave.set_trainer_id(1);
+  leave.set_incarnation(2);
   LeaveResponse lresp;
   RegisterRequest reg;
   reg.set_trainer_id(1);
+  reg.set_incarnation(2);
   RegisterResponse rresp;
   ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
   EXPECT_TRUE(handler_->Leave(leave, &lresp).ok());
@@ -460,11 +463,13 @@ TEST_F(HostileRequestTest, TrainerThatStallsTheStepIsDropped) {
   for (int k = 0; k < 2; ++k) {
     RegisterRequest reg;
     reg.set_trainer_id(k);
+    reg.set_incarnation(k + 1);
     RegisterResponse rresp;
     ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
   }
   PushRequest push;
   push.set_trainer_id(0);
+  push.set_incarnation(1);
   push.set_request_id(1);
   push.add_blocks()->set_values(FloatBytes({1, 1, 1, 1}));
   DenseBlock* b1 = push.add_blocks();
@@ -478,6 +483,7 @@ TEST_F(HostileRequestTest, TrainerThatStallsTheStepIsDropped) {
     for (int k = 0; k < 2; ++k) {
       HeartbeatRequest hb;
       hb.set_trainer_id(k);
+      hb.set_incarnation(k + 1);
       HeartbeatResponse hresp;
       // Trainer 1's are refused once it is dropped.
       absl::Status s = handler_->Heartbeat(hb, &hresp);
@@ -523,6 +529,7 @@ class AsyncHostileRequestTest : public HostileRequestTest {
     for (int k = 0; k < 2; ++k) {
       RegisterRequest reg;
       reg.set_trainer_id(k);
+      reg.set_incarnation(k + 1);
       RegisterResponse rresp;
       ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
     }
@@ -530,6 +537,7 @@ class AsyncHostileRequestTest : public HostileRequestTest {
   absl::Status PushRow(int trainer, int64_t step, uint64_t key) {
     PushRequest req;
     req.set_trainer_id(trainer);
+    req.set_incarnation(trainer + 1);
     req.set_step(step);
     req.set_request_id(++request_id_);
     SparseRows* rows = req.add_sparse();

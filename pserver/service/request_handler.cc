@@ -245,6 +245,14 @@ absl::Status RequestHandler::Register(const RegisterRequest& req,
         "trainer_id ", req.trainer_id(), " is out of range: the job has ",
         store_->job().num_trainers(), " trainers"));
   }
+  if (req.incarnation() == 0) {
+    // 0 stands for "none sent": registered, it would turn the incarnation
+    // checks of that trainer's requests off.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer ", req.trainer_id(),
+        " registers without an incarnation; every process sends its own "
+        "(non-zero)"));
+  }
   if (req.confirm()) {
     absl::Status s = store_->ConfirmJoin(req.trainer_id(), req.incarnation(),
                                          req.start_step());
@@ -311,6 +319,13 @@ absl::Status RequestHandler::Rollback(const RollbackRequest& req,
     return absl::FailedPreconditionError(
         "rollback requested, but this pserver was started without "
         "--checkpoint_dir");
+  }
+  if (req.trainer_id() != 0) {
+    // A rollback discards every trainer's progress since the step: the
+    // job's chief decides it (the others wait for it), not any caller.
+    return absl::PermissionDeniedError(
+        absl::StrCat("rollback asked by trainer ", req.trainer_id(),
+                     ": only the chief (trainer 0) rolls a job back"));
   }
   absl::MutexLock l(&rollback_mu_);
   if (store_->ready() && store_->generation() == req.generation() &&

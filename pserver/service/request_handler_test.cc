@@ -451,10 +451,30 @@ TEST_F(RequestHandlerTest, StatusAndRegistration) {
   ExpectCode(handler_->Register(reg, &rresp, "test"),
              absl::StatusCode::kInvalidArgument, "out of range");
   reg.set_trainer_id(1);
+  ExpectCode(handler_->Register(reg, &rresp, "test"),
+             absl::StatusCode::kInvalidArgument, "without an incarnation");
   reg.set_incarnation(7);
   ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
   EXPECT_TRUE(rresp.job_ready());
   EXPECT_EQ(rresp.join_step(), 0);
+  // Finding: "incarnation 0 skips the incarnation check": a push or pull
+  // for trainer 1 without its incarnation is refused, as another one is.
+  for (uint64_t incarnation : {0, 8}) {
+    PushRequest push;
+    push.set_trainer_id(1);
+    push.set_incarnation(incarnation);
+    push.set_request_id(99 + incarnation);
+    PushResponse presp;
+    ExpectCode(handler_->Push(push, &presp),
+               absl::StatusCode::kFailedPrecondition,
+               incarnation == 0 ? "without an incarnation is refused"
+                                : "was replaced by incarnation 7");
+  }
+  PullRequest pull;
+  pull.set_trainer_id(1);
+  PullResponse presp;
+  ExpectCode(Pull(pull, &presp), absl::StatusCode::kFailedPrecondition,
+             "without an incarnation is refused");
 }
 
 TEST_F(RequestHandlerTest, SparseRows) {
@@ -634,6 +654,15 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   RollbackResponse rr;
   r.set_step(0);
   r.set_generation(1);
+  // Finding: "Rollback from any trainer id" (the audit's 4242): only the
+  // chief rolls back.
+  for (int k : {1, 4242, -1}) {
+    r.set_trainer_id(k);
+    ExpectCode(handler_->Rollback(r, &rr), absl::StatusCode::kPermissionDenied,
+               "only the chief (trainer 0) rolls a job back");
+  }
+  EXPECT_EQ(store_.generation(), 0u);
+  r.set_trainer_id(0);
   ASSERT_TRUE(handler_->Rollback(r, &rr).ok());
   EXPECT_EQ(store_.generation(), 1u);
   EXPECT_EQ(store_.base_step(), 0);
@@ -661,10 +690,10 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   EXPECT_EQ(store_.generation(), 1u);
   // Finding: "Rollback from any client deletes every checkpoint newer than
   // the step it names": the abandoned step 1 was set aside, not deleted.
-  EXPECT_TRUE(
-      Env::Default()
-          ->FileExists(tmp.Path("ckpt/" + CheckpointDirName(1)) + ".abandoned")
-          .ok());
+  EXPECT_TRUE(Env::Default()
+                  ->FileExists(tmp.Path("ckpt/" + CheckpointDirName(1)) +
+                               ".abandoned-g1")
+                  .ok());
 }
 
 }  // namespace

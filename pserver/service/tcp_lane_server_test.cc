@@ -117,6 +117,7 @@ class TcpLaneTest : public testing::GrpcOneTableTest {
   static std::string PullOf(int trainer, uint32_t block, uint64_t offset) {
     PullRequest req;
     req.set_trainer_id(trainer);
+    req.set_incarnation(3);  // the ticket's
     req.set_encoding(FLOAT32);
     BlockRef* b = req.add_blocks();
     b->set_table_id(0);
@@ -185,6 +186,7 @@ TEST_F(TcpLaneTest, ACallAloneSpinsForTheRestOfItsValues) {
   EXPECT_TRUE(BusyReaches(1)) << TcpLaneServer::busy();
   PushRequest push;
   push.set_trainer_id(0);
+  push.set_incarnation(3);
   push.set_request_id(5);
   DenseBlock* b = push.add_blocks();
   b->set_table_id(0);
@@ -376,6 +378,7 @@ TEST_F(TcpLaneTest, HostileCallsOnAValidTicket) {
   {
     PushRequest push;
     push.set_trainer_id(0);
+    push.set_incarnation(3);
     push.set_request_id(77);
     DenseBlock* b = push.add_blocks();
     b->set_table_id(0);
@@ -427,6 +430,7 @@ TEST_F(TcpLaneTest, EncodingsAndOffsetsTheLaneDoesNotCarry) {
   for (uint64_t first : {uint64_t{2}, uint64_t{0}}) {
     PushRequest push;
     push.set_trainer_id(0);
+    push.set_incarnation(3);
     push.set_request_id(78 + first);
     for (uint32_t block : {0u, 1u}) {
       DenseBlock* b = push.add_blocks();

@@ -38,10 +38,17 @@ absl::Status Membership::CheckTrainerId(int k) const {
 }
 
 absl::Status Membership::CheckIncarnation(int k, uint64_t incarnation) const {
-  if (incarnation == 0 || k < 0 || k >= num_trainers_) {
+  if (k < 0 || k >= num_trainers_) {
     return absl::OkStatus();  // the request's other checks will answer
   }
   const uint64_t known = active_incarnation_[k].load();
+  if (known != 0 && incarnation == 0) {
+    // Not a way around the check (issue 34's audit): every trainer process
+    // stamps its requests with its incarnation.
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer ", k, " is running as incarnation ", known,
+                     "; a request for it without an incarnation is refused"));
+  }
   if (known != 0 && known != incarnation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "trainer ", k, " incarnation ", incarnation,

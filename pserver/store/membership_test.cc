@@ -57,7 +57,14 @@ TEST_F(MembershipTest, ReplacedIncarnationsAreToldSo) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("was replaced by incarnation 2"),
             std::string::npos);
-  EXPECT_TRUE(sync_.CheckIncarnation(0, 0).ok());  // not sent
+  // Not sent: no way around the check once an incarnation registered.
+  s = sync_.CheckIncarnation(0, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("trainer 0 is running as incarnation 2; a "
+                             "request for it without an incarnation"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(sync_.CheckIncarnation(1, 0).ok());  // not registered yet
   s = sync_.Heartbeat(0, 1, clock_.Now());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
 }

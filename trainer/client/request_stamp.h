@@ -9,7 +9,8 @@
 namespace shardps {
 
 // What every request of a trainer carries (docs/wire_protocol.md): its id,
-// the incarnation of its process (0: not sent, so not checked), the
+// the incarnation of its process (a pserver refuses 0 in Register, and in
+// any request of a trainer that registered), the
 // timeline (generation) it is on, and a fresh non-zero id per push so that
 // a retried push is applied once. Shared by a trainer's clients (JobClient,
 // ParamClient, SparseClient). Thread-compatible: one training thread.
