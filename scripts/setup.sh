@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libopenblas-dev libeigen3-dev
+  libssl-dev  # common/tls: checks certificates and keys at start
   dataset-fashion-mnist
   liblinear-tools  # examples/heart_scale for libsvm_reader_test
   clang-14 libclang-rt-14-dev  # libFuzzer for tests/fuzz_codec.sh

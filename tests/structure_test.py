@@ -48,7 +48,7 @@ SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
 CPP_EXT = (".h", ".cc", ".cu")
 
 COMMON = ["common/launch", "common/placement", "common/storage",
-          "common/transport", "common/monitoring"]
+          "common/tls", "common/transport", "common/monitoring"]
 PSERVER_BASE = ["base", "compression", "kernels", "optimizer", "proto"] + COMMON
 # Folder -> folders (and absl, std, third-party headers) its non-test
 # sources may include. A folder may always include itself.
@@ -59,7 +59,9 @@ LAYERS = {
     "common/launch": ["base", "proto"],
     "common/placement": ["base", "proto"],
     "common/storage": ["base"],
-    "common/transport": ["base", "compression", "proto", "common/launch"],
+    "common/tls": [],
+    "common/transport": ["base", "compression", "proto", "common/launch",
+                         "common/tls"],
     "common/monitoring": ["base", "common/launch"],
     "optimizer": ["base", "kernels", "proto"],
     "pserver/store": PSERVER_BASE,

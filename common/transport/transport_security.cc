@@ -6,6 +6,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "common/tls/certificate_check.h"
 
 namespace shardps {
 namespace {
@@ -106,6 +109,18 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(
   if (!key.ok()) return key.status();
   auto ca = ReadPem("tls_ca_file", files.tls_ca_file);
   if (!ca.ok()) return ca.status();
+  // What gRPC would take without a word (an expired certificate) or report
+  // as something else (a key of another certificate: "cannot listen").
+  const absl::Time now = absl::Now();
+  if (!cert->empty()) {
+    RETURN_IF_ERROR(CheckCertificateAndKey(
+        {"tls_cert_file", files.tls_cert_file, *cert},
+        {"tls_key_file", files.tls_key_file, *key}, now));
+  }
+  if (!ca->empty()) {
+    RETURN_IF_ERROR(
+        CheckCaCertificates({"tls_ca_file", files.tls_ca_file, *ca}, now));
+  }
   s.tls_cert_pem = *std::move(cert);
   s.tls_key_pem = *std::move(key);
   s.tls_ca_pem = *std::move(ca);

@@ -1,6 +1,7 @@
 #include "common/transport/transport_security.h"
 
 #include "common/testing/temp_dir.h"
+#include "common/tls/testing/test_certificates.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,6 +22,7 @@ class TransportSecurityTest : public ::testing::Test {
     return LoadTransportSecurity(f, role).status();
   }
   const std::string kPem = "-----BEGIN CERTIFICATE-----\nMII\n-----END";
+  const testing::TestCertificate cert_ = testing::MakeTestCertificate();
   testing::ScopedTempDir dir_{"transport_security"};
 };
 
@@ -75,13 +77,13 @@ TEST_F(TransportSecurityTest, CertificateFilesMustBePemAndComeInPairs) {
 
 TEST_F(TransportSecurityTest, ServerTlsAloneAndMutual) {
   TransportSecurityFiles f;
-  f.tls_cert_file = Write("cert.pem", kPem);
-  f.tls_key_file = Write("key.pem", kPem);
+  f.tls_cert_file = Write("cert.pem", cert_.cert_pem);
+  f.tls_key_file = Write("key.pem", cert_.key_pem);
   auto s = LoadTransportSecurity(f, TransportRole::kServer);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->tls());
   EXPECT_FALSE(s->mutual_tls());
-  f.tls_ca_file = Write("ca.pem", kPem);
+  f.tls_ca_file = Write("ca.pem", cert_.cert_pem);
   s = LoadTransportSecurity(f, TransportRole::kServer);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(DescribeTransportSecurity(*s), "no token, mutual TLS");
@@ -89,7 +91,7 @@ TEST_F(TransportSecurityTest, ServerTlsAloneAndMutual) {
 
 TEST_F(TransportSecurityTest, RoleSpecificCombinationsAreRefused) {
   TransportSecurityFiles ca_only;
-  ca_only.tls_ca_file = Write("ca.pem", kPem);
+  ca_only.tls_ca_file = Write("ca.pem", cert_.cert_pem);
   EXPECT_THAT(Load(ca_only, TransportRole::kServer).message(),
               HasSubstr("needs the pserver's own --tls_cert_file"));
   // A client with only the CA: TLS without a client certificate.
@@ -98,8 +100,8 @@ TEST_F(TransportSecurityTest, RoleSpecificCombinationsAreRefused) {
   EXPECT_EQ(DescribeTransportSecurity(*s), "no token, TLS");
 
   TransportSecurityFiles cert_only;
-  cert_only.tls_cert_file = Write("cert.pem", kPem);
-  cert_only.tls_key_file = Write("key.pem", kPem);
+  cert_only.tls_cert_file = Write("cert.pem", cert_.cert_pem);
+  cert_only.tls_key_file = Write("key.pem", cert_.key_pem);
   EXPECT_THAT(Load(cert_only, TransportRole::kClient).message(),
               HasSubstr("needs --tls_ca_file"));
 
@@ -109,6 +111,31 @@ TEST_F(TransportSecurityTest, RoleSpecificCombinationsAreRefused) {
               HasSubstr("needs TLS"));
   EXPECT_THAT(Load(name, TransportRole::kServer).message(),
               HasSubstr("is for clients"));
+}
+
+// Issue 34's audit: an expired certificate started silently, and a key of
+// another certificate was reported as "cannot listen ... (is the port in
+// use)". Both are refused when the files are loaded, naming them.
+TEST_F(TransportSecurityTest, ExpiredCertificatesAndWrongKeysAreRefused) {
+  const testing::TestCertificate old =
+      testing::MakeTestCertificate("old", -absl::Hours(48), -absl::Hours(1));
+  TransportSecurityFiles f;
+  f.tls_cert_file = Write("old.pem", old.cert_pem);
+  f.tls_key_file = Write("old.key", old.key_pem);
+  absl::Status s = Load(f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("old.pem: the certificate /CN=old "
+                                     "expired on"));
+  f.tls_cert_file = Write("cert.pem", cert_.cert_pem);
+  EXPECT_THAT(Load(f).message(),
+              HasSubstr("old.key is not the private key of the certificate"));
+  f.tls_key_file = Write("key.pem", cert_.key_pem);
+  EXPECT_TRUE(Load(f).ok());
+  f.tls_ca_file = Write("ca.pem", old.cert_pem);
+  EXPECT_THAT(Load(f).message(), HasSubstr("--tls_ca_file="));
+  // Not PEM certificates at all.
+  f.tls_ca_file = Write("bad.pem", kPem);
+  EXPECT_THAT(Load(f).message(), HasSubstr("no certificate could be read"));
 }
 
 TEST(ConstantTimeEqualsTest, Compares) {
