@@ -13,6 +13,7 @@
 #include "common/launch/flags.h"
 #include "common/launch/launch_env.h"
 #include "common/launch/malloc_tuning.h"
+#include "common/launch/process_limits.h"
 #include "common/monitoring/monitoring.h"
 #include "common/storage/env.h"
 #include "common/storage/fault_injection_env.h"
@@ -198,6 +199,8 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "checkpoint fault injection armed by "
                  << shardps::kCheckpointFaultEnvVar;
   }
+  // Every connection holds a file descriptor; logged once serving.
+  const shardps::OpenFileLimit files = shardps::RaiseOpenFileLimit();
 
   // SIGTERM and SIGINT are handled by a thread that shuts the server down.
   sigset_t signals;
@@ -216,6 +219,7 @@ int main(int argc, char** argv) {
     std::cerr << "pserver: " << s.message() << "\n";
     return 1;
   }
+  shardps::LogOpenFileLimit(files);
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
