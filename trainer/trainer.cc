@@ -6,8 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "common/transport/wire_limits.h"
 #include "glog/logging.h"
@@ -312,7 +310,6 @@ absl::Status Trainer::Connect() {
 absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
   std::vector<std::string> addresses;
   for (PsClientInterface* s : servers_) addresses.push_back(s->address());
-  absl::Time last_wait_log = absl::InfinitePast();
   for (int attempt = 0; sync(); ++attempt) {
     ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st,
                      job_client_->Statuses());
@@ -334,22 +331,6 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
     if (plan.action == RecoveryPlan::Action::kAdopt) {
       stamp_.set_generation(plan.generation);
       break;
-    }
-    if (options_.trainer_id != 0) {
-      // Only the chief rolls the pservers back (they refuse anyone else):
-      // wait for it, saying so.
-      const absl::Time now = absl::Now();
-      if (now - last_wait_log >= absl::Seconds(10)) {
-        last_wait_log = now;
-        LOG(WARNING) << "trainer " << options_.trainer_id
-                     << ": pservers disagree (" << plan.where
-                     << "); waiting for the chief (trainer 0) to roll them "
-                        "back to step "
-                     << plan.step << " (it must be running)";
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-      --attempt;
-      continue;
     }
     LOG(WARNING) << "trainer " << options_.trainer_id << ": pservers disagree ("
                  << plan.where << "): rolling every one back to step "

@@ -320,12 +320,14 @@ absl::Status RequestHandler::Rollback(const RollbackRequest& req,
         "rollback requested, but this pserver was started without "
         "--checkpoint_dir");
   }
-  if (req.trainer_id() != 0) {
-    // A rollback discards every trainer's progress since the step: the
-    // job's chief decides it (the others wait for it), not any caller.
-    return absl::PermissionDeniedError(
-        absl::StrCat("rollback asked by trainer ", req.trainer_id(),
-                     ": only the chief (trainer 0) rolls a job back"));
+  if (store_->ready() && (req.trainer_id() < 0 ||
+                          req.trainer_id() >= store_->job().num_trainers())) {
+    // Any trainer of the job may roll it back: the first to find the
+    // pservers disagreeing does (the chief may be waiting in a pull, on a
+    // pserver that did not restart, for that very trainer's push).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollback asked by trainer ", req.trainer_id(), ": the job has ",
+        store_->job().num_trainers(), " trainers"));
   }
   absl::MutexLock l(&rollback_mu_);
   if (store_->ready() && store_->generation() == req.generation() &&

@@ -654,15 +654,15 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   RollbackResponse rr;
   r.set_step(0);
   r.set_generation(1);
-  // Finding: "Rollback from any trainer id" (the audit's 4242): only the
-  // chief rolls back.
-  for (int k : {1, 4242, -1}) {
+  // Finding: "Rollback from any trainer id" (the audit's 4242): only a
+  // trainer of the job rolls it back.
+  for (int k : {2, 4242, -1}) {
     r.set_trainer_id(k);
-    ExpectCode(handler_->Rollback(r, &rr), absl::StatusCode::kPermissionDenied,
-               "only the chief (trainer 0) rolls a job back");
+    ExpectCode(handler_->Rollback(r, &rr), absl::StatusCode::kInvalidArgument,
+               "the job has 2 trainers");
   }
   EXPECT_EQ(store_.generation(), 0u);
-  r.set_trainer_id(0);
+  r.set_trainer_id(1);
   ASSERT_TRUE(handler_->Rollback(r, &rr).ok());
   EXPECT_EQ(store_.generation(), 1u);
   EXPECT_EQ(store_.base_step(), 0);
