@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -107,24 +108,36 @@ bool BusyReaches(const std::atomic<int>& busy, int want) {
   return busy.load() == want;
 }
 
+// The server reads `data` (deadline 30 s) while a thread runs `first`, then
+// writes `data` from the client; what the server read.
+std::string ReadWhileWriting(Pair& p, const std::function<void()>& first,
+                             const std::string& data) {
+  std::thread writer([&] {
+    first();
+    EXPECT_TRUE(
+        p.client
+            ->Write({IoVec(data.data(), data.size())}, absl::InfiniteFuture())
+            .ok());
+  });
+  std::string buf(data.size(), '\0');
+  EXPECT_TRUE(p.server
+                  ->Read({IoVec(buf.data(), buf.size())},
+                         absl::Now() + absl::Seconds(30))
+                  .ok());
+  writer.join();
+  return buf;
+}
+
 TEST(TcpLaneSocketTest, AReadSpinsCountedWhileItsSideIsIdle) {
   Pair p = Connected();
   std::atomic<int> busy{0};
   p.server->set_spin(absl::Seconds(20), &busy, /*own=*/0);
-  std::thread writer([&] {
-    // The read waits spinning, and counts itself while it does.
-    EXPECT_TRUE(BusyReaches(busy, 1));
-    EXPECT_TRUE(
-        p.client->Write({IoVec("abcd", 4)}, absl::InfiniteFuture()).ok());
-  });
-  char buf[4];
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(
-      p.server->Read({IoVec(buf, sizeof(buf))}, absl::Now() + absl::Seconds(30))
-          .ok());
-  writer.join();
+  // The read waits spinning, and counts itself while it does.
+  const std::string read = ReadWhileWriting(
+      p, [&] { EXPECT_TRUE(BusyReaches(busy, 1)); }, "abcd");
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  EXPECT_EQ(std::string(buf, 4), "abcd");
+  EXPECT_EQ(read, "abcd");
   EXPECT_EQ(busy.load(), 0);
 }
 
@@ -133,15 +146,10 @@ TEST(TcpLaneSocketTest, AReadSpinsAlongsideOneOtherCall) {
   // One call in progress besides this socket's own.
   std::atomic<int> busy{2};
   p.server->set_spin(absl::Seconds(20), &busy, /*own=*/1);
-  std::thread writer([&] {
-    EXPECT_TRUE(BusyReaches(busy, 3));  // spinning
-    EXPECT_TRUE(p.client->Write({IoVec("ab", 2)}, absl::InfiniteFuture()).ok());
-  });
-  char buf[2];
-  EXPECT_TRUE(
-      p.server->Read({IoVec(buf, sizeof(buf))}, absl::Now() + absl::Seconds(30))
-          .ok());
-  writer.join();
+  EXPECT_EQ(ReadWhileWriting(
+                p, [&] { EXPECT_TRUE(BusyReaches(busy, 3)); },  // spinning
+                "ab"),
+            "ab");
   EXPECT_EQ(busy.load(), 2);
 }
 
@@ -151,17 +159,15 @@ TEST(TcpLaneSocketTest, AReadSleepsAtOnceWhileTwoOthersAreCounted) {
   // spinner).
   std::atomic<int> busy{3};
   p.server->set_spin(absl::Seconds(20), &busy, /*own=*/1);
-  std::thread writer([&] {
-    absl::SleepFor(absl::Milliseconds(100));
-    EXPECT_EQ(busy.load(), 3);  // not spinning
-    EXPECT_TRUE(p.client->Write({IoVec("ab", 2)}, absl::InfiniteFuture()).ok());
-  });
-  char buf[2];
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(
-      p.server->Read({IoVec(buf, sizeof(buf))}, absl::Now() + absl::Seconds(30))
-          .ok());
-  writer.join();
+  EXPECT_EQ(ReadWhileWriting(
+                p,
+                [&] {
+                  absl::SleepFor(absl::Milliseconds(100));
+                  EXPECT_EQ(busy.load(), 3);  // not spinning
+                },
+                "ab"),
+            "ab");
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_EQ(busy.load(), 3);
 }
