@@ -69,6 +69,11 @@ DEFINE_int64(max_memory_mb, 0,
              "what a job's tables and optimizer state may hold here; a job "
              "that needs more is refused (RESOURCE_EXHAUSTED). 0: 3/4 of the "
              "machine's memory, or of the cgroup's memory.max when lower");
+DEFINE_int64(max_memory_mb_per_job, 0,
+             "what one job's tables and optimizer state may hold here, "
+             "within --max_memory_mb for all jobs, so that one job cannot "
+             "starve the others (RESOURCE_EXHAUSTED past it). 0: no limit "
+             "of its own");
 
 namespace {
 
@@ -97,6 +102,10 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   if (FLAGS_job_retention < 1) fail("--job_retention must be >= 1");
   if (FLAGS_max_memory_mb < 0 || FLAGS_max_memory_mb > (int64_t{1} << 40)) {
     fail("--max_memory_mb must be in [0, 2^40]");
+  }
+  if (FLAGS_max_memory_mb_per_job < 0 ||
+      FLAGS_max_memory_mb_per_job > (int64_t{1} << 40)) {
+    fail("--max_memory_mb_per_job must be in [0, 2^40]");
   }
   shardps::GrpcServerOptions options;
   options.host = FLAGS_host;
@@ -130,6 +139,7 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
                                  : DefaultMemoryLimitBytes();
   p.checkpoint_dir = FLAGS_checkpoint_dir;
   p.keep_checkpoints = FLAGS_keep_checkpoints;
+  p.max_memory_bytes_per_job = FLAGS_max_memory_mb_per_job << 20;
   p.max_jobs = FLAGS_max_jobs;
   p.job_retention = absl::Seconds(FLAGS_job_retention);
   p.env = checkpoint_env;
@@ -142,7 +152,8 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
       {"Server",
        {"port", "port_file", "host", "num_gradient_servers", "max_pull_wait_s",
         "trainer_timeout", "tcp_lane", "tcp_lane_port", "tcp_lane_spin_us"}},
-      {"Jobs and memory", {"max_jobs", "job_retention", "max_memory_mb"}},
+      {"Jobs and memory",
+       {"max_jobs", "job_retention", "max_memory_mb", "max_memory_mb_per_job"}},
       {"Checkpoints (docs/checkpoint_format.md)",
        {"checkpoint_dir", "keep_checkpoints"}},
       shardps::SecurityFlagGroup(),

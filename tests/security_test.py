@@ -127,13 +127,17 @@ class SecurityTest(testlib.ProcessTestCase):
         self.assertGreater(accuracies[0], 0.845)
         self.stop_pservers(pservers)
 
-    def run_jobs(self, jobs, name):
+    def run_jobs(self, jobs, name, pserver_flags=(), during=None,
+                 after=None):
         """Runs `jobs` ({job_id: trainer flags}) at the same time, 2 trainers
         each, on 2 fresh pservers; returns {job_id: final eval of trainer
-        0} after checking that both trainers of each agree."""
+        0} after checking that both trainers of each agree. `during(ports,
+        trainers, pservers)` runs once the trainers are started, `after(ports)` once
+        they have ended."""
         pservers, ports = [], []
         for i in range(2):
             p, port, _ = self.start_pserver("%s-ps%d" % (name, i),
+                                            list(pserver_flags),
                                             num_trainers=2)
             pservers.append(p)
             ports.append(port)
@@ -142,6 +146,9 @@ class SecurityTest(testlib.ProcessTestCase):
             tag = "%s-%s-" % (name, job)
             started[job] = (tag, self.start_trainers(
                 ports, ["--job_id=" + job] + flags, tag=tag))
+        if during is not None:
+            during(ports, [t for _, ts in started.values() for t in ts],
+                   pservers)
         finals = {}
         for job, (tag, trainers) in started.items():
             for t in trainers:
@@ -153,8 +160,62 @@ class SecurityTest(testlib.ProcessTestCase):
         if len(jobs) > 1:
             r = self.ps_status(ports[0], "--job_id=b")
             self.assertIn("sync, 2 trainers", r.stdout)
+        if after is not None:
+            after(ports)
         self.stop_pservers(pservers)
+        for i in range(2):
+            log = self.read("%s-ps%d.log" % (name, i))
+            self.assertNotRegex(log, r"Check failed|terminate called|"
+                                r"AddressSanitizer|bad_alloc|\*\*\* SIG")
         return finals
+
+    def test_per_job_tokens_keep_jobs_apart(self):
+        """Issue 34: two teams' jobs on the same pservers, each with its own
+        token (--auth_token_dir). 3,000 fuzzed requests with job a's token
+        naming job b are all refused PERMISSION_DENIED, 1,000 more against
+        a's own job (InitJobs of any size, bounded by
+        --max_memory_mb_per_job) change nothing of b: b ends bit-identical
+        to its run alone. The admin token reads b's status, a's cannot."""
+        os.mkdir(os.path.join(self.tmp, "tokens"))
+        token = {job: self.write_token(os.path.join("tokens", job + ".token"))
+                 for job in ("a", "b")}
+        admin = self.write_token("admin")
+        ps_flags = ["--auth_token_dir=" + os.path.join(self.tmp, "tokens"),
+                    "--admin_token_file=" + admin, "--max_pull_wait_s=2",
+                    "--max_memory_mb=%d" % MAX_MEMORY_MB,
+                    "--max_memory_mb_per_job=%d" % (MAX_MEMORY_MB // 2)]
+        b = {"b": ["--auth_token_file=" + token["b"], "--mode=sync",
+                   "--num_passes=3"]}
+        alone = self.run_jobs(b, "alone", ps_flags)["b"]
+        as_a = "--auth_token_file=" + token["a"]
+        seen = {}
+
+        def attack(ports, trainers, pservers):
+            seen["b"] = self.fuzz(ports, as_a, "--job_id=b", "--requests=3000",
+                                  "--expect_code=PERMISSION_DENIED")
+            seen["running"] = all(t.poll() is None for t in trainers)
+            seen["a"] = self.fuzz(ports, as_a, "--job_id=a", "--requests=1000",
+                                  "--seed=5")
+            seen["peak"] = max(vm_hwm_kib(p.pid) for p in pservers)
+
+        def status(ports):
+            r = self.ps_status(ports[0], "--job_id=b",
+                               "--auth_token_file=" + admin)
+            self.assertEqual(r.returncode, 0, r.stdout)
+            self.assertIn("sync, 2 trainers", r.stdout)
+            r = self.ps_status(ports[0], "--job_id=b", as_a)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn("refused: PERMISSION_DENIED", r.stdout)
+            self.assertIn("this token does not cover job 'b'", r.stdout)
+
+        attacked = self.run_jobs(b, "attacked", ps_flags, attack, status)["b"]
+        self.assertEqual(seen["b"].returncode, 0, seen["b"].stdout)
+        self.assertIn("sent 3000 requests", seen["b"].stdout)
+        self.assertTrue(seen["running"], "job b ended before the fuzzer did")
+        self.assertEqual(seen["a"].returncode, 0, seen["a"].stdout)
+        self.assertEqual(attacked["test_loss"], alone["test_loss"])
+        self.assertEqual(attacked["test_accuracy"], alone["test_accuracy"])
+        self.assertLess(seen["peak"], (MAX_MEMORY_MB + 384) * 1024)
 
     def test_two_jobs_on_the_same_pservers(self):
         a = ["--mode=sync", "--max_steps=120"]
@@ -245,6 +306,37 @@ class SecurityTest(testlib.ProcessTestCase):
         for kib in peak:
             self.assertLess(kib, (MAX_MEMORY_MB + 384) * 1024,
                             "pserver peak RSS %d KiB" % kib)
+
+    def test_trainers_token_cannot_make_pserver_calls(self):
+        """Issue 34: with --peer_token_file, the calls between pservers
+        (Forward, the view change, InstallUnit) take the peer token only:
+        500 fuzzed ones with the trainers' token during a replicated job are
+        all refused PERMISSION_DENIED, and the job trains to its end."""
+        auth = "--auth_token_file=" + self.write_token()
+        peer = "--peer_token_file=" + self.write_token("peer")
+        pservers, ports = [], []
+        for i in range(3):
+            p, port, _ = self.start_pserver("ps%d" % i, [auth, peer],
+                                            num_trainers=2)
+            pservers.append(p)
+            ports.append(port)
+        trainers = self.start_trainers(ports, [auth, "--mode=sync",
+                                               "--replication=2",
+                                               "--num_passes=2"])
+        fuzz = self.fuzz(ports, auth, "--requests=500", "--expect_code="
+                         "PERMISSION_DENIED", "--methods=Forward,ViewPrepare,"
+                         "ViewAccept,ViewCommit,InstallUnit")
+        self.assertEqual(fuzz.returncode, 0, fuzz.stdout)
+        for t in trainers:
+            self.assertEqual(t.wait(timeout=240), 0)
+        self.assertGreater(
+            testlib.final_eval(self.metrics(0))["test_accuracy"], 0.8)
+        # No forged view took: each pserver is still in the job's first,
+        # with all three.
+        for port in ports:
+            r = self.ps_status(port, auth)
+            self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)
+        self.stop_pservers(pservers)
 
     def test_fuzz_with_token_leaves_pservers_serving(self):
         self.fuzz_job(2, ["--num_passes=2"], seed=11)

@@ -154,7 +154,15 @@ int main(int argc, char** argv) {
     shardps::GetStatusResponse resp;
     absl::Status s = client->GetStatus(req, &resp);
     if (!s.ok()) {
-      std::cout << addr << ": unreachable (" << s.message() << ")\n";
+      // Refused (a token that does not cover the job) is not unreachable.
+      const bool refused =
+          !absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s);
+      std::cout << addr << ": "
+                << (refused ? absl::StrCat("refused: ",
+                                           absl::StatusCodeToString(s.code()),
+                                           ": ", s.message())
+                            : absl::StrCat("unreachable (", s.message(), ")"))
+                << "\n";
       ++unreachable;
       continue;
     }

@@ -2,10 +2,14 @@
 
 #include <grpc/grpc_security.h>
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "base/job_id.h"
+#include "common/auth/token_authority.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -17,46 +21,70 @@ absl::string_view SliceView(const grpc_slice& s) {
       GRPC_SLICE_LENGTH(s));
 }
 
+// What call `path` ("/shardps.ParameterServer/Push") is, for who may make
+// it.
+CallClass ClassOf(absl::string_view path) {
+  if (absl::StartsWith(path, "/shardps.Replication/")) return CallClass::kPeer;
+  if (path == "/shardps.ParameterServer/GetStatus") return CallClass::kStatus;
+  return CallClass::kJob;
+}
+
 // gRPC's auth metadata processor (grpc_security.h), run by the server's
 // auth filter on each call's metadata before the call reaches a method.
-// `state` is the token.
+// `state` is a std::shared_ptr<TokenAuthority>*.
 void CheckToken(void* state, grpc_auth_context* /*context*/,
                 const grpc_metadata* md, size_t num_md,
                 grpc_process_auth_metadata_done_cb done, void* user_data) {
-  const std::string& token = *static_cast<const std::string*>(state);
+  TokenAuthority& authority =
+      **static_cast<std::shared_ptr<TokenAuthority>*>(state);
   const grpc_metadata* auth = nullptr;
-  bool health = false;
+  absl::string_view path;
+  absl::string_view job = kDefaultJobId;
+  int jobs_named = 0;
   for (size_t i = 0; i < num_md; ++i) {
     const absl::string_view key = SliceView(md[i].key);
     if (key == kAuthorizationMetadataKey) {
       auth = &md[i];
     } else if (key == ":path") {
-      health = absl::StartsWith(SliceView(md[i].value), kHealthServicePrefix);
+      path = SliceView(md[i].value);
+    } else if (key == kJobMetadataKey) {
+      job = SliceView(md[i].value);
+      ++jobs_named;
     }
   }
-  if (health) {
+  if (absl::StartsWith(path, kHealthServicePrefix)) {
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
     return;
   }
-  if (auth == nullptr) {
-    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
-         "this pserver needs a token: start the client with the pserver's "
-         "--auth_token_file");
-    return;
+  absl::Status s;
+  if (jobs_named > 1) {
+    // The method would see one of them, the check another.
+    s = absl::PermissionDeniedError("a call names one job (shardps-job) once");
+  } else {
+    std::optional<absl::string_view> token;
+    if (auth != nullptr) {
+      absl::string_view presented = SliceView(auth->value);
+      if (absl::ConsumePrefix(&presented, "Bearer "))
+        token = presented;
+      else
+        token = absl::string_view();  // a malformed header: no known token
+    }
+    s = authority.Check(token, job, ClassOf(path));
   }
-  absl::string_view presented = SliceView(auth->value);
-  if (!absl::ConsumePrefix(&presented, "Bearer ") ||
-      !ConstantTimeEquals(presented, token)) {
-    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
-         "wrong token: the client's --auth_token_file differs from the "
-         "pserver's");
+  if (!s.ok()) {
+    // gRPC copies the message before done() returns.
+    const std::string message(s.message());
+    done(user_data, nullptr, 0, nullptr, 0,
+         static_cast<grpc_status_code>(s.code()), message.c_str());
     return;
   }
   // Consumed: the methods never see the secret.
   done(user_data, auth, 1, nullptr, 0, GRPC_STATUS_OK, nullptr);
 }
 
-void DeleteToken(void* state) { delete static_cast<std::string*>(state); }
+void DeleteAuthority(void* state) {
+  delete static_cast<std::shared_ptr<TokenAuthority>*>(state);
+}
 
 // Server credentials made with gRPC's C API, for what the C++ API of gRPC
 // 1.51 cannot express: an auth metadata processor on plaintext credentials
@@ -106,7 +134,13 @@ std::string BearerMetadataValue(const std::string& token) {
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(
     const TransportSecurity& s) {
-  if (s.auth_token.empty()) {
+  std::shared_ptr<TokenAuthority> authority = s.authority;
+  if (authority == nullptr && !s.auth_token.empty()) {
+    TokenAuthority::Options o;
+    o.shared_token = s.auth_token;
+    authority = *TokenAuthority::Create(std::move(o));
+  }
+  if (authority == nullptr) {
     if (!s.tls()) return grpc::InsecureServerCredentials();
     grpc::SslServerCredentialsOptions options(
         s.mutual_tls()
@@ -120,8 +154,9 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(
       s.tls() ? CoreSslServerCredentials(s)
               : grpc_insecure_server_credentials_create();
   grpc_server_credentials_set_auth_metadata_processor(
-      creds, grpc_auth_metadata_processor{CheckToken, DeleteToken,
-                                          new std::string(s.auth_token)});
+      creds, grpc_auth_metadata_processor{
+                 CheckToken, DeleteAuthority,
+                 new std::shared_ptr<TokenAuthority>(std::move(authority))});
   return std::make_shared<CoreServerCredentials>(creds);
 }
 

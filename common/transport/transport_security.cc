@@ -13,10 +13,6 @@
 namespace shardps {
 namespace {
 
-// Secrets and certificates are small; a larger file is a mistake (or
-// /dev/zero), not something to read to the end.
-constexpr size_t kMaxSecretFileBytes = 1 << 20;
-
 absl::StatusOr<std::string> ReadSmallFile(const char* flag,
                                           const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -39,28 +35,6 @@ absl::StatusOr<std::string> ReadSmallFile(const char* flag,
   return data;
 }
 
-absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  auto data = ReadSmallFile("auth_token_file", path);
-  if (!data.ok()) return data.status();
-  absl::string_view token = absl::StripTrailingAsciiWhitespace(*data);
-  if (token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--auth_token_file=", path,
-                     ": the file is empty (it must hold the "
-                     "secret, e.g. from `openssl rand -hex 32`)"));
-  }
-  for (char c : token) {
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--auth_token_file=", path,
-          ": the token may hold only printable ASCII without spaces (gRPC "
-          "metadata carries nothing else); found byte ",
-          static_cast<int>(static_cast<unsigned char>(c))));
-    }
-  }
-  return std::string(token);
-}
-
 absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   if (path.empty()) return std::string();
   auto data = ReadSmallFile(flag, path);
@@ -70,6 +44,45 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
         "--", flag, "=", path, ": not a PEM file (no \"-----BEGIN\" line)"));
   }
   return *std::move(data);
+}
+
+// The pserver's TokenAuthority, when it has any token.
+absl::Status LoadTokenAuthority(const TransportSecurityFiles& files,
+                                TransportRole role, TransportSecurity* s) {
+  const bool any = !files.auth_token_dir.empty() ||
+                   !files.admin_token_file.empty() ||
+                   !files.peer_token_file.empty();
+  if (role == TransportRole::kClient) {
+    if (!any) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "--auth_token_dir, --admin_token_file and --peer_token_file are the "
+        "pserver's; a client presents its job's token with --auth_token_file");
+  }
+  if (!any && s->auth_token.empty()) return absl::OkStatus();
+  TokenAuthority::Options o;
+  o.shared_token = s->auth_token;
+  o.token_dir = files.auth_token_dir;
+  if (!files.admin_token_file.empty()) {
+    auto admin = ReadTokenFile("admin_token_file", files.admin_token_file);
+    if (!admin.ok()) return admin.status();
+    o.admin_token = *std::move(admin);
+  }
+  if (!files.peer_token_file.empty()) {
+    auto peer = ReadTokenFile("peer_token_file", files.peer_token_file);
+    if (!peer.ok()) return peer.status();
+    o.peer_token = *std::move(peer);
+  }
+  if (o.shared_token.empty() && o.token_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--admin_token_file and --peer_token_file go with the jobs' tokens "
+        "(--auth_token_file or --auth_token_dir): without them any client "
+        "could call");
+  }
+  s->peer_token = o.peer_token;
+  auto authority = TokenAuthority::Create(std::move(o));
+  if (!authority.ok()) return authority.status();
+  s->authority = *std::move(authority);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -99,10 +112,11 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(
   }
   TransportSecurity s;
   if (!files.auth_token_file.empty()) {
-    auto token = ReadToken(files.auth_token_file);
+    auto token = ReadTokenFile("auth_token_file", files.auth_token_file);
     if (!token.ok()) return token.status();
     s.auth_token = *std::move(token);
   }
+  RETURN_IF_ERROR(LoadTokenAuthority(files, role, &s));
   auto cert = ReadPem("tls_cert_file", files.tls_cert_file);
   if (!cert.ok()) return cert.status();
   auto key = ReadPem("tls_key_file", files.tls_key_file);
@@ -133,22 +147,13 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(
 }
 
 std::string DescribeTransportSecurity(const TransportSecurity& s) {
-  return absl::StrCat(s.auth_token.empty() ? "no token" : "token", ", ",
+  const std::string tokens = s.authority != nullptr ? s.authority->Describe()
+                             : s.auth_token.empty() ? "no token"
+                                                    : "token";
+  return absl::StrCat(tokens, ", ",
                       s.mutual_tls() ? "mutual TLS"
                       : s.tls()      ? "TLS"
                                      : "plaintext");
-}
-
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  // Every byte of `a` is compared (against b's bytes, cycled), so the time
-  // depends on the presented length only, never on where a mismatch is.
-  unsigned diff = a.size() == b.size() ? 0 : 1;
-  if (b.empty()) return a.empty();
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^
-            static_cast<unsigned char>(b[i % b.size()]);
-  }
-  return diff == 0;
 }
 
 }  // namespace shardps

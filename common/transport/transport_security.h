@@ -1,10 +1,12 @@
 #ifndef SHARDPS_COMMON_TRANSPORT_TRANSPORT_SECURITY_H_
 #define SHARDPS_COMMON_TRANSPORT_TRANSPORT_SECURITY_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/auth/token_authority.h"
 #include "common/launch/flag_help.h"
 
 namespace shardps {
@@ -13,6 +15,11 @@ namespace shardps {
 // pserver, the trainer and the tools (SHARDPS_AUTH_TOKEN_FILE, ...).
 struct TransportSecurityFiles {
   std::string auth_token_file;
+  // Pserver only (common/auth/token_authority.h): a token per job, the
+  // admin's, and the pservers' own for the calls between them.
+  std::string auth_token_dir;
+  std::string admin_token_file;
+  std::string peer_token_file;
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_ca_file;
@@ -30,9 +37,17 @@ FlagGroup SecurityFlagGroup();
 
 // The secrets themselves, read once at start.
 struct TransportSecurity {
-  // Sent by clients as `authorization: Bearer <token>` and required by the
-  // pserver. Empty: no token.
+  // Sent by clients as `authorization: Bearer <token>`; on the pserver, the
+  // token of every job (--auth_token_file). Empty: none.
   std::string auth_token;
+  // Pserver only: who may call it (null: anyone), and the token it
+  // presents to the other pservers of a replicated job (peer_call_token()).
+  std::shared_ptr<TokenAuthority> authority;
+  std::string peer_token;
+
+  const std::string& peer_call_token() const {
+    return peer_token.empty() ? auth_token : peer_token;
+  }
   // PEM. On the pserver: its certificate and key, and the CA that client
   // certificates must be signed by (mutual TLS; empty: server TLS only). On
   // a client: its certificate and key (empty: none offered) and the CA that
@@ -51,10 +66,11 @@ struct TransportSecurity {
 enum class TransportRole { kServer, kClient };
 
 // Reads and checks the files. INVALID_ARGUMENT, naming the flag and the
-// file, for an unreadable or empty file, a token that gRPC metadata cannot
-// carry (only printable ASCII without spaces; a trailing newline is
-// dropped), a file that is not PEM, a certificate without its key or the
-// other way round, a server CA without a server certificate, a client
+// file, for a pserver-only flag given to a client, what
+// TokenAuthority::Create refuses, an unreadable or empty file, a token that
+// gRPC metadata cannot carry (only printable ASCII without spaces; a trailing
+// newline is dropped), a file that is not PEM, a certificate without its key or
+// the other way round, a server CA without a server certificate, a client
 // certificate without the CA that signed the pserver's, and a server name
 // without TLS.
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(
@@ -62,10 +78,6 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(
 
 // One line for the log: "token, mutual TLS", "no token, plaintext", ...
 std::string DescribeTransportSecurity(const TransportSecurity& security);
-
-// True when a == b, in a time that depends on a.size() only: `a` is what a
-// client presented, `b` the secret.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 }  // namespace shardps
 

@@ -7,6 +7,19 @@ DEFINE_string(auth_token_file, "",
               "file holding the shared secret: the pserver refuses calls "
               "without it (UNAUTHENTICATED); clients send it as "
               "'authorization: Bearer' metadata. Empty: no token");
+DEFINE_string(auth_token_dir, "",
+              "pserver: a folder of per-job tokens, file <job id>.token "
+              "holding job <job id>'s: a client reaches only the job its "
+              "token is for (PERMISSION_DENIED otherwise). Read again every "
+              "2 s. Instead of --auth_token_file");
+DEFINE_string(admin_token_file, "",
+              "pserver: a token that reads every job's status (ps_status) "
+              "and changes nothing");
+DEFINE_string(peer_token_file, "",
+              "pserver: the token of the calls between the pservers of a "
+              "replicated job, which trainers' tokens cannot make; the same "
+              "file on every pserver. Empty: --auth_token_file's token "
+              "(none with --auth_token_dir)");
 DEFINE_string(tls_cert_file, "",
               "PEM certificate of this process (pserver: turns TLS on; "
               "client: offered for mutual TLS)");
@@ -23,13 +36,17 @@ namespace shardps {
 
 FlagGroup SecurityFlagGroup() {
   return {"Security (docs/security.md)",
-          {"auth_token_file", "tls_cert_file", "tls_key_file", "tls_ca_file",
+          {"auth_token_file", "auth_token_dir", "admin_token_file",
+           "peer_token_file", "tls_cert_file", "tls_key_file", "tls_ca_file",
            "tls_server_name"}};
 }
 
 TransportSecurityFiles TransportSecurityFilesFromFlags() {
   TransportSecurityFiles f;
   f.auth_token_file = FLAGS_auth_token_file;
+  f.auth_token_dir = FLAGS_auth_token_dir;
+  f.admin_token_file = FLAGS_admin_token_file;
+  f.peer_token_file = FLAGS_peer_token_file;
   f.tls_cert_file = FLAGS_tls_cert_file;
   f.tls_key_file = FLAGS_tls_key_file;
   f.tls_ca_file = FLAGS_tls_ca_file;

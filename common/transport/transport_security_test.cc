@@ -138,14 +138,5 @@ TEST_F(TransportSecurityTest, ExpiredCertificatesAndWrongKeysAreRefused) {
   EXPECT_THAT(Load(f).message(), HasSubstr("no certificate could be read"));
 }
 
-TEST(ConstantTimeEqualsTest, Compares) {
-  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("secreT", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
-  EXPECT_FALSE(ConstantTimeEquals("secretsecret", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("", "secret"));
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
-}
-
 }  // namespace
 }  // namespace shardps

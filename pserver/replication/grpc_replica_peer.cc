@@ -25,7 +25,7 @@ std::unique_ptr<GrpcReplicaPeer> GrpcReplicaPeer::Create(
   auto channel =
       grpc::CreateCustomChannel(address, ChannelCredentialsFor(security), args);
   return std::unique_ptr<GrpcReplicaPeer>(new GrpcReplicaPeer(
-      Replication::NewStub(channel), job_id, security.auth_token, deadlines));
+      Replication::NewStub(channel), job_id, security.peer_call_token(), deadlines));
 }
 
 void GrpcReplicaPeer::Prepare(grpc::ClientContext* ctx,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "pserver/store/store_state.h"
 
 namespace shardps {
 namespace {
@@ -30,13 +31,33 @@ std::vector<std::string> Dispatcher::MethodNames() {
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandler>> Dispatcher::Job(
-    const std::string& job_id) const {
+    const std::string& job_id, JobAccess access) const {
   if (!serving_.load()) {
     return absl::UnavailableError(
         "the pserver is starting (loading its checkpoints)");
   }
-  return jobs_->Job(job_id);
+  return jobs_->Job(job_id, access);
 }
+
+namespace {
+
+// Whether call `rpc` may make the job it names: its chief's InitJob, and
+// the calls between pservers (which only pservers make, peer token).
+JobAccess AccessOf(PsRpc rpc) {
+  return rpc == PsRpc::kInitJob || static_cast<int>(rpc) >= kFirstReplicationRpc
+             ? JobAccess::kMake
+             : JobAccess::kIfKnown;
+}
+
+// Whether a job not made yet answers `rpc` as an empty one does: trainers
+// ask whether the job is ready, register and heartbeat before the chief
+// has made it.
+bool AnsweredUnmade(PsRpc rpc) {
+  return rpc == PsRpc::kGetStatus || rpc == PsRpc::kRegister ||
+         rpc == PsRpc::kHeartbeat || rpc == PsRpc::kLeave;
+}
+
+}  // namespace
 
 void Dispatcher::Record(PsRpc rpc, const absl::Status& s, absl::Time start,
                         size_t request_bytes,
@@ -79,7 +100,16 @@ void Dispatcher::Call(PsRpc rpc, const CallContext& ctx,
   const size_t request_bytes = metrics_ != nullptr ? req.ByteSizeLong() : 0;
   absl::StatusOr<std::shared_ptr<RequestHandler>> job;
   try {
-    job = Job(ctx.job_id);
+    job = Job(ctx.job_id, AccessOf(rpc));
+    if (absl::IsNotFound(job.status())) {
+      // Not made: what an empty job would answer (a trainer's router takes
+      // "not initialised" for a pserver restarted without the job).
+      if (AnsweredUnmade(rpc)) {
+        job = jobs_->Unmade();
+      } else {
+        job = NotReadyError();
+      }
+    }
   } catch (const std::bad_alloc&) {
     job = OutOfMemoryStatus();
   }

@@ -55,7 +55,7 @@ class Dispatcher : public PsCallTarget {
 
   // The handler of the job `job_id`, UNAVAILABLE before serving.
   absl::StatusOr<std::shared_ptr<RequestHandler>> Job(
-      const std::string& job_id) const;
+      const std::string& job_id, JobAccess access = JobAccess::kMake) const;
 
  private:
   // Runs `e` on `job` now; reports the call and calls `done` when it ends.

@@ -96,12 +96,45 @@ TEST_F(DispatcherTest, ReachesTheJobItNamesAndCountsTheCall) {
   GetStatusRequest req;
   GetStatusResponse resp;
   ASSERT_TRUE(Call(PsRpc::kGetStatus, "job-a", req, &resp).ok());
-  EXPECT_FALSE(resp.job_ready());  // made empty, waiting for its chief
-  EXPECT_EQ(pserver_->JobIds(), (std::vector<std::string>{"default", "job-a"}));
+  EXPECT_FALSE(resp.job_ready());  // waiting for its chief
   EXPECT_EQ(Value(registry_,
                   "shardps_pserver_rpcs_total{code=\"OK\","
                   "method=\"GetStatus\"}"),
             1);
+}
+
+// Issue 34: GetStatus calls with new job ids filled --max_jobs. A job is
+// made by its chief's InitJob (or from its checkpoints) only; before that,
+// the calls a trainer makes while it waits are answered as an empty job
+// would answer them, and the others as "not initialised".
+TEST_F(DispatcherTest, OnlyInitJobMakesAJob) {
+  GetStatusResponse status;
+  ASSERT_TRUE(
+      Call(PsRpc::kGetStatus, "job-a", GetStatusRequest(), &status).ok());
+  EXPECT_FALSE(status.job_ready());
+  RegisterRequest reg;
+  reg.set_trainer_id(1);
+  reg.set_incarnation(7);
+  RegisterResponse registered;
+  ASSERT_TRUE(Call(PsRpc::kRegister, "job-a", reg, &registered).ok());
+  EXPECT_FALSE(registered.job_ready());
+  HeartbeatRequest beat;
+  beat.set_trainer_id(1);
+  beat.set_incarnation(7);
+  HeartbeatResponse beat_resp;
+  EXPECT_TRUE(Call(PsRpc::kHeartbeat, "job-a", beat, &beat_resp).ok());
+  PushRequest push;
+  PushResponse push_resp;
+  absl::Status s = Call(PsRpc::kPush, "job-a", push, &push_resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "job is not initialised")) << s;
+  EXPECT_EQ(pserver_->JobIds(), (std::vector<std::string>{"default"}));
+
+  InitJobRequest init;
+  InitJobResponse init_resp;
+  // Refused (no tables), but its job is made, as a chief's would be.
+  EXPECT_FALSE(Call(PsRpc::kInitJob, "job-a", init, &init_resp).ok());
+  EXPECT_EQ(pserver_->JobIds(), (std::vector<std::string>{"default", "job-a"}));
 }
 
 TEST_F(DispatcherTest, BadJobIdIsRefusedAndCounted) {

@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "base/job_id.h"
 #include "common/testing/temp_dir.h"
 #include "common/transport/grpc_credentials.h"
 #include "gmock/gmock.h"
@@ -33,12 +35,14 @@ void MakeCertificates(const std::string& dir) {
 // A unary call of `method` with `request` bytes, as any client could send.
 grpc::Status RawCall(std::shared_ptr<grpc::Channel> channel,
                      const std::string& method, const std::string& request,
-                     std::string* response, const std::string& token = "") {
+                     std::string* response, const std::string& token = "",
+                     const std::vector<std::string>& jobs = {}) {
   grpc::GenericStub stub(std::move(channel));
   grpc::ClientContext ctx;
   if (!token.empty()) {
     ctx.AddMetadata(kAuthorizationMetadataKey, BearerMetadataValue(token));
   }
+  for (const std::string& job : jobs) ctx.AddMetadata(kJobMetadataKey, job);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   grpc::Slice slice(request);
   grpc::ByteBuffer req(&slice, 1), resp;
@@ -215,6 +219,62 @@ TEST_F(GrpcSecurityTest, MutualTlsAndToken) {
   client.auth_token = "tok";
   EXPECT_TRUE(Call(client).ok());
   EXPECT_EQ(Health(ClientTls("ours", "ours")), grpc::StatusCode::OK);
+}
+
+// Per-job tokens (common/auth/token_authority.h) at the front door: a job's
+// token reaches its job only, the same answer for a job that exists and one
+// that does not, and only the peer token reaches the calls between
+// pservers.
+TEST_F(GrpcSecurityTest, PerJobTokensReachTheirJobOnly) {
+  testing::ScopedTempDir tokens("grpc_security_tokens");
+  for (const char* job : {"a", "b"}) {
+    ASSERT_TRUE(testing::WriteStringToFile(
+                    Env::Default(), tokens.Path(absl::StrCat(job, ".token")),
+                    absl::StrCat("token-", job))
+                    .ok());
+  }
+  TokenAuthority::Options o;
+  o.token_dir = tokens.path();
+  o.admin_token = "admin";
+  o.peer_token = "peer";
+  TransportSecurity server;
+  server.authority = *TokenAuthority::Create(o);
+  Serve(server);
+  auto call = [&](const std::string& method, const std::string& token,
+                  std::vector<std::string> jobs) {
+    std::string resp;
+    return RawCall(Channel(TransportSecurity()), method, "", &resp, token,
+                   jobs);
+  };
+  const std::string status = "/shardps.ParameterServer/GetStatus";
+  const std::string push = "/shardps.ParameterServer/Push";
+  EXPECT_TRUE(call(status, "token-a", {"a"}).ok());
+  EXPECT_TRUE(call(status, "admin", {"b"}).ok());
+  for (const char* job : {"b", "no-such-job"}) {
+    grpc::Status s = call(push, "token-a", {job});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << job;
+    EXPECT_EQ(s.error_message(),
+              absl::StrCat("this token does not cover job '", job, "'"));
+  }
+  // No job named: the default job, which no token here covers.
+  EXPECT_EQ(call(status, "token-a", {}).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Two jobs named: the check and the method could see different ones.
+  EXPECT_EQ(call(status, "token-a", {"a", "b"}).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(call(push, "admin", {"a"}).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  for (const char* method : {"Forward", "ViewCommit", "InstallUnit"}) {
+    const std::string path = absl::StrCat("/shardps.Replication/", method);
+    grpc::Status s = call(path, "token-a", {"a"});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+    EXPECT_THAT(s.error_message(), HasSubstr("--peer_token_file"));
+    // The peer token reaches the method (which finds no replicated job a).
+    grpc::Status peer = call(path, "peer", {"a"});
+    EXPECT_NE(peer.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_NE(peer.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(Health(TransportSecurity()), grpc::StatusCode::OK);
 }
 
 TEST_F(GrpcSecurityTest, ServerNameOverrideMatchesTheCertificate) {

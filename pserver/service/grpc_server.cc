@@ -91,7 +91,8 @@ absl::Status GrpcPsServer::Start() {
             << DescribeTransportSecurity(options_.security)
             << "; jobs may hold "
             << (options_.pserver.store.max_memory_bytes >> 20) << " MiB)";
-  if (options_.security.auth_token.empty()) {
+  if (options_.security.authority == nullptr &&
+      options_.security.auth_token.empty()) {
     LOG(WARNING) << "no --auth_token_file: any client that can reach "
                  << options_.host << ":" << port_
                  << " can change this pserver's jobs (docs/security.md)";

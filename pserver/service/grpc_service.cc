@@ -118,7 +118,7 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
                   return;
                 }
                 // Pushes and pulls may then come through the region.
-                auto job = dispatcher_.Job(job_id);
+                auto job = dispatcher_.Job(job_id, JobAccess::kIfKnown);
                 absl::Status s = job.ok() ? shared_calls_.Serve(
                                                 job_id, *job, req->trainer_id(),
                                                 resp->region_id())
@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenTcpLane(
   return Bind(
       ctx, PsRpc::kOpenTcpLane, *req, resp,
       [this, job_id = JobIdOf(ctx), req, resp] {
-        auto job = dispatcher_.Job(job_id);
+        auto job = dispatcher_.Job(job_id, JobAccess::kIfKnown);
         if (!job.ok()) return;  // ended meanwhile: no ticket
         resp->set_port(static_cast<uint32_t>(tcp_lane_->port()));
         resp->set_ticket(tcp_lane_->Issue(job_id, *job, req->trainer_id()));

@@ -18,6 +18,9 @@ namespace shardps {
 // named it (absl::Time as nanoseconds since the epoch).
 struct Pserver::JobSlot {
   std::string id;
+  // Its share of the pserver's budget (--max_memory_mb_per_job); outlives
+  // the store.
+  std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Checkpointer> checkpointer;
   std::shared_ptr<RequestHandler> handler;
@@ -88,8 +91,10 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
     const std::string& job_id) {
   auto job = std::make_shared<JobSlot>();
   job->id = job_id;
+  job->budget = std::make_unique<MemoryBudget>(
+      options_.max_memory_bytes_per_job, &budget_);
   StoreOptions store = options_.store;
-  store.budget = &budget_;
+  store.budget = job->budget.get();
   job->store = std::make_unique<ParameterStore>(store);
   if (!options_.checkpoint_dir.empty()) {
     job->checkpointer = std::make_unique<Checkpointer>(
@@ -127,12 +132,26 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
 }
 
 absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::FindOrAdd(
-    absl::string_view job_id) {
+    absl::string_view job_id, JobAccess access) {
   {
     // Every call looks its job up: shared, so calls do not queue here.
     absl::ReaderMutexLock l(&jobs_mu_);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) return it->second;
+  }
+  // Outside the lock: reading the folder must not hold up other jobs'
+  // calls.
+  if (access == JobAccess::kIfKnown &&
+      (!ValidateJobId(job_id).ok() || options_.checkpoint_dir.empty() ||
+       !IsJobFolder(JoinPath(options_.checkpoint_dir, job_id)))) {
+    if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
+    absl::ReaderMutexLock l(&jobs_mu_);
+    auto it = jobs_.find(job_id);  // made by its InitJob meanwhile?
+    if (it != jobs_.end()) return it->second;
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id,
+                     " is not initialised on this pserver yet (the chief, "
+                     "trainer 0, sends the tables first)"));
   }
   absl::MutexLock l(&jobs_mu_);
   // Being freed: wait for its final checkpoint, then make it again from it.
@@ -162,13 +181,27 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::FindOrAdd(
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandler>> Pserver::Job(
-    absl::string_view job_id) {
-  auto job = FindOrAdd(job_id);
+    absl::string_view job_id, JobAccess access) {
+  auto job = FindOrAdd(job_id, access);
   if (!job.ok()) return job.status();
   (*job)->last_used_ns.store(absl::ToUnixNanos(options_.store.clock->Now()),
                              std::memory_order_relaxed);
   // Shares the slot's ownership: the job outlives the call.
   return std::shared_ptr<RequestHandler>(*job, (*job)->handler.get());
+}
+
+std::shared_ptr<RequestHandler> Pserver::Unmade() {
+  absl::MutexLock l(&jobs_mu_);
+  if (unmade_ == nullptr) {
+    unmade_ = std::make_shared<JobSlot>();
+    unmade_->budget = std::make_unique<MemoryBudget>(0, &budget_);
+    StoreOptions store = options_.store;
+    store.budget = unmade_->budget.get();
+    unmade_->store = std::make_unique<ParameterStore>(store);
+    unmade_->handler = std::make_shared<RequestHandler>(
+        unmade_->store.get(), nullptr, options_.store.clock);
+  }
+  return std::shared_ptr<RequestHandler>(unmade_, unmade_->handler.get());
 }
 
 RequestHandler* Pserver::handler() {

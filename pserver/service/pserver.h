@@ -41,6 +41,9 @@ struct PserverOptions {
   // Jobs held at once (--max_jobs); a request for another is refused
   // RESOURCE_EXHAUSTED. Default: 16.
   int max_jobs = 16;
+  // What one job's tables may hold here (--max_memory_mb_per_job), within
+  // store.max_memory_bytes for all jobs. 0: no limit of its own. Default: 0.
+  int64_t max_memory_bytes_per_job = 0;
   // A job no request has named for this long is freed, after its final
   // checkpoint (--job_retention); the default job never is. Default: 10 min.
   absl::Duration job_retention = absl::Minutes(10);
@@ -69,16 +72,30 @@ struct JobStats {
   Checkpointer::Stats checkpoint;
 };
 
+// Whether a call may make the job it names.
+enum class JobAccess {
+  // Made if not held: its chief's InitJob, and the calls between pservers.
+  kMake,
+  // Made only from checkpoints on disk: any other call. A job id alone
+  // reserves nothing (issue 34: 14 GetStatus calls filled --max_jobs).
+  kIfKnown,
+};
+
 // Where the transport finds a job's request handler.
 class JobDirectory {
  public:
   virtual ~JobDirectory() = default;
   // The handler of job `job_id`, alive while the caller holds it. A job
   // this pserver does not hold is made: restored from its checkpoints, or
-  // empty, waiting for its chief. INVALID_ARGUMENT for a bad id (see
-  // base/job_id.h), RESOURCE_EXHAUSTED when max_jobs are held.
+  // (kMake only) empty, waiting for its chief. INVALID_ARGUMENT for a bad
+  // id (see base/job_id.h), RESOURCE_EXHAUSTED when max_jobs are held,
+  // NOT_FOUND for a job kIfKnown does not make.
   virtual absl::StatusOr<std::shared_ptr<RequestHandler>> Job(
-      absl::string_view job_id) = 0;
+      absl::string_view job_id, JobAccess access = JobAccess::kMake) = 0;
+  // A handler of no job, never initialised, for the calls that a job not
+  // yet made answers as an empty one would (GetStatus: not ready;
+  // Register: wait for the chief), without making it.
+  virtual std::shared_ptr<RequestHandler> Unmade() = 0;
 };
 
 // A pserver without its transport: one store, checkpointer and request
@@ -113,7 +130,8 @@ class Pserver : public JobDirectory {
   void Stop();
 
   absl::StatusOr<std::shared_ptr<RequestHandler>> Job(
-      absl::string_view job_id) override;
+      absl::string_view job_id, JobAccess access = JobAccess::kMake) override;
+  std::shared_ptr<RequestHandler> Unmade() override;
   // The default job's handler and store (in-process clients, tests and
   // benchmarks): the default job lives as long as the pserver.
   RequestHandler* handler();
@@ -132,7 +150,8 @@ class Pserver : public JobDirectory {
  private:
   struct JobSlot;
   explicit Pserver(PserverOptions options);
-  absl::StatusOr<std::shared_ptr<JobSlot>> FindOrAdd(absl::string_view job_id);
+  absl::StatusOr<std::shared_ptr<JobSlot>> FindOrAdd(
+      absl::string_view job_id, JobAccess access = JobAccess::kMake);
   absl::StatusOr<std::shared_ptr<JobSlot>> NewJob(const std::string& job_id);
   absl::Status MoveSingleJobLayout();
   // Whether `path` holds a job's checkpoints.
@@ -151,6 +170,8 @@ class Pserver : public JobDirectory {
   mutable absl::Mutex jobs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<JobSlot>> jobs_
       ABSL_GUARDED_BY(jobs_mu_);
+  // Unmade()'s, made at the first call.
+  std::shared_ptr<JobSlot> unmade_ ABSL_GUARDED_BY(jobs_mu_);
   // Jobs freed whose final checkpoint is being written.
   absl::flat_hash_set<std::string> closing_ ABSL_GUARDED_BY(jobs_mu_);
   absl::Notification stop_sweeping_;  // notified under stop_mu_

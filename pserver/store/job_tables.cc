@@ -212,11 +212,12 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   if (!sized.ok()) return sized.status();
   const int64_t bytes = *sized;
   if (budget != nullptr && !budget->TryReserve(bytes)) {
+    const MemoryBudget::Bound b = budget->BoundFor(bytes);
     return absl::ResourceExhaustedError(absl::StrCat(
         "InitJob: the job's dense blocks, optimizer state and per-trainer "
         "state need ",
-        bytes >> 20, " MiB on this pserver; --max_memory_mb=",
-        budget->limit() >> 20, " and ", budget->used() >> 20, " MiB are held"));
+        bytes >> 20, " MiB on this pserver; ", b.flag, "=", b.limit >> 20,
+        " and ", b.used >> 20, " MiB are held"));
   }
   jt->bytes_ = bytes;
   jt->budget_ = budget;
