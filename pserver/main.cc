@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/launch/accept_guard.h"
 #include "common/launch/address.h"
 #include "common/launch/flag_help.h"
 #include "common/launch/flags.h"
@@ -210,9 +211,10 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "checkpoint fault injection armed by "
                  << shardps::kCheckpointFaultEnvVar;
   }
-  // Every connection holds a file descriptor; logged once serving.
+  // Every connection holds a file descriptor (logged once serving); the
+  // last 64 are kept from connections (common/launch/accept_guard.h).
   const shardps::OpenFileLimit files = shardps::RaiseOpenFileLimit();
-
+  shardps::EnableAcceptGuard(64);
   // SIGTERM and SIGINT are handled by a thread that shuts the server down.
   sigset_t signals;
   sigemptyset(&signals);

@@ -241,15 +241,19 @@ class ProcessTestCase(unittest.TestCase):
         return p
 
     def start_pserver(self, name="ps", extra=(), num_trainers=1, port=0,
-                      env=None):
+                      env=None, max_open_files=None):
         """Starts a pserver on `port` (0: a free one), appending to
-        tmp/NAME.log; returns (popen, port, log)."""
+        tmp/NAME.log, under an open-file limit of `max_open_files` (soft
+        and hard) when given; returns (popen, port, log)."""
         port_file = os.path.join(self.tmp, name + ".port")
         if os.path.exists(port_file):
             os.unlink(port_file)
         log = os.path.join(self.tmp, name + ".log")
         with open(log, "ab") as f:
-            p = self.popen([pserver_bin(), "--port=%d" % port,
+            limit = ([] if max_open_files is None else
+                     ["prlimit", "--nofile=%d:%d" % (max_open_files,
+                                                     max_open_files), "--"])
+            p = self.popen(limit + [pserver_bin(), "--port=%d" % port,
                             "--host=127.0.0.1", "--port_file=" + port_file,
                             "--num_gradient_servers=%d" % num_trainers] +
                            list(extra), stdout=f, stderr=subprocess.STDOUT,

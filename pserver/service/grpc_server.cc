@@ -16,6 +16,9 @@ namespace shardps {
 namespace {
 
 constexpr size_t kTransportMemoryBytes = size_t{256} << 20;
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
+constexpr absl::Duration kMaxConnectionIdle = absl::Minutes(5);
+constexpr int kMaxStreamsPerConnection = 4096;
 
 }  // namespace
 
@@ -119,6 +122,19 @@ absl::Status GrpcPsServer::BuildServer() {
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   // Trainers and pservers of a replicated job ping to notice a cut link.
   AllowKeepalivePings(&builder);
+  // Connections a flood leaves open are closed: one that has not finished
+  // its TLS and HTTP/2 handshake after kHandshakeTimeout, one without a
+  // call for kMaxConnectionIdle (a trainer's channel reconnects by
+  // itself). A connection carries at most kMaxStreamsPerConnection calls
+  // at once; a trainer's further calls wait on its side.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(kHandshakeTimeout)));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             kMaxStreamsPerConnection);
   // What gRPC may hold for requests being received and answers being sent,
   // whoever sends them: beyond it, connections stop reading until memory is
   // freed (a bound on the pserver's memory past --max_memory_mb).

@@ -89,22 +89,44 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* raw_req,
                                               grpc::ByteBuffer* raw_resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  // The request and reply live until gRPC has sent the reply's slices.
+  // The request and reply live until gRPC has sent the reply's slices; the
+  // reply's bytes are held in replies_ until then.
   struct Exchange {
+    explicit Exchange(ReplyGate* g) : gate(g) {}
+    ~Exchange() {
+      if (held > 0) gate->Release(held);
+    }
+    ReplyGate* const gate;
+    int64_t held = 0;
     PullRequest req;
     PullResponse resp;
   };
-  auto x = std::make_shared<Exchange>();
+  auto x = std::make_shared<Exchange>(&replies_);
   if (absl::Status s = ParseByteBuffer(*raw_req, &x->req); !s.ok()) {
     dispatcher_.Refused(PsRpc::kPull, s, raw_req->Length());
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  dispatcher_.Call(PsRpc::kPull, ContextOf(ctx, PsRpc::kPull), x->req, &x->resp,
-                   [reactor, x, raw_resp](absl::Status s) {
-                     if (s.ok()) *raw_resp = SerializeAliasing(x->resp, x);
-                     reactor->Finish(ToGrpcStatus(s));
-                   });
+  auto start = [this, reactor, x, raw_resp,
+                context = ContextOf(ctx, PsRpc::kPull)]() mutable {
+    dispatcher_.Call(PsRpc::kPull, context, x->req, &x->resp,
+                     [reactor, x, raw_resp](absl::Status s) {
+                       if (s.ok()) {
+                         *raw_resp = SerializeAliasing(x->resp, x);
+                         x->held = raw_resp->Length();
+                         x->gate->Hold(x->held);
+                       }
+                       reactor->Finish(ToGrpcStatus(s));
+                     });
+  };
+  if (!replies_.Admit(std::move(start))) {
+    const absl::Status s = absl::ResourceExhaustedError(
+        absl::StrCat("more than ", kMaxPullsWaitingForReplies,
+                     " pulls wait for earlier replies to be read (",
+                     replies_.held() >> 20, " MiB of replies not yet read)"));
+    dispatcher_.Refused(PsRpc::kPull, s, raw_req->Length());
+    reactor->Finish(ToGrpcStatus(s));
+  }
   return reactor;
 }
 

@@ -11,6 +11,7 @@
 #include "pserver/service/dispatcher.h"
 #include "pserver/service/pserver.h"
 #include "pserver/service/pserver_metrics.h"
+#include "pserver/service/reply_gate.h"
 #include "pserver/service/request_handler.h"
 #include "pserver/service/shared_call_binding.h"
 #include "pserver/service/tcp_lane_server.h"
@@ -22,13 +23,21 @@ namespace shardps {
 // (base/job_id.h), and the answer's absl::Status becomes the grpc::Status
 // (common/transport/grpc_status.h). Pulls are served raw: the reply's
 // values go to gRPC as slices over the reply itself
-// (common/transport/grpc_wire.h), not copied again into a buffer. An
+// (common/transport/grpc_wire.h), not copied again into a buffer, and
+// start only while the replies not yet read stay under a bound
+// (ReplyGate). An
 // OpenSharedMemory that asks for calls starts serving them through the
 // region (SharedCallBinding). The calls between pservers are a service of
 // their own (replication_service()), on the same dispatcher. Thread-safe.
 class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                 ParameterServer::CallbackService> {
  public:
+  // Pulls' replies the pserver holds before their clients read them, and
+  // the pulls that may wait for room beyond that (ReplyGate). Counted
+  // besides --max_memory_mb (docs/security.md, "Limits").
+  static constexpr int64_t kMaxUnreadReplyBytes = int64_t{128} << 20;
+  static constexpr size_t kMaxPullsWaitingForReplies = 65536;
+
   // `jobs` and `metrics` (null: none) must outlive this object.
   explicit GrpcPsService(JobDirectory* jobs, RpcMetrics* metrics = nullptr)
       : dispatcher_(jobs, metrics), shared_calls_(&dispatcher_) {}
@@ -137,6 +146,8 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   };
 
   Dispatcher dispatcher_;
+  // Pulls' replies not yet read by their clients (reply_gate.h).
+  ReplyGate replies_{kMaxUnreadReplyBytes, kMaxPullsWaitingForReplies};
   ReplicationService replication_{&dispatcher_};
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;

@@ -19,6 +19,40 @@ namespace {
 using testing::BytesToFloats;
 using testing::FloatBytes;
 
+// The gate in front of pulls (reply_gate.h): under the bound every pull
+// starts at once; past it they wait, in order, until replies are read.
+TEST(ReplyGateTest, PullsWaitOnlyWhileUnreadRepliesPassTheBound) {
+  ReplyGate gate(100, 2);
+  std::vector<int> started;
+  EXPECT_TRUE(gate.Admit([&] { started.push_back(1); }));
+  gate.Hold(60);
+  EXPECT_TRUE(gate.Admit([&] { started.push_back(2); }));
+  gate.Hold(60);  // 120 held: past the bound
+  EXPECT_EQ(started, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(gate.Admit([&] { started.push_back(3); }));
+  EXPECT_TRUE(gate.Admit([&] { started.push_back(4); }));
+  EXPECT_FALSE(gate.Admit([&] { started.push_back(5); }));  // 2 wait
+  EXPECT_EQ(gate.waiting(), 2u);
+  gate.Release(10);  // 110: still past it
+  EXPECT_EQ(started.size(), 2u);
+  gate.Release(60);  // 50: both start, in order
+  EXPECT_EQ(started, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(gate.waiting(), 0u);
+  EXPECT_EQ(gate.held(), 50);
+}
+
+TEST(ReplyGateTest, AWaitingPullStartsAtTheNextAdmitUnderTheBound) {
+  ReplyGate gate(100, 8);
+  std::vector<int> started;
+  gate.Hold(100);
+  EXPECT_TRUE(gate.Admit([&] { started.push_back(1); }));
+  EXPECT_TRUE(started.empty());
+  gate.Release(100);
+  EXPECT_EQ(started, (std::vector<int>{1}));
+  EXPECT_TRUE(gate.Admit([&] { started.push_back(2); }));
+  EXPECT_EQ(started, (std::vector<int>{1, 2}));
+}
+
 class GrpcServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {

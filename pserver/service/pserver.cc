@@ -20,7 +20,7 @@ struct Pserver::JobSlot {
   std::string id;
   // Its share of the pserver's budget (--max_memory_mb_per_job); outlives
   // the store.
-  std::unique_ptr<MemoryBudget> budget;
+  std::shared_ptr<MemoryBudget> budget;
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Checkpointer> checkpointer;
   std::shared_ptr<RequestHandler> handler;
@@ -91,10 +91,10 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
     const std::string& job_id) {
   auto job = std::make_shared<JobSlot>();
   job->id = job_id;
-  job->budget = std::make_unique<MemoryBudget>(
+  job->budget = std::make_shared<MemoryBudget>(
       options_.max_memory_bytes_per_job, &budget_);
   StoreOptions store = options_.store;
-  store.budget = job->budget.get();
+  store.budget = job->budget;
   job->store = std::make_unique<ParameterStore>(store);
   if (!options_.checkpoint_dir.empty()) {
     job->checkpointer = std::make_unique<Checkpointer>(
@@ -194,9 +194,9 @@ std::shared_ptr<RequestHandler> Pserver::Unmade() {
   absl::MutexLock l(&jobs_mu_);
   if (unmade_ == nullptr) {
     unmade_ = std::make_shared<JobSlot>();
-    unmade_->budget = std::make_unique<MemoryBudget>(0, &budget_);
+    unmade_->budget = std::make_shared<MemoryBudget>(0, &budget_);
     StoreOptions store = options_.store;
-    store.budget = unmade_->budget.get();
+    store.budget = unmade_->budget;
     unmade_->store = std::make_unique<ParameterStore>(store);
     unmade_->handler = std::make_shared<RequestHandler>(
         unmade_->store.get(), nullptr, options_.store.clock);

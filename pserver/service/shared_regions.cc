@@ -94,7 +94,9 @@ absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
     regions_.erase(k);
   }
   // Counted in --max_memory_mb: the pserver writes pulls into it.
-  MemoryBudget* budget = store->budget();
+  // Kept alive by the region, which may outlive its job (a trainer's
+  // shared calls are served until it opens another).
+  std::shared_ptr<MemoryBudget> budget = store->state()->shared_budget;
   const int64_t bytes = static_cast<int64_t>(req.bytes());
   if (!budget->TryReserve(bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -20,8 +20,10 @@ absl::Status NotReadyError() {
 StoreState::StoreState(StoreOptions o)
     : options(std::move(o)),
       clock(options.clock),
-      own_budget(options.max_memory_bytes),
-      budget(options.budget != nullptr ? options.budget : &own_budget),
+      shared_budget(options.budget != nullptr ? options.budget
+                                              : std::make_shared<MemoryBudget>(
+                                                    options.max_memory_bytes)),
+      budget(shared_budget.get()),
       waiters(options.clock, &forwarder) {}
 
 absl::StatusOr<bool> StoreState::InitJob(const JobSpec& spec,

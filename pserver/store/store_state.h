@@ -44,9 +44,10 @@ struct StoreOptions {
   // (--max_memory_mb); a job that needs more is refused RESOURCE_EXHAUSTED.
   // 0: no limit. Default: 0. Ignored when `budget` is set.
   int64_t max_memory_bytes = 0;
-  // The budget this store draws on, shared by every job of a pserver; must
-  // outlive the store. Null: the store's own, of max_memory_bytes.
-  MemoryBudget* budget = nullptr;
+  // The budget this store draws on (a job's, within the pserver's), kept
+  // alive by whatever still counts in it: a shared region can outlive its
+  // job. Null: the store's own, of max_memory_bytes.
+  std::shared_ptr<MemoryBudget> budget;
 };
 
 // Counters, cumulative since start.
@@ -120,8 +121,8 @@ struct StoreState {
 
   mutable absl::Mutex gate;
   // What the tables hold, against --max_memory_mb (outlives tables).
-  MemoryBudget own_budget;
-  MemoryBudget* const budget;
+  const std::shared_ptr<MemoryBudget> shared_budget;
+  MemoryBudget* const budget;  // shared_budget.get()
 
   // Set-up state. The job, tables, membership and staleness gate below are
   // created by InitJob and fixed once `ready` is true; after that they are
