@@ -24,8 +24,9 @@ std::unique_ptr<GrpcReplicaPeer> GrpcReplicaPeer::Create(
   AddKeepaliveArgs(deadlines.lease, &args);
   auto channel =
       grpc::CreateCustomChannel(address, ChannelCredentialsFor(security), args);
-  return std::unique_ptr<GrpcReplicaPeer>(new GrpcReplicaPeer(
-      Replication::NewStub(channel), job_id, security.peer_call_token(), deadlines));
+  return std::unique_ptr<GrpcReplicaPeer>(
+      new GrpcReplicaPeer(Replication::NewStub(channel), job_id,
+                          security.peer_call_token(), deadlines));
 }
 
 void GrpcReplicaPeer::Prepare(grpc::ClientContext* ctx,

@@ -223,9 +223,8 @@ void ReplicaSet::Fence(const absl::Status& why) {
 void ReplicaSet::Learn(const View& v) {
   {
     absl::MutexLock l(&mu_);
-    if (v.number <= acceptor_.state().committed.number) return;
+    if (!acceptor_.Commit(v)) return;  // older, or forged far ahead
     LOG(INFO) << "pserver " << options_.self << ": learned " << v.DebugString();
-    acceptor_.Commit(v);
     absl::Status s = SaveLocked();
     if (!s.ok()) LOG(ERROR) << "saving the replication state: " << s;
   }

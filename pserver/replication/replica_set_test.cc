@@ -3,6 +3,7 @@
 #include "pserver/replication/replica_set.h"
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -180,6 +181,32 @@ TEST(ReplicaSetTest, PrimariesStayWhileAliveAndMoveToTheNextReplica) {
   EXPECT_TRUE(t.sets[0]->CheckServes(0, 2).ok());
   EXPECT_THAT(t.sets[1]->CheckServes(0, 2).message(),
               HasSubstr("its primary is pserver 0"));
+}
+
+// Issue 34's audit: a ViewCommit with number 2^63-1 was learned, and every
+// later view change failed.
+TEST(ReplicaSetTest, AViewNumberFarAheadIsRefused) {
+  Trio t;
+  View forged = t.sets[1]->view();
+  forged.number = std::numeric_limits<int64_t>::max();
+  forged.members = {1};
+  ViewCommitRequest commit;
+  ToMessage(forged, commit.mutable_view());
+  // Ignored, as Paxos ignores what it cannot take.
+  EXPECT_TRUE(t.sets[1]->HandleCommit(commit).ok());
+  EXPECT_EQ(t.sets[1]->view().number, 0);
+  forged.number = ViewAcceptor::kMaxViewAdvance + 1;
+  ToMessage(forged, commit.mutable_view());
+  EXPECT_TRUE(t.sets[1]->HandleCommit(commit).ok());
+  EXPECT_EQ(t.sets[1]->view().number, 0);
+  EXPECT_THAT(ViewAcceptor(AcceptorState()).CheckNumber(1 << 20).message(),
+              HasSubstr("views move one at a time"));
+  // The job's views still move.
+  t.up[2] = false;
+  auto v = t.sets[0]->ChangeView({2}, {});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->number, 1);
+  EXPECT_EQ(t.sets[1]->view().members, std::vector<int>({0, 1}));
 }
 
 TEST(ReplicaSetTest, ForwardReachesTheBackupOfEachUnit) {

@@ -59,13 +59,17 @@ bool ViewAcceptor::Accept(int64_t number, const Ballot& ballot,
   return true;
 }
 
-void ViewAcceptor::Commit(const View& view) {
-  if (view.number <= state_.committed.number) return;
+bool ViewAcceptor::Commit(const View& view) {
+  if (view.number <= state_.committed.number ||
+      !CheckNumber(view.number).ok()) {
+    return false;
+  }
   state_.committed = view;
   // The next instance starts empty.
   state_.promised = Ballot{};
   state_.accepted.reset();
   state_.accepted_view = View{};
+  return true;
 }
 
 namespace {
@@ -193,6 +197,16 @@ ViewChange WithServer(int server) {
     next.number = v.number + 1;
     return next;
   };
+}
+
+absl::Status ViewAcceptor::CheckNumber(int64_t number) const {
+  const int64_t committed = state_.committed.number;
+  if (number < 0 || number > committed + kMaxViewAdvance) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "view ", number, ": views move one at a time; this pserver is in view ",
+        committed, " and takes none past ", committed + kMaxViewAdvance));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardps

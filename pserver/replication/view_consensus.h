@@ -86,10 +86,20 @@ class ViewAcceptor {
   PrepareReply Prepare(int64_t number, const Ballot& ballot);
   // Phase 2: true when accepted.
   bool Accept(int64_t number, const Ballot& ballot, const View& view);
-  // `view` was decided: kept when newer than the committed one.
-  void Commit(const View& view);
+  // `view` was decided: kept (true) when newer than the committed one, and
+  // within kMaxViewAdvance of it.
+  bool Commit(const View& view);
 
   const AcceptorState& state() const { return state_; }
+
+  // How far past its committed view an acceptor takes a view number from
+  // another pserver: views move one at a time, so a pserver that missed a
+  // few is within it, and a forged 2^63-1 (issue 34's audit: every later
+  // view change failed) is not.
+  static constexpr int64_t kMaxViewAdvance = 65536;
+  // INVALID_ARGUMENT for a number below 0 or past kMaxViewAdvance (Commit
+  // ignores such a view; Prepare and Accept take only the next number).
+  absl::Status CheckNumber(int64_t number) const;
 
  private:
   AcceptorState state_;

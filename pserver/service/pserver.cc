@@ -1,5 +1,7 @@
 #include "pserver/service/pserver.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -299,9 +301,34 @@ bool Pserver::IsJobFolder(const std::string& path) const {
   return false;
 }
 
+absl::Status Pserver::CheckCheckpointDir() {
+  const std::string& dir = options_.checkpoint_dir;
+  auto unwritable = [&dir](const absl::Status& s) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir=", dir, ": cannot write there (", s.message(),
+        "); every checkpoint would fail. Free space or give a writable "
+        "folder; without --checkpoint_dir the pserver serves its jobs "
+        "without checkpoints"));
+  };
+  if (absl::Status s = env_->CreateDir(dir); !s.ok()) return unwritable(s);
+  // A few blocks written and synced: a full disk fails here (a file
+  // created, or a write buffered, may not).
+  const std::string probe =
+      JoinPath(dir, absl::StrCat(".write-probe-", getpid()));
+  auto file = env_->NewWritableFile(probe);
+  if (!file.ok()) return unwritable(file.status());
+  absl::Status s = (*file)->Append(std::string(kCheckpointDirProbeBytes, 0));
+  if (s.ok()) s = (*file)->Sync();
+  const absl::Status closed = (*file)->Close();
+  if (s.ok()) s = closed;
+  (void)env_->DeleteFile(probe);
+  return s.ok() ? absl::OkStatus() : unwritable(s);
+}
+
 absl::Status Pserver::Start() {
   std::vector<std::string> ids = {kDefaultJobId};
   if (!options_.checkpoint_dir.empty()) {
+    RETURN_IF_ERROR(CheckCheckpointDir());
     RETURN_IF_ERROR(MoveSingleJobLayout());
     std::vector<std::string> children;
     absl::Status s = env_->GetChildren(options_.checkpoint_dir, &children);

@@ -154,6 +154,11 @@ class Pserver : public JobDirectory {
       absl::string_view job_id, JobAccess access = JobAccess::kMake);
   absl::StatusOr<std::shared_ptr<JobSlot>> NewJob(const std::string& job_id);
   absl::Status MoveSingleJobLayout();
+  // FAILED_PRECONDITION naming checkpoint_dir when a file cannot be
+  // written and synced there (a read-only or full disk), said at start
+  // rather than at the first checkpoint.
+  absl::Status CheckCheckpointDir();
+  static constexpr size_t kCheckpointDirProbeBytes = 16384;
   // Whether `path` holds a job's checkpoints.
   bool IsJobFolder(const std::string& path) const;
   void Sweep();

@@ -10,7 +10,9 @@
 #include "base/clock.h"
 #include "base/job_id.h"
 #include "common/storage/checkpoint.h"
+#include "common/storage/fault_injection_env.h"
 #include "common/testing/temp_dir.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pserver/checkpoint/store_snapshots.h"
 #include "pserver/testing/store_testing.h"
@@ -27,6 +29,33 @@ TEST(PserverTest, BadOptionsAreRefused) {
   o.keep_checkpoints = 0;
   EXPECT_EQ(Pserver::Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Issue 34: a full or read-only checkpoint folder failed every checkpoint,
+// silently at first. Said at start, naming the folder.
+TEST(PserverTest, ACheckpointFolderThatCannotBeWrittenStopsTheStart) {
+  testing::ScopedTempDir tmp("pserver_test");
+  FaultInjectionEnv env(Env::Default());
+  env.FailNth(FaultOp::kSync, 1,
+              absl::ResourceExhaustedError("No space left on device"));
+  PserverOptions o;
+  o.checkpoint_dir = tmp.Path("ckpt");
+  o.env = &env;
+  auto ps = Pserver::Create(o);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  absl::Status s = (*ps)->Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("--checkpoint_dir=" + o.checkpoint_dir +
+                                   ": cannot write there (No space left"));
+  std::vector<std::string> left;
+  ASSERT_TRUE(Env::Default()->GetChildren(o.checkpoint_dir, &left).ok());
+  EXPECT_TRUE(left.empty());  // the probe is gone
+  // Writable: it starts.
+  o.env = nullptr;
+  ps = Pserver::Create(o);
+  ASSERT_TRUE(ps.ok());
+  EXPECT_TRUE((*ps)->Start().ok());
 }
 
 TEST(PserverTest, AFinalCheckpointAtStopIsLoadedAtTheNextStart) {
