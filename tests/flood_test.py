@@ -19,6 +19,7 @@ import os
 import resource
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -202,9 +203,13 @@ class FloodTest(testlib.ProcessTestCase):
         self.flood(port)
         # The pserver takes what it can, short of its limit.
         testlib.wait_for(lambda: open_files(p.pid) > LIMIT - 100, 10)
-        self.assertLess(open_files(p.pid), LIMIT)
+        held = open_files(p.pid)
+        self.assertLess(held, LIMIT)
+        start = time.time()
         during = self.trainer(port, "during")
         self.assertEqual(during.wait(timeout=180), 0, self.read("during.log"))
+        sys.stderr.write("[%d files open under the flood; a trainer during "
+                         "it took %.1f s] " % (held, time.time() - start))
         self.assertIsNotNone(testlib.final_eval(
             os.path.join(self.tmp, "during.jsonl")))
         self.close_flood()
@@ -246,6 +251,8 @@ class FloodTest(testlib.ProcessTestCase):
         victim.wait()
         after = self.trainer(port, "after")
         self.assertEqual(after.wait(timeout=120), 0, self.read("after.log"))
+        sys.stderr.write("[peak RSS %d MiB with 800 unread replies] " %
+                         (peak // 1024))
         self.assertLess(peak, (MAX_MEMORY_MB + 384) * 1024,
                         "pserver peak RSS %d KiB" % peak)
         p.terminate()
