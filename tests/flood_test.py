@@ -30,15 +30,6 @@ LIMIT = 1024
 MAX_MEMORY_MB = 64
 
 
-def vm_hwm_kib(pid):
-    """Peak resident memory of a live process, in KiB."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
 def open_files(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
@@ -220,7 +211,7 @@ class FloodTest(testlib.ProcessTestCase):
         self.assertIn("closed as soon as accepted", log)
         self.assertNotIn("Failed accept4", log)
         self.assertNotRegex(log, r"Check failed|terminate called|\*\*\* SIG")
-        self.assertLess(vm_hwm_kib(p.pid), (MAX_MEMORY_MB + 384) * 1024)
+        self.assertLess(testlib.vm_hwm_kib(p.pid), (MAX_MEMORY_MB + 384) * 1024)
         p.terminate()
         self.assertEqual(p.wait(timeout=30), 0)
 
@@ -243,7 +234,7 @@ class FloodTest(testlib.ProcessTestCase):
         for _ in range(800):
             client.call("/shardps.ParameterServer/Pull", request)
         time.sleep(5)
-        peak = vm_hwm_kib(p.pid)
+        peak = testlib.vm_hwm_kib(p.pid)
         self.assertEqual(client.refused, 0,
                          "the flood's pulls were refused: fix the request")
         client.close()

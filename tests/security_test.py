@@ -29,15 +29,6 @@ def tool(name):
     return os.path.join(testlib.BIN_DIR, "tools", name)
 
 
-def vm_hwm_kib(pid):
-    """Peak resident memory of a live process, in KiB."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
 class SecurityTest(testlib.ProcessTestCase):
 
     def write_token(self, name="token"):
@@ -196,7 +187,7 @@ class SecurityTest(testlib.ProcessTestCase):
             seen["running"] = all(t.poll() is None for t in trainers)
             seen["a"] = self.fuzz(ports, as_a, "--job_id=a", "--requests=1000",
                                   "--seed=5")
-            seen["peak"] = max(vm_hwm_kib(p.pid) for p in pservers)
+            seen["peak"] = max(testlib.vm_hwm_kib(p.pid) for p in pservers)
 
         def status(ports):
             r = self.ps_status(ports[0], "--job_id=b",
@@ -285,7 +276,7 @@ class SecurityTest(testlib.ProcessTestCase):
                                        trainer_flags)
         fuzz = self.fuzz(ports, auth, "--requests=3000", "--seed=%d" % seed)
         self.assertEqual(fuzz.returncode, 0, fuzz.stdout)
-        peak = [vm_hwm_kib(p.pid) for p in pservers]
+        peak = [testlib.vm_hwm_kib(p.pid) for p in pservers]
         # The job may have been wrecked (a holder of the token is one of its
         # trainers); the pservers must not be.
         for t in trainers:

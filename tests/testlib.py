@@ -118,6 +118,15 @@ def pid_alive(pid):
     return state != "Z"
 
 
+def vm_hwm_kib(pid):
+    """Peak resident memory of a live process, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
 def read_json_lines(path):
     """The complete lines of a JSON-lines file. A last line without its
     newline is one the writer has not finished (the file may be read while

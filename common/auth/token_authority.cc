@@ -132,21 +132,31 @@ absl::StatusOr<TokenAuthority::JobTokens> TokenAuthority::ReadDirectory(
     absl::string_view job = file;
     job.remove_suffix(std::strlen(kTokenSuffix));
     if (absl::Status s = ValidateJobId(job); !s.ok()) {
-      return Invalid("auth_token_dir", path,
-                     absl::StrCat("not <job id>.token: ", s.message()));
+      return Invalid("auth_token_dir", dir,
+                     absl::StrCat(file, ": not <job id>.token: ", s.message()));
     }
     auto token = ReadTokenFile("auth_token_dir", path);
-    if (!token.ok()) return token.status();
+    if (!token.ok()) {
+      // "--auth_token_dir=DIR: FILE: what", as the other problems.
+      return Invalid(
+          "auth_token_dir", dir,
+          absl::StrCat(file, ": ",
+                       absl::StripPrefix(
+                           token.status().message(),
+                           absl::StrCat("--auth_token_dir=", path, ": "))));
+    }
     if (ConstantTimeEquals(*token, options.admin_token) ||
         ConstantTimeEquals(*token, options.peer_token)) {
-      return Invalid("auth_token_dir", path,
-                     "the same token as --admin_token_file or "
-                     "--peer_token_file: each role needs its own secret");
+      return Invalid("auth_token_dir", dir,
+                     absl::StrCat(file,
+                                  ": the same token as --admin_token_file or "
+                                  "--peer_token_file: each role needs its own "
+                                  "secret"));
     }
     for (const auto& [other, other_file] : owners) {
       if (ConstantTimeEquals(*token, other)) {
-        return Invalid("auth_token_dir", path,
-                       absl::StrCat("the same token as ", other_file,
+        return Invalid("auth_token_dir", dir,
+                       absl::StrCat(file, ": the same token as ", other_file,
                                     ": each job needs its own secret"));
       }
     }

@@ -35,18 +35,19 @@ class ReplyGate {
   ReplyGate& operator=(const ReplyGate&) = delete;
 
   // Runs `start` now (on this thread) if the replies held are under the
-  // bound and none waits before it; else queues it, to run at a later
-  // Admit() or Release(). False, and `start` dropped, when max_waiting are
-  // waiting already.
+  // bound and none waits before it; else queues it, to run at the Release()
+  // that brings the replies held under the bound. False, and `start`
+  // dropped, when max_waiting are waiting already.
   bool Admit(std::function<void()> start) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::deque<std::function<void()>> ready;
     {
       absl::MutexLock l(&mu_);
-      if (waiting_.size() >= max_waiting_) return false;
-      waiting_.push_back(std::move(start));
-      TakeReady(&ready);
+      if (!waiting_.empty() || held_ >= max_bytes_) {
+        if (waiting_.size() >= max_waiting_) return false;
+        waiting_.push_back(std::move(start));
+        return true;
+      }
     }
-    for (auto& f : ready) f();
+    start();  // the common case: nothing waits, nothing queued
     return true;
   }
 
