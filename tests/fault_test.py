@@ -9,6 +9,7 @@ leaves the job).
     python3 tests/fault_test.py [--bin_dir build] [-v] [-k name]
 """
 
+import errno
 import glob
 import json
 import os
@@ -109,6 +110,27 @@ class FaultTest(testlib.ProcessTestCase):
             return p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.fail("%s still running after %d s" % (what, timeout))
+
+    def small_disk(self, size):
+        """A tmpfs of `size` (mount's syntax) of this test's own, in tmp."""
+        if os.geteuid() != 0:
+            self.skipTest("not root: the test mounts a tmpfs of its own")
+        disk = os.path.join(self.tmp, "disk")
+        os.makedirs(disk)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size,
+                        "shardps-fault-test", disk], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        return disk
+
+    def metric(self, port_file, name):
+        """The value of series `name` on the /metrics at `port_file`."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
+                                    testlib.read_port(port_file),
+                                    timeout=10) as u:
+            page = u.read().decode()
+        m = re.search(r"^%s (\S+)$" % re.escape(name), page, re.M)
+        self.assertTrue(m, "%s not in\n%s" % (name, page))
+        return float(m.group(1))
 
     def recoveries(self, k):
         return [l for l in read_json_lines(self.metrics(k))
@@ -467,6 +489,83 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertRegex(page, r'shardps_pserver_checkpoints_total\{'
                          r'job_id="default",result="ok"\} [1-9]')
         self.stop(ps)
+
+    def test_a_full_checkpoint_disk_reaches_the_chief(self):
+        """A real full disk: the pserver's --checkpoint_dir on a tmpfs of
+        its own, filled mid-job by another file. The failed write is said in
+        the chief's log at its next request and counted on both /metrics;
+        while the disk stays full each request is refused at once (nothing
+        copied, nothing written) and said; training goes on; once the file
+        is gone, checkpoints are taken again."""
+        disk = self.small_disk("32m")
+        ckpt = os.path.join(disk, "ckpt")
+        ps_metrics = os.path.join(self.tmp, "ps.mport")
+        trainer_metrics = os.path.join(self.tmp, "trainer.mport")
+        ps, port, _ = self.start_pserver(
+            "ps0", ["--checkpoint_dir=" + ckpt, "--monitoring_port=0",
+                    "--monitoring_port_file=" + ps_metrics])
+        trainer = self.start_trainer(
+            0, [port], ["--num_gradient_servers=1", "--num_passes=100",
+                        "--checkpoint_every_steps=25", "--monitoring_port=0",
+                        "--monitoring_port_file=" + trainer_metrics])
+        job = os.path.join(ckpt, "default")
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(job, ckpt_dir_name(50))), 120), self.trainer_log(0))
+
+        # Fill the disk.
+        filler = os.path.join(disk, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ENOSPC, e)
+        filled_at = self.last_step(0)
+
+        def said(pattern):
+            return re.search(pattern, self.trainer_log(0))
+
+        refused = (r"checkpoint of step (\d+) not taken: RESOURCE_EXHAUSTED: "
+                   r"Checkpoint to pserver 127\.0\.0\.1:%d: %s has "
+                   r"0\.\d\d MB free, and the last write "
+                   r"needed \d+\.\d\d MB \(checkpoint of step (\d+) to "
+                   r"%s: .*No space left on device\)" % (
+                       port, re.escape(job), re.escape(job)))
+        self.assertTrue(wait_for(lambda: said(refused), 60),
+                        self.trainer_log(0))
+        # The first request after the disk filled wrote and failed; the
+        # next one, an interval later, says so.
+        first = said(refused)
+        failed_write, told = int(first.group(2)), int(first.group(1))
+        self.assertLessEqual(failed_write, filled_at + 25)
+        self.assertEqual(told, failed_write + 25)
+
+        self.assertGreaterEqual(self.metric(
+            ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
+            'result="failed"}'), 1)
+        self.assertGreaterEqual(self.metric(
+            ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
+            'result="no_room"}'), 1)
+        self.assertGreaterEqual(self.metric(
+            trainer_metrics, 'shardps_trainer_checkpoint_failures_total'
+            '{job_id="default",trainer_id="0"}'), 1)
+        # Refused requests write nothing: the failed write's temporary
+        # folder is gone, the older checkpoints stay.
+        self.assertFalse([n for n in os.listdir(job) if "tmp" in n],
+                         os.listdir(job))
+
+        os.unlink(filler)
+        self.assertTrue(wait_for(lambda: said(
+            r"checkpoint of step \d+ taken: the pservers have room again"),
+            60), self.trainer_log(0))
+        taken = int(re.search(r"checkpoint of step (\d+) taken: the "
+                              r"pservers have room again",
+                              self.trainer_log(0)).group(1))
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(job, ckpt_dir_name(taken))), 60), os.listdir(job))
+        self.assertIsNone(trainer.poll(), self.trainer_log(0))
+        self.stop(trainer, ps)
 
     def test_sigterm_on_trainer_leaves_the_job(self):
         """SIGTERM on a sync trainer: it leaves the job (the pservers say

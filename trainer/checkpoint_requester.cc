@@ -10,8 +10,13 @@
 namespace shardps {
 
 CheckpointRequester::CheckpointRequester(JobClient* client, int64_t every_steps,
-                                         bool chief)
-    : client_(client), every_(chief ? every_steps : 0) {}
+                                         bool chief, TrainingObserver* observer)
+    : client_(client), every_(chief ? every_steps : 0), observer_(observer) {}
+
+void CheckpointRequester::Failed(int64_t n) {
+  write_failures_ += n;
+  if (observer_ != nullptr) observer_->CheckpointsFailed(n);
+}
 
 absl::Status CheckpointRequester::CheckPservers() {
   if (every_ <= 0) return absl::OkStatus();
@@ -37,15 +42,28 @@ absl::Status CheckpointRequester::AtStep(int64_t step) {
   // disk): said here, at the next request, so that it never goes unseen,
   // even when another pserver refused this one (those that took it have
   // started the next write already).
+  if (!write_errors.empty()) Failed(static_cast<int64_t>(write_errors.size()));
   for (const std::string& e : write_errors) {
-    ++write_failures_;
     LOG(ERROR) << "a checkpoint was not written: " << e
                << "; training goes on, and each --checkpoint_every_steps "
                   "asks again (the pserver's newest complete checkpoint "
                   "stays)";
   }
   if (absl::IsAborted(c)) return c;
+  if (absl::IsResourceExhausted(c)) {
+    Failed(1);
+    no_room_ = true;
+    LOG(ERROR) << "checkpoint of step " << step << " not taken: " << c
+               << "; training goes on, and each --checkpoint_every_steps "
+                  "asks again";
+    return absl::OkStatus();
+  }
   if (c.ok()) {
+    if (no_room_) {
+      LOG(INFO) << "checkpoint of step " << step
+                << " taken: the pservers have room again";
+    }
+    no_room_ = false;
     last_ = step;
   } else {
     LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "trainer/client/job_client.h"
+#include "trainer/training_observer.h"
 
 namespace shardps {
 
@@ -13,10 +14,11 @@ namespace shardps {
 // docs/fault_tolerance.md): every pserver writes a checkpoint of each step
 // that is a multiple of the interval, except the step the job resumed from
 // (it has one). Non-chiefs and an interval of 0 ask for none.
-// Thread-compatible. `client` must outlive it.
+// Thread-compatible. `client` and `observer` (may be null) must outlive it.
 class CheckpointRequester {
  public:
-  CheckpointRequester(JobClient* client, int64_t every_steps, bool chief);
+  CheckpointRequester(JobClient* client, int64_t every_steps, bool chief,
+                      TrainingObserver* observer = nullptr);
 
   // FAILED_PRECONDITION naming the first pserver started without
   // --checkpoint_dir, when checkpoints are asked for.
@@ -24,7 +26,10 @@ class CheckpointRequester {
   // Called between the pull and the push of `step` (in sync mode no block
   // can move then). ABORTED (the job went to another timeline) is returned;
   // any other failure is logged and training goes on, and so is a
-  // pserver's previous write that failed (its answer says).
+  // pserver's previous write that failed (its answer says). A pserver
+  // whose disk is still full refuses at once (RESOURCE_EXHAUSTED, nothing
+  // copied or written): that too is logged and counted at each interval,
+  // until a checkpoint is taken again, which is logged as well.
   absl::Status AtStep(int64_t step);
   // Whether AtStep(step) asks for a checkpoint.
   bool DueAt(int64_t step) const {
@@ -32,14 +37,20 @@ class CheckpointRequester {
   }
   // The job (re)started at `step`.
   void ResumedAt(int64_t step) { last_ = step; }
-  // Checkpoint writes the pservers said failed, so far.
+  // Checkpoints the pservers said were not written (a write that failed,
+  // or a request refused for want of room), so far; each also goes to the
+  // observer's CheckpointsFailed.
   int64_t write_failures() const { return write_failures_; }
 
  private:
+  void Failed(int64_t n);
+
   JobClient* const client_;
   const int64_t every_;
+  TrainingObserver* const observer_;
   int64_t last_ = 0;
   int64_t write_failures_ = 0;
+  bool no_room_ = false;  // the last request was refused for want of room
 };
 
 }  // namespace shardps

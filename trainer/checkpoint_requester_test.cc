@@ -93,6 +93,34 @@ TEST(CheckpointRequesterTest, AFailedWriteIsCountedAtTheNextRequest) {
   EXPECT_EQ(a.steps, (std::vector<int64_t>{4, 2, 4, 6}));
 }
 
+// Counts what the requester reports.
+class FailureCounter : public TrainingObserver {
+ public:
+  void CheckpointsFailed(int64_t n) override { failed += n; }
+  int64_t failed = 0;
+};
+
+TEST(CheckpointRequesterTest, AFullDiskIsCountedAtEachIntervalUntilItHasRoom) {
+  CheckpointServer ps;
+  RequestStamp stamp(0);
+  JobClient client({&ps}, &stamp);
+  FailureCounter observer;
+  CheckpointRequester r(&client, 2, true, &observer);
+  ps.reply = absl::ResourceExhaustedError(
+      "no checkpoint taken: /ckpt has 0.00 MB free");
+  EXPECT_TRUE(r.AtStep(2).ok());  // training goes on
+  EXPECT_TRUE(r.AtStep(4).ok());
+  EXPECT_EQ(r.write_failures(), 2);
+  EXPECT_EQ(observer.failed, 2);
+  // Room again: the next interval's checkpoint is taken.
+  ps.reply = absl::OkStatus();
+  EXPECT_TRUE(r.AtStep(5).ok());
+  EXPECT_TRUE(r.AtStep(6).ok());
+  EXPECT_EQ(ps.steps, (std::vector<int64_t>{2, 4, 6}));
+  EXPECT_EQ(observer.failed, 2);
+  EXPECT_FALSE(r.DueAt(6));
+}
+
 TEST(CheckpointRequesterTest, PserversWithoutACheckpointDirAreNamed) {
   CheckpointServer a, b;
   b.enabled = false;

@@ -134,6 +134,9 @@ class Monitoring : public shardps::TrainingObserver {
   void Recovered(int64_t from, int64_t to) override {
     if (metrics_ != nullptr) metrics_->Recovered(from, to);
   }
+  void CheckpointsFailed(int64_t n) override {
+    if (metrics_ != nullptr) metrics_->CheckpointsFailed(n);
+  }
   void Stopped() override {
     if (metrics_ != nullptr) metrics_->Stopped();
     SetServing(false);

@@ -102,6 +102,10 @@ TrainerMetrics::TrainerMetrics(std::shared_ptr<Registry> r, const Labels& l)
       steps_redone_(NewCounter(registry_.get(), l,
                                "shardps_trainer_steps_redone_total",
                                "Steps lost to rollbacks, trained again")),
+      checkpoint_failures_(NewCounter(
+          registry_.get(), l, "shardps_trainer_checkpoint_failures_total",
+          "Checkpoints the pservers said were not written (a failed write, "
+          "or a request refused for a full disk); the chief's only")),
       test_loss_(NewGauge(registry_.get(), l, "shardps_trainer_test_loss",
                           "Test loss of the last evaluation")),
       test_accuracy_(NewGauge(registry_.get(), l,
@@ -153,6 +157,10 @@ void TrainerMetrics::Recovered(int64_t from, int64_t to) {
   recoveries_.Increment();
   if (from > to) steps_redone_.Increment(static_cast<double>(from - to));
   step_.Set(static_cast<double>(to));
+}
+
+void TrainerMetrics::CheckpointsFailed(int64_t n) {
+  checkpoint_failures_.Increment(static_cast<double>(n));
 }
 
 void TrainerMetrics::Stopped() { ready_.Set(0); }

@@ -28,6 +28,7 @@ class TrainerMetrics : public TrainingObserver {
   void StepDone(const StepReport& step) override;
   void Evaluated(const EvalReport& eval) override;
   void Recovered(int64_t from, int64_t to) override;
+  void CheckpointsFailed(int64_t n) override;
   void Stopped() override;
 
  private:
@@ -51,6 +52,7 @@ class TrainerMetrics : public TrainingObserver {
   prometheus::Gauge& train_loss_;
   prometheus::Counter& recoveries_;
   prometheus::Counter& steps_redone_;
+  prometheus::Counter& checkpoint_failures_;
   prometheus::Gauge& test_loss_;
   prometheus::Gauge& test_accuracy_;
   prometheus::Gauge& test_auc_;

@@ -85,6 +85,8 @@ TEST(TrainerMetricsTest, EvaluationsAndRecoveries) {
   e.pull_bytes = 1000;
   m.Evaluated(e);
   m.Recovered(500, 400);
+  m.CheckpointsFailed(2);
+  m.CheckpointsFailed(1);
   const std::string page = Render(m);
   EXPECT_THAT(page, HasSubstr(Line("shardps_trainer_test_loss", "0.5")));
   EXPECT_THAT(page, HasSubstr(Line("shardps_trainer_test_accuracy", "0.75")));
@@ -96,6 +98,8 @@ TEST(TrainerMetricsTest, EvaluationsAndRecoveries) {
   EXPECT_THAT(page,
               HasSubstr(Line("shardps_trainer_steps_redone_total", "100")));
   EXPECT_THAT(page, HasSubstr(Line("shardps_trainer_step", "400")));
+  EXPECT_THAT(
+      page, HasSubstr(Line("shardps_trainer_checkpoint_failures_total", "3")));
 }
 
 }  // namespace

@@ -41,6 +41,9 @@ class TrainingObserver {
   virtual void Evaluated(const EvalReport& eval) {}
   // A sync job rolled back from step `from` to step `to`.
   virtual void Recovered(int64_t from, int64_t to) {}
+  // The chief heard that `n` more checkpoints were not written (a failed
+  // write, or a request refused for a full disk).
+  virtual void CheckpointsFailed(int64_t n) {}
   // The trainer has left the job: its steps are done, it failed, or it was
   // stopped.
   virtual void Stopped() {}

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -218,6 +219,14 @@ class PosixEnv final : public Env {
     if (::fsync(fd) != 0) s = PosixError("fsync", dir, errno);
     ::close(fd);
     return s;
+  }
+
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& dir) override {
+    struct statvfs st;
+    if (::statvfs(dir.c_str(), &st) != 0) {
+      return PosixError("statvfs", dir, errno);
+    }
+    return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
   }
 };
 

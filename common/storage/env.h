@@ -1,6 +1,7 @@
 #ifndef SHARDPS_COMMON_STORAGE_ENV_H_
 #define SHARDPS_COMMON_STORAGE_ENV_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,6 +101,11 @@ class Env {
   // Makes the entries of `dir` durable (fsync of the directory), so that
   // files created, renamed or deleted in it survive a power cut.
   virtual absl::Status SyncDir(const std::string& dir) = 0;
+
+  // Bytes that an unprivileged writer may still write on the file system
+  // holding `dir` (statvfs's f_bavail blocks), so that a caller can tell a
+  // full disk before filling it again.
+  virtual absl::StatusOr<uint64_t> FreeBytes(const std::string& dir) = 0;
 };
 
 // An Env that forwards every call to another one, so a wrapper overrides
@@ -145,6 +151,9 @@ class EnvWrapper : public Env {
   }
   absl::Status SyncDir(const std::string& dir) override {
     return target_->SyncDir(dir);
+  }
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& dir) override {
+    return target_->FreeBytes(dir);
   }
 
  private:

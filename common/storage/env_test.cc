@@ -81,6 +81,16 @@ TEST_F(EnvTest, ErrorsNameOperationPathAndErrno) {
             "unlink " + Path("missing") + ": No such file or directory");
 }
 
+TEST_F(EnvTest, FreeBytesOfTheFileSystemHoldingADirectory) {
+  absl::StatusOr<uint64_t> free = env_->FreeBytes(tmp_.path());
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_GT(*free, 0u);
+  free = env_->FreeBytes(Path("missing"));
+  EXPECT_EQ(free.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(free.status().message().find("statvfs"), std::string::npos)
+      << free.status();
+}
+
 TEST_F(EnvTest, FileExists) {
   EXPECT_TRUE(env_->FileExists(tmp_.path()).ok());
   EXPECT_EQ(env_->FileExists(Path("x")).code(), absl::StatusCode::kNotFound);

@@ -105,8 +105,34 @@ absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
                : absl::Status(s.code(), absl::StrCat("checkpoint of step ",
                                                      snap.info.step(), " to ",
                                                      dir_, ": ", s.message()));
+    failure_ = last_status_;
+    failed_bytes_ = s.ok() ? 0 : static_cast<int64_t>(bytes);
   });
   return previous;
+}
+
+absl::Status Checkpointer::CheckRoom() {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  absl::MutexLock w(&write_mu_);
+  if (failure_.ok()) return absl::OkStatus();
+  absl::StatusOr<uint64_t> free = env_->FreeBytes(dir_);
+  // Where the space cannot be told, the write itself finds out.
+  if (!free.ok()) return absl::OkStatus();
+  const uint64_t need =
+      static_cast<uint64_t>(failed_bytes_) + failed_bytes_ / 10;
+  if (*free >= need) return absl::OkStatus();
+  last_status_ = absl::OkStatus();  // told now
+  {
+    absl::MutexLock st(&stats_mu_);
+    ++stats_.no_room;
+  }
+  absl::Status no_room = absl::ResourceExhaustedError(absl::StrFormat(
+      "%s has %.2f MB free, and the last write needed %.2f MB (%s); no "
+      "checkpoint is taken until there is room",
+      dir_, *free / 1e6, failed_bytes_ / 1e6, failure_.message()));
+  LOG(WARNING) << "checkpoint request refused: " << no_room;
+  return no_room;
 }
 
 absl::Status Checkpointer::Flush() {

@@ -38,6 +38,14 @@ class Checkpointer {
   absl::Status Save(StoreSnapshot snapshot);
   // Waits until no write is in progress; returns the status of the last.
   absl::Status Flush();
+  // Called before a snapshot is taken for Save. Waits for the write in
+  // progress; then RESOURCE_EXHAUSTED when the last write failed and the
+  // folder's file system has less free space than that write needed (plus
+  // a tenth), naming the folder, both sizes and the failure: a full disk is
+  // not filled again at each request, nor the store copied for nothing.
+  // Checkpoints go on once there is room (a write that succeeds clears
+  // it). The failure it names counts as told: Save does not return it.
+  absl::Status CheckRoom();
 
   // Steps of the complete checkpoints, oldest first.
   absl::StatusOr<std::vector<int64_t>> Steps() const;
@@ -75,6 +83,7 @@ class Checkpointer {
   struct Stats {
     int64_t written = 0;  // complete checkpoints written
     int64_t failed = 0;   // writes that failed (the previous one is kept)
+    int64_t no_room = 0;  // requests CheckRoom refused
     // The last complete one: its step, payload bytes, how long its write
     // took, and when it ended (absl::InfinitePast() before the first).
     int64_t last_step = -1;
@@ -100,7 +109,12 @@ class Checkpointer {
   // read the outcome after joining it.
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
   CheckpointWriter writer_ ABSL_GUARDED_BY(write_mu_);
+  // The last write's outcome until someone is told of it.
   absl::Status last_status_ ABSL_GUARDED_BY(write_mu_);
+  // The last write's failure and the bytes it needed; OK and 0 after a
+  // write that succeeded.
+  absl::Status failure_ ABSL_GUARDED_BY(write_mu_);
+  int64_t failed_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
 };

@@ -201,5 +201,57 @@ TEST_F(CheckpointerTest, TheNextSaveSaysThePreviousWriteFailed) {
   EXPECT_EQ(c.stats().failed, 1);
 }
 
+// Says the file system holds `free` bytes, whatever it holds.
+class FreeBytesEnv : public FaultInjectionEnv {
+ public:
+  using FaultInjectionEnv::FaultInjectionEnv;
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& dir) override {
+    return free;
+  }
+  uint64_t free = uint64_t{1} << 40;
+};
+
+TEST_F(CheckpointerTest, AFullDiskIsNotWrittenAgainUntilThereIsRoom) {
+  FreeBytesEnv env(Env::Default());
+  Checkpointer c(&env, dir_, /*keep=*/2);
+  EXPECT_TRUE(c.CheckRoom().ok());  // nothing failed yet
+  EXPECT_TRUE(c.Save(snaps_[0]).ok());
+  ASSERT_TRUE(c.Flush().ok());
+  const int64_t bytes = c.stats().last_bytes;
+  ASSERT_GT(bytes, 0);
+
+  env.FailNth(FaultOp::kSync, 1, absl::ResourceExhaustedError("No space"));
+  EXPECT_TRUE(c.Save(snaps_[1]).ok());
+  // The disk is full: the next request is refused before any copy, naming
+  // the folder, what is free, what the write needed and why it failed;
+  // that failure counts as told.
+  env.free = 1000;
+  absl::Status room = c.CheckRoom();
+  EXPECT_EQ(room.code(), absl::StatusCode::kResourceExhausted) << room;
+  for (const std::string& part :
+       {dir_ + " has 0.00 MB free, and the last write needed ",
+        std::string("checkpoint of step 2 to ") + dir_, std::string("No space"),
+        std::string("no checkpoint is taken until there is room")}) {
+    EXPECT_NE(room.message().find(part), std::string::npos) << room;
+  }
+  EXPECT_EQ(c.CheckRoom().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.stats().no_room, 2);
+  // Just less room than the failed write needed plus a tenth: refused.
+  env.free = static_cast<uint64_t>(bytes + bytes / 10) - 1;
+  EXPECT_EQ(c.CheckRoom().code(), absl::StatusCode::kResourceExhausted);
+
+  // Room again: the request goes on, Save does not repeat the failure it
+  // was told, and a write that succeeds clears the check.
+  env.free = static_cast<uint64_t>(bytes) * 2;
+  EXPECT_TRUE(c.CheckRoom().ok());
+  EXPECT_TRUE(c.Save(snaps_[2]).ok());
+  ASSERT_TRUE(c.Flush().ok());
+  env.free = 0;
+  EXPECT_TRUE(c.CheckRoom().ok());
+  EXPECT_EQ(Steps(c), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(c.stats().failed, 1);
+  EXPECT_EQ(c.stats().no_room, 3);
+}
+
 }  // namespace
 }  // namespace shardps

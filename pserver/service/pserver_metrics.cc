@@ -202,8 +202,10 @@ void AddTables(const std::vector<JobStats>& jobs,
 
 void AddCheckpoints(const std::vector<JobStats>& jobs,
                     std::vector<prometheus::MetricFamily>* out) {
-  FamilyBuilder written("shardps_pserver_checkpoints_total",
-                        "Checkpoint writes, by result", MetricType::Counter);
+  FamilyBuilder written(
+      "shardps_pserver_checkpoints_total",
+      "Checkpoint writes, by result (no_room: refused, the disk being full)",
+      MetricType::Counter);
   FamilyBuilder duration("shardps_pserver_last_checkpoint_duration_seconds",
                          "How long the last complete checkpoint took to "
                          "write",
@@ -225,6 +227,8 @@ void AddCheckpoints(const std::vector<JobStats>& jobs,
                 static_cast<double>(c.written));
     written.Add({{"job_id", j.id}, {"result", "failed"}},
                 static_cast<double>(c.failed));
+    written.Add({{"job_id", j.id}, {"result", "no_room"}},
+                static_cast<double>(c.no_room));
     if (c.written == 0) continue;
     const Labels l{{"job_id", j.id}};
     duration.Add(l, Secs(c.last_duration));

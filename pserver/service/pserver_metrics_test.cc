@@ -56,6 +56,10 @@ TEST(PserverCollectorTest, ShowsEachJobsStepsTrainersMemoryAndCheckpoints) {
                   "shardps_pserver_checkpoints_total{job_id=\"default\","
                   "result=\"ok\"}"),
             0);
+  EXPECT_EQ(Value(page,
+                  "shardps_pserver_checkpoints_total{job_id=\"default\","
+                  "result=\"no_room\"}"),
+            0);
   // No checkpoint yet: no time of the last one, rather than 1970.
   EXPECT_THAT(page, Not(HasSubstr("shardps_pserver_last_checkpoint")));
 
