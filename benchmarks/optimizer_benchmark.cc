@@ -13,12 +13,14 @@
 
 #include "benchmark/benchmark.h"
 #include "kernels/optimizer_cpu.h"
+#include "optimizer/optimizer.h"
 
 namespace shardps {
 namespace {
 
-void SetThroughput(benchmark::State& state, int64_t bytes_per_element) {
-  const int64_t bytes = state.range(0) * bytes_per_element;
+void SetThroughput(benchmark::State& state, int64_t bytes_per_element,
+                   int floats_arg = 0) {
+  const int64_t bytes = state.range(floats_arg) * bytes_per_element;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
   state.counters["GB/s"] =
       benchmark::Counter(static_cast<double>(bytes) * 1e-9,
@@ -92,6 +94,53 @@ void BM_Adam(benchmark::State& state) {
   }
   SetThroughput(state, 7 * sizeof(float));
 }
+
+// The pserver's update of one dense block (Optimizer::Apply), and the same
+// update checked for non-finite results (Optimizer::ApplyIfFinite, which
+// saves each chunk first): what the check costs. Arguments: the type
+// (1 momentum, 3 Adam), the block's floats (65536 is the default block).
+void OptimizerUpdate(benchmark::State& state, bool checked) {
+  OptimizerConfig c;
+  c.set_type(static_cast<OptimizerConfig::Type>(state.range(0)));
+  c.set_learning_rate(1e-3f);
+  c.set_momentum(0.9f);
+  auto opt = *Optimizer::Create(c, 1);
+  const int64_t n = state.range(1);
+  std::vector<float> g = Filled(n, 1e-3f), p = Filled(n, 0.5f);
+  std::vector<std::vector<float>> state_vectors(opt->num_slots(),
+                                                Filled(n, 0.0f));
+  std::vector<absl::Span<float>> slots;
+  for (auto& s : state_vectors) slots.push_back(absl::MakeSpan(s));
+  int64_t step = 0;
+  for (auto _ : state) {
+    if (checked) {
+      benchmark::DoNotOptimize(
+          opt->ApplyIfFinite(step, step, 1.0f, g, absl::MakeSpan(p), slots));
+    } else {
+      opt->Apply(step, step, 1.0f, g, absl::MakeSpan(p), slots);
+    }
+    ++step;
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  SetThroughput(state, (3 + 2 * opt->num_slots()) * sizeof(float), 1);
+}
+
+void BM_BlockUpdate(benchmark::State& state) { OptimizerUpdate(state, false); }
+void BM_BlockUpdateIfFinite(benchmark::State& state) {
+  OptimizerUpdate(state, true);
+}
+
+void BlockSizes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "floats"});
+  for (int type : {OptimizerConfig::MOMENTUM, OptimizerConfig::ADAM}) {
+    for (int floats : {1 << 16, 1 << 20}) b->Args({type, floats});
+  }
+  b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+}
+
+BENCHMARK(BM_BlockUpdate)->Apply(BlockSizes);
+BENCHMARK(BM_BlockUpdateIfFinite)->Apply(BlockSizes);
 
 void Sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("floats")->Arg(1 << 20)->Arg(16 << 20);

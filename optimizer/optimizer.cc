@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/finite.h"
 #include "kernels/optimizer_cpu.h"
 
 namespace shardps {
@@ -181,6 +186,31 @@ Optimizer::Optimizer(const OptimizerConfig& config,
     default:
       num_slots_ = 0;
   }
+  // Where a gradient within kFastGradient and a learning rate within
+  // kMaxLearningRate bound the step whatever the state (no 0/0, no
+  // ratio that grows from step to step), ApplyIfFinite applies without
+  // saving anything (docs/design_choices.md).
+  const float b1 = config_.beta1(), b2 = config_.beta2();
+  switch (config_.type()) {
+    case OptimizerConfig::SGD:
+    case OptimizerConfig::MOMENTUM:
+    case OptimizerConfig::LARS:
+      bounded_step_ = true;
+      break;
+    case OptimizerConfig::ADAGRAD:
+      bounded_step_ =
+          config_.epsilon() > 0 || config_.initial_accumulator() > 0;
+      break;
+    case OptimizerConfig::ADAM:
+      bounded_step_ = config_.epsilon() > 0 && b1 * b1 < b2;
+      break;
+    case OptimizerConfig::FTRL:
+      // z grows by at most a factor (beta + sqrt(n)) / beta over a job.
+      bounded_step_ = config_.beta() >= 0.01f;
+      break;
+    default:
+      bounded_step_ = false;
+  }
 }
 
 void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
@@ -222,6 +252,60 @@ void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
     default:
       break;
   }
+}
+
+bool Optimizer::ApplyIfFinite(int64_t step, int64_t update_count,
+                              float grad_scale, absl::Span<const float> grad,
+                              absl::Span<float> value,
+                              absl::Span<const absl::Span<float>> slots,
+                              float trust_ratio) const {
+  // Every optimizer's update is elementwise (LARS's table-wide ratio comes
+  // in as trust_ratio), so a chunk updates as it would within the whole.
+  const size_t n = value.size();
+  const float lr = schedule_.At(step) *
+                   (config_.type() == OptimizerConfig::LARS ? trust_ratio : 1);
+  // |grad_scale * g| <= kFastGradient for every g within `bound`.
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const float scale = std::abs(grad_scale);
+  const float bound = scale > 0 ? std::min(kFastGradient / scale, kMax) : kMax;
+  // LARS's weight decay shrinks a value by lr * weight_decay of itself each
+  // step: past 1, the value can swing ever wider.
+  const bool decay_bounded = config_.type() != OptimizerConfig::LARS ||
+                             lr * config_.weight_decay() <= 1;
+  if (bounded_step_ && lr <= kMaxLearningRate && decay_bounded &&
+      std::isfinite(scale) && AllWithin(grad.data(), n, bound)) {
+    Apply(step, update_count, grad_scale, grad, value, slots, trust_ratio);
+    return true;
+  }
+  constexpr size_t kChunk = 2048;  // the chunk's streams stay in L1
+  const size_t streams = 1 + slots.size();
+  thread_local std::vector<float> saved;
+  if (saved.size() < n * streams) saved.resize(n * streams);
+  auto stream = [&](size_t k) { return k == 0 ? value : slots[k - 1]; };
+  absl::InlinedVector<absl::Span<float>, 2> chunk_slots(slots.size());
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    const size_t len = std::min(kChunk, n - begin);
+    for (size_t k = 0; k < streams; ++k) {
+      std::memcpy(&saved[k * n + begin], stream(k).data() + begin,
+                  len * sizeof(float));
+    }
+    for (size_t k = 0; k < slots.size(); ++k) {
+      chunk_slots[k] = slots[k].subspan(begin, len);
+    }
+    Apply(step, update_count, grad_scale, grad.subspan(begin, len),
+          value.subspan(begin, len), chunk_slots, trust_ratio);
+    bool finite = true;
+    for (size_t k = 0; k < streams && finite; ++k) {
+      finite = AllFinite(stream(k).data() + begin, len);
+    }
+    if (finite) continue;
+    const size_t written = begin + len;
+    for (size_t k = 0; k < streams; ++k) {
+      std::memcpy(stream(k).data(), &saved[k * n], written * sizeof(float));
+    }
+    return false;
+  }
+  return true;
 }
 
 Optimizer::SquaredNorms Optimizer::Partials(float grad_scale,

@@ -15,6 +15,12 @@ namespace shardps {
 // schedule's scaling. Large-batch LARS runs use tens; anything near this
 // is a typo or an attack, and drives parameters to infinity in a few steps.
 inline constexpr float kMaxLearningRate = 1e4f;
+// Gradients within this bound (2^20) cannot make a step non-finite in any
+// number of steps a job can run, for optimizers that bound their step
+// (Optimizer::ApplyIfFinite): state grows by at most
+// kMaxLearningRate * kFastGradient / (1 - momentum), or kFastGradient^2,
+// per step.
+inline constexpr float kFastGradient = 1048576.0f;
 
 // The learning rate at a step, from an OptimizerConfig's schedule.
 // Thread-safe (immutable after Create).
@@ -63,6 +69,22 @@ class Optimizer {
              absl::Span<const absl::Span<float>> slots,
              float trust_ratio = 1.0f) const;
 
+  // Apply, unless the update would leave any value or state element
+  // infinite or NaN (a huge gradient or learning rate, each in bounds):
+  // then nothing changes and it returns false. When every |grad_scale *
+  // grad| is within kFastGradient and the configuration bounds a step (see
+  // the constructor), the result is finite and Apply runs as it is;
+  // otherwise the update runs a chunk at a time, each chunk saved first to
+  // a per-thread buffer that restores what was written when a chunk comes
+  // out non-finite (docs/design_choices.md, "A step that would make a
+  // parameter non-finite"). REQUIRES: value and state finite (the store
+  // holds no others: initial values and restored state are checked, and
+  // every update goes through here).
+  bool ApplyIfFinite(int64_t step, int64_t update_count, float grad_scale,
+                     absl::Span<const float> grad, absl::Span<float> value,
+                     absl::Span<const absl::Span<float>> slots,
+                     float trust_ratio = 1.0f) const;
+
   // LARS: its update needs the norms of the whole table, whose blocks live
   // on several pservers (docs/tuning.md, "LARS"): each block adds its
   // squared sums (Partials), the sums meet, and TrustRatio turns their
@@ -90,6 +112,8 @@ class Optimizer {
   const LearningRateSchedule schedule_;
   int num_slots_ = 0;
   float initial_slot_value_ = 0;
+  // ApplyIfFinite may skip its copy when the gradient is within bounds.
+  bool bounded_step_ = false;
 };
 
 }  // namespace shardps

@@ -113,5 +113,112 @@ TEST(OptimizerTest, AdamBiasCorrectionUsesUpdateCount) {
   EXPECT_NEAR(p[0], -0.02f, 1e-6);  // constant gradient: lr per step
 }
 
+// Every type, with a learning rate of `lr`.
+std::vector<OptimizerConfig> EveryType(float lr) {
+  std::vector<OptimizerConfig> out;
+  for (OptimizerConfig::Type t :
+       {OptimizerConfig::SGD, OptimizerConfig::MOMENTUM,
+        OptimizerConfig::ADAGRAD, OptimizerConfig::ADAM, OptimizerConfig::FTRL,
+        OptimizerConfig::LARS}) {
+    OptimizerConfig c;
+    c.set_type(t);
+    c.set_learning_rate(lr);
+    if (t == OptimizerConfig::MOMENTUM || t == OptimizerConfig::LARS) {
+      c.set_momentum(0.9f);
+    }
+    out.push_back(c);
+    if (t == OptimizerConfig::MOMENTUM) {
+      c.set_nesterov(true);
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// A value and its optimizer's state, `n` elements each.
+struct Params {
+  Params(const Optimizer& opt, size_t n) : value(n) {
+    for (size_t i = 0; i < n; ++i) value[i] = 0.01f * static_cast<float>(i % 7);
+    state.assign(opt.num_slots(),
+                 std::vector<float>(n, opt.initial_slot_value()));
+  }
+  std::vector<absl::Span<float>> slots() {
+    std::vector<absl::Span<float>> out;
+    for (auto& s : state) out.push_back(absl::MakeSpan(s));
+    return out;
+  }
+  bool operator==(const Params& o) const {
+    return value == o.value && state == o.state;
+  }
+  std::vector<float> value;
+  std::vector<std::vector<float>> state;
+};
+
+TEST(OptimizerTest, ApplyIfFiniteEqualsApplyWhenTheResultIsFinite) {
+  constexpr size_t kN = 5000;  // past two chunks
+  std::vector<float> g(kN);
+  for (size_t i = 0; i < kN; ++i) g[i] = 0.5f - 0.001f * i;
+  for (const OptimizerConfig& c : EveryType(0.1f)) {
+    auto opt = *Optimizer::Create(c, 1);
+    Params a(*opt, kN), b(*opt, kN);
+    for (int step = 0; step < 3; ++step) {
+      opt->Apply(step, step, 0.5f, g, absl::MakeSpan(a.value), a.slots(), 0.7f);
+      ASSERT_TRUE(opt->ApplyIfFinite(step, step, 0.5f, g,
+                                     absl::MakeSpan(b.value), b.slots(), 0.7f))
+          << c.ShortDebugString();
+    }
+    EXPECT_TRUE(a == b) << c.ShortDebugString();
+  }
+}
+
+TEST(OptimizerTest, ApplyIfFiniteChangesNothingWhenAnElementWouldOverflow) {
+  constexpr size_t kN = 5000;
+  const float kHuge = 3e38f;  // in bounds for a push; times lr, infinite
+  for (size_t bad : {size_t{0}, size_t{2047}, size_t{2048}, kN - 1}) {
+    std::vector<float> g(kN, 0.25f);
+    g[bad] = kHuge;
+    for (const OptimizerConfig& c : EveryType(100.0f)) {
+      auto opt = *Optimizer::Create(c, 1);
+      Params p(*opt, kN);
+      opt->Apply(0, 0, 1.0f, std::vector<float>(kN, 0.1f),
+                 absl::MakeSpan(p.value), p.slots());
+      const Params before = p;
+      EXPECT_FALSE(
+          opt->ApplyIfFinite(1, 1, 1.0f, g, absl::MakeSpan(p.value), p.slots()))
+          << c.ShortDebugString() << " bad element " << bad;
+      EXPECT_TRUE(p == before) << c.ShortDebugString() << " bad " << bad;
+    }
+  }
+}
+
+TEST(OptimizerTest, ApplyIfFiniteRefusesAScaleThatIsNotFinite) {
+  auto sgd = *Optimizer::Create(EveryType(0.1f)[0], 1);
+  Params q(*sgd, 10);
+  const Params before = q;
+  EXPECT_FALSE(sgd->ApplyIfFinite(0, 0, std::numeric_limits<float>::infinity(),
+                                  std::vector<float>(10, 1.0f),
+                                  absl::MakeSpan(q.value), q.slots()));
+  EXPECT_TRUE(q == before);
+}
+
+TEST(OptimizerTest, ApplyIfFiniteChecksAdamWhoseRatioCanGrow) {
+  // beta1^2 >= beta2: m / sqrt(v) can grow from step to step, so even
+  // small gradients take the checked path; it still equals Apply.
+  OptimizerConfig c;
+  c.set_type(OptimizerConfig::ADAM);
+  c.set_learning_rate(0.1f);
+  c.set_beta1(0.99f);
+  c.set_beta2(0.5f);
+  auto opt = *Optimizer::Create(c, 1);
+  Params a(*opt, 3000), b(*opt, 3000);
+  std::vector<float> g(3000, 0.01f);
+  for (int step = 0; step < 3; ++step) {
+    opt->Apply(step, step, 1.0f, g, absl::MakeSpan(a.value), a.slots());
+    ASSERT_TRUE(opt->ApplyIfFinite(step, step, 1.0f, g, absl::MakeSpan(b.value),
+                                   b.slots()));
+  }
+  EXPECT_TRUE(a == b);
+}
+
 }  // namespace
 }  // namespace shardps

@@ -155,6 +155,11 @@ void AddTables(const std::vector<JobStats>& jobs,
                       "Steps applied to the table's parameters held here "
                       "(the most among its blocks)",
                       MetricType::Gauge);
+  FamilyBuilder non_finite(
+      "shardps_pserver_non_finite_updates_total",
+      "Updates not applied because they would have made a value or optimizer "
+      "state infinite or NaN: a dense block's step or push, a sparse row's",
+      MetricType::Counter);
   FamilyBuilder rows("shardps_pserver_sparse_rows",
                      "Rows of the sparse table held here", MetricType::Gauge);
   FamilyBuilder created("shardps_pserver_sparse_rows_created_total",
@@ -179,6 +184,8 @@ void AddTables(const std::vector<JobStats>& jobs,
     for (const auto& t : j.tables) {
       steps.Add({{"job_id", j.id}, {"table", t.name}},
                 static_cast<double>(t.steps));
+      non_finite.Add({{"job_id", j.id}, {"table", t.name}},
+                     static_cast<double>(t.non_finite_updates));
     }
     memory.Add({{"job_id", j.id}, {"kind", "dense"}},
                static_cast<double>(j.dense_bytes));
@@ -194,8 +201,8 @@ void AddTables(const std::vector<JobStats>& jobs,
     }
     memory.Add({{"job_id", j.id}, {"kind", "sparse"}}, sparse_bytes);
   }
-  for (FamilyBuilder* b :
-       {&steps, &rows, &created, &evicted, &refused, &memory, &table_memory}) {
+  for (FamilyBuilder* b : {&steps, &non_finite, &rows, &created, &evicted,
+                           &refused, &memory, &table_memory}) {
     b->AppendTo(out);
   }
 }

@@ -83,6 +83,10 @@ TEST(PserverCollectorTest, ShowsEachJobsStepsTrainersMemoryAndCheckpoints) {
                   "shardps_pserver_table_steps{job_id=\"default\","
                   "table=\"w\"}"),
             3);
+  EXPECT_EQ(Value(page,
+                  "shardps_pserver_non_finite_updates_total{job_id="
+                  "\"default\",table=\"w\"}"),
+            0);
   // Two blocks of two floats: value, gradient sum and Adam's two slots.
   const double dense = Value(page,
                              "shardps_pserver_memory_bytes{job_id="

@@ -49,8 +49,16 @@ std::optional<AppliedUpdate> DenseTableBlock::Apply(
   std::vector<absl::Span<float>> spans;
   spans.reserve(slots.size());
   for (auto& s : slots) spans.push_back(absl::MakeSpan(s));
-  optimizer_->Apply(step, barrier.version(), scale, grad, absl::MakeSpan(value),
-                    spans, trust_ratio);
+  // A backup applying the same record refuses it alike.
+  if (!optimizer_->ApplyIfFinite(step, barrier.version(), scale, grad,
+                                 absl::MakeSpan(value), spans, trust_ratio)) {
+    ++non_finite_updates;
+    LOG_EVERY_T(WARNING, 10)
+        << name() << ": the update of step " << step
+        << " would make a value or optimizer state infinite or NaN (a huge "
+           "gradient or learning rate); not applied, the step goes on "
+           "(shardps_pserver_non_finite_updates_total counts them)";
+  }
   return u;
 }
 

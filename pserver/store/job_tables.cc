@@ -413,9 +413,14 @@ std::vector<TableProgress> JobTables::Progress() const {
       out.push_back(
           TableProgress{table.name(), table.kind() == TableSpec::SPARSE, 0});
     }
+    if (const auto* shard = dynamic_cast<const SparseShard*>(u)) {
+      out[it->second].non_finite_updates +=
+          shard->rows().counters().non_finite_updates;
+    }
     absl::MutexLock l(&u->mu);
     out[it->second].steps =
         std::max(out[it->second].steps, u->barrier.version());
+    out[it->second].non_finite_updates += u->non_finite_updates;
   }
   return out;
 }

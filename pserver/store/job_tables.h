@@ -104,6 +104,9 @@ struct TableProgress {
   std::string name;
   bool sparse = false;
   int64_t steps = 0;
+  // Updates not applied for a non-finite result: dense blocks' steps or
+  // pushes, sparse rows.
+  int64_t non_finite_updates = 0;
 };
 
 class JobTables {

@@ -103,6 +103,32 @@ TEST_F(ParameterStoreTest, SyncAppliesMeanOnceEveryTrainerPushed) {
   EXPECT_EQ(store_->TEST_BlockVersion(0, 0), 1);
 }
 
+TEST_F(ParameterStoreTest, AStepThatWouldOverflowIsNotAppliedAndTheJobGoesOn) {
+  // Gradients in bounds (each below 3.4e38 / trainers) drive value 0 of
+  // block w0 to -3e38 in two steps; the third would make it -inf, so none
+  // of the block's values moves, and the step goes on.
+  Init(SYNC, 2);
+  const std::vector<float> g = {1.5e38f, 1, 1, 1};
+  for (int64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(PushW0(0, step, g).ok());
+    ASSERT_TRUE(PushW0(1, step, g).ok());
+    EXPECT_EQ(store_->TEST_BlockVersion(0, 0), step + 1);
+  }
+  const std::vector<float> after_two = store_->TEST_BlockValues(0, 0);
+  EXPECT_FLOAT_EQ(after_two[0], 1 - 3e38f);
+  EXPECT_EQ(std::vector<float>(after_two.begin() + 1, after_two.end()),
+            (std::vector<float>{0, 1, 2}));
+  int64_t refused = -1;
+  for (const TableProgress& t : store_->Progress()) {
+    if (t.name == "w") refused = t.non_finite_updates;
+  }
+  EXPECT_EQ(refused, 1);
+  // A step within range applies again.
+  ASSERT_TRUE(PushW0(0, 3, {-1, 1, 1, 1}).ok());
+  ASSERT_TRUE(PushW0(1, 3, {-1, 1, 1, 1}).ok());
+  EXPECT_EQ(store_->TEST_BlockValues(0, 0)[1], -1);
+}
+
 TEST_F(ParameterStoreTest, SyncRepeatedPushIsIgnored) {
   Init(SYNC, 2);
   ASSERT_TRUE(PushW0(0, 0, {2, 2, 2, 2}).ok());

@@ -213,8 +213,17 @@ void SparseTable::UpdateRow(Stripe& s, uint32_t slot, int64_t step,
     (*slots)[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
   }
   RowMeta& meta = s.meta[slot];
-  optimizer_->Apply(step, meta.updates, scale, absl::MakeConstSpan(grad, dim_),
-                    absl::MakeSpan(row, dim_), *slots);
+  if (!optimizer_->ApplyIfFinite(step, meta.updates, scale,
+                                 absl::MakeConstSpan(grad, dim_),
+                                 absl::MakeSpan(row, dim_), *slots)) {
+    ++s.non_finite;
+    LOG_EVERY_T(WARNING, 10)
+        << "sparse table: the update of a row at step " << step
+        << " would make it infinite or NaN (a huge gradient or learning "
+           "rate); not applied (shardps_pserver_non_finite_updates_total "
+           "counts them)";
+    return;
+  }
   ++meta.updates;
   meta.last_step = step;
 }
@@ -482,6 +491,7 @@ SparseCounters SparseTable::counters() const {
     c.evicted += s.evicted;
     c.dropped_updates += s.dropped;
     c.refused_rows += s.refused;
+    c.non_finite_updates += s.non_finite;
   }
   return c;
 }

@@ -27,6 +27,8 @@ struct SparseCounters {
   int64_t evicted = 0;          // rows removed by eviction
   int64_t dropped_updates = 0;  // gradients of keys not yet admitted
   int64_t refused_rows = 0;     // new rows past --max_memory_mb, dropped
+  // Row updates not applied: they would have made the row non-finite.
+  int64_t non_finite_updates = 0;
 };
 
 // The rows of one sparse table that one pserver holds: uint64 key to `dim`
@@ -142,6 +144,7 @@ class SparseTable {
     int64_t evicted ABSL_GUARDED_BY(mu) = 0;
     int64_t dropped ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
+    int64_t non_finite ABSL_GUARDED_BY(mu) = 0;
     // Bytes of chunks and accumulators counted in the budget.
     int64_t reserved ABSL_GUARDED_BY(mu) = 0;
   };

@@ -70,6 +70,22 @@ TEST(SparseTableTest, SgdUpdatesOnlyTouchedRows) {
   EXPECT_EQ(t.counters().created, 1);
 }
 
+TEST(SparseTableTest, ARowUpdateThatWouldOverflowIsNotApplied) {
+  auto opt = MakeOptimizer(OptimizerConfig::ADAGRAD, 0.1f);
+  SparseTable t(Options(2), opt.get());
+  const uint64_t keys[] = {5, 6};
+  const float ok[] = {1.0f, 1.0f, 1.0f, 1.0f}, one[] = {1.0f, 1.0f};
+  t.Apply(0, keys, ok, one);
+  const auto before5 = Row(t, 5), before6 = Row(t, 6);
+  // Row 5's gradient squared overflows Adagrad's accumulator: its whole
+  // update is refused, row 6's applies.
+  const float huge[] = {1e20f, 1.0f, 1.0f, 1.0f};
+  t.Apply(1, keys, huge, one);
+  EXPECT_EQ(Row(t, 5), before5);
+  EXPECT_NE(Row(t, 6), before6);
+  EXPECT_EQ(t.counters().non_finite_updates, 1);
+}
+
 TEST(SparseTableTest, AdamIsLazyWithPerRowStepCounts) {
   auto opt = MakeOptimizer(OptimizerConfig::ADAM, 0.01f);
   SparseTable t(Options(1, 0.0f), opt.get());  // scale 0: rows start at 0

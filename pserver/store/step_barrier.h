@@ -237,6 +237,11 @@ class BarrierUnit {
 
   mutable absl::Mutex mu;
   StepBarrier barrier ABSL_GUARDED_BY(mu);
+  // Updates not applied because they would have made a value or optimizer
+  // state non-finite (Optimizer::ApplyIfFinite): a dense block's whole
+  // step or push; a sparse table's rows (the version moves on all the
+  // same).
+  int64_t non_finite_updates ABSL_GUARDED_BY(mu) = 0;
 
  protected:
   // A replicated unit's record of an update it applies now at `step`: its
