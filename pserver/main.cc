@@ -70,6 +70,11 @@ DEFINE_int64(max_memory_mb, 0,
              "what a job's tables and optimizer state may hold here; a job "
              "that needs more is refused (RESOURCE_EXHAUSTED). 0: 3/4 of the "
              "machine's memory, or of the cgroup's memory.max when lower");
+DEFINE_int32(max_shared_regions, 256,
+             "shared-memory regions that trainers on this host may hold at "
+             "once, over all jobs (one per trainer; each costs a memfd, a "
+             "mapping and a serving thread); past it, values go over TCP. 0: "
+             "none");
 DEFINE_int64(max_memory_mb_per_job, 0,
              "what one job's tables and optimizer state may hold here, "
              "within --max_memory_mb for all jobs, so that one job cannot "
@@ -100,6 +105,9 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   if (FLAGS_trainer_timeout < 0) fail("--trainer_timeout must be >= 0");
   if (FLAGS_keep_checkpoints < 1) fail("--keep_checkpoints must be >= 1");
   if (FLAGS_max_jobs < 1) fail("--max_jobs must be >= 1");
+  if (FLAGS_max_shared_regions < 0 || FLAGS_max_shared_regions > 65536) {
+    fail("--max_shared_regions must be in [0, 65536]");
+  }
   if (FLAGS_job_retention < 1) fail("--job_retention must be >= 1");
   if (FLAGS_max_memory_mb < 0 || FLAGS_max_memory_mb > (int64_t{1} << 40)) {
     fail("--max_memory_mb must be in [0, 2^40]");
@@ -142,6 +150,7 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   p.keep_checkpoints = FLAGS_keep_checkpoints;
   p.max_memory_bytes_per_job = FLAGS_max_memory_mb_per_job << 20;
   p.max_jobs = FLAGS_max_jobs;
+  p.max_shared_regions = FLAGS_max_shared_regions;
   p.job_retention = absl::Seconds(FLAGS_job_retention);
   p.env = checkpoint_env;
   return options;
@@ -154,7 +163,8 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
        {"port", "port_file", "host", "num_gradient_servers", "max_pull_wait_s",
         "trainer_timeout", "tcp_lane", "tcp_lane_port", "tcp_lane_spin_us"}},
       {"Jobs and memory",
-       {"max_jobs", "job_retention", "max_memory_mb", "max_memory_mb_per_job"}},
+       {"max_jobs", "job_retention", "max_memory_mb", "max_memory_mb_per_job",
+        "max_shared_regions"}},
       {"Checkpoints (docs/checkpoint_format.md)",
        {"checkpoint_dir", "keep_checkpoints"}},
       shardps::SecurityFlagGroup(),

@@ -11,6 +11,7 @@ forbids them).
 """
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -113,6 +114,45 @@ class NetworkFaultTest(testlib.ProcessTestCase):
                  if l.get("event") == "step"][1:]
         longest = max(l["max_step_s"] for l in lines)
         return final_eval(metrics[0], 0), longest
+
+    def test_shared_memory_only_for_trainers_on_the_pservers_host(self):
+        """Namespaces share this host's /proc, so a trainer in another one
+        could map the pserver's region; the pserver gives one only to a
+        caller whose address is its own (here trainer 0, in its namespace),
+        and the other trainer's values go over TCP."""
+        port_file = os.path.join(self.tmp, "shm-ps.port")
+        with open(os.path.join(self.tmp, "shm-ps.log"), "ab") as f:
+            ps = self.popen(self.net.prefix(0) + [
+                testlib.pserver_bin(), "--port=0",
+                "--host=" + self.net.addrs[0], "--port_file=" + port_file,
+                "--num_gradient_servers=2"], stdout=f,
+                stderr=subprocess.STDOUT)
+        self.assertTrue(wait_for(lambda: testlib.read_port(port_file), 30),
+                        "pserver did not come up")
+        address = "%s:%d" % (self.net.addrs[0], testlib.read_port(port_file))
+        trainers = [self.popen(
+            self.net.prefix(k) + [
+                testlib.trainer_bin(), "--pservers=" + address,
+                "--trainer_id=%d" % k, "--num_gradient_servers=2",
+                "--config=" + testlib.CONFIG, "--max_steps=30",
+                "--progress=off"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True) for k in (0, 1)]
+        logs = [t.communicate(timeout=120)[0] for t in trainers]
+        for t, log in zip(trainers, logs):
+            self.assertEqual(t.returncode, 0, log[-3000:])
+        self.assertIn("dense values through shared memory with 1 of 1 "
+                      "pservers", logs[0])
+        self.assertRegex(
+            logs[1], r"pserver %s: dense values go over TCP, not shared "
+            r"memory \(OpenSharedMemory to pserver %s: shared memory is for "
+            r"trainers on this pserver's host; this call came from "
+            r"ipv4:%s:\d+\)" % (re.escape(address), re.escape(address),
+                                  re.escape(self.net.addrs[1])))
+        self.assertIn("dense values through shared memory with 0 of 1 "
+                      "pservers", logs[1])
+        ps.terminate()
+        ps.wait(30)
 
     def test_a_trainer_cut_off_for_3_s_changes_nothing(self):
         base, _ = self.run_job("base")

@@ -69,7 +69,7 @@ LAYERS = {
     "pserver/checkpoint": PSERVER_BASE + ["pserver/store"],
     "pserver/replication": PSERVER_BASE + ["pserver/store"],
     "pserver/service": PSERVER_BASE + ["pserver/store", "pserver/checkpoint",
-                                       "pserver/replication"],
+                                       "pserver/replication", "common/auth"],
     "pserver": PSERVER_BASE + ["pserver/service"],
     "trainer/data": ["base", "proto"] + COMMON,
     "trainer/model": ["base", "kernels", "proto", "trainer/data"] + COMMON,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/job_id.h"
+#include "common/auth/peer_host.h"
 #include "common/transport/grpc_status.h"
 #include "common/transport/grpc_wire.h"
 
@@ -133,6 +134,19 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
     grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
     SharedMemoryResponse* resp) {
+  // A region is mapped by process id and descriptor: only a trainer on this
+  // host can use one, so no other caller gets a memfd, a mapping or a
+  // thread of this pserver's.
+  if (!PeerIsOnThisHost(ctx->peer())) {
+    const absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+        "shared memory is for trainers on this pserver's host; this call "
+        "came from ",
+        ctx->peer()));
+    dispatcher_.Refused(PsRpc::kOpenSharedMemory, s, req->ByteSizeLong());
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   return Bind(ctx, PsRpc::kOpenSharedMemory, *req, resp,
               [this, job_id = JobIdOf(ctx), req, resp] {
                 if (!req->calls()) {

@@ -44,13 +44,18 @@ absl::StatusOr<std::unique_ptr<Pserver>> Pserver::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("--max_jobs must be >= 1, got ", options.max_jobs));
   }
+  if (options.max_shared_regions < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_shared_regions must be >= 0, got ", options.max_shared_regions));
+  }
   return std::unique_ptr<Pserver>(new Pserver(std::move(options)));
 }
 
 Pserver::Pserver(PserverOptions options)
     : options_(std::move(options)),
       env_(options_.env != nullptr ? options_.env : Env::Default()),
-      budget_(options_.store.max_memory_bytes) {}
+      budget_(options_.store.max_memory_bytes),
+      regions_(std::make_shared<RegionQuota>(options_.max_shared_regions)) {}
 
 Pserver::~Pserver() { Stop(); }
 
@@ -105,6 +110,7 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
   }
   job->handler = std::make_shared<RequestHandler>(
       job->store.get(), job->checkpointer.get(), options_.store.clock);
+  job->handler->shared_regions().set_quota(regions_);
   if (options_.replica_peers) {
     job->handler->replication().set_replica_factory(
         [this, job_id](const InitJobRequest& r) {
@@ -202,6 +208,7 @@ std::shared_ptr<RequestHandler> Pserver::Unmade() {
     unmade_->store = std::make_unique<ParameterStore>(store);
     unmade_->handler = std::make_shared<RequestHandler>(
         unmade_->store.get(), nullptr, options_.store.clock);
+    unmade_->handler->shared_regions().set_quota(regions_);
   }
   return std::shared_ptr<RequestHandler>(unmade_, unmade_->handler.get());
 }

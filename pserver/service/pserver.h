@@ -44,6 +44,10 @@ struct PserverOptions {
   // What one job's tables may hold here (--max_memory_mb_per_job), within
   // store.max_memory_bytes for all jobs. 0: no limit of its own. Default: 0.
   int64_t max_memory_bytes_per_job = 0;
+  // Shared-memory regions all jobs' trainers on this host may hold at once
+  // (--max_shared_regions); past it, a trainer's values go over TCP.
+  // Default: 256.
+  int max_shared_regions = 256;
   // A job no request has named for this long is freed, after its final
   // checkpoint (--job_retention); the default job never is. Default: 10 min.
   absl::Duration job_retention = absl::Minutes(10);
@@ -172,6 +176,8 @@ class Pserver : public JobDirectory {
   const PserverOptions options_;
   Env* const env_;
   MemoryBudget budget_;
+  // Every job's shared regions (--max_shared_regions).
+  const std::shared_ptr<RegionQuota> regions_;
   mutable absl::Mutex jobs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<JobSlot>> jobs_
       ABSL_GUARDED_BY(jobs_mu_);

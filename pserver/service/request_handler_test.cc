@@ -384,6 +384,35 @@ TEST(RequestHandlerBudgetTest, SharedRegionsCountInTheMemoryLimit) {
   EXPECT_EQ(store.budget()->used(), held + 128);
 }
 
+// Regions are bounded per pserver (--max_shared_regions): each costs a
+// memfd, a mapping and, with calls, a thread, whatever its bytes.
+TEST_F(RequestHandlerTest, SharedRegionsAreBoundedByTheQuota) {
+  InitJob();
+  auto quota = std::make_shared<RegionQuota>(1);
+  handler_->shared_regions().set_quota(quota);
+  SharedMemoryRequest oreq;
+  oreq.set_trainer_id(0);
+  oreq.set_bytes(112);
+  SharedMemoryResponse oresp;
+  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
+  EXPECT_EQ(quota->held(), 1);
+  oreq.set_trainer_id(1);
+  ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
+             absl::StatusCode::kResourceExhausted,
+             "this pserver holds 1 regions (--max_shared_regions)");
+  // A region given back (its trainer opens one over a replaced one) frees
+  // its place; a refusal for memory takes none.
+  oreq.set_trainer_id(0);
+  ASSERT_TRUE(handler_->shared_regions().Open(oreq, &oresp).ok());
+  EXPECT_EQ(quota->held(), 1);
+  auto none = std::make_shared<RegionQuota>(0);
+  handler_->shared_regions().set_quota(none);
+  oreq.set_trainer_id(1);
+  ExpectCode(handler_->shared_regions().Open(oreq, &oresp),
+             absl::StatusCode::kResourceExhausted, "--max_shared_regions");
+  EXPECT_EQ(none->held(), 0);
+}
+
 TEST_F(RequestHandlerTest, PushForAppliedStepIsRefused) {
   InitJob();
   ASSERT_TRUE(Push(0, 0, 11, {{0, FloatBytes({2, 2, 2, 2})}}).ok());

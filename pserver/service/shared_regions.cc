@@ -59,6 +59,33 @@ class MissingLane final : public DenseValueLane {
 
 }  // namespace
 
+absl::StatusOr<std::function<void()>> SharedRegions::TakePlace(int64_t bytes) {
+  // One of the pserver's --max_shared_regions.
+  std::shared_ptr<RegionQuota> quota = quota_;
+  if (quota != nullptr && !quota->TryTake()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared memory: this pserver holds ", quota->max(),
+        " regions (--max_shared_regions); this trainer's values go over "
+        "TCP"));
+  }
+  // Counted in --max_memory_mb: the pserver writes pulls into it.
+  // Kept alive by the region, which may outlive its job (a trainer's
+  // shared calls are served until it opens another).
+  std::shared_ptr<MemoryBudget> budget = store_->state()->shared_budget;
+  if (!budget->TryReserve(bytes)) {
+    if (quota != nullptr) quota->Give();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared memory: a region of ", bytes,
+        " bytes would pass "
+        "--max_memory_mb (",
+        budget->limit() >> 20, " MiB, ", budget->used() >> 20, " MiB held)"));
+  }
+  return [quota, budget, bytes] {
+    if (quota != nullptr) quota->Give();
+    budget->Release(bytes);
+  };
+}
+
 absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
                                  SharedMemoryResponse* resp) {
   ParameterStore* const store = store_;
@@ -93,28 +120,18 @@ absl::Status SharedRegions::Open(const SharedMemoryRequest& req,
     absl::MutexLock l(&mu_);
     regions_.erase(k);
   }
-  // Counted in --max_memory_mb: the pserver writes pulls into it.
-  // Kept alive by the region, which may outlive its job (a trainer's
-  // shared calls are served until it opens another).
-  std::shared_ptr<MemoryBudget> budget = store->state()->shared_budget;
   const int64_t bytes = static_cast<int64_t>(req.bytes());
-  if (!budget->TryReserve(bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "shared memory: a region of ", bytes,
-        " bytes would pass "
-        "--max_memory_mb (",
-        budget->limit() >> 20, " MiB, ", budget->used() >> 20, " MiB held)"));
-  }
+  ASSIGN_OR_RETURN(std::function<void()> give_back, TakePlace(bytes));
   absl::StatusOr<std::unique_ptr<SharedRegion>> created =
       SharedRegion::Create(req.bytes());
   if (!created.ok()) {
-    budget->Release(bytes);
+    give_back();
     return created.status();
   }
   std::shared_ptr<const SharedRegion> region(
-      created->release(), [budget, bytes](const SharedRegion* r) {
+      created->release(), [give_back](const SharedRegion* r) {
         delete r;
-        budget->Release(bytes);
+        give_back();
       });
   std::random_device rd;
   uint64_t id = 0;

@@ -1,7 +1,9 @@
 #ifndef SHARDPS_PSERVER_SERVICE_SHARED_REGIONS_H_
 #define SHARDPS_PSERVER_SERVICE_SHARED_REGIONS_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,6 +20,29 @@
 
 namespace shardps {
 
+// How many shared regions all the jobs of a pserver hold together
+// (--max_shared_regions): each costs a memfd, a mapping and, with a call
+// area, a thread that serves it. Thread-safe.
+class RegionQuota {
+ public:
+  explicit RegionQuota(int max) : max_(max) {}
+  // Takes one region's place; false when all are taken.
+  bool TryTake() {
+    int held = held_.load();
+    while (held < max_) {
+      if (held_.compare_exchange_weak(held, held + 1)) return true;
+    }
+    return false;
+  }
+  void Give() { held_.fetch_sub(1); }
+  int held() const { return held_.load(); }
+  int max() const { return max_; }
+
+ private:
+  const int max_;
+  std::atomic<int> held_{0};
+};
+
 // The shared-memory regions of a job's trainers on this pserver's host
 // (docs/wire_protocol.md, "Shared memory"): at most one per trainer id, each
 // counted in the memory budget while held, known by a random id that
@@ -33,7 +58,7 @@ class SharedRegions {
   // uses it). FAILED_PRECONDITION before the job is ready; INVALID_ARGUMENT
   // for a trainer id outside the job or a size outside [65, 64 + twice the
   // dense bytes held] (both plus the call area's bytes when `req.calls()`);
-  // RESOURCE_EXHAUSTED past the budget.
+  // RESOURCE_EXHAUSTED past the budget or the quota.
   absl::Status Open(const SharedMemoryRequest& req, SharedMemoryResponse* resp);
   // The region `id` of `trainer_id`; NOT_FOUND, naming "shared region",
   // when it has none of that id (replaced, or the pserver restarted): the
@@ -48,12 +73,23 @@ class SharedRegions {
   // its id).
   std::shared_ptr<const DenseValueLane> Lane(int trainer_id, uint64_t id) const;
 
+  // The pserver's quota, which every region takes a place of while it is
+  // mapped. Null (the default): none.
+  void set_quota(std::shared_ptr<RegionQuota> quota) {
+    quota_ = std::move(quota);
+  }
+
  private:
+  // A place in the quota and `bytes` of the budget; the function gives
+  // both back. RESOURCE_EXHAUSTED naming the flag when either is full.
+  absl::StatusOr<std::function<void()>> TakePlace(int64_t bytes);
+
   struct TrainerRegion {
     uint64_t id = 0;
     std::shared_ptr<const SharedRegion> region;
   };
   ParameterStore* const store_;
+  std::shared_ptr<RegionQuota> quota_;  // set before any call
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, TrainerRegion> regions_ ABSL_GUARDED_BY(mu_);
 };
