@@ -307,7 +307,35 @@ absl::Status Trainer::Connect() {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::AskChiefToRollBack(const RecoveryPlan& plan,
+                                         absl::Time* first_asked) {
+  const absl::Time now = absl::Now();
+  if (*first_asked == absl::InfinitePast()) {
+    *first_asked = now;
+    LOG(WARNING) << "trainer " << options_.trainer_id << ": pservers disagree ("
+                 << plan.where << "): asking the chief to roll every one back "
+                 << "to step " << plan.step << ", and waiting for it";
+  } else if (now - *first_asked > options_.ready_timeout) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the pservers disagree (", plan.where,
+                     ") and the chief (trainer 0) "
+                     "has not rolled the job back in ",
+                     absl::FormatDuration(options_.ready_timeout),
+                     " (--ready_timeout_s); is it running?"));
+  }
+  // Wakes the chief if it waits in a pull for this trainer's push; asked
+  // again while it has not rolled back, since it may reach its next pull
+  // after this one.
+  absl::Status s = job_client_->Rollback(plan.step, plan.generation);
+  if (!s.ok()) {
+    LOG_EVERY_T(WARNING, 10) << "asking the chief: " << s;
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
+  absl::Time chief_asked = absl::InfinitePast();
   std::vector<std::string> addresses;
   for (PsClientInterface* s : servers_) addresses.push_back(s->address());
   for (int attempt = 0; sync(); ++attempt) {
@@ -332,9 +360,13 @@ absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
       stamp_.set_generation(plan.generation);
       break;
     }
-    LOG(WARNING) << "trainer " << options_.trainer_id << ": pservers disagree ("
-                 << plan.where << "): rolling every one back to step "
-                 << plan.step << ", generation " << plan.generation;
+    if (options_.trainer_id != 0) {
+      RETURN_IF_ERROR(AskChiefToRollBack(plan, &chief_asked));
+      continue;
+    }
+    LOG(WARNING) << "trainer 0: pservers disagree (" << plan.where
+                 << "): rolling every one back to step " << plan.step
+                 << ", generation " << plan.generation;
     absl::Status r = job_client_->Rollback(plan.step, plan.generation);
     if (r.ok()) continue;  // check again
     if (attempt >= 3) return r;

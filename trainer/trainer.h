@@ -22,6 +22,7 @@
 #include "trainer/model/model.h"
 #include "trainer/options.h"
 #include "trainer/progress.h"
+#include "trainer/recovery_planner.h"
 #include "trainer/step_schedule.h"
 #include "trainer/update_sharing.h"
 
@@ -69,10 +70,17 @@ class Trainer {
   // Registers; the chief initialises the job; waits until it is ready and
   // joins it at the step the pservers agree on.
   absl::Status Connect();
-  // Brings the pservers onto one timeline (PlanRecovery; rolling every one
-  // back to the newest checkpoint they all hold when they disagree), adopts
-  // it, and joins the job; returns the step to start at.
+  // Brings the pservers onto one timeline (PlanRecovery; when they
+  // disagree, the chief rolls every one back to the newest checkpoint they
+  // all hold, and another trainer asks it to and waits), adopts it, and
+  // joins the job; returns the step to start at.
   absl::StatusOr<int64_t> SyncWithPservers();
+  // A trainer other than the chief, finding the pservers disagreeing: asks
+  // the chief to roll back (the pservers wake it) and waits 200 ms;
+  // DEADLINE_EXCEEDED once --ready_timeout_s has passed since the first
+  // ask (*first_asked, InfinitePast before it).
+  absl::Status AskChiefToRollBack(const RecoveryPlan& plan,
+                                  absl::Time* first_asked);
   // One step of pass `pass`: batch `index` pulled, computed and pushed.
   absl::Status Step(int pass, int64_t index);
   // Marks the LARS tables (lars_tables_); INVALID_ARGUMENT naming the table

@@ -325,12 +325,31 @@ absl::Status RequestHandler::Rollback(const RollbackRequest& req,
   }
   if (store_->ready() && (req.trainer_id() < 0 ||
                           req.trainer_id() >= store_->job().num_trainers())) {
-    // Any trainer of the job may roll it back: the first to find the
-    // pservers disagreeing does (the chief may be waiting in a pull, on a
-    // pserver that did not restart, for that very trainer's push).
     return absl::InvalidArgumentError(absl::StrCat(
         "rollback asked by trainer ", req.trainer_id(), ": the job has ",
         store_->job().num_trainers(), " trainers"));
+  }
+  if (store_->ready()) {
+    RETURN_IF_ERROR(
+        store_->CheckIncarnation(req.trainer_id(), req.incarnation()));
+  }
+  if (req.trainer_id() != 0) {
+    // Only the chief rolls back. Another trainer that finds the pservers
+    // disagreeing wakes it: the chief may be waiting in a pull here for
+    // that trainer's push, and an ABORTED pull sends it to look at the
+    // pservers itself.
+    if (store_->ready()) {
+      store_->state()->waiters.Interrupt(absl::AbortedError(absl::StrCat(
+          "trainer ", req.trainer_id(),
+          " found the pservers disagreeing and asks the chief to roll the "
+          "job back to step ",
+          req.step())));
+    }
+    LOG_EVERY_T(WARNING, 10)
+        << "trainer " << req.trainer_id() << " asks the chief to roll back to "
+        << "step " << req.step() << " (generation " << req.generation()
+        << "): the job's waiting pulls were answered ABORTED";
+    return absl::OkStatus();
   }
   absl::MutexLock l(&rollback_mu_);
   if (store_->ready() && store_->generation() == req.generation() &&

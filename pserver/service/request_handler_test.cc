@@ -151,6 +151,7 @@ class RequestHandlerTest : public ::testing::Test {
   std::vector<float> PullAll(int64_t min_version = 0) {
     PullRequest req;
     req.set_trainer_id(0);
+    req.set_incarnation(pull_incarnation_);
     req.set_min_version(min_version);
     req.set_generation(store_.generation());
     for (uint32_t b = 0; b < 2; ++b) req.add_blocks()->set_block(b);
@@ -172,6 +173,7 @@ class RequestHandlerTest : public ::testing::Test {
   }
 
   ParameterStore store_{StoreOptions{}};
+  uint64_t pull_incarnation_ = 0;  // PullAll's, as trainer 0
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RequestHandler> handler_ =
       std::make_unique<RequestHandler>(&store_, nullptr);
@@ -691,7 +693,44 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
                "the job has 2 trainers");
   }
   EXPECT_EQ(store_.generation(), 0u);
+  // Another trainer rolls nothing back: it wakes the chief, whose pull
+  // waiting here (for version 2) is answered ABORTED.
+  PullRequest waiting;
+  waiting.set_trainer_id(0);
+  waiting.set_min_version(2);
+  waiting.add_blocks()->set_block(0);
+  PullResponse waiting_resp;
+  absl::Notification woken;
+  absl::Status pull_status;
+  handler_->Pull(waiting, &waiting_resp, [&](absl::Status st) {
+    pull_status = std::move(st);
+    woken.Notify();
+  });
+  ASSERT_TRUE(store_.state()->waiters.WaitForSize(1, absl::Seconds(10)));
   r.set_trainer_id(1);
+  ASSERT_TRUE(handler_->Rollback(r, &rr).ok());
+  ASSERT_TRUE(woken.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ExpectCode(pull_status, absl::StatusCode::kAborted,
+             "trainer 1 found the pservers disagreeing and asks the chief to "
+             "roll the job back to step 0");
+  EXPECT_EQ(store_.generation(), 0u);
+  EXPECT_EQ(PullAll(1), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  // Finding: "only the chief's incarnation may roll back": trainer 0's
+  // requests carry its running incarnation.
+  RegisterRequest reg;
+  RegisterResponse rresp;
+  reg.set_trainer_id(0);
+  reg.set_incarnation(5);
+  ASSERT_TRUE(handler_->Register(reg, &rresp, "test").ok());
+  pull_incarnation_ = 5;
+  r.set_trainer_id(0);
+  for (uint64_t incarnation : {0, 6}) {
+    r.set_incarnation(incarnation);
+    ExpectCode(handler_->Rollback(r, &rr),
+               absl::StatusCode::kFailedPrecondition, "trainer 0");
+  }
+  EXPECT_EQ(store_.generation(), 0u);
+  r.set_incarnation(5);
   ASSERT_TRUE(handler_->Rollback(r, &rr).ok());
   EXPECT_EQ(store_.generation(), 1u);
   EXPECT_EQ(store_.base_step(), 0);
@@ -699,7 +738,7 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   GetStatusResponse after;
   ASSERT_TRUE(handler_->GetStatus(GetStatusRequest(), &after).ok());
   EXPECT_EQ(after.checkpoint_steps_size(), 1);
-  // The same rollback again (another trainer): done already.
+  // The same rollback again (the chief asked twice): done already.
   ASSERT_TRUE(handler_->Rollback(r, &rr).ok());
   // An older or equal generation: refused.
   r.set_step(1);

@@ -101,6 +101,15 @@ void PullWaiters::Close(const absl::Status& status) {
   for (const WaiterPtr& w : all) Finish(w, status);
 }
 
+void PullWaiters::Interrupt(const absl::Status& status) {
+  std::vector<WaiterPtr> all;
+  {
+    absl::MutexLock l(&mu_);
+    all.assign(watched_.begin(), watched_.end());
+  }
+  for (const WaiterPtr& w : all) Finish(w, status);
+}
+
 void PullWaiters::RecheckServes() {
   UpdateForwarder* f = forwarder_->load(std::memory_order_acquire);
   if (f == nullptr) return;

@@ -77,6 +77,8 @@ class PullWaiters {
   // Answers every watched pull with `status`, and every later one with
   // UNAVAILABLE (shutdown).
   void Close(const absl::Status& status);
+  // Answers every pull watched now with `status`; later ones wait as usual.
+  void Interrupt(const absl::Status& status);
   // Replicated: answers every waiting pull that reads a unit this pserver
   // does not serve any more (a newer view moved its shard, or this
   // pserver is fenced) with the forwarder's refusal, so that the trainer

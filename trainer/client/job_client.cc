@@ -239,6 +239,7 @@ absl::Status JobClient::Rollback(int64_t step, uint64_t generation) {
   std::vector<RollbackResponse> resps(servers_.size());
   return OnLiveServers([&](size_t s, StatusCallback done) {
     reqs[s].set_trainer_id(stamp_->trainer_id());
+    reqs[s].set_incarnation(stamp_->incarnation());
     reqs[s].set_step(step);
     reqs[s].set_generation(generation);
     servers_[s]->RollbackAsync(reqs[s], &resps[s], std::move(done));
