@@ -646,12 +646,33 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackNeedACheckpointDir) {
              "without --checkpoint_dir");
 }
 
-TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
-  testing::ScopedTempDir tmp("request_handler_test");
-  checkpointer_ =
-      std::make_unique<Checkpointer>(Env::Default(), tmp.Path("ckpt"), 3);
-  handler_ = std::make_unique<RequestHandler>(&store_, checkpointer_.get());
-  InitJob();
+// A job with checkpoints in `tmp`, and that of step 0 written.
+class CheckpointProtocolTest : public RequestHandlerTest {
+ protected:
+  void SetUp() override {
+    checkpointer_ =
+        std::make_unique<Checkpointer>(Env::Default(), tmp_.Path("ckpt"), 3);
+    handler_ = std::make_unique<RequestHandler>(&store_, checkpointer_.get());
+    InitJob();
+  }
+  // Checkpoints of steps 0 and 1 (a step of gradient 2 everywhere).
+  void CheckpointSteps0And1() {
+    CheckpointRequest c;
+    CheckpointResponse cr;
+    c.set_trainer_id(0);
+    ASSERT_TRUE(handler_->Checkpoint(c, &cr).ok());  // step 0
+    ASSERT_TRUE(Push(0, 0, 1, {{0, FloatBytes({2, 2, 2, 2})}}).ok());
+    ASSERT_TRUE(Push(1, 0, 2, {{0, FloatBytes({2, 2, 2, 2})}}).ok());
+    ASSERT_TRUE(Push(0, 0, 3, {{1, FloatBytes({2, 2})}}).ok());
+    ASSERT_TRUE(Push(1, 0, 4, {{1, FloatBytes({2, 2})}}).ok());
+    c.set_step(1);
+    ASSERT_TRUE(handler_->Checkpoint(c, &cr).ok());
+    ASSERT_TRUE(checkpointer_->Flush().ok());
+  }
+  testing::ScopedTempDir tmp_{"request_handler_test"};
+};
+
+TEST_F(CheckpointProtocolTest, Checkpoints) {
   CheckpointRequest c;
   CheckpointResponse cr;
   c.set_trainer_id(1);
@@ -665,22 +686,15 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   c.set_generation(4);
   ExpectCode(handler_->Checkpoint(c, &cr), absl::StatusCode::kAborted,
              "generation 4");
-  c.set_generation(0);
-  ASSERT_TRUE(handler_->Checkpoint(c, &cr).ok());  // step 0
-  ASSERT_TRUE(Push(0, 0, 1, {{0, FloatBytes({2, 2, 2, 2})}}).ok());
-  ASSERT_TRUE(Push(1, 0, 2, {{0, FloatBytes({2, 2, 2, 2})}}).ok());
-  ASSERT_TRUE(Push(0, 0, 3, {{1, FloatBytes({2, 2})}}).ok());
-  ASSERT_TRUE(Push(1, 0, 4, {{1, FloatBytes({2, 2})}}).ok());
-  c.set_step(1);
-  ASSERT_TRUE(handler_->Checkpoint(c, &cr).ok());
-  ASSERT_TRUE(checkpointer_->Flush().ok());
+  CheckpointSteps0And1();
   GetStatusResponse status;
   ASSERT_TRUE(handler_->GetStatus(GetStatusRequest(), &status).ok());
   EXPECT_TRUE(status.checkpoints_enabled());
   EXPECT_EQ(status.checkpoint_steps_size(), 2);
+}
 
-  // Back to step 0 as generation 1: values and versions of step 0, and the
-  // checkpoint of step 1 is gone with the abandoned timeline.
+TEST_F(CheckpointProtocolTest, AnotherTrainerWakesTheChief) {
+  CheckpointSteps0And1();
   RollbackRequest r;
   RollbackResponse rr;
   r.set_step(0);
@@ -715,6 +729,14 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
              "roll the job back to step 0");
   EXPECT_EQ(store_.generation(), 0u);
   EXPECT_EQ(PullAll(1), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST_F(CheckpointProtocolTest, TheChiefsIncarnationRollsBack) {
+  CheckpointSteps0And1();
+  RollbackRequest r;
+  RollbackResponse rr;
+  r.set_step(0);
+  r.set_generation(1);
   // Finding: "only the chief's incarnation may roll back": trainer 0's
   // requests carry its running incarnation.
   RegisterRequest reg;
@@ -730,6 +752,8 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
                absl::StatusCode::kFailedPrecondition, "trainer 0");
   }
   EXPECT_EQ(store_.generation(), 0u);
+  // Back to step 0 as generation 1: values and versions of step 0, and the
+  // checkpoint of step 1 is gone with the abandoned timeline.
   r.set_incarnation(5);
   ASSERT_TRUE(handler_->Rollback(r, &rr).ok());
   EXPECT_EQ(store_.generation(), 1u);
@@ -759,7 +783,7 @@ TEST_F(RequestHandlerTest, CheckpointAndRollbackProtocol) {
   // Finding: "Rollback from any client deletes every checkpoint newer than
   // the step it names": the abandoned step 1 was set aside, not deleted.
   EXPECT_TRUE(Env::Default()
-                  ->FileExists(tmp.Path("ckpt/" + CheckpointDirName(1)) +
+                  ->FileExists(tmp_.Path("ckpt/" + CheckpointDirName(1)) +
                                ".abandoned-g1")
                   .ok());
 }
