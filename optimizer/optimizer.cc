@@ -112,9 +112,12 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
       if (config.initial_accumulator() == 0) {
         config.set_initial_accumulator(0.1f);
       }
-      if (!(config.initial_accumulator() >= 0)) {
-        return absl::InvalidArgumentError(
-            "initial_accumulator must be non-negative");
+      // An infinite one would start every block's state non-finite.
+      if (!(config.initial_accumulator() >= 0) ||
+          !(config.initial_accumulator() <= kMaxInitialAccumulator)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "initial_accumulator must be in [0, ", kMaxInitialAccumulator,
+            "], got ", config.initial_accumulator()));
       }
       break;
     case OptimizerConfig::ADAM:

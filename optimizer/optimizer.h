@@ -15,6 +15,8 @@ namespace shardps {
 // schedule's scaling. Large-batch LARS runs use tens; anything near this
 // is a typo or an attack, and drives parameters to infinity in a few steps.
 inline constexpr float kMaxLearningRate = 1e4f;
+// The largest initial Adagrad accumulator (the default is 0.1).
+inline constexpr float kMaxInitialAccumulator = 1e6f;
 // Gradients within this bound (2^20) cannot make a step non-finite in any
 // number of steps a job can run, for optimizers that bound their step
 // (Optimizer::ApplyIfFinite): state grows by at most

@@ -64,6 +64,24 @@ TEST(OptimizerTest, RejectsBadConfigs) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// An infinite initial accumulator would start Adagrad's state non-finite.
+TEST(OptimizerTest, RejectsInitialAccumulatorsThatAreNotSane) {
+  OptimizerConfig c;
+  c.set_type(OptimizerConfig::ADAGRAD);
+  c.set_learning_rate(0.1f);
+  for (float a : {-1.0f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), 3e38f, 2e6f}) {
+    c.set_initial_accumulator(a);
+    const absl::Status s = Optimizer::Create(c, 1).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << a;
+    EXPECT_NE(s.message().find("initial_accumulator must be in [0, 1e+06]"),
+              std::string::npos)
+        << s;
+  }
+  c.set_initial_accumulator(1e6f);
+  EXPECT_TRUE(Optimizer::Create(c, 1).ok());
+}
+
 // The audit's learning rates: NaN, infinite, and 3e38 (finite, and it drove
 // parameters to -inf in three steps of in-bound gradients).
 TEST(OptimizerTest, RejectsLearningRatesThatAreNotSane) {

@@ -63,13 +63,9 @@ class NetworkFaultTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(lambda: self.connects(0, 1, port), 10))
         listener.kill()
 
-    # A sync job across namespaces ---------------------------------------
-
-    def run_job(self, run, cut_trainer_at=None, cut_s=0):
-        """Pserver in namespace 0, trainer k in namespace k + 1; with
-        cut_trainer_at, trainer 1's namespace is cut off once trainer 0
-        has logged that step, for cut_s seconds. Returns trainer 0's
-        final eval line and trainer 1's longest step."""
+    def start_pserver_in_namespace_0(self, run):
+        """A pserver for 2 trainers on namespace 0's address (log
+        tmp/RUN-ps.log); returns (popen, port)."""
         port_file = os.path.join(self.tmp, run + "-ps.port")
         with open(os.path.join(self.tmp, run + "-ps.log"), "ab") as f:
             ps = self.popen(self.net.prefix(0) + [
@@ -79,6 +75,16 @@ class NetworkFaultTest(testlib.ProcessTestCase):
                 stderr=subprocess.STDOUT)
         self.assertTrue(wait_for(lambda: testlib.read_port(port_file), 30),
                         "pserver did not come up")
+        return ps, testlib.read_port(port_file)
+
+    # A sync job across namespaces ---------------------------------------
+
+    def run_job(self, run, cut_trainer_at=None, cut_s=0):
+        """Pserver in namespace 0, trainer k in namespace k + 1; with
+        cut_trainer_at, trainer 1's namespace is cut off once trainer 0
+        has logged that step, for cut_s seconds. Returns trainer 0's
+        final eval line and trainer 1's longest step."""
+        ps, port = self.start_pserver_in_namespace_0(run)
         metrics = [os.path.join(self.tmp, "%s-%d.jsonl" % (run, k))
                    for k in (0, 1)]
         trainers = []
@@ -87,8 +93,7 @@ class NetworkFaultTest(testlib.ProcessTestCase):
             with open(log, "ab") as f:
                 trainers.append(self.popen(self.net.prefix(k + 1) + [
                     testlib.trainer_bin(),
-                    "--pservers=%s:%d" % (self.net.addrs[0],
-                                          testlib.read_port(port_file)),
+                    "--pservers=%s:%d" % (self.net.addrs[0], port),
                     "--trainer_id=%d" % k, "--num_gradient_servers=2",
                     "--config=" + testlib.CONFIG, "--num_passes=1",
                     "--shared_memory=false", "--progress=off",
@@ -120,16 +125,8 @@ class NetworkFaultTest(testlib.ProcessTestCase):
         could map the pserver's region; the pserver gives one only to a
         caller whose address is its own (here trainer 0, in its namespace),
         and the other trainer's values go over TCP."""
-        port_file = os.path.join(self.tmp, "shm-ps.port")
-        with open(os.path.join(self.tmp, "shm-ps.log"), "ab") as f:
-            ps = self.popen(self.net.prefix(0) + [
-                testlib.pserver_bin(), "--port=0",
-                "--host=" + self.net.addrs[0], "--port_file=" + port_file,
-                "--num_gradient_servers=2"], stdout=f,
-                stderr=subprocess.STDOUT)
-        self.assertTrue(wait_for(lambda: testlib.read_port(port_file), 30),
-                        "pserver did not come up")
-        address = "%s:%d" % (self.net.addrs[0], testlib.read_port(port_file))
+        ps, port = self.start_pserver_in_namespace_0("shm")
+        address = "%s:%d" % (self.net.addrs[0], port)
         trainers = [self.popen(
             self.net.prefix(k) + [
                 testlib.trainer_bin(), "--pservers=" + address,
