@@ -40,8 +40,9 @@ enum class PsRpc {
   kViewAccept,
   kViewCommit,
   kInstallUnit,
+  kViewInspect,
 };
-inline constexpr int kNumPsRpcs = 19;
+inline constexpr int kNumPsRpcs = 20;
 inline constexpr int kFirstReplicationRpc = 14;  // PsRpc::kForward
 
 // The service's method for `rpc`: its name ("Push") and its request and

@@ -31,6 +31,7 @@ TEST(PsRpcTest, EnumFollowsTheService) {
       {PsRpc::kViewAccept, "ViewAccept"},
       {PsRpc::kViewCommit, "ViewCommit"},
       {PsRpc::kInstallUnit, "InstallUnit"},
+      {PsRpc::kViewInspect, "ViewInspect"},
   };
   ASSERT_EQ(names.size(), static_cast<size_t>(kNumPsRpcs));
   for (const auto& [rpc, name] : names) {

@@ -93,4 +93,13 @@ absl::Status GrpcReplicaPeer::Commit(const View& view) {
   return FromGrpcStatus(stub_->ViewCommit(&ctx, req, &resp));
 }
 
+absl::StatusOr<AcceptorState> GrpcReplicaPeer::Inspect() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, deadlines_.view);
+  ViewPrepareResponse resp;
+  grpc::Status s = stub_->ViewInspect(&ctx, ViewInspectRequest(), &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return StateOf(resp);
+}
+
 }  // namespace shardps

@@ -37,6 +37,7 @@ class GrpcReplicaPeer : public ReplicaPeer {
   absl::StatusOr<bool> Accept(int64_t number, const Ballot& ballot,
                               const View& view) override;
   absl::Status Commit(const View& view) override;
+  absl::StatusOr<AcceptorState> Inspect() override;
 
  private:
   GrpcReplicaPeer(std::unique_ptr<Replication::Stub> stub, std::string job_id,

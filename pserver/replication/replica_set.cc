@@ -13,65 +13,9 @@
 #include "glog/logging.h"
 #include "pserver/replication/replication_wire.h"
 #include "pserver/replication/view_change.h"
-#include "pserver/replication/view_state_file.h"
 
 namespace shardps {
-namespace {
-
-// The newest view any of `peers` (null: this pserver) knows decided, when
-// newer than `known`. A prepare for the instance `known`: an acceptor that
-// knows it too promises nothing and answers the newest view it knows; one
-// a view behind promises the lowest ballot, which no proposer uses (rounds
-// start at 1).
-template <typename Peers>
-std::optional<View> NewestView(const Peers& peers, int64_t known) {
-  std::optional<View> newest;
-  for (const auto& peer : peers) {
-    if (peer == nullptr) continue;
-    absl::StatusOr<ViewAcceptor::PrepareReply> r =
-        peer->Prepare(known, Ballot{});
-    if (r.ok() && r->committed.number > known) {
-      known = r->committed.number;
-      newest = r->committed;
-    }
-  }
-  return newest;
-}
-
-}  // namespace
-
-// The acceptor of this pserver, as ProposeView reaches every pserver.
-class ReplicaSet::LocalPeer : public ViewPeer {
- public:
-  explicit LocalPeer(ReplicaSet* set) : set_(set) {}
-  absl::StatusOr<ViewAcceptor::PrepareReply> Prepare(
-      int64_t number, const Ballot& ballot) override {
-    ViewPrepareRequest req;
-    req.set_number(number);
-    ToMessage(ballot, req.mutable_ballot());
-    ViewPrepareResponse resp;
-    RETURN_IF_ERROR(set_->HandlePrepare(req, &resp));
-    return FromMessage(resp);
-  }
-  absl::StatusOr<bool> Accept(int64_t number, const Ballot& ballot,
-                              const View& view) override {
-    ViewAcceptRequest req;
-    req.set_number(number);
-    ToMessage(ballot, req.mutable_ballot());
-    ToMessage(view, req.mutable_view());
-    ViewAcceptResponse resp;
-    RETURN_IF_ERROR(set_->HandleAccept(req, &resp));
-    return resp.accepted();
-  }
-  absl::Status Commit(const View& view) override {
-    ViewCommitRequest req;
-    ToMessage(view, req.mutable_view());
-    return set_->HandleCommit(req);
-  }
-
- private:
-  ReplicaSet* const set_;
-};
+namespace {}  // namespace
 
 absl::StatusOr<std::unique_ptr<ReplicaSet>> ReplicaSet::Create(
     ReplicaSetOptions options, std::vector<uint64_t> shard_base,
@@ -85,20 +29,6 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> ReplicaSet::Create(
         " pservers with this pserver at index ", options.self, " and ",
         peers.size(), " peers: need 1 <= replication <= pservers"));
   }
-  Env* env = options.env != nullptr ? options.env : Env::Default();
-  AcceptorState state;
-  for (int i = 0; i < p; ++i) state.committed.members.push_back(i);
-  if (!options.state_path.empty()) {
-    absl::StatusOr<AcceptorState> loaded =
-        LoadAcceptorState(env, options.state_path);
-    if (loaded.ok()) {
-      state = *std::move(loaded);
-      LOG(INFO) << "pserver " << options.self << ": replication state "
-                << options.state_path << ": " << state.committed.DebugString();
-    } else if (!absl::IsNotFound(loaded.status())) {
-      return loaded.status();
-    }
-  }
   if (options.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("a pserver lease of ", absl::FormatDuration(options.lease),
@@ -106,21 +36,33 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> ReplicaSet::Create(
   }
   options.max_forward_wait =
       std::max(options.max_forward_wait, 2 * options.lease);
-  std::unique_ptr<ReplicaSet> set(new ReplicaSet(
-      std::move(options), std::move(shard_base), std::move(peers), state));
-  return set;
+  ViewKeeper::Options k;
+  k.self = options.self;
+  k.num_servers = p;
+  k.state_path = options.state_path;
+  k.env = options.env;
+  k.max_view_rounds = options.max_view_rounds;
+  std::vector<ViewPeer*> others;
+  for (const auto& peer : peers) others.push_back(peer.get());
+  ASSIGN_OR_RETURN(std::unique_ptr<ViewKeeper> keeper,
+                   ViewKeeper::Create(std::move(k), std::move(others)));
+  return std::unique_ptr<ReplicaSet>(
+      new ReplicaSet(std::move(options), std::move(shard_base),
+                     std::move(peers), std::move(keeper)));
 }
 
 ReplicaSet::ReplicaSet(ReplicaSetOptions options,
                        std::vector<uint64_t> shard_base,
                        std::vector<std::unique_ptr<ReplicaPeer>> peers,
-                       AcceptorState state)
+                       std::unique_ptr<ViewKeeper> keeper)
     : options_(std::move(options)),
-      env_(options_.env != nullptr ? options_.env : Env::Default()),
       shard_base_(std::move(shard_base)),
       peers_(std::move(peers)),
-      local_(std::make_unique<LocalPeer>(this)),
-      acceptor_(std::move(state)) {}
+      keeper_(std::move(keeper)) {
+  keeper_->set_on_change([this] {
+    if (hooks_.served_changed) hooks_.served_changed();
+  });
+}
 
 ReplicaSet::~ReplicaSet() {
   Stop();
@@ -141,10 +83,7 @@ int ReplicaSet::ShardOf(uint32_t table_id, uint32_t unit) const {
   return DenseBlockServer(base, unit, options_.num_servers);
 }
 
-View ReplicaSet::view() const {
-  absl::MutexLock l(&mu_);
-  return acceptor_.state().committed;
-}
+View ReplicaSet::view() const { return keeper_->view(); }
 
 int ReplicaSet::PrimaryOf(int shard, const View& v) const {
   return PrimaryIn(
@@ -187,63 +126,16 @@ std::string ReplicaSet::NotPrimary(int shard, const View& v) const {
 
 absl::Status ReplicaSet::CheckServes(uint32_t table_id, uint32_t unit) const {
   const int shard = ShardOf(table_id, unit);
-  View v;
-  {
-    absl::MutexLock l(&mu_);
-    if (fenced_) {
-      return absl::UnavailableError(
-          absl::StrCat("pserver ", options_.self, " is fenced (", fence_reason_,
-                       "): it serves no shard until it has rejoined; shard ",
-                       shard, " is served by its backup"));
-    }
-    v = acceptor_.state().committed;
+  std::string why;
+  const std::optional<View> v = keeper_->ServingView(&why);
+  if (!v.has_value()) {
+    return absl::UnavailableError(
+        absl::StrCat("pserver ", options_.self, " is fenced (", why,
+                     "): it serves no shard until it has rejoined; shard ",
+                     shard, " is served by its backup"));
   }
-  if (PrimaryOf(shard, v) == options_.self) return absl::OkStatus();
-  return absl::FailedPreconditionError(NotPrimary(shard, v));
-}
-
-bool ReplicaSet::fenced() const {
-  absl::MutexLock l(&mu_);
-  return fenced_;
-}
-
-void ReplicaSet::Fence(const absl::Status& why) {
-  {
-    absl::MutexLock l(&mu_);
-    if (fenced_) return;
-    fenced_ = true;
-    fence_reason_ = std::string(why.message().substr(0, 300));
-    LOG(ERROR) << "pserver " << options_.self
-               << ": fenced: an update applied here may be on no backup ("
-               << why << "); serving nothing until it has rejoined as a backup";
-  }
-  if (hooks_.served_changed) hooks_.served_changed();
-}
-
-void ReplicaSet::Learn(const View& v) {
-  {
-    absl::MutexLock l(&mu_);
-    if (!acceptor_.Commit(v)) return;  // older, or forged far ahead
-    LOG(INFO) << "pserver " << options_.self << ": learned " << v.DebugString();
-    absl::Status s = SaveLocked();
-    if (!s.ok()) LOG(ERROR) << "saving the replication state: " << s;
-  }
-  if (hooks_.served_changed) hooks_.served_changed();
-}
-
-absl::Status ReplicaSet::SaveLocked() {
-  if (options_.state_path.empty()) return absl::OkStatus();
-  return SaveAcceptorState(env_, options_.state_path, acceptor_.state());
-}
-
-absl::StatusOr<View> ReplicaSet::Propose(const ViewChange& change) {
-  absl::MutexLock p(&propose_mu_);
-  std::vector<ViewPeer*> peers;
-  for (int i = 0; i < options_.num_servers; ++i) {
-    peers.push_back(i == options_.self ? static_cast<ViewPeer*>(local_.get())
-                                       : peers_[i].get());
-  }
-  return ProposeView(peers, options_.self, change, options_.max_view_rounds);
+  if (PrimaryOf(shard, *v) == options_.self) return absl::OkStatus();
+  return absl::FailedPreconditionError(NotPrimary(shard, *v));
 }
 
 absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
@@ -269,7 +161,7 @@ absl::StatusOr<View> ReplicaSet::ChangeView(const std::vector<int>& remove,
     *refusal = next.status();
     return next.ok() ? *next : std::nullopt;
   };
-  absl::StatusOr<View> v = Propose(change);
+  absl::StatusOr<View> v = keeper_->Propose(change);
   if (v.ok() && !refusal->ok()) return *refusal;
   if (v.ok()) {
     LOG(WARNING) << "pserver " << options_.self << ": the pservers agreed "
@@ -310,7 +202,8 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
     }
     if (absl::IsFailedPrecondition(last)) {
       // No primary any more (a newer view): the update stays invisible.
-      Fence(last);
+      Fence(absl::FailedPreconditionError(absl::StrCat(
+          "an update applied here may be on no backup: ", last.message())));
       return last;
     }
     if (absl::Now() > give_up) {
@@ -319,7 +212,8 @@ absl::Status ReplicaSet::Forward(const std::vector<AppliedUpdate>& updates,
           updates.size(), " updates or agree a view without them for ",
           absl::FormatDuration(options_.max_forward_wait), ": ",
           last.ToString()));
-      Fence(s);
+      Fence(absl::UnavailableError(absl::StrCat(
+          "an update applied here may be on no backup: ", s.message())));
       return s;
     }
     if (!last.ok()) {
@@ -396,7 +290,7 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
     } else if (r.ok()) {  // the backup knows a newer view
       absl::StatusOr<View> newer = FromMessage(r->view());
       if (!newer.ok()) return newer.status();
-      Learn(*newer);
+      keeper_->Learn(*newer).IgnoreError();  // logged
       return absl::OkStatus();
     }
     if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) {
@@ -441,7 +335,7 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
 absl::Status ReplicaSet::HandleForward(const ForwardRequest& req,
                                        ForwardResponse* resp) {
   ASSIGN_OR_RETURN(const View theirs, FromMessage(req.view()));
-  Learn(theirs);
+  keeper_->Learn(theirs).IgnoreError();  // logged; refused below if behind
   const View mine = view();
   std::vector<AppliedUpdate> updates;
   updates.reserve(req.updates_size());
@@ -486,7 +380,7 @@ absl::Status ReplicaSet::HandleForward(const ForwardRequest& req,
 
 absl::Status ReplicaSet::HandleInstall(const InstallUnitRequest& req) {
   ASSIGN_OR_RETURN(const View theirs, FromMessage(req.view()));
-  Learn(theirs);
+  keeper_->Learn(theirs).IgnoreError();  // logged; refused below if behind
   const View mine = view();
   const int shard = ShardOf(req.table_id(), req.unit());
   if (PrimaryOf(shard, mine) != req.sender()) {
@@ -535,8 +429,7 @@ void ReplicaSet::Stop() {
 }
 
 void ReplicaSet::Watch() {
-  std::optional<View> newer = NewestView(peers_, view().number);
-  if (newer.has_value()) Learn(*newer);
+  keeper_->LearnDecided(view().number, nullptr).IgnoreError();
   const View v = view();
   std::vector<UnitKey> units;
   {
@@ -590,8 +483,7 @@ void ReplicaSet::JoinLoop() {
       absl::StatusOr<View> v = ChangeView({}, {self});
       if (v.ok() && v->Serves(self) && !v->Has(self)) {
         // No one's primary in this view: the fence has done its work.
-        absl::MutexLock l(&mu_);
-        fenced_ = false;
+        keeper_->Unfence();
         break;
       }
       LOG_EVERY_N(WARNING, 10)
@@ -633,28 +525,20 @@ void ReplicaSet::JoinLoop() {
 
 absl::Status ReplicaSet::HandlePrepare(const ViewPrepareRequest& req,
                                        ViewPrepareResponse* resp) {
-  absl::MutexLock l(&mu_);
-  ViewAcceptor::PrepareReply r =
-      acceptor_.Prepare(req.number(), FromMessage(req.ballot()));
-  if (r.promised) RETURN_IF_ERROR(SaveLocked());
-  ToMessage(r, resp);
-  return absl::OkStatus();
+  return keeper_->HandlePrepare(req, resp);
 }
 
 absl::Status ReplicaSet::HandleAccept(const ViewAcceptRequest& req,
                                       ViewAcceptResponse* resp) {
-  ASSIGN_OR_RETURN(const View v, FromMessage(req.view()));
-  absl::MutexLock l(&mu_);
-  const bool ok = acceptor_.Accept(req.number(), FromMessage(req.ballot()), v);
-  if (ok) RETURN_IF_ERROR(SaveLocked());
-  resp->set_accepted(ok);
-  return absl::OkStatus();
+  return keeper_->HandleAccept(req, resp);
 }
 
 absl::Status ReplicaSet::HandleCommit(const ViewCommitRequest& req) {
-  ASSIGN_OR_RETURN(const View v, FromMessage(req.view()));
-  Learn(v);
-  return absl::OkStatus();
+  return keeper_->HandleCommit(req);
+}
+
+absl::Status ReplicaSet::HandleInspect(ViewPrepareResponse* resp) const {
+  return keeper_->HandleInspect(resp);
 }
 
 }  // namespace shardps

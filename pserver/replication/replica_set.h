@@ -19,6 +19,7 @@
 #include "common/storage/env.h"
 #include "proto/replication.pb.h"
 #include "pserver/replication/view_consensus.h"
+#include "pserver/replication/view_keeper.h"
 #include "pserver/store/update_forwarder.h"
 
 namespace shardps {
@@ -125,7 +126,10 @@ class ReplicaSet : public UpdateForwarder {
   // not reach the backups (or it learned it is no primary any more), so
   // its copy may hold a version no backup has. It then serves nothing
   // (CheckServes: UNAVAILABLE "... is fenced") until it has rejoined.
-  bool fenced() const;
+  bool fenced() const { return keeper_->fenced(); }
+  // An update applied here may be on no backup, or another primary may
+  // serve this pserver's shards: serve nothing until rejoined.
+  void Fence(const absl::Status& why) { keeper_->Fence(why); }
   // Asks the other pservers once for the newest view they know, learns
   // it, and rejoins when this pserver is out of it or fenced (what the
   // watch thread does every ReplicaSetOptions::watch_every).
@@ -154,7 +158,12 @@ class ReplicaSet : public UpdateForwarder {
                              ViewPrepareResponse* resp);
   absl::Status HandleAccept(const ViewAcceptRequest& req,
                             ViewAcceptResponse* resp);
+  // Learns the view when a majority of the pservers show it decided
+  // (view_witness.h); FAILED_PRECONDITION, naming how many answered,
+  // when they do not.
   absl::Status HandleCommit(const ViewCommitRequest& req);
+  // This pserver's acceptor state, read only (ViewPeer::Inspect).
+  absl::Status HandleInspect(ViewPrepareResponse* resp) const;
   absl::Status HandleInstall(const InstallUnitRequest& req);
   // Agrees with the pservers a view without `remove`, with `join` joining
   // and `promote` moved from joining to members (none: answers the view
@@ -171,24 +180,15 @@ class ReplicaSet : public UpdateForwarder {
   int PrimaryOf(int shard, const View& v) const;
 
  private:
-  class LocalPeer;
   ReplicaSet(ReplicaSetOptions options, std::vector<uint64_t> shard_base,
              std::vector<std::unique_ptr<ReplicaPeer>> peers,
-             AcceptorState state);
-  // Saves the acceptor's state (before an answer that depends on it).
-  absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Learns a decided view (kept when newer).
-  void Learn(const View& v);
+             std::unique_ptr<ViewKeeper> keeper);
   std::string NotPrimary(int shard, const View& v) const;
   // Sends backup `b` the state of the units it asked for (under their
   // locks, which the caller holds).
   absl::Status InstallOn(int b, const View& v, const ForwardResponse& asked);
   void JoinLoop();
   void WatchLoop();
-  // An update applied here may be on no backup: serve nothing until
-  // rejoined.
-  void Fence(const absl::Status& why);
-  absl::StatusOr<View> Propose(const ViewChange& change);
   // One round of Forward in view `v`: OK when every backup took its
   // updates; `*retry` when the view changed (learned, or proposed
   // without a backup that did not answer).
@@ -201,18 +201,11 @@ class ReplicaSet : public UpdateForwarder {
                            bool* retry);
 
   const ReplicaSetOptions options_;
-  Env* const env_;
   const std::vector<uint64_t> shard_base_;
   const std::vector<std::unique_ptr<ReplicaPeer>> peers_;
-  std::unique_ptr<LocalPeer> local_;
   StoreHooks hooks_;
-
-  mutable absl::Mutex mu_;
-  ViewAcceptor acceptor_ ABSL_GUARDED_BY(mu_);
-  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
-  std::string fence_reason_ ABSL_GUARDED_BY(mu_);
-  // One proposal at a time from this pserver (its ballots carry its id).
-  absl::Mutex propose_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // The agreed view, the acceptor and the fence.
+  const std::unique_ptr<ViewKeeper> keeper_;
 
   // Joining (after a rejoin): the units still to be installed.
   mutable absl::Mutex join_mu_;

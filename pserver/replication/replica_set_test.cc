@@ -134,6 +134,12 @@ class Trio {
       ToMessage(view, req.mutable_view());
       return trio_->sets[to_]->HandleCommit(req);
     }
+    absl::StatusOr<AcceptorState> Inspect() override {
+      RETURN_IF_ERROR(Reach());
+      ViewPrepareResponse resp;
+      RETURN_IF_ERROR(trio_->sets[to_]->HandleInspect(&resp));
+      return StateOf(resp);
+    }
 
    private:
     absl::Status Reach() const {
@@ -192,12 +198,12 @@ TEST(ReplicaSetTest, AViewNumberFarAheadIsRefused) {
   forged.members = {1};
   ViewCommitRequest commit;
   ToMessage(forged, commit.mutable_view());
-  // Ignored, as Paxos ignores what it cannot take.
-  EXPECT_TRUE(t.sets[1]->HandleCommit(commit).ok());
+  // No pserver shows it decided: refused, nothing learned.
+  EXPECT_TRUE(absl::IsFailedPrecondition(t.sets[1]->HandleCommit(commit)));
   EXPECT_EQ(t.sets[1]->view().number, 0);
   forged.number = ViewAcceptor::kMaxViewAdvance + 1;
   ToMessage(forged, commit.mutable_view());
-  EXPECT_TRUE(t.sets[1]->HandleCommit(commit).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(t.sets[1]->HandleCommit(commit)));
   EXPECT_EQ(t.sets[1]->view().number, 0);
   EXPECT_THAT(ViewAcceptor(AcceptorState()).CheckNumber(1 << 20).message(),
               HasSubstr("views move one at a time"));
@@ -207,6 +213,46 @@ TEST(ReplicaSetTest, AViewNumberFarAheadIsRefused) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->number, 1);
   EXPECT_EQ(t.sets[1]->view().members, std::vector<int>({0, 1}));
+}
+
+// Issue 34's audit: ViewCommit{number: cur+1, members: [1]} was learned
+// and persisted with no quorum, and a forged Forward's view with it.
+TEST(ReplicaSetTest, AViewNoMajorityDecidedIsNotLearned) {
+  Trio t;
+  View forged = t.sets[0]->view();
+  forged.number = 1;
+  forged.members = {1};
+  ViewCommitRequest commit;
+  ToMessage(forged, commit.mutable_view());
+  absl::Status s = t.sets[0]->HandleCommit(commit);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("3 of 3 pservers answered, and no "
+                                     "majority of them shows it decided"));
+  // A forward from pserver 1 carrying it: pserver 0 keeps its view, in
+  // which 1 is not the primary of shard 0, and refuses the update.
+  ForwardRequest fwd;
+  ToMessage(forged, fwd.mutable_view());
+  fwd.set_sender(1);
+  ToMessage(Trio::Update(0, 5), fwd.add_updates());
+  ForwardResponse resp;
+  ASSERT_TRUE(t.sets[2]->HandleForward(fwd, &resp).ok());
+  EXPECT_FALSE(resp.applied());
+  EXPECT_TRUE(t.Applied(2).empty());
+  for (auto& set : t.sets) EXPECT_EQ(set->view().number, 0);
+  // One pserver that accepted it is not a majority either.
+  ViewAcceptRequest accept;
+  accept.set_number(1);
+  accept.mutable_ballot()->set_round(1);
+  accept.mutable_ballot()->set_proposer(1);
+  ToMessage(forged, accept.mutable_view());
+  ViewAcceptResponse accepted;
+  ASSERT_TRUE(t.sets[1]->HandleAccept(accept, &accepted).ok());
+  ASSERT_TRUE(accepted.accepted());
+  EXPECT_TRUE(absl::IsFailedPrecondition(t.sets[0]->HandleCommit(commit)));
+  // A view the pservers did decide is learned from one commit.
+  ASSERT_TRUE(t.sets[2]->HandleAccept(accept, &accepted).ok());
+  EXPECT_TRUE(t.sets[0]->HandleCommit(commit).ok());
+  EXPECT_EQ(t.sets[0]->view(), forged);
 }
 
 TEST(ReplicaSetTest, ForwardReachesTheBackupOfEachUnit) {

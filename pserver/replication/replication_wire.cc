@@ -77,6 +77,25 @@ absl::StatusOr<ViewAcceptor::PrepareReply> FromMessage(
   return r;
 }
 
+void ToMessage(const AcceptorState& s, ViewPrepareResponse* out) {
+  ViewAcceptor::PrepareReply r;
+  r.promised_ballot = s.promised;
+  r.accepted = s.accepted;
+  r.accepted_view = s.accepted_view;
+  r.committed = s.committed;
+  ToMessage(r, out);
+}
+
+absl::StatusOr<AcceptorState> StateOf(const ViewPrepareResponse& m) {
+  ASSIGN_OR_RETURN(ViewAcceptor::PrepareReply r, FromMessage(m));
+  AcceptorState s;
+  s.committed = std::move(r.committed);
+  s.promised = r.promised_ballot;
+  s.accepted = r.accepted;
+  s.accepted_view = std::move(r.accepted_view);
+  return s;
+}
+
 void ToMessage(const AppliedUpdate& u, ReplicatedUpdate* out) {
   out->set_table_id(u.table_id);
   out->set_unit(u.block);

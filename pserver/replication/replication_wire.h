@@ -26,6 +26,10 @@ void ToMessage(const ViewAcceptor::PrepareReply& r, ViewPrepareResponse* out);
 absl::StatusOr<ViewAcceptor::PrepareReply> FromMessage(
     const ViewPrepareResponse& m);
 
+// An acceptor's state (ViewInspect's answer, with `promised` false).
+void ToMessage(const AcceptorState& s, ViewPrepareResponse* out);
+absl::StatusOr<AcceptorState> StateOf(const ViewPrepareResponse& m);
+
 void ToMessage(const AppliedUpdate& update, ReplicatedUpdate* out);
 absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m);
 

@@ -72,18 +72,14 @@ bool ViewAcceptor::Commit(const View& view) {
   return true;
 }
 
-namespace {
-
-// Runs fn(i) for every peer at once, each on a thread of its own, and
-// returns when all have: a peer that does not answer costs one deadline,
-// not one per peer after it.
-template <typename Fn>
-void ForEachPeer(size_t n, Fn fn) {
+void ForEachPeer(size_t n, const std::function<void(size_t)>& fn) {
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (size_t i = 0; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
   for (std::thread& t : threads) t.join();
 }
+
+namespace {
 
 // What one round's first phase found.
 struct Phase1 {

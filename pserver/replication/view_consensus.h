@@ -115,7 +115,14 @@ class ViewPeer {
   virtual absl::StatusOr<bool> Accept(int64_t number, const Ballot& ballot,
                                       const View& view) = 0;
   virtual absl::Status Commit(const View& view) = 0;
+  // The acceptor's state, read only (view_witness.h).
+  virtual absl::StatusOr<AcceptorState> Inspect() = 0;
 };
+
+// Runs fn(i) for i in [0, n) at once, each on a thread of its own, and
+// returns when all have: a peer that does not answer costs one deadline,
+// not one per peer after it.
+void ForEachPeer(size_t n, const std::function<void(size_t)>& fn);
 
 // The view that `change` makes of a view, or nullopt when that view
 // already has what the change wants (nothing to do).

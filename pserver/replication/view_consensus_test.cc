@@ -44,6 +44,11 @@ class LocalPeer final : public ViewPeer {
     committed_log_.push_back(acceptor_.state().committed);
     return absl::OkStatus();
   }
+  absl::StatusOr<AcceptorState> Inspect() override {
+    absl::MutexLock l(&mu_);
+    if (!Reachable()) return absl::UnavailableError("down");
+    return acceptor_.state();
+  }
 
   View committed() {
     absl::MutexLock l(&mu_);

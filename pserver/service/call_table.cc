@@ -144,6 +144,7 @@ const std::array<CallEntry, kNumPsRpcs> kTable = {{
     {PsRpc::kViewAccept, kPeer, &Unary<&RepH::ViewAccept>},
     {PsRpc::kViewCommit, kPeer, &Unary<&RepH::ViewCommit>},
     {PsRpc::kInstallUnit, kPeer, &Unary<&RepH::InstallUnit>},
+    {PsRpc::kViewInspect, kCaller, &Unary<&RepH::ViewInspect>},
 }};
 
 }  // namespace

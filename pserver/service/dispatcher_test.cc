@@ -77,7 +77,7 @@ TEST(CallTableTest, OneEntryPerRpcInTheProtosOrder) {
   ASSERT_EQ(names.size(), static_cast<size_t>(kNumPsRpcs));
   EXPECT_EQ(names.front(), "InitJob");
   EXPECT_EQ(names[static_cast<int>(PsRpc::kPush)], "Push");
-  EXPECT_EQ(names.back(), "InstallUnit");
+  EXPECT_EQ(names.back(), "ViewInspect");
 }
 
 TEST(CallTableTest, ThreadsOfTheCallsThatMayWait) {
@@ -88,6 +88,9 @@ TEST(CallTableTest, ThreadsOfTheCallsThatMayWait) {
   EXPECT_EQ(CallTableEntry(PsRpc::kChangeView).threads, CallThreads::kPool);
   EXPECT_EQ(CallTableEntry(PsRpc::kForward).threads,
             CallThreads::kPeerIfReplicated);
+  // Answered at once, never waiting: a pserver asks it while others wait
+  // on the peer pool.
+  EXPECT_EQ(CallTableEntry(PsRpc::kViewInspect).threads, CallThreads::kCaller);
   EXPECT_EQ(CallTableEntry(PsRpc::kOpenSharedMemory).threads,
             CallThreads::kCaller);
 }

@@ -84,6 +84,8 @@ SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewCommit,
              ViewCommitRequest, ViewCommitResponse)
 SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, InstallUnit,
              InstallUnitRequest, InstallUnitResponse)
+SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewInspect,
+             ViewInspectRequest, ViewPrepareResponse)
 #undef SHARDPS_BIND
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,

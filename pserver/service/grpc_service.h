@@ -140,6 +140,9 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
     grpc::ServerUnaryReactor* InstallUnit(grpc::CallbackServerContext* ctx,
                                           const InstallUnitRequest* req,
                                           InstallUnitResponse* resp) override;
+    grpc::ServerUnaryReactor* ViewInspect(grpc::CallbackServerContext* ctx,
+                                          const ViewInspectRequest* req,
+                                          ViewPrepareResponse* resp) override;
 
    private:
     Dispatcher* const dispatcher_;

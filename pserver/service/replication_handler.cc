@@ -22,6 +22,26 @@ absl::Status NoReplication() {
       "job is not initialised on this pserver)");
 }
 
+// A trainer tells of a view decided without this pserver as the primary
+// of a shard it serves as primary, and this pserver cannot confirm it (it
+// is cut off from the majority that decided it): it stops serving, so
+// that the pulls waiting here are answered at once (UNAVAILABLE, fenced)
+// rather than when a forward gives up, and rejoins once it reaches the
+// others. A made-up view costs the job a rejoin, never a write.
+void StepDownIfDemoted(ReplicaSet* r, const ChangeViewRequest& req,
+                       const absl::Status& why) {
+  absl::StatusOr<View> told = FromMessage(req.decided());
+  if (!told.ok()) return;
+  for (int shard : r->PrimaryShards()) {
+    if (r->PrimaryOf(shard, *told) == r->self()) continue;
+    r->Fence(absl::UnavailableError(absl::StrCat(
+        "trainer ", req.trainer_id(), " tells of ", told->DebugString(),
+        ", in which pserver ", r->self(), " is not the primary of shard ",
+        shard, ", and it cannot be confirmed here (", why.message(), ")")));
+    return;
+  }
+}
+
 }  // namespace
 
 ReplicaSet* ReplicationHandler::replicas() const {
@@ -173,7 +193,12 @@ absl::Status ReplicationHandler::ChangeView(const ChangeViewRequest& req,
   if (req.has_decided()) {
     ViewCommitRequest commit;
     *commit.mutable_view() = req.decided();
-    RETURN_IF_ERROR(r->HandleCommit(commit));
+    absl::Status learned = r->HandleCommit(commit);
+    if (absl::IsFailedPrecondition(learned)) {
+      StepDownIfDemoted(r, req, learned);
+    } else {
+      RETURN_IF_ERROR(learned);
+    }
   }
   std::vector<int> remove(req.remove().begin(), req.remove().end());
   std::vector<int> add(req.add().begin(), req.add().end());
@@ -220,6 +245,13 @@ absl::Status ReplicationHandler::InstallUnit(const InstallUnitRequest& req,
   ReplicaSet* r = replicas();
   if (r == nullptr) return NoReplication();
   return r->HandleInstall(req);
+}
+
+absl::Status ReplicationHandler::ViewInspect(const ViewInspectRequest& req,
+                                             ViewPrepareResponse* resp) {
+  ReplicaSet* r = replicas();
+  if (r == nullptr) return NoReplication();
+  return r->HandleInspect(resp);
 }
 
 }  // namespace shardps

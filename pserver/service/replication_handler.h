@@ -69,6 +69,8 @@ class ReplicationHandler {
                           ViewCommitResponse* resp);
   absl::Status InstallUnit(const InstallUnitRequest& req,
                            InstallUnitResponse* resp);
+  absl::Status ViewInspect(const ViewInspectRequest& req,
+                           ViewPrepareResponse* resp);
 
   // The job's replication; null without.
   ReplicaSet* replicas() const;
