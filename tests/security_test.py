@@ -13,6 +13,7 @@
     python3 tests/security_test.py --bin_dir build
 """
 
+import hashlib
 import os
 import re
 import signal
@@ -322,8 +323,138 @@ class SecurityTest(testlib.ProcessTestCase):
             self.assertEqual(t.wait(timeout=240), 0)
         self.assertGreater(
             testlib.final_eval(self.metrics(0))["test_accuracy"], 0.8)
+        # A holder of the peer token (a pserver) forging views: a view no
+        # majority decided is answered FAILED_PRECONDITION and not learned
+        # (some of the fuzzed ones are newer views, which were learned
+        # before).
+        fuzz = self.fuzz(ports, peer.replace("peer_token_file",
+                                             "auth_token_file"),
+                         "--requests=300", "--methods=ViewCommit")
+        self.assertRegex(fuzz.stdout, r"ViewCommit FAILED_PRECONDITION \d+")
         # No forged view took: each pserver is still in the job's first,
         # with all three.
+        for port in ports:
+            r = self.ps_status(port, auth)
+            self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)
+        self.stop_pservers(pservers)
+
+    def test_make_peer_tokens_writes_what_the_pservers_read(self):
+        """scripts/make_peer_tokens.sh: a secret per pserver (mode 600)
+        and the identities file with each one's SHA-256, which a pserver
+        takes; --add adds a pserver; bad addresses and a second run over
+        the same folder are refused."""
+        script = os.path.join(REPO, "scripts", "make_peer_tokens.sh")
+        out = os.path.join(self.tmp, "peers")
+
+        def run(*args):
+            return subprocess.run(["bash", script] + list(args),
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT,
+                                  universal_newlines=True)
+        addresses = ["10.0.0.1:7164", "host-b:7164"]
+        self.assertEqual(run(out, *addresses).returncode, 0)
+        self.assertEqual(run("--add", out, "[::1]:7165").returncode, 0)
+        addresses.append("[::1]:7165")
+        with open(os.path.join(out, "peer_identities")) as f:
+            lines = [l.split() for l in f.read().splitlines()]
+        self.assertEqual([l[0] for l in lines], addresses)
+        for address, digest in lines:
+            path = os.path.join(out, address + ".token")
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+            with open(path) as f:
+                token = f.read().strip()
+            self.assertEqual(len(token), 64)
+            self.assertEqual(hashlib.sha256(token.encode()).hexdigest(),
+                             digest)
+        again = run(out, "10.0.0.9:1")
+        self.assertNotEqual(again.returncode, 0)
+        self.assertIn("exists: give --add", again.stdout)
+        self.assertIn("is listed already",
+                      run("--add", out, "host-b:7164").stdout)
+        self.assertIn("is not host:port", run("--add", out, "host").stdout)
+        # A pserver takes the files as written.
+        p, port, log = self.start_pserver("ps", [
+            "--auth_token_file=" + self.write_token(),
+            "--peer_token_file=" + os.path.join(out, "host-b:7164.token"),
+            "--peer_identities_file=" + os.path.join(out, "peer_identities")])
+        self.assertIn("peer tokens of 3 pservers", self.read("ps.log"))
+        self.stop_pservers([p])
+        # Its own token not listed: refused at start, naming the file.
+        r = subprocess.run(
+            [testlib.pserver_bin(), "--port=0", "--host=127.0.0.1",
+             "--auth_token_file=" + self.write_token(),
+             "--peer_token_file=" + self.write_token("stranger"),
+             "--peer_identities_file=" + os.path.join(out, "peer_identities")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, env=testlib.clean_env(), timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--peer_token_file's token is not listed", r.stdout)
+
+    def test_each_pserver_sends_as_itself_only(self):
+        """Issue 34: with a token per pserver (--peer_identities_file), a
+        pserver's calls are known by its token: a pserver of another job
+        reaches none of this job's replication calls, and a Forward or an
+        InstallUnit naming another pserver as its sender is refused
+        PERMISSION_DENIED; the replicated job trains to its end."""
+        auth = "--auth_token_file=" + self.write_token()
+        tokens = [self.write_token("peer%d" % i) for i in range(3)]
+        outsider = self.write_token("outsider")
+        identities = os.path.join(self.tmp, "peer_identities")
+
+        def sha(path):
+            with open(path) as f:
+                return hashlib.sha256(f.read().strip().encode()).hexdigest()
+
+        def write_identities(names):
+            with open(identities + ".new", "w") as f:
+                for name, token in zip(names, tokens):
+                    f.write("%s %s\n" % (name, sha(token)))
+                f.write("10.255.0.1:7164 %s\n" % sha(outsider))
+            os.rename(identities + ".new", identities)
+
+        # Ports are known once the pservers are up: listed under
+        # placeholders first, then under their addresses (read again
+        # within 2 s).
+        write_identities(["starting-%d:1" % i for i in range(3)])
+        pservers, ports = [], []
+        for i in range(3):
+            p, port, _ = self.start_pserver(
+                "ps%d" % i, [auth, "--peer_token_file=" + tokens[i],
+                             "--peer_identities_file=" + identities],
+                num_trainers=2)
+            pservers.append(p)
+            ports.append(port)
+        write_identities(["127.0.0.1:%d" % p for p in ports])
+        time.sleep(2.5)
+        trainers = self.start_trainers(ports, [auth, "--mode=sync",
+                                               "--replication=2",
+                                               "--num_passes=2"])
+        self.assertTrue(testlib.wait_for(
+            lambda: all("replication 2, view 0" in self.ps_status(p, auth).stdout
+                        for p in ports), 60))
+        # A pserver that is none of this job's: every call that gRPC could
+        # decode (the others are UNIMPLEMENTED before any method runs)
+        # refused.
+        fuzz = self.fuzz(ports, "--auth_token_file=" + outsider,
+                         "--requests=300", "--methods=Forward,ViewPrepare,"
+                         "ViewAccept,ViewCommit,InstallUnit,ViewInspect")
+        codes = re.findall(r"^(\w+) ([A-Z_]+) (\d+)$", fuzz.stdout, re.M)
+        self.assertEqual(
+            sum(int(n) for _, code, n in codes if code == "PERMISSION_DENIED"
+                or code == "UNIMPLEMENTED"), 300, fuzz.stdout)
+        self.assertGreater(len(codes), 5, fuzz.stdout)
+        # Pserver 0 sending as another: refused.
+        fuzz = self.fuzz(ports[1:], "--auth_token_file=" + tokens[0],
+                         "--requests=300", "--methods=Forward,InstallUnit")
+        self.assertRegex(fuzz.stdout, r"Forward PERMISSION_DENIED \d+")
+        self.assertRegex(fuzz.stdout, r"InstallUnit PERMISSION_DENIED \d+")
+        log = self.read("ps1.log")
+        self.assertRegex(log, r"Forward from pserver 127\.0\.0\.1:%d \(by "
+                         r"its token\) as pserver -?\d+" % ports[0])
+        for t in trainers:
+            self.assertEqual(t.wait(timeout=240), 0)
+        self.assertGreater(
+            testlib.final_eval(self.metrics(0))["test_accuracy"], 0.8)
         for port in ports:
             r = self.ps_status(port, auth)
             self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)

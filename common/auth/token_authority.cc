@@ -1,18 +1,22 @@
 #include "common/auth/token_authority.h"
 
 #include <dirent.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/job_id.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -26,7 +30,28 @@ absl::Status Invalid(absl::string_view flag, const std::string& path,
       absl::StrCat("--", flag, "=", path, ": ", what));
 }
 
+constexpr size_t kMaxPeerAddress = 256;
+
+// What the identities file lists for `token`, if `token` is set.
+bool Listed(const absl::flat_hash_map<std::string, std::string>& identities,
+            absl::string_view token) {
+  return !token.empty() && identities.contains(TokenSha256Hex(token));
+}
+
 }  // namespace
+
+std::string TokenSha256Hex(absl::string_view token) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(token.data(), token.size(), md, &n, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < n; ++i) {
+    hex.push_back(kHex[md[i] >> 4]);
+    hex.push_back(kHex[md[i] & 15]);
+  }
+  return hex;
+}
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   // Every byte of `a` is compared (against b's bytes, cycled), so the time
@@ -40,7 +65,11 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
+namespace {
+
+// The whole of file `path` (named by flag `flag` in messages), at most
+// kMaxSecretFileBytes.
+absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag,
                                           const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return Invalid(flag, path, "cannot open the file");
@@ -53,6 +82,14 @@ absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
                    absl::StrCat("larger than ", kMaxSecretFileBytes,
                                 " bytes; is this the right file?"));
   }
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
+                                          const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string data, ReadSmallFile(flag, path));
   absl::string_view token = absl::StripTrailingAsciiWhitespace(data);
   if (token.empty()) {
     return Invalid(flag, path,
@@ -98,14 +135,88 @@ absl::StatusOr<std::unique_ptr<TokenAuthority>> TokenAuthority::Create(
     if (!read.ok()) return read.status();
     tokens = *std::move(read);
   }
-  return std::unique_ptr<TokenAuthority>(
-      new TokenAuthority(std::move(options), std::move(tokens)));
+  PeerIdentities identities;
+  if (!options.peer_identities_file.empty()) {
+    if (options.peer_token.empty()) {
+      return absl::InvalidArgumentError(
+          "--peer_identities_file needs --peer_token_file: this pserver's "
+          "own token, which it presents to the others");
+    }
+    ASSIGN_OR_RETURN(identities, ReadIdentities(options));
+    if (!Listed(identities, options.peer_token)) {
+      return Invalid("peer_identities_file", options.peer_identities_file,
+                     absl::StrCat("--peer_token_file's token is not listed "
+                                  "(its SHA-256 is ",
+                                  TokenSha256Hex(options.peer_token),
+                                  "): list every pserver's address with its "
+                                  "token's hash, this one's too"));
+    }
+    for (const auto& [job, token] : tokens) {
+      if (Listed(identities, token)) {
+        return Invalid("peer_identities_file", options.peer_identities_file,
+                       absl::StrCat("lists the hash of job ", job,
+                                    "'s token: each role needs its own "
+                                    "secret"));
+      }
+    }
+  }
+  return std::unique_ptr<TokenAuthority>(new TokenAuthority(
+      std::move(options), std::move(tokens), std::move(identities)));
 }
 
-TokenAuthority::TokenAuthority(Options options, JobTokens job_tokens)
+TokenAuthority::TokenAuthority(Options options, JobTokens job_tokens,
+                               PeerIdentities identities)
     : options_(std::move(options)),
       job_tokens_(std::move(job_tokens)),
+      identities_(std::move(identities)),
       last_scan_(absl::Now()) {}
+
+absl::StatusOr<TokenAuthority::PeerIdentities> TokenAuthority::ReadIdentities(
+    const Options& options) {
+  const std::string& path = options.peer_identities_file;
+  constexpr absl::string_view kFlag = "peer_identities_file";
+  ASSIGN_OR_RETURN(const std::string data, ReadSmallFile(kFlag, path));
+  PeerIdentities identities;
+  absl::flat_hash_map<std::string, int> line_of;  // address -> line
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(data, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> f =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    auto bad = [&](absl::string_view what) {
+      return Invalid(kFlag, path, absl::StrCat("line ", line_no, ": ", what));
+    };
+    if (f.size() != 2 || f[1].size() != 64 ||
+        !std::all_of(f[1].begin(), f[1].end(), absl::ascii_isxdigit)) {
+      return bad(
+          "not \"<address> <SHA-256 of its token, 64 hex digits>\" (as "
+          "scripts/make_peer_tokens.sh writes)");
+    }
+    if (f[0].size() > kMaxPeerAddress) return bad("an address over 256 bytes");
+    const std::string hash = absl::AsciiStrToLower(f[1]);
+    const std::string address(f[0]);
+    if (auto [it, added] = line_of.emplace(address, line_no); !added) {
+      return bad(
+          absl::StrCat(address, " is listed on line ", it->second, " too"));
+    }
+    if (!identities.emplace(hash, address).second) {
+      return bad(absl::StrCat("the same token hash as ", identities[hash],
+                              ": each pserver needs its own secret"));
+    }
+  }
+  for (const std::string* other :
+       {&options.shared_token, &options.admin_token}) {
+    if (Listed(identities, *other)) {
+      return Invalid(kFlag, path,
+                     "lists the hash of --auth_token_file's or "
+                     "--admin_token_file's token: each role needs its own "
+                     "secret");
+    }
+  }
+  return identities;
+}
 
 absl::StatusOr<TokenAuthority::JobTokens> TokenAuthority::ReadDirectory(
     const Options& options) {
@@ -167,25 +278,54 @@ absl::StatusOr<TokenAuthority::JobTokens> TokenAuthority::ReadDirectory(
 }
 
 void TokenAuthority::MaybeRescan(absl::Time now) {
-  if (options_.token_dir.empty() ||
+  if ((options_.token_dir.empty() && options_.peer_identities_file.empty()) ||
       now - last_scan_ < options_.rescan_interval) {
     return;
   }
   last_scan_ = now;
-  auto read = ReadDirectory(options_);
-  if (!read.ok()) {
-    // Said once per problem, not at every scan: the file stays broken
-    // until someone fixes it.
-    if (last_error_ != read.status().message()) {
-      last_error_ = std::string(read.status().message());
-      LOG(ERROR) << read.status().message()
-                 << "; the job tokens read before stay in force until the "
-                    "directory reads cleanly";
+  absl::StatusOr<JobTokens> tokens = job_tokens_;
+  if (!options_.token_dir.empty()) tokens = ReadDirectory(options_);
+  absl::StatusOr<PeerIdentities> identities = identities_;
+  if (!options_.peer_identities_file.empty()) {
+    identities = ReadIdentities(options_);
+    if (identities.ok() && !Listed(*identities, options_.peer_token)) {
+      identities =
+          Invalid("peer_identities_file", options_.peer_identities_file,
+                  "no longer lists --peer_token_file's token");
     }
-    return;
   }
-  job_tokens_ = *std::move(read);
-  last_error_.clear();
+  if (tokens.ok() && identities.ok()) {
+    for (const auto& [job, token] : *tokens) {
+      if (!Listed(*identities, token)) continue;
+      tokens = Invalid("auth_token_dir", options_.token_dir,
+                       absl::StrCat("job ", job,
+                                    "'s token is also a pserver's "
+                                    "(--peer_identities_file): each role needs "
+                                    "its own secret"));
+      break;
+    }
+  }
+  // What stays broken is said once, not at every scan: a file stays
+  // broken until someone fixes it.
+  std::string errors;
+  if (tokens.ok()) {
+    job_tokens_ = *std::move(tokens);
+  } else {
+    absl::StrAppend(&errors, tokens.status().message(),
+                    "; the job tokens read before stay in force until the "
+                    "directory reads cleanly. ");
+  }
+  if (identities.ok()) {
+    identities_ = *std::move(identities);
+  } else {
+    absl::StrAppend(&errors, identities.status().message(),
+                    "; the pservers' identities read before stay in force "
+                    "until the file reads cleanly. ");
+  }
+  if (errors != last_error_) {
+    last_error_ = errors;
+    if (!errors.empty()) LOG(ERROR) << errors;
+  }
 }
 
 bool TokenAuthority::IsKnown(absl::string_view token) const {
@@ -195,27 +335,29 @@ bool TokenAuthority::IsKnown(absl::string_view token) const {
   for (const auto& [job, job_token] : job_tokens_) {
     known = ConstantTimeEquals(token, job_token) || known;
   }
-  return known && !token.empty();
+  return (known || Listed(identities_, token)) && !token.empty();
 }
 
 absl::Status TokenAuthority::Check(std::optional<absl::string_view> token,
                                    absl::string_view job_id,
-                                   CallClass call_class) {
+                                   CallClass call_class, std::string* caller) {
   if (!token.has_value()) {
     return absl::UnauthenticatedError(
         "this pserver needs a token: start the client with its job's "
         "--auth_token_file");
   }
   const absl::string_view t = *token;
-  const bool peer = !options_.peer_token.empty() &&
-                    ConstantTimeEquals(t, options_.peer_token);
+  // With identities, a pserver's token is known by its hash (below).
+  const bool identities = !options_.peer_identities_file.empty();
+  bool peer = !identities && !options_.peer_token.empty() &&
+              ConstantTimeEquals(t, options_.peer_token);
   const bool shared = !options_.shared_token.empty() &&
                       ConstantTimeEquals(t, options_.shared_token);
-  if (call_class == CallClass::kPeer) {
+  if (call_class == CallClass::kPeer && !identities) {
     if (peer || (shared && options_.peer_token.empty())) {
       return absl::OkStatus();
     }
-  } else if (shared) {
+  } else if (call_class != CallClass::kPeer && shared) {
     return absl::OkStatus();
   }
   const bool admin = !options_.admin_token.empty() &&
@@ -223,6 +365,16 @@ absl::Status TokenAuthority::Check(std::optional<absl::string_view> token,
   if (admin && call_class == CallClass::kStatus) return absl::OkStatus();
   absl::MutexLock l(&mu_);
   MaybeRescan(absl::Now());
+  if (identities && !t.empty()) {
+    auto it = identities_.find(TokenSha256Hex(t));
+    if (it != identities_.end()) {
+      peer = true;
+      if (call_class == CallClass::kPeer) {
+        if (caller != nullptr) *caller = it->second;
+        return absl::OkStatus();
+      }
+    }
+  }
   if (call_class != CallClass::kPeer) {
     auto it = job_tokens_.find(job_id);
     if (it != job_tokens_.end() && ConstantTimeEquals(t, it->second)) {
@@ -235,6 +387,12 @@ absl::Status TokenAuthority::Check(std::optional<absl::string_view> token,
         "pserver knows");
   }
   if (call_class == CallClass::kPeer) {
+    if (identities) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "calls between pservers need a pserver's own token, listed in "
+          "--peer_identities_file=",
+          options_.peer_identities_file, "; this token is not listed"));
+    }
     return absl::PermissionDeniedError(
         options_.peer_token.empty()
             ? "this pserver takes no calls between pservers: it has per-job "
@@ -272,7 +430,14 @@ std::string TokenAuthority::Describe() {
                                  " jobs in ", options_.token_dir));
   }
   if (!options_.admin_token.empty()) parts.push_back("an admin token");
-  if (!options_.peer_token.empty()) parts.push_back("a peer token");
+  if (!options_.peer_identities_file.empty()) {
+    absl::MutexLock l(&mu_);
+    parts.push_back(absl::StrCat("peer tokens of ", identities_.size(),
+                                 " pservers in ",
+                                 options_.peer_identities_file));
+  } else if (!options_.peer_token.empty()) {
+    parts.push_back("a peer token");
+  }
   if (parts.empty()) return "no token";
   return absl::StrJoin(parts, ", ");
 }

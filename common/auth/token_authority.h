@@ -32,6 +32,10 @@ absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
 // client presented, `b` the secret.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
+// The SHA-256 of `token` in lowercase hex: what --peer_identities_file
+// lists for each pserver (scripts/make_peer_tokens.sh writes it).
+std::string TokenSha256Hex(absl::string_view token);
+
 // What a call is, for deciding who may make it.
 enum class CallClass {
   kJob,     // a trainer's call on its job (every ParameterServer method but
@@ -49,10 +53,16 @@ enum class CallClass {
 //    else (ps_status across teams' jobs);
 //  - the pservers' peer token (--peer_token_file): the calls between
 //    pservers, which no other token makes. Without one, the shared token
-//    makes them too (single team); with per-job tokens, none does.
-// The directory is read again, at most every `rescan_interval`, when a call
-// is checked: a job's token added, replaced or removed takes effect within
-// it, without a restart. Thread-safe.
+//    makes them too (single team); with per-job tokens, none does;
+//  - or, with --peer_identities_file, a token per pserver: the file lists
+//    each pserver's address with the SHA-256 of its token, a call between
+//    pservers is let in when its token's hash is listed, and the caller is
+//    known by that address (so a pserver cannot send as another). A
+//    pserver holds its own token only.
+// The directory and the identities file are read again, at most every
+// `rescan_interval`, when a call is checked: a job's token (a pserver's)
+// added, replaced or removed takes effect within it, without a restart.
+// Thread-safe.
 class TokenAuthority {
  public:
   struct Options {
@@ -60,6 +70,8 @@ class TokenAuthority {
     std::string token_dir;
     std::string admin_token;
     std::string peer_token;
+    // Lines "<address> <sha256 hex of its token>"; empty: one peer token.
+    std::string peer_identities_file;
     absl::Duration rescan_interval = absl::Seconds(2);
   };
 
@@ -67,7 +79,10 @@ class TokenAuthority {
   // directory, an unreadable directory, a <name>.token file whose name is
   // no valid job id or whose token is unreadable (ReadTokenFile), and a
   // token that two roles share (two jobs, or a job and the admin or the
-  // peers: either could act as the other).
+  // peers: either could act as the other); with an identities file, one
+  // that cannot be read (a line that is not "<address> <64 hex digits>",
+  // an address or hash listed twice), that lacks --peer_token_file's
+  // hash, or that lists another role's token.
   static absl::StatusOr<std::unique_ptr<TokenAuthority>> Create(
       Options options);
 
@@ -75,10 +90,12 @@ class TokenAuthority {
   // (nullopt: none), may go on: OK; UNAUTHENTICATED without a token or
   // with one this pserver does not know; PERMISSION_DENIED with a known
   // token that does not cover the call. The answer for a job the token
-  // does not cover is the same whether the job exists or not.
+  // does not cover is the same whether the job exists or not. With an
+  // identities file, a call between pservers that is let in sets *peer
+  // (when not null) to the caller's address.
   absl::Status Check(std::optional<absl::string_view> token,
-                     absl::string_view job_id, CallClass call_class)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                     absl::string_view job_id, CallClass call_class,
+                     std::string* peer = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The jobs with a token now, sorted (for the log and tests).
   std::vector<std::string> JobsWithTokens() ABSL_LOCKS_EXCLUDED(mu_);
@@ -89,11 +106,16 @@ class TokenAuthority {
 
  private:
   using JobTokens = absl::flat_hash_map<std::string, std::string>;
+  // A pserver's token hash (hex) -> its address.
+  using PeerIdentities = absl::flat_hash_map<std::string, std::string>;
 
-  explicit TokenAuthority(Options options, JobTokens job_tokens);
+  TokenAuthority(Options options, JobTokens job_tokens,
+                 PeerIdentities identities);
 
   // The directory's tokens: INVALID_ARGUMENT as Create says.
   static absl::StatusOr<JobTokens> ReadDirectory(const Options& options);
+  // The identities file: INVALID_ARGUMENT as Create says.
+  static absl::StatusOr<PeerIdentities> ReadIdentities(const Options& options);
   // Reads the directory again when `rescan_interval` has passed; on an
   // error, logs it and keeps the tokens whose files still read well.
   void MaybeRescan(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -104,6 +126,7 @@ class TokenAuthority {
   const Options options_;
   absl::Mutex mu_;
   JobTokens job_tokens_ ABSL_GUARDED_BY(mu_);
+  PeerIdentities identities_ ABSL_GUARDED_BY(mu_);
   absl::Time last_scan_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);  // the last scan's, logged
 };

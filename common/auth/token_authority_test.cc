@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -195,6 +197,86 @@ TEST_F(TokenAuthorityTest, BadDirectoriesAndSharedSecretsAreRefused) {
   shared.peer_token = "t";
   EXPECT_THAT(CreateStatus(shared).message(),
               HasSubstr("the trainers could then act as pservers"));
+}
+
+TEST(TokenSha256HexTest, IsSha256InLowercaseHex) {
+  // FIPS 180-2's first example, as `printf %s abc | sha256sum` prints it.
+  EXPECT_EQ(TokenSha256Hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_F(TokenAuthorityTest, PeerIdentitiesNameTheCallingPserver) {
+  Write("a.token", "token-a");
+  Write("peers",
+        absl::StrCat("# address, SHA-256 of its token\n", "10.0.0.1:7164 ",
+                     TokenSha256Hex("p1"), "\n", "10.0.0.2:7164\t",
+                     absl::AsciiStrToUpper(TokenSha256Hex("p2")), "\n\n"));
+  TokenAuthority::Options o;
+  o.token_dir = dir_.path();
+  o.peer_token = "p1";
+  o.peer_identities_file = dir_.Path("peers");
+  o.rescan_interval = absl::ZeroDuration();
+  auto created = TokenAuthority::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  TokenAuthority& auth = **created;
+  std::string caller;
+  ASSERT_TRUE(auth.Check("p2", "a", kPeer, &caller).ok());
+  EXPECT_EQ(caller, "10.0.0.2:7164");
+  ASSERT_TRUE(auth.Check("p1", "a", kPeer, &caller).ok());
+  EXPECT_EQ(caller, "10.0.0.1:7164");
+  EXPECT_EQ(auth.Check("p3", "a", kPeer).code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::Status s = auth.Check("token-a", "a", kPeer);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("listed in --peer_identities_file="));
+  EXPECT_THAT(auth.Check("p2", "a", kJob).message(),
+              HasSubstr("between pservers only"));
+  EXPECT_TRUE(auth.Check("token-a", "a", kJob).ok());
+  EXPECT_THAT(auth.Describe(), HasSubstr("peer tokens of 2 pservers"));
+  // A pserver added, another removed: in force at the next scan.
+  Write("peers", absl::StrCat("10.0.0.1:7164 ", TokenSha256Hex("p1"), "\n",
+                              "10.0.0.3:7164 ", TokenSha256Hex("p3"), "\n"));
+  ASSERT_TRUE(auth.Check("p3", "a", kPeer, &caller).ok());
+  EXPECT_EQ(caller, "10.0.0.3:7164");
+  EXPECT_EQ(auth.Check("p2", "a", kPeer).code(),
+            absl::StatusCode::kUnauthenticated);
+  // A broken file: the identities read before stay.
+  Write("peers", "10.0.0.1:7164 nothex\n");
+  EXPECT_TRUE(auth.Check("p3", "a", kPeer).ok());
+}
+
+TEST_F(TokenAuthorityTest, BadIdentityFilesAreRefused) {
+  Write("a.token", "token-a");
+  TokenAuthority::Options o;
+  o.token_dir = dir_.path();
+  o.peer_identities_file = dir_.Path("peers");
+  auto message = [&](const std::string& data) {
+    Write("peers", data);
+    return std::string(CreateStatus(o).message());
+  };
+  EXPECT_THAT(message(""), HasSubstr("needs --peer_token_file"));
+  o.peer_token = "p1";
+  const std::string p1 = "10.0.0.1:7164 " + TokenSha256Hex("p1") + "\n";
+  EXPECT_THAT(message("10.0.0.2:7164 " + TokenSha256Hex("p2") + "\n"),
+              HasSubstr("--peer_token_file's token is not listed (its "
+                        "SHA-256 is " +
+                        TokenSha256Hex("p1")));
+  EXPECT_THAT(message(p1 + "10.0.0.2:7164\n"),
+              HasSubstr("line 2: not \"<address> <SHA-256"));
+  EXPECT_THAT(message(p1 + "10.0.0.2:7164 abc\n"), HasSubstr("line 2: not"));
+  EXPECT_THAT(message(p1 + "10.0.0.1:7164 " + TokenSha256Hex("p2")),
+              HasSubstr("line 2: 10.0.0.1:7164 is listed on line 1 too"));
+  EXPECT_THAT(message(p1 + "10.0.0.2:7164 " + TokenSha256Hex("p1")),
+              HasSubstr("the same token hash as 10.0.0.1:7164"));
+  EXPECT_THAT(message(p1 + "10.0.0.2:7164 " + TokenSha256Hex("token-a")),
+              HasSubstr("lists the hash of job a's token"));
+  o.admin_token = "admin";
+  EXPECT_THAT(message(p1 + "10.0.0.2:7164 " + TokenSha256Hex("admin")),
+              HasSubstr("each role needs its own secret"));
+  o.peer_identities_file = dir_.Path("missing");
+  EXPECT_THAT(CreateStatus(o).message(),
+              HasSubstr("--peer_identities_file=" + dir_.Path("missing") +
+                        ": cannot open the file"));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ CallClass ClassOf(absl::string_view path) {
 // gRPC's auth metadata processor (grpc_security.h), run by the server's
 // auth filter on each call's metadata before the call reaches a method.
 // `state` is a std::shared_ptr<TokenAuthority>*.
-void CheckToken(void* state, grpc_auth_context* /*context*/,
+void CheckToken(void* state, grpc_auth_context* context,
                 const grpc_metadata* md, size_t num_md,
                 grpc_process_auth_metadata_done_cb done, void* user_data) {
   TokenAuthority& authority =
@@ -57,6 +57,7 @@ void CheckToken(void* state, grpc_auth_context* /*context*/,
     return;
   }
   absl::Status s;
+  std::string peer;  // the calling pserver, with --peer_identities_file
   if (jobs_named > 1) {
     // The method would see one of them, the check another.
     s = absl::PermissionDeniedError("a call names one job (shardps-job) once");
@@ -69,7 +70,7 @@ void CheckToken(void* state, grpc_auth_context* /*context*/,
       else
         token = absl::string_view();  // a malformed header: no known token
     }
-    s = authority.Check(token, job, ClassOf(path));
+    s = authority.Check(token, job, ClassOf(path), &peer);
   }
   if (!s.ok()) {
     // gRPC copies the message before done() returns.
@@ -77,6 +78,10 @@ void CheckToken(void* state, grpc_auth_context* /*context*/,
     done(user_data, nullptr, 0, nullptr, 0,
          static_cast<grpc_status_code>(s.code()), message.c_str());
     return;
+  }
+  if (!peer.empty() && context != nullptr) {
+    grpc_auth_context_add_cstring_property(context, kPeerIdentityProperty,
+                                           peer.c_str());
   }
   // Consumed: the methods never see the secret.
   done(user_data, auth, 1, nullptr, 0, GRPC_STATUS_OK, nullptr);

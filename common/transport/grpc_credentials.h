@@ -14,6 +14,10 @@ namespace shardps {
 inline constexpr char kAuthorizationMetadataKey[] = "authorization";
 std::string BearerMetadataValue(const std::string& token);
 
+// The call's auth context property naming the pserver that made it, by its
+// token (--peer_identities_file): its address in the job's pserver list.
+inline constexpr char kPeerIdentityProperty[] = "shardps-peer";
+
 // The gRPC health service, which answers without a token (load balancers
 // and orchestrators probe it).
 inline constexpr char kHealthServicePrefix[] = "/grpc.health.v1.Health/";

@@ -47,11 +47,11 @@ void InProcessPsClient::CallAsync(PsRpc rpc,
                                   StatusCallback done) {
   DCHECK(req.GetDescriptor() == PsRpcMethod(rpc).input_type());
   DCHECK(resp->GetDescriptor() == PsRpcMethod(rpc).output_type());
-  target_->Call(rpc,
-                CallContext{std::string(kDefaultJobId), address_, nullptr, 0},
-                req, resp, [this, done = std::move(done)](absl::Status s) {
-                  Answer(done, std::move(s));
-                });
+  target_->Call(
+      rpc, CallContext{std::string(kDefaultJobId), address_, nullptr, 0, ""},
+      req, resp, [this, done = std::move(done)](absl::Status s) {
+        Answer(done, std::move(s));
+      });
 }
 
 }  // namespace shardps

@@ -60,6 +60,10 @@ struct CallContext {
   // network (the TCP lane's float32 values): a push's are counted with its
   // request's bytes, a pull's with its reply's.
   uint64_t value_bytes = 0;
+  // A call between pservers: the address of the pserver that made it, as
+  // its token proved (--peer_identities_file); "": not known (one peer
+  // token for all pservers, or another transport).
+  std::string peer_identity;
 };
 
 // Where a transport hands the calls it receives: the pserver's dispatcher

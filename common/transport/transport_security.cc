@@ -49,19 +49,21 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
 // The pserver's TokenAuthority, when it has any token.
 absl::Status LoadTokenAuthority(const TransportSecurityFiles& files,
                                 TransportRole role, TransportSecurity* s) {
-  const bool any = !files.auth_token_dir.empty() ||
-                   !files.admin_token_file.empty() ||
-                   !files.peer_token_file.empty();
+  const bool any =
+      !files.auth_token_dir.empty() || !files.admin_token_file.empty() ||
+      !files.peer_token_file.empty() || !files.peer_identities_file.empty();
   if (role == TransportRole::kClient) {
     if (!any) return absl::OkStatus();
     return absl::InvalidArgumentError(
-        "--auth_token_dir, --admin_token_file and --peer_token_file are the "
-        "pserver's; a client presents its job's token with --auth_token_file");
+        "--auth_token_dir, --admin_token_file, --peer_token_file and "
+        "--peer_identities_file are the pserver's; a client presents its "
+        "job's token with --auth_token_file");
   }
   if (!any && s->auth_token.empty()) return absl::OkStatus();
   TokenAuthority::Options o;
   o.shared_token = s->auth_token;
   o.token_dir = files.auth_token_dir;
+  o.peer_identities_file = files.peer_identities_file;
   if (!files.admin_token_file.empty()) {
     auto admin = ReadTokenFile("admin_token_file", files.admin_token_file);
     if (!admin.ok()) return admin.status();

@@ -20,6 +20,7 @@ struct TransportSecurityFiles {
   std::string auth_token_dir;
   std::string admin_token_file;
   std::string peer_token_file;
+  std::string peer_identities_file;
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_ca_file;

@@ -20,6 +20,14 @@ DEFINE_string(peer_token_file, "",
               "replicated job, which trainers' tokens cannot make; the same "
               "file on every pserver. Empty: --auth_token_file's token "
               "(none with --auth_token_dir)");
+DEFINE_string(peer_identities_file, "",
+              "pserver: a token per pserver instead of one peer token: lines "
+              "'<address> <SHA-256 of its token>', the address as the "
+              "trainers' --pservers gives it (scripts/make_peer_tokens.sh "
+              "writes them). A call between pservers is let in by a listed "
+              "token, and must come from the pserver it names as its sender. "
+              "--peer_token_file is then this pserver's own token. Read "
+              "again every 2 s");
 DEFINE_string(tls_cert_file, "",
               "PEM certificate of this process (pserver: turns TLS on; "
               "client: offered for mutual TLS)");
@@ -37,8 +45,8 @@ namespace shardps {
 FlagGroup SecurityFlagGroup() {
   return {"Security (docs/security.md)",
           {"auth_token_file", "auth_token_dir", "admin_token_file",
-           "peer_token_file", "tls_cert_file", "tls_key_file", "tls_ca_file",
-           "tls_server_name"}};
+           "peer_token_file", "peer_identities_file", "tls_cert_file",
+           "tls_key_file", "tls_ca_file", "tls_server_name"}};
 }
 
 TransportSecurityFiles TransportSecurityFilesFromFlags() {
@@ -47,6 +55,7 @@ TransportSecurityFiles TransportSecurityFilesFromFlags() {
   f.auth_token_dir = FLAGS_auth_token_dir;
   f.admin_token_file = FLAGS_admin_token_file;
   f.peer_token_file = FLAGS_peer_token_file;
+  f.peer_identities_file = FLAGS_peer_identities_file;
   f.tls_cert_file = FLAGS_tls_cert_file;
   f.tls_key_file = FLAGS_tls_key_file;
   f.tls_ca_file = FLAGS_tls_ca_file;

@@ -42,6 +42,25 @@ struct UnaryMethod<absl::Status (H::*)(const Req&, Resp*)> {
   using Response = Resp;
 };
 
+template <typename H, typename Req, typename Resp>
+struct UnaryMethod<absl::Status (H::*)(const Req&, Resp*, const std::string&)>
+    : UnaryMethod<absl::Status (H::*)(const Req&, Resp*)> {};
+
+// A call between pservers: as Unary, and M is told which pserver made it
+// (CallContext::peer_identity).
+template <auto M>
+void PeerUnary(RequestHandler& h, const CallContext& ctx, const Message& req,
+               Message* resp, StatusCallback done) {
+  using Method = UnaryMethod<decltype(M)>;
+  using Req = typename Method::Request;
+  using Resp = typename Method::Response;
+  DCHECK(req.GetDescriptor() == Req::descriptor());
+  done(Guarded([&] {
+    return (h.replication().*M)(static_cast<const Req&>(req),
+                                static_cast<Resp*>(resp), ctx.peer_identity);
+  }));
+}
+
 // A call that answers at once: the method M of the handler's part, on the
 // typed messages.
 template <auto M>
@@ -139,12 +158,12 @@ const std::array<CallEntry, kNumPsRpcs> kTable = {{
     {PsRpc::kOpenSharedMemory, kCaller, &Unary<&SharedRegions::Open>},
     {PsRpc::kChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>},
     {PsRpc::kOpenTcpLane, kCaller, &Unary<&RH::OpenTcpLane>},
-    {PsRpc::kForward, kPeer, &Unary<&RepH::Forward>},
-    {PsRpc::kViewPrepare, kPeer, &Unary<&RepH::ViewPrepare>},
-    {PsRpc::kViewAccept, kPeer, &Unary<&RepH::ViewAccept>},
-    {PsRpc::kViewCommit, kPeer, &Unary<&RepH::ViewCommit>},
-    {PsRpc::kInstallUnit, kPeer, &Unary<&RepH::InstallUnit>},
-    {PsRpc::kViewInspect, kCaller, &Unary<&RepH::ViewInspect>},
+    {PsRpc::kForward, kPeer, &PeerUnary<&RepH::Forward>},
+    {PsRpc::kViewPrepare, kPeer, &PeerUnary<&RepH::ViewPrepare>},
+    {PsRpc::kViewAccept, kPeer, &PeerUnary<&RepH::ViewAccept>},
+    {PsRpc::kViewCommit, kPeer, &PeerUnary<&RepH::ViewCommit>},
+    {PsRpc::kInstallUnit, kPeer, &PeerUnary<&RepH::InstallUnit>},
+    {PsRpc::kViewInspect, kCaller, &PeerUnary<&RepH::ViewInspect>},
 }};
 
 }  // namespace

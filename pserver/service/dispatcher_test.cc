@@ -54,8 +54,8 @@ class DispatcherTest : public ::testing::Test {
                     google::protobuf::Message* resp) {
     absl::Notification answered;
     absl::Status status;
-    dispatcher_->Call(rpc, CallContext{job_id, "test", nullptr, 0}, req, resp,
-                      [&](absl::Status s) {
+    dispatcher_->Call(rpc, CallContext{job_id, "test", nullptr, 0, ""}, req,
+                      resp, [&](absl::Status s) {
                         status = std::move(s);
                         answered.Notify();
                       });

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/job_id.h"
 #include "common/auth/peer_host.h"
+#include "common/transport/grpc_credentials.h"
 #include "common/transport/grpc_status.h"
 #include "common/transport/grpc_wire.h"
 
@@ -25,6 +26,15 @@ CallContext GrpcPsService::ContextOf(grpc::CallbackServerContext* ctx,
   CallContext c;
   c.job_id = JobIdOf(ctx);
   if (rpc == PsRpc::kRegister) c.peer = ctx->peer();
+  if (static_cast<int>(rpc) >= kFirstReplicationRpc) {
+    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    if (auth != nullptr) {
+      for (const grpc::string_ref& v :
+           auth->FindPropertyValues(kPeerIdentityProperty)) {
+        c.peer_identity.assign(v.data(), v.size());
+      }
+    }
+  }
   return c;
 }
 

@@ -114,6 +114,7 @@ absl::Status ReplicationHandler::Start(const InitJobRequest& req) {
   }
   {
     ASSIGN_OR_RETURN(replicas_, replica_factory_(req));
+    pservers_.assign(req.pservers().begin(), req.pservers().end());
     replicas_->set_hooks(MakeStoreHooks());
     ReplicatedUnits(store_->state()).SetForwarder(replicas_.get());
     LOG(INFO) << "replication " << job.replication() << " among "
@@ -212,45 +213,82 @@ absl::Status ReplicationHandler::ChangeView(const ChangeViewRequest& req,
   return absl::OkStatus();
 }
 
+absl::StatusOr<ReplicaSet*> ReplicationHandler::ReplicasFor(
+    const std::string& caller, std::optional<int> as,
+    absl::string_view call) const {
+  absl::MutexLock l(&mu_);
+  const auto it = std::find(pservers_.begin(), pservers_.end(), caller);
+  if (!caller.empty() && it == pservers_.end()) {
+    // Before the job has replication too: the same answer either way.
+    // Logged: a pserver's token in the wrong hands, or a misconfigured
+    // fleet.
+    const std::string what =
+        absl::StrCat(call, " from pserver ", caller,
+                     " (by its token), which is not one of this job's "
+                     "pservers");
+    LOG_EVERY_T(WARNING, 10) << "refused: " << what;
+    return absl::PermissionDeniedError(what);
+  }
+  if (replicas_ == nullptr) return NoReplication();
+  if (caller.empty()) return replicas_.get();
+  if (as.has_value() && *as != it - pservers_.begin()) {
+    const std::string what = absl::StrCat(
+        call, " from pserver ", caller, " (by its token) as pserver ", *as,
+        *as >= 0 && *as < static_cast<int>(pservers_.size())
+            ? absl::StrCat(" (", pservers_[*as], ")")
+            : std::string(" (none)"),
+        ": a pserver sends as itself only");
+    LOG_EVERY_T(WARNING, 10) << "refused: " << what;
+    return absl::PermissionDeniedError(what);
+  }
+  return replicas_.get();
+}
+
 absl::Status ReplicationHandler::Forward(const ForwardRequest& req,
-                                         ForwardResponse* resp) {
-  ReplicaSet* r = replicas();
-  if (r == nullptr) return NoReplication();
+                                         ForwardResponse* resp,
+                                         const std::string& caller) {
+  ASSIGN_OR_RETURN(ReplicaSet * r,
+                   ReplicasFor(caller, req.sender(), "Forward"));
   return r->HandleForward(req, resp);
 }
 
 absl::Status ReplicationHandler::ViewPrepare(const ViewPrepareRequest& req,
-                                             ViewPrepareResponse* resp) {
-  ReplicaSet* r = replicas();
-  if (r == nullptr) return NoReplication();
+                                             ViewPrepareResponse* resp,
+                                             const std::string& caller) {
+  ASSIGN_OR_RETURN(ReplicaSet * r,
+                   ReplicasFor(caller, req.ballot().proposer(), "ViewPrepare"));
   return r->HandlePrepare(req, resp);
 }
 
 absl::Status ReplicationHandler::ViewAccept(const ViewAcceptRequest& req,
-                                            ViewAcceptResponse* resp) {
-  ReplicaSet* r = replicas();
-  if (r == nullptr) return NoReplication();
+                                            ViewAcceptResponse* resp,
+                                            const std::string& caller) {
+  ASSIGN_OR_RETURN(ReplicaSet * r,
+                   ReplicasFor(caller, req.ballot().proposer(), "ViewAccept"));
   return r->HandleAccept(req, resp);
 }
 
 absl::Status ReplicationHandler::ViewCommit(const ViewCommitRequest& req,
-                                            ViewCommitResponse* resp) {
-  ReplicaSet* r = replicas();
-  if (r == nullptr) return NoReplication();
+                                            ViewCommitResponse* resp,
+                                            const std::string& caller) {
+  ASSIGN_OR_RETURN(ReplicaSet * r,
+                   ReplicasFor(caller, std::nullopt, "ViewCommit"));
   return r->HandleCommit(req);
 }
 
 absl::Status ReplicationHandler::InstallUnit(const InstallUnitRequest& req,
-                                             InstallUnitResponse* resp) {
-  ReplicaSet* r = replicas();
-  if (r == nullptr) return NoReplication();
+                                             InstallUnitResponse* resp,
+                                             const std::string& caller) {
+  ASSIGN_OR_RETURN(ReplicaSet * r,
+                   ReplicasFor(caller, req.sender(), "InstallUnit"));
   return r->HandleInstall(req);
 }
 
 absl::Status ReplicationHandler::ViewInspect(const ViewInspectRequest& req,
-                                             ViewPrepareResponse* resp) {
-  ReplicaSet* r = replicas();
-  if (r == nullptr) return NoReplication();
+                                             ViewPrepareResponse* resp,
+                                             const std::string& caller) {
+  ASSIGN_OR_RETURN(ReplicaSet * r,
+                   ReplicasFor(caller, std::nullopt, "ViewInspect"));
   return r->HandleInspect(resp);
 }
 

@@ -3,12 +3,15 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/ps_service.pb.h"
 #include "proto/replication.pb.h"
@@ -60,17 +63,27 @@ class ReplicationHandler {
 
   absl::Status ChangeView(const ChangeViewRequest& req,
                           ChangeViewResponse* resp);
-  absl::Status Forward(const ForwardRequest& req, ForwardResponse* resp);
+  // The calls of other pservers. `caller`: the address the calling
+  // pserver's token names (--peer_identities_file; "": not known, one
+  // peer token for all). A known caller must be one of the job's
+  // pservers, and the pserver a Forward or InstallUnit names as its
+  // sender, or a view proposal as its proposer: PERMISSION_DENIED
+  // otherwise.
+  absl::Status Forward(const ForwardRequest& req, ForwardResponse* resp,
+                       const std::string& caller);
   absl::Status ViewPrepare(const ViewPrepareRequest& req,
-                           ViewPrepareResponse* resp);
+                           ViewPrepareResponse* resp,
+                           const std::string& caller);
   absl::Status ViewAccept(const ViewAcceptRequest& req,
-                          ViewAcceptResponse* resp);
+                          ViewAcceptResponse* resp, const std::string& caller);
   absl::Status ViewCommit(const ViewCommitRequest& req,
-                          ViewCommitResponse* resp);
+                          ViewCommitResponse* resp, const std::string& caller);
   absl::Status InstallUnit(const InstallUnitRequest& req,
-                           InstallUnitResponse* resp);
+                           InstallUnitResponse* resp,
+                           const std::string& caller);
   absl::Status ViewInspect(const ViewInspectRequest& req,
-                           ViewPrepareResponse* resp);
+                           ViewPrepareResponse* resp,
+                           const std::string& caller);
 
   // The job's replication; null without.
   ReplicaSet* replicas() const;
@@ -78,12 +91,19 @@ class ReplicationHandler {
  private:
   // Start's hooks from the ReplicaSet into the store and the dedup table.
   ReplicaSet::StoreHooks MakeStoreHooks();
+  // The job's replication, when `caller` may make a call that names
+  // pserver `as` (nullopt: none) as its sender; FAILED_PRECONDITION
+  // without replication, PERMISSION_DENIED as the calls above say.
+  absl::StatusOr<ReplicaSet*> ReplicasFor(const std::string& caller,
+                                          std::optional<int> as,
+                                          absl::string_view call) const;
 
   ParameterStore* const store_;
   RequestDedup* const dedup_;
   ReplicaSetFactory replica_factory_;
   mutable absl::Mutex mu_;
   std::unique_ptr<ReplicaSet> replicas_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> pservers_ ABSL_GUARDED_BY(mu_);  // the job's
 };
 
 }  // namespace shardps
