@@ -138,6 +138,12 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   auto monitoring = shardps::MonitoringOptionsFromFlags(FLAGS_host);
   if (!monitoring.ok())
     fail(std::string(monitoring.status().message()).c_str());
+  if (absl::Status s = monitoring->UseTls(options.security.tls_cert_pem,
+                                          options.security.tls_key_pem,
+                                          options.security.tls_ca_pem);
+      !s.ok()) {
+    fail(std::string(s.message()).c_str());
+  }
   options.monitoring = *monitoring;
   shardps::PserverOptions& p = options.pserver;
   p.store.num_trainers = FLAGS_num_gradient_servers;

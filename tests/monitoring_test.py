@@ -10,13 +10,16 @@ About 40 s on 2 cores. The Prometheus test is skipped, saying why, where
 Debian's prometheus is not installed (scripts/setup.sh installs it).
 """
 
+import http.client
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -232,6 +235,73 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertEqual(listening, {"0100007F"}, tail(log))
         self.assertIn("metrics on http://127.0.0.1:%d/metrics" % port,
                       tail(log))
+
+    def test_metrics_over_tls(self):
+        """--monitoring_tls: /metrics over HTTPS with the pserver's own
+        certificate, and with its --tls_ca_file only for scrapers that
+        present a certificate signed by it; plain HTTP and certificate-less
+        clients get nothing, half-sent requests do not block a scrape."""
+        certs = os.path.join(self.tmp, "certs")
+        subprocess.run(["bash", os.path.join(testlib.REPO, "scripts",
+                                             "make_certs.sh"), certs],
+                       check=True, stdout=subprocess.DEVNULL)
+        c = lambda name: os.path.join(certs, name)
+        mport = os.path.join(self.tmp, "ps.mport")
+        p, _, log = self.start_pserver(
+            "ps", extra=["--monitoring_port=0", "--monitoring_tls",
+                         "--monitoring_port_file=" + mport,
+                         "--tls_cert_file=" + c("server.pem"),
+                         "--tls_key_file=" + c("server.key"),
+                         "--tls_ca_file=" + c("ca.pem")])
+        self.assertTrue(wait_for(lambda: read_port(mport), 10), tail(log))
+        port = read_port(mport)
+        url = "https://127.0.0.1:%d/metrics" % port
+        self.assertIn("metrics on https://127.0.0.1:%d/metrics (scrapers "
+                      "present a certificate signed by --tls_ca_file)" % port,
+                      tail(log))
+        scraper = ssl.create_default_context(cafile=c("ca.pem"))
+        scraper.load_cert_chain(c("client.pem"), c("client.key"))
+        # Three connections that never finish a request hold at most their
+        # threads, for the request timeout; a scrape still gets through.
+        idle = [socket.create_connection(("127.0.0.1", port))
+                for _ in range(3)]
+        start = time.time()
+        with urllib.request.urlopen(url, context=scraper, timeout=5) as r:
+            page = r.read().decode()
+            self.assertEqual(r.headers["Content-Type"],
+                             "text/plain; version=0.0.4; charset=utf-8")
+        self.assertLess(time.time() - start, 2)
+        self.assertIn("# TYPE shardps_pserver_rpcs_total counter", page)
+        for s in idle:
+            s.close()
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url.replace("/metrics", "/other"),
+                                   context=scraper, timeout=5)
+        self.assertEqual(e.exception.code, 404)
+        # No client certificate: the handshake fails.
+        anonymous = ssl.create_default_context(cafile=c("ca.pem"))
+        with self.assertRaises((ssl.SSLError, ConnectionError,
+                                urllib.error.URLError)):
+            urllib.request.urlopen(url, context=anonymous, timeout=5).read()
+        # Plain HTTP: no answer.
+        with self.assertRaises((ConnectionError, urllib.error.URLError,
+                                http.client.HTTPException, socket.timeout)):
+            http_get("http://127.0.0.1:%d/metrics" % port, timeout=7)
+        # Still serving after all that.
+        with urllib.request.urlopen(url, context=scraper, timeout=5) as r:
+            self.assertIn("# TYPE", r.read().decode())
+        p.terminate()
+        p.wait(timeout=30)
+        # Without a certificate of its own: refused at start.
+        r = subprocess.run([testlib.pserver_bin(), "--port=0",
+                            "--monitoring_port=0", "--monitoring_tls"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True, env=clean_env(),
+                           timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--monitoring_tls serves /metrics with this process's "
+                      "certificate: give --tls_cert_file and --tls_key_file",
+                      r.stdout)
 
     def run_job_from_env(self, pserver_env, trainer_env):
         """One pserver and two trainers whose addresses, ids and counts all

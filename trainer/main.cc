@@ -102,10 +102,16 @@ std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
 class Monitoring : public shardps::TrainingObserver {
  public:
   // Serves what the flags ask for; exits 2 naming the flag on failure.
-  Monitoring(const std::string& job_id, int trainer_id) {
+  Monitoring(const std::string& job_id, int trainer_id,
+             const shardps::TransportSecurity& security) {
     // A trainer listens nowhere else: every interface, for Prometheus.
     auto m = shardps::MonitoringOptionsFromFlags("0.0.0.0");
     if (!m.ok()) Fail(m.status().message());
+    if (absl::Status s = m->UseTls(security.tls_cert_pem, security.tls_key_pem,
+                                   security.tls_ca_pem);
+        !s.ok()) {
+      Fail(s.message());
+    }
     if (FLAGS_health_port < -1 || FLAGS_health_port > 65535) {
       Fail("--health_port must be in [-1, 65535]");
     }
@@ -238,7 +244,7 @@ int main(int argc, char** argv) {
   if (o->incarnation == 0) o->incarnation = 1;  // 0 means "none sent"
   shardps::SetBlasThreads(o->cpu_threads);
 
-  Monitoring monitoring(c->job_id, o->trainer_id);
+  Monitoring monitoring(c->job_id, o->trainer_id, c->security);
   o->observer = &monitoring;
 
   std::unique_ptr<Connections> conn = Connect(*c);

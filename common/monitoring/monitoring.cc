@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/launch/port_file.h"
+#include "common/monitoring/tls_metrics_server.h"
 #include "glog/logging.h"
 #include "prometheus/exposer.h"
 
@@ -58,6 +59,22 @@ absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
         options.threads, " and ",
         absl::FormatDuration(options.request_timeout)));
   }
+  server->collectables_ = std::move(collectables);
+  if (options.tls) {
+    TlsMetricsServer::Options t;
+    t.host = options.host;
+    t.port = options.port;
+    t.cert_pem = options.tls_cert_pem;
+    t.key_pem = options.tls_key_pem;
+    t.ca_pem = options.tls_ca_pem;
+    t.threads = options.threads;
+    t.request_timeout = options.request_timeout;
+    auto tls = TlsMetricsServer::Start(t, server->collectables_);
+    if (!tls.ok()) return tls.status();
+    server->tls_server_ = *std::move(tls);
+    server->port_ = server->tls_server_->port();
+    return Finish(std::move(server), options, host);
+  }
   try {
     // civetweb's options: a scrape takes microseconds, but a client that
     // sends half a request holds its thread until the request timeout.
@@ -78,21 +95,46 @@ absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
         absl::StrCat("--monitoring_port: cannot listen on ", addr));
   }
   server->port_ = ports[0];
-  server->collectables_ = std::move(collectables);
   for (const auto& c : server->collectables_) {
     server->exposer_->RegisterCollectable(c);
   }
+  return Finish(std::move(server), options, host);
+}
+
+absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Finish(
+    std::unique_ptr<MonitoringServer> server, const MonitoringOptions& options,
+    const std::string& host) {
+  const int port = server->port_;
   if (!options.port_file.empty()) {
-    absl::Status s = WritePortFile(options.port_file, server->port_,
-                                   "--monitoring_port_file");
+    absl::Status s =
+        WritePortFile(options.port_file, port, "--monitoring_port_file");
     if (!s.ok()) return s;
   }
-  LOG(INFO) << "metrics on http://" << host << ":" << server->port_
-            << "/metrics";
+  LOG(INFO) << "metrics on " << (options.tls ? "https" : "http") << "://"
+            << host << ":" << port << "/metrics"
+            << (options.tls && !options.tls_ca_pem.empty()
+                    ? " (scrapers present a certificate signed by "
+                      "--tls_ca_file)"
+                    : "");
   return server;
 }
 
 MonitoringServer::~MonitoringServer() = default;
+
+absl::Status MonitoringOptions::UseTls(std::string cert_pem,
+                                       std::string key_pem,
+                                       std::string ca_pem) {
+  if (!tls) return absl::OkStatus();
+  if (cert_pem.empty() || key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "--monitoring_tls serves /metrics with this process's certificate: "
+        "give --tls_cert_file and --tls_key_file");
+  }
+  tls_cert_pem = std::move(cert_pem);
+  tls_key_pem = std::move(key_pem);
+  tls_ca_pem = std::move(ca_pem);
+  return absl::OkStatus();
+}
 
 FamilyBuilder& FamilyBuilder::Add(
     std::vector<prometheus::ClientMetric::Label> labels, double value) {

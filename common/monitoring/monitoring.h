@@ -18,6 +18,8 @@ class Exposer;
 
 namespace shardps {
 
+class TlsMetricsServer;
+
 // Where a binary serves its Prometheus metrics (docs/monitoring.md).
 struct MonitoringOptions {
   // Address to listen on. Default: all interfaces.
@@ -32,6 +34,17 @@ struct MonitoringOptions {
   // thread that long, not the server. Default: 4 and 5 s.
   int threads = 4;
   absl::Duration request_timeout = absl::Seconds(5);
+  // --monitoring_tls: serve over HTTPS (TlsMetricsServer) with the
+  // process's certificate and key (PEM, set by UseTls); with a CA,
+  // scrapers must present a certificate signed by it.
+  bool tls = false;
+  std::string tls_cert_pem, tls_key_pem, tls_ca_pem;
+
+  // With `tls`: takes the process's TLS files (its --tls_cert_file,
+  // --tls_key_file and --tls_ca_file, read); INVALID_ARGUMENT when it has
+  // no certificate. Without: nothing.
+  absl::Status UseTls(std::string cert_pem, std::string key_pem,
+                      std::string ca_pem);
 };
 
 // The monitoring options from --monitoring_port, --monitoring_port_file and
@@ -46,8 +59,8 @@ absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags(
 FlagGroup MonitoringFlagGroup();
 
 // An HTTP server answering GET /metrics in the Prometheus text format
-// (prometheus-cpp's Exposer, on civetweb) with what its collectables hold
-// at the time of the scrape. Thread-safe.
+// (prometheus-cpp's Exposer, on civetweb; over TLS, TlsMetricsServer) with
+// what its collectables hold at the time of the scrape. Thread-safe.
 class MonitoringServer {
  public:
   // Binds options.port (which must be >= 0), serves `collectables` (kept
@@ -65,9 +78,14 @@ class MonitoringServer {
 
  private:
   MonitoringServer() = default;
+  // Writes the port file and logs where the metrics are.
+  static absl::StatusOr<std::unique_ptr<MonitoringServer>> Finish(
+      std::unique_ptr<MonitoringServer> server,
+      const MonitoringOptions& options, const std::string& host);
 
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<TlsMetricsServer> tls_server_;
   int port_ = 0;
 };
 

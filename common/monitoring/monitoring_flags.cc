@@ -14,11 +14,17 @@ DEFINE_string(monitoring_host, "",
               "address the /metrics server listens on; empty: the pserver's "
               "--host, a trainer's 0.0.0.0");
 
+DEFINE_bool(monitoring_tls, false,
+            "serve /metrics over HTTPS with this process's --tls_cert_file "
+            "and --tls_key_file; with --tls_ca_file, scrapers must present "
+            "a certificate signed by it");
+
 namespace shardps {
 
 FlagGroup MonitoringFlagGroup() {
   return {"Monitoring (docs/monitoring.md)",
-          {"monitoring_port", "monitoring_port_file", "monitoring_host"}};
+          {"monitoring_port", "monitoring_port_file", "monitoring_host",
+           "monitoring_tls"}};
 }
 
 absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags(
@@ -41,6 +47,7 @@ absl::StatusOr<MonitoringOptions> MonitoringOptionsFromFlags(
   }
   o.port = FLAGS_monitoring_port;
   o.port_file = FLAGS_monitoring_port_file;
+  o.tls = FLAGS_monitoring_tls;
   return o;
 }
 

@@ -5,10 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/http_get.h"
 #include "common/testing/temp_dir.h"
@@ -181,6 +183,45 @@ TEST(MonitoringServerTest, AnUnwritablePortFileIsAnError) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(s.status().message()),
               HasSubstr("--monitoring_port_file"));
+}
+
+// TlsMetricsServer's refusals at start (tests/monitoring_test.py scrapes
+// it over HTTPS).
+TEST(MonitoringServerTest, TlsRefusesBadCertificatesAndKeys) {
+  ScopedTempDir dir("monitoring_tls");
+  for (const char* name : {"a", "b"}) {
+    const std::string cmd =
+        absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/make_certs.sh ",
+                     dir.Path(name), " >/dev/null");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  auto read = [&](const std::string& path) {
+    return testing::ReadFileOrFail(Env::Default(), dir.Path(path));
+  };
+  MonitoringOptions o = Loopback(0);
+  o.tls = true;
+  EXPECT_THAT(o.UseTls("", "", "").message(), HasSubstr("--tls_cert_file"));
+  ASSERT_TRUE(o.UseTls(read("a/server.pem"), read("a/server.key"), "").ok());
+  auto server = MonitoringServer::Start(o, {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Its port is taken.
+  o.port = (*server)->port();
+  absl::Status s = MonitoringServer::Start(o, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("cannot listen on 127.0.0.1:"));
+  o.port = 0;
+  o.tls_key_pem = read("b/server.key");
+  s = MonitoringServer::Start(o, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("the key is not the certificate's"));
+  o.tls_cert_pem = "-----BEGIN CERTIFICATE-----\nnot one\n";
+  EXPECT_THAT(MonitoringServer::Start(o, {}).status().message(),
+              HasSubstr("the certificate does not read"));
+  o.tls_cert_pem = read("a/server.pem");
+  o.tls_key_pem = read("a/server.key");
+  o.tls_ca_pem = "no certificate here";
+  EXPECT_THAT(MonitoringServer::Start(o, {}).status().message(),
+              HasSubstr("the CA file holds no certificate"));
 }
 
 }  // namespace
