@@ -9,8 +9,9 @@ default open-file limit of 1,024 (issue 34's audit):
   a trainer started during the flood trains, one started after it too;
 - 800 pulls over one connection that never reads their replies (an HTTP/2
   window of 0 bytes): they took a pserver to 2.6 GiB; now it holds a
-  bounded amount of replies, stays under its documented memory bound, and
-  trains a trainer afterwards.
+  bounded amount of replies, stays under its documented memory bound,
+  trains another job's trainer meanwhile (its share of the bound is the
+  flood's job's own) and a trainer afterwards.
 
     python3 tests/flood_test.py --bin_dir build
 """
@@ -234,6 +235,12 @@ class FloodTest(testlib.ProcessTestCase):
         for _ in range(800):
             client.call("/shardps.ParameterServer/Pull", request)
         time.sleep(5)
+        # Another job trains meanwhile, its pulls over gRPC: the flood's
+        # unread replies take their own job's share of the bound, not the
+        # others' room.
+        other = self.trainer(port, "other", ["--shared_memory=false",
+                                             "--tcp_lane=false"])
+        self.assertEqual(other.wait(timeout=120), 0, self.read("other.log"))
         peak = testlib.vm_hwm_kib(p.pid)
         self.assertEqual(client.refused, 0,
                          "the flood's pulls were refused: fix the request")

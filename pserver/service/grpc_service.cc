@@ -105,34 +105,36 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
   // The request and reply live until gRPC has sent the reply's slices; the
   // reply's bytes are held in replies_ until then.
   struct Exchange {
-    explicit Exchange(ReplyGate* g) : gate(g) {}
+    Exchange(ReplyGate* g, std::string j) : gate(g), job(std::move(j)) {}
     ~Exchange() {
-      if (held > 0) gate->Release(held);
+      if (held > 0) gate->Release(job, held);
     }
     ReplyGate* const gate;
+    const std::string job;
     int64_t held = 0;
     PullRequest req;
     PullResponse resp;
   };
-  auto x = std::make_shared<Exchange>(&replies_);
+  CallContext context = ContextOf(ctx, PsRpc::kPull);
+  auto x = std::make_shared<Exchange>(&replies_, context.job_id);
   if (absl::Status s = ParseByteBuffer(*raw_req, &x->req); !s.ok()) {
     dispatcher_.Refused(PsRpc::kPull, s, raw_req->Length());
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
   auto start = [this, reactor, x, raw_resp,
-                context = ContextOf(ctx, PsRpc::kPull)]() mutable {
+                context = std::move(context)]() mutable {
     dispatcher_.Call(PsRpc::kPull, context, x->req, &x->resp,
                      [reactor, x, raw_resp](absl::Status s) {
                        if (s.ok()) {
                          *raw_resp = SerializeAliasing(x->resp, x);
                          x->held = raw_resp->Length();
-                         x->gate->Hold(x->held);
+                         x->gate->Hold(x->job, x->held);
                        }
                        reactor->Finish(ToGrpcStatus(s));
                      });
   };
-  if (!replies_.Admit(std::move(start))) {
+  if (!replies_.Admit(x->job, std::move(start))) {
     const absl::Status s = absl::ResourceExhaustedError(
         absl::StrCat("more than ", kMaxPullsWaitingForReplies,
                      " pulls wait for earlier replies to be read (",

@@ -36,6 +36,8 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // the pulls that may wait for room beyond that (ReplyGate). Counted
   // besides --max_memory_mb (docs/security.md, "Limits").
   static constexpr int64_t kMaxUnreadReplyBytes = int64_t{128} << 20;
+  // One job's share of them: the others always keep 32 MiB.
+  static constexpr int64_t kMaxUnreadReplyBytesPerJob = int64_t{96} << 20;
   static constexpr size_t kMaxPullsWaitingForReplies = 65536;
 
   // `jobs` and `metrics` (null: none) must outlive this object.
@@ -150,7 +152,8 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
 
   Dispatcher dispatcher_;
   // Pulls' replies not yet read by their clients (reply_gate.h).
-  ReplyGate replies_{kMaxUnreadReplyBytes, kMaxPullsWaitingForReplies};
+  ReplyGate replies_{kMaxUnreadReplyBytes, kMaxUnreadReplyBytesPerJob,
+                     kMaxPullsWaitingForReplies};
   ReplicationService replication_{&dispatcher_};
   // The calls of trainers' shared regions (OpenSharedMemory with `calls`).
   SharedCallBinding shared_calls_;

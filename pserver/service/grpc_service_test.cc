@@ -22,35 +22,57 @@ using testing::FloatBytes;
 // The gate in front of pulls (reply_gate.h): under the bound every pull
 // starts at once; past it they wait, in order, until replies are read.
 TEST(ReplyGateTest, PullsWaitOnlyWhileUnreadRepliesPassTheBound) {
-  ReplyGate gate(100, 2);
+  ReplyGate gate(100, 100, 2);
   std::vector<int> started;
-  EXPECT_TRUE(gate.Admit([&] { started.push_back(1); }));
-  gate.Hold(60);
-  EXPECT_TRUE(gate.Admit([&] { started.push_back(2); }));
-  gate.Hold(60);  // 120 held: past the bound
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back(1); }));
+  gate.Hold("a", 60);
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back(2); }));
+  gate.Hold("a", 60);  // 120 held: past the bound
   EXPECT_EQ(started, (std::vector<int>{1, 2}));
-  EXPECT_TRUE(gate.Admit([&] { started.push_back(3); }));
-  EXPECT_TRUE(gate.Admit([&] { started.push_back(4); }));
-  EXPECT_FALSE(gate.Admit([&] { started.push_back(5); }));  // 2 wait
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back(3); }));
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back(4); }));
+  EXPECT_FALSE(gate.Admit("a", [&] { started.push_back(5); }));  // 2 wait
   EXPECT_EQ(gate.waiting(), 2u);
-  gate.Release(10);  // 110: still past it
+  gate.Release("a", 10);  // 110: still past it
   EXPECT_EQ(started.size(), 2u);
-  gate.Release(60);  // 50: both start, in order
+  gate.Release("a", 60);  // 50: both start, in order
   EXPECT_EQ(started, (std::vector<int>{1, 2, 3, 4}));
   EXPECT_EQ(gate.waiting(), 0u);
   EXPECT_EQ(gate.held(), 50);
 }
 
 TEST(ReplyGateTest, AWaitingPullStartsAtTheNextAdmitUnderTheBound) {
-  ReplyGate gate(100, 8);
+  ReplyGate gate(100, 100, 8);
   std::vector<int> started;
-  gate.Hold(100);
-  EXPECT_TRUE(gate.Admit([&] { started.push_back(1); }));
+  gate.Hold("a", 100);
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back(1); }));
   EXPECT_TRUE(started.empty());
-  gate.Release(100);
+  gate.Release("a", 100);
   EXPECT_EQ(started, (std::vector<int>{1}));
-  EXPECT_TRUE(gate.Admit([&] { started.push_back(2); }));
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back(2); }));
   EXPECT_EQ(started, (std::vector<int>{1, 2}));
+}
+
+// Issue 34: a client of job a that stops reading its replies stalls job
+// a's pulls, never job b's.
+TEST(ReplyGateTest, OneJobsUnreadRepliesLeaveRoomForTheOthers) {
+  ReplyGate gate(100, 75, 8);
+  std::vector<std::string> started;
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back("a1"); }));
+  gate.Hold("a", 80);  // job a past its share
+  EXPECT_TRUE(gate.Admit("a", [&] { started.push_back("a2"); }));
+  EXPECT_TRUE(gate.Admit("b", [&] { started.push_back("b1"); }));
+  EXPECT_EQ(started, (std::vector<std::string>{"a1", "b1"}));
+  gate.Hold("b", 30);  // 110 in all: everyone waits now
+  EXPECT_TRUE(gate.Admit("b", [&] { started.push_back("b2"); }));
+  EXPECT_EQ(gate.held("a"), 80);
+  EXPECT_EQ(gate.held("b"), 30);
+  gate.Release("b", 30);  // 80 in all, a still past its share
+  EXPECT_EQ(started, (std::vector<std::string>{"a1", "b1", "b2"}));
+  gate.Release("a", 80);
+  EXPECT_EQ(started, (std::vector<std::string>{"a1", "b1", "b2", "a2"}));
+  EXPECT_EQ(gate.held(), 0);
+  EXPECT_EQ(gate.waiting(), 0u);
 }
 
 class GrpcServiceTest : public ::testing::Test {

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 
 namespace shardps {
@@ -17,33 +19,43 @@ namespace shardps {
 // reads it (gRPC sends no faster than the client's HTTP/2 window lets it):
 // issue 34's audit pulled 4 MiB blocks over a connection whose reader had
 // stopped and took a pserver to 2.6 GiB resident. Behind the gate, a pull
-// starts only while the replies held are under `max_bytes`; later ones
-// wait, in order, and start as replies are read. A client that stops
-// reading then holds at most about `max_bytes` (plus the replies of the
-// pulls that had already started when it was reached), and stalls other
-// pulls until it reads or its connection closes; it cannot grow the
-// pserver's memory. Nothing waits while the replies held are under the
-// bound. More than `max_waiting` pulls waiting is refused.
+// of job j starts only while the replies held are under `max_bytes` and
+// job j's under `max_job_bytes`; later ones wait, in order per job, and
+// start as replies are read. A client that stops reading then holds at
+// most about `max_job_bytes` (plus the replies of the pulls that had
+// already started when it was reached), and stalls its own job's pulls
+// until it reads or its connection closes; the other jobs keep
+// max_bytes - max_job_bytes, and it cannot grow the pserver's memory.
+// Nothing waits while the replies held are under the bounds. More than
+// `max_waiting` pulls waiting, over all jobs, is refused.
 // Plain C++, no gRPC: the gRPC binding holds a reply from Finish() until
 // gRPC has released its bytes. Thread-safe.
 class ReplyGate {
  public:
-  ReplyGate(int64_t max_bytes, size_t max_waiting)
-      : max_bytes_(max_bytes), max_waiting_(max_waiting) {}
+  ReplyGate(int64_t max_bytes, int64_t max_job_bytes, size_t max_waiting)
+      : max_bytes_(max_bytes),
+        max_job_bytes_(max_job_bytes),
+        max_waiting_(max_waiting) {}
 
   ReplyGate(const ReplyGate&) = delete;
   ReplyGate& operator=(const ReplyGate&) = delete;
 
   // Runs `start` now (on this thread) if the replies held are under the
-  // bound and none waits before it; else queues it, to run at the Release()
-  // that brings the replies held under the bound. False, and `start`
-  // dropped, when max_waiting are waiting already.
-  bool Admit(std::function<void()> start) ABSL_LOCKS_EXCLUDED(mu_) {
+  // bounds and none of `job` waits before it; else queues it, to run at
+  // the Release() that brings them under. False, and `start` dropped, when
+  // max_waiting are waiting already.
+  bool Admit(const std::string& job, std::function<void()> start)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock l(&mu_);
-      if (!waiting_.empty() || held_ >= max_bytes_) {
-        if (waiting_.size() >= max_waiting_) return false;
-        waiting_.push_back(std::move(start));
+      Job& j = jobs_[job];
+      if (!j.waiting.empty() || !Room(j)) {
+        if (waiting_ >= max_waiting_) {
+          Forget(job);
+          return false;
+        }
+        j.waiting.push_back(std::move(start));
+        ++waiting_;
         return true;
       }
     }
@@ -51,19 +63,22 @@ class ReplyGate {
     return true;
   }
 
-  // A reply of `bytes` is handed to the transport.
-  void Hold(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
+  // A reply of `bytes` for `job` is handed to the transport.
+  void Hold(const std::string& job, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     held_ += bytes;
+    jobs_[job].held += bytes;
   }
 
-  // The transport is done with a reply of `bytes` held: the pulls waiting
-  // start, on this thread, if the replies held are now under the bound.
-  void Release(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
+  // The transport is done with a reply of `bytes` held for `job`: the
+  // pulls waiting start, on this thread, where there is room now.
+  void Release(const std::string& job, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
     std::deque<std::function<void()>> ready;
     {
       absl::MutexLock l(&mu_);
       held_ -= bytes;
+      jobs_[job].held -= bytes;
+      Forget(job);
       TakeReady(&ready);
     }
     for (auto& f : ready) f();
@@ -73,28 +88,53 @@ class ReplyGate {
     absl::MutexLock l(&mu_);
     return held_;
   }
+  int64_t held(const std::string& job) const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    auto it = jobs_.find(job);
+    return it == jobs_.end() ? 0 : it->second.held;
+  }
   size_t waiting() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
-    return waiting_.size();
+    return waiting_;
   }
 
  private:
-  // Under the bound every waiting pull starts: one held back while the
-  // others wait on it (a sync pull waits for a push that follows another
-  // trainer's pull) would stall the job.
+  struct Job {
+    int64_t held = 0;
+    std::deque<std::function<void()>> waiting;
+  };
+  bool Room(const Job& j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return held_ < max_bytes_ && j.held < max_job_bytes_;
+  }
+  // A job with nothing held and nothing waiting takes no entry.
+  void Forget(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = jobs_.find(job);
+    if (it != jobs_.end() && it->second.held == 0 &&
+        it->second.waiting.empty()) {
+      jobs_.erase(it);
+    }
+  }
+  // Under the bounds every waiting pull of a job starts: one held back
+  // while the others wait on it (a sync pull waits for a push that follows
+  // another trainer's pull) would stall the job.
   void TakeReady(std::deque<std::function<void()>>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (!waiting_.empty() && held_ < max_bytes_) {
-      ready->push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+    for (auto& [name, j] : jobs_) {
+      while (!j.waiting.empty() && Room(j)) {
+        ready->push_back(std::move(j.waiting.front()));
+        j.waiting.pop_front();
+        --waiting_;
+      }
     }
   }
 
   const int64_t max_bytes_;
+  const int64_t max_job_bytes_;
   const size_t max_waiting_;
   mutable absl::Mutex mu_;
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardps
