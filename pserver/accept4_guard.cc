@@ -1,6 +1,8 @@
 // The pserver's accept4(): the C library's, through the accept guard
 // (common/launch/accept_guard.h), so that gRPC's listener, which calls
-// accept4() through the dynamic linker, never sees EMFILE. An executable's
+// accept4() through the dynamic linker, never sees EMFILE; and its close(),
+// which tells the guard of every connection closed (the count per
+// address). An executable's
 // definition of a C library function takes the place of the library's for
 // every shared library it loads (ELF symbol interposition); the library's
 // own is found with dlsym(RTLD_NEXT). Linked into the pserver binary only.
@@ -19,4 +21,12 @@ extern "C" int accept4(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     return -1;
   }
   return shardps::GuardedAccept4(real, fd, addr, addr_len, flags);
+}
+
+// glibc's own close(), under the name it exports for this.
+extern "C" int __close(int fd);
+
+extern "C" int close(int fd) {
+  shardps::ConnectionClosed(fd);
+  return __close(fd);
 }

@@ -75,6 +75,11 @@ DEFINE_int32(max_shared_regions, 256,
              "once, over all jobs (one per trainer; each costs a memfd, a "
              "mapping and a serving thread); past it, values go over TCP. 0: "
              "none");
+DEFINE_int32(max_connections_per_ip, 0,
+             "connections one IP address may hold open at once; one more "
+             "is closed as soon as accepted, so that a flood from one host "
+             "leaves room for the others. 0: half of what the open-file "
+             "limit allows");
 DEFINE_int64(max_memory_mb_per_job, 0,
              "what one job's tables and optimizer state may hold here, "
              "within --max_memory_mb for all jobs, so that one job cannot "
@@ -162,19 +167,37 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
   return options;
 }
 
+// Raises the open-file limit and guards it: every connection holds a file
+// descriptor; the last 64 are kept from connections, and one address
+// holds at most --max_connections_per_ip (common/launch/accept_guard.h).
+shardps::OpenFileLimit GuardConnections() {
+  if (FLAGS_max_connections_per_ip < 0) {
+    std::cerr << "pserver: --max_connections_per_ip must be >= 0 (0: "
+                 "half of what the open-file limit allows)\n";
+    std::exit(2);
+  }
+  shardps::OpenFileLimit files = shardps::RaiseOpenFileLimit();
+  const int cap = shardps::EnableAcceptGuard(64);
+  files.per_address = FLAGS_max_connections_per_ip > 0
+                          ? FLAGS_max_connections_per_ip
+                          : std::max(1, cap / 2);
+  shardps::SetConnectionsPerAddress(files.per_address);
+  return files;
+}
+
 // The pserver's flags as --help groups, in the order --help shows them.
 std::vector<shardps::FlagGroup> PserverFlagGroups() {
-  return {
-      {"Server",
-       {"port", "port_file", "host", "num_gradient_servers", "max_pull_wait_s",
-        "trainer_timeout", "tcp_lane", "tcp_lane_port", "tcp_lane_spin_us"}},
-      {"Jobs and memory",
-       {"max_jobs", "job_retention", "max_memory_mb", "max_memory_mb_per_job",
-        "max_shared_regions"}},
-      {"Checkpoints (docs/checkpoint_format.md)",
-       {"checkpoint_dir", "keep_checkpoints"}},
-      shardps::SecurityFlagGroup(),
-      shardps::MonitoringFlagGroup()};
+  return {{"Server",
+           {"port", "port_file", "host", "num_gradient_servers",
+            "max_pull_wait_s", "trainer_timeout", "tcp_lane", "tcp_lane_port",
+            "tcp_lane_spin_us", "max_connections_per_ip"}},
+          {"Jobs and memory",
+           {"max_jobs", "job_retention", "max_memory_mb",
+            "max_memory_mb_per_job", "max_shared_regions"}},
+          {"Checkpoints (docs/checkpoint_format.md)",
+           {"checkpoint_dir", "keep_checkpoints"}},
+          shardps::SecurityFlagGroup(),
+          shardps::MonitoringFlagGroup()};
 }
 
 }  // namespace
@@ -227,10 +250,7 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "checkpoint fault injection armed by "
                  << shardps::kCheckpointFaultEnvVar;
   }
-  // Every connection holds a file descriptor (logged once serving); the
-  // last 64 are kept from connections (common/launch/accept_guard.h).
-  const shardps::OpenFileLimit files = shardps::RaiseOpenFileLimit();
-  shardps::EnableAcceptGuard(64);
+  const shardps::OpenFileLimit files = GuardConnections();
   // SIGTERM and SIGINT are handled by a thread that shuts the server down.
   sigset_t signals;
   sigemptyset(&signals);
@@ -249,6 +269,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   shardps::LogOpenFileLimit(files);
+  LOG(INFO) << "at most " << files.per_address
+            << " connections from one address (--max_connections_per_ip)";
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);

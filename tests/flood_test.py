@@ -2,11 +2,14 @@
 """Floods a pserver, as anyone who reaches its port can, under systemd's
 default open-file limit of 1,024 (issue 34's audit):
 
-- 1,100 idle TCP connections held open (no token needed). gRPC 1.51 stopped
-  accepting for good after accept4 failed with EMFILE, and no trainer could
-  reach the pserver again; now the pserver sheds the connections past its
-  open-file reserve, closes the rest after its 10 s handshake timeout, and
-  a trainer started during the flood trains, one started after it too;
+- 1,100 idle TCP connections held open (no token needed), from four
+  addresses. gRPC 1.51 stopped accepting for good after accept4 failed
+  with EMFILE, and no trainer could reach the pserver again; now the
+  pserver sheds the connections past its open-file reserve, closes the
+  rest after its 10 s handshake timeout, and a trainer started during the
+  flood trains, one started after it too;
+- the same from one address: it holds --max_connections_per_ip, and
+  a trainer from another address trains at once;
 - 800 pulls over one connection that never reads their replies (an HTTP/2
   window of 0 bytes): they took a pserver to 2.6 GiB; now it holds a
   bounded amount of replies, stays under its documented memory bound,
@@ -17,6 +20,7 @@ default open-file limit of 1,024 (issue 34's audit):
 """
 
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -164,9 +168,12 @@ class FloodTest(testlib.ProcessTestCase):
             s.close()
         self.sockets = []
 
-    def flood(self, port):
-        for _ in range(FLOOD):
+    def flood(self, port, sources):
+        """FLOOD idle connections, spread over the loopback addresses
+        `sources` (the whole of 127/8 is this host)."""
+        for i in range(FLOOD):
             s = socket.socket()
+            s.bind((sources[i % len(sources)], 0))
             s.setblocking(False)
             s.connect_ex(("127.0.0.1", port))
             self.sockets.append(s)
@@ -192,7 +199,8 @@ class FloodTest(testlib.ProcessTestCase):
                    "--max_memory_mb=%d" % MAX_MEMORY_MB],
             max_open_files=LIMIT)
         self.assertIn("open files: 1024", self.read("ps.log"))
-        self.flood(port)
+        # From four addresses, each under --max_connections_per_ip.
+        self.flood(port, ["127.0.0.%d" % i for i in range(2, 6)])
         # The pserver takes what it can, short of its limit.
         testlib.wait_for(lambda: open_files(p.pid) > LIMIT - 100, 10)
         held = open_files(p.pid)
@@ -213,6 +221,39 @@ class FloodTest(testlib.ProcessTestCase):
         self.assertNotIn("Failed accept4", log)
         self.assertNotRegex(log, r"Check failed|terminate called|\*\*\* SIG")
         self.assertLess(testlib.vm_hwm_kib(p.pid), (MAX_MEMORY_MB + 384) * 1024)
+        p.terminate()
+        self.assertEqual(p.wait(timeout=30), 0)
+
+    def test_a_flood_from_one_address_leaves_room_for_the_others(self):
+        p, port, _ = self.start_pserver(
+            "ps", ["--auth_token_file=" + self.token,
+                   "--max_memory_mb=%d" % MAX_MEMORY_MB],
+            max_open_files=LIMIT)
+        log = self.read("ps.log")
+        m = re.search(r"at most (\d+) connections from one address", log)
+        self.assertIsNotNone(m, log)
+        cap = int(m.group(1))
+        self.assertLess(cap, LIMIT // 2)
+        self.flood(port, ["127.0.0.2"])
+        testlib.wait_for(lambda: "--max_connections_per_ip open" in
+                         self.read("ps.log"), 10)
+        time.sleep(1)
+        held = open_files(p.pid)
+        # The flood's address holds its cap, far from the limit...
+        self.assertLess(held, cap + 100)
+        # ...and a trainer from another address trains at once, before
+        # the handshake timeout (10 s) would have freed anything.
+        start = time.time()
+        during = self.trainer(port, "during")
+        self.assertEqual(during.wait(timeout=120), 0, self.read("during.log"))
+        took = time.time() - start
+        sys.stderr.write("[%d files open under a flood from one address "
+                         "(cap %d); a trainer during it took %.1f s] " %
+                         (held, cap, took))
+        self.close_flood()
+        self.assertIn("closed as soon as accepted: its address has "
+                      "--max_connections_per_ip open",
+                      self.read("ps.log"))
         p.terminate()
         self.assertEqual(p.wait(timeout=30), 0)
 

@@ -1,12 +1,18 @@
 #include "common/launch/accept_guard.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
@@ -35,7 +41,87 @@ void Shed(int fd, const char* why) {
   }
 }
 
+// Connections per address: g_slot[fd] is the address hash of connection
+// fd (0: not counted), g_count the connections open per hash. The slots
+// are allocated once, for the highest descriptor the guard lets through,
+// and never freed (close() reads them from any thread).
+std::atomic<int> g_per_address{0};  // 0: no cap
+std::atomic<std::atomic<uint64_t>*> g_slot{nullptr};
+std::atomic<int> g_slots{0};
+absl::Mutex g_count_mu;
+absl::flat_hash_map<uint64_t, int>& Counts() {
+  static auto* counts = new absl::flat_hash_map<uint64_t, int>;
+  return *counts;
+}
+
+void AllocateSlots(int cap) {
+  if (cap < 0 || g_slots.load() > cap) return;
+  // Leaked when replaced (a larger cap set again, in tests): a close() on
+  // another thread may still read the old ones.
+  auto* slots = new std::atomic<uint64_t>[cap + 1]();
+  g_slot.store(slots);
+  g_slots.store(cap + 1);
+}
+
+// The peer's IP address of connection `fd`, hashed (never 0); 0 when it
+// has none (a Unix socket).
+uint64_t AddressHash(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
+  absl::string_view ip;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    ip = absl::string_view(reinterpret_cast<const char*>(&v4->sin_addr), 4);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    const char* b = reinterpret_cast<const char*>(&v6->sin6_addr);
+    // An IPv4 address mapped into IPv6 is the IPv4 address.
+    ip = IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) ? absl::string_view(b + 12, 4)
+                                              : absl::string_view(b, 16);
+  } else {
+    return 0;
+  }
+  const uint64_t h = absl::HashOf(ip);
+  return h == 0 ? 1 : h;
+}
+
+// Counts connection `fd` against its address; false when the address has
+// its cap already (nothing counted).
+bool CountConnection(int fd) {
+  const int max = g_per_address.load(std::memory_order_relaxed);
+  std::atomic<uint64_t>* slots = g_slot.load();
+  if (max <= 0 || slots == nullptr || fd >= g_slots.load()) return true;
+  const uint64_t h = AddressHash(fd);
+  if (h == 0) return true;
+  absl::MutexLock l(&g_count_mu);
+  int& n = Counts()[h];
+  if (n >= max) return false;
+  ++n;
+  slots[fd].store(h);
+  return true;
+}
+
 }  // namespace
+
+void SetConnectionsPerAddress(int max) { g_per_address.store(max); }
+
+void ConnectionClosed(int fd) {
+  std::atomic<uint64_t>* slots = g_slot.load(std::memory_order_acquire);
+  if (slots == nullptr || fd < 0 || fd >= g_slots.load()) return;
+  const uint64_t h = slots[fd].exchange(0);
+  if (h == 0) return;
+  absl::MutexLock l(&g_count_mu);
+  auto it = Counts().find(h);
+  if (it != Counts().end() && --it->second <= 0) Counts().erase(it);
+}
+
+int ConnectionsFromAddressOf(int fd) {
+  const uint64_t h = AddressHash(fd);
+  absl::MutexLock l(&g_count_mu);
+  auto it = Counts().find(h);
+  return it == Counts().end() ? 0 : it->second;
+}
 
 int EnableAcceptGuard(int reserve) {
   rlimit l;
@@ -50,6 +136,7 @@ int EnableAcceptGuard(int reserve) {
       close(spare);
     }
   }
+  AllocateSlots(cap);
   g_cap.store(cap);
   return cap;
 }
@@ -71,8 +158,13 @@ int GuardedAccept4(Accept4Function real, int listen_fd, sockaddr* addr,
   for (;;) {
     const int fd = real(listen_fd, addr, addr_len, flags);
     if (fd >= 0) {
-      if (fd <= cap) return fd;
-      Shed(fd, "the open-file limit is nearly reached");
+      if (fd > cap) {
+        Shed(fd, "the open-file limit is nearly reached");
+      } else if (!CountConnection(fd)) {
+        Shed(fd, "its address has --max_connections_per_ip open");
+      } else {
+        return fd;
+      }
     } else if (errno == EMFILE || errno == ENFILE) {
       // Room for one descriptor: take the connection off the backlog and
       // close it, or the listener would be told of it again and again.

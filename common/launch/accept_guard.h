@@ -48,6 +48,21 @@ int GuardedAccept4(Accept4Function real, int listen_fd, sockaddr* addr,
 // Turns the guard off and closes the spare (tests).
 void DisableAcceptGuard();
 
+// With the guard on, at most `max` connections accepted through it from
+// one IP address are open at once: one more from that address is accepted
+// and closed at once, as the guard sheds (so a flood from one host cannot
+// take every descriptor from the others). 0: no cap. The process must
+// tell of every close (ConnectionClosed): the pserver binary routes its
+// close() there.
+void SetConnectionsPerAddress(int max);
+
+// `fd` is about to be closed: if it is a connection counted against its
+// address, the count goes down. Cheap for any other descriptor.
+void ConnectionClosed(int fd);
+
+// Connections open now from the address of connection `fd` (tests).
+int ConnectionsFromAddressOf(int fd);
+
 }  // namespace shardps
 
 #endif  // SHARDPS_COMMON_LAUNCH_ACCEPT_GUARD_H_

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -32,12 +33,21 @@ class AcceptGuardTest : public ::testing::Test {
     port_ = ntohs(a.sin_port);
   }
   void TearDown() override {
+    SetConnectionsPerAddress(0);
+    for (int fd : fds_) ConnectionClosed(fd);
     DisableAcceptGuard();
     for (int fd : fds_) close(fd);
     close(listen_fd_);
   }
-  int Connect() {
+  // From `from` (a loopback address: the whole of 127/8 is this host's).
+  int Connect(const char* from = nullptr) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (from != nullptr) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      inet_pton(AF_INET, from, &src.sin_addr);
+      EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)), 0);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -105,6 +115,37 @@ TEST_F(AcceptGuardTest, ConnectionsPastTheCapAreClosedAndTheBacklogDrained) {
   int closed = 0;
   for (int fd : clients) closed += ClosedByServer(fd) ? 1 : 0;
   EXPECT_EQ(closed, 6 - kept);
+}
+
+TEST_F(AcceptGuardTest, OneAddressHoldsAtMostItsCap) {
+  NonBlocking();
+  ASSERT_GT(EnableAcceptGuard(64), 0);
+  SetConnectionsPerAddress(2);
+  std::vector<int> flood;
+  for (int i = 0; i < 4; ++i) flood.push_back(Connect("127.0.0.2"));
+  const int64_t shed = ConnectionsShed();
+  std::vector<int> kept;
+  for (int fd; (fd = Accept()) >= 0;) kept.push_back(fd);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(ConnectionsShed() - shed, 2);
+  EXPECT_EQ(ConnectionsFromAddressOf(kept[0]), 2);
+  EXPECT_TRUE(ClosedByServer(flood[2]));
+  EXPECT_TRUE(ClosedByServer(flood[3]));
+  // Another address is not held back by the first's.
+  Connect("127.0.0.3");
+  const int other = Accept();
+  ASSERT_GE(other, 0);
+  EXPECT_EQ(ConnectionsFromAddressOf(other), 1);
+  // One of the first address's closed: room for one more of it.
+  ConnectionClosed(kept[0]);
+  close(kept[0]);
+  fds_.erase(std::find(fds_.begin(), fds_.end(), kept[0]));
+  Connect("127.0.0.2");
+  const int again = Accept();
+  ASSERT_GE(again, 0);
+  EXPECT_EQ(ConnectionsFromAddressOf(again), 2);
+  Connect("127.0.0.2");
+  EXPECT_LT(Accept(), 0);
 }
 
 TEST_F(AcceptGuardTest, EmfileTakesTheConnectionOffTheBacklog) {

@@ -12,6 +12,9 @@ struct OpenFileLimit {
   uint64_t now = 0;     // the soft limit it has
   uint64_t hard = 0;    // the hard limit (RLIM_INFINITY as UINT64_MAX)
   std::string error;    // why it could not be read or raised; empty if none
+  // Connections one address may hold (the pserver's accept guard); 0: not
+  // capped.
+  int per_address = 0;
 };
 
 // Raises the soft limit on open files (RLIMIT_NOFILE) to the hard limit,
