@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/launch/accept_guard.h"
 #include "common/launch/address.h"
 #include "common/launch/flag_help.h"
@@ -185,6 +187,25 @@ shardps::OpenFileLimit GuardConnections() {
   return files;
 }
 
+// Logs the limits on connections; exits 2 when the address-space limit
+// leaves no room for the memory the pserver may use (gRPC aborts rather
+// than refusing a request when an allocation fails).
+void LogLimits(const shardps::OpenFileLimit& files, int64_t max_memory) {
+  shardps::LogOpenFileLimit(files);
+  LOG(INFO) << "at most " << files.per_address
+            << " connections from one address (--max_connections_per_ip)";
+  constexpr int64_t kGrpcRoom = int64_t{1} << 30;
+  const absl::Status s = shardps::CheckAddressSpace(
+      static_cast<uint64_t>(max_memory + kGrpcRoom),
+      absl::StrCat("--max_memory_mb (", max_memory >> 20,
+                   " MiB) and 1024 MiB for gRPC's buffers and requests"));
+  if (!s.ok()) {
+    std::cerr << "pserver: " << s.message() << "\n";
+    LOG(ERROR) << s.message();
+    std::exit(2);
+  }
+}
+
 // The pserver's flags as --help groups, in the order --help shows them.
 std::vector<shardps::FlagGroup> PserverFlagGroups() {
   return {{"Server",
@@ -268,9 +289,7 @@ int main(int argc, char** argv) {
     std::cerr << "pserver: " << s.message() << "\n";
     return 1;
   }
-  shardps::LogOpenFileLimit(files);
-  LOG(INFO) << "at most " << files.per_address
-            << " connections from one address (--max_connections_per_ip)";
+  LogLimits(files, options.pserver.store.max_memory_bytes);
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);

@@ -535,10 +535,12 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(lambda: said(refused), 60),
                         self.trainer_log(0))
         # The first request after the disk filled wrote and failed; the
-        # next one, an interval later, says so.
+        # next one, an interval later, says so. (The metrics file the step
+        # is read from lags the trainer by a few steps: the failed write
+        # may be the second interval after the step read.)
         first = said(refused)
         failed_write, told = int(first.group(2)), int(first.group(1))
-        self.assertLessEqual(failed_write, filled_at + 25)
+        self.assertLessEqual(failed_write, filled_at + 50)
         self.assertEqual(told, failed_write + 25)
 
         self.assertGreaterEqual(self.metric(

@@ -338,6 +338,28 @@ class SecurityTest(testlib.ProcessTestCase):
             self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)
         self.stop_pservers(pservers)
 
+    def test_an_address_space_limit_without_room_is_refused_at_start(self):
+        """Issue 34's audit: under `prlimit --as=1G` one 60 MiB push ended
+        a pserver with SIGSEGV inside gRPC, which aborts when an allocation
+        fails. A limit that leaves less than --max_memory_mb and 1 GiB
+        beyond what the pserver maps once serving is refused at start,
+        saying what to do; without a limit it starts."""
+        r = subprocess.run(
+            ["prlimit", "--as=%d" % (2 << 30), "--", testlib.pserver_bin(),
+             "--port=0", "--host=127.0.0.1", "--max_memory_mb=64"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, env=testlib.clean_env(), timeout=60)
+        self.assertEqual(r.returncode, 2, r.stdout[-3000:])
+        self.assertRegex(
+            r.stdout, r"pserver: the address-space limit \(ulimit -v, "
+            r"RLIMIT_AS\) is 2048 MiB and \d+ MiB are mapped already .*"
+            r"beyond that it needs --max_memory_mb \(64 MiB\) and 1024 MiB "
+            r"for gRPC's buffers and requests, .*raise it to at least \d+ "
+            r"MiB")
+        self.assertNotRegex(r.stdout, r"\*\*\* SIG|terminate called")
+        p, port, _ = self.start_pserver("unlimited", ["--max_memory_mb=64"])
+        self.stop_pservers([p])
+
     def test_make_peer_tokens_writes_what_the_pservers_read(self):
         """scripts/make_peer_tokens.sh: a secret per pserver (mode 600)
         and the identities file with each one's SHA-256, which a pserver

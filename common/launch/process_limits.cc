@@ -3,7 +3,9 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +64,34 @@ void LogOpenFileLimit(const OpenFileLimit& l) {
   } else {
     LOG(WARNING) << DescribeOpenFileLimit(l);
   }
+}
+
+absl::Status CheckAddressSpace(uint64_t needed, absl::string_view what) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) {
+    return absl::OkStatus();
+  }
+  const uint64_t limit = Value(r.rlim_cur);
+  uint64_t mapped = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) {
+      mapped = std::strtoull(line.c_str() + 7, nullptr, 10) << 10;  // kB
+      break;
+    }
+  }
+  if (mapped < limit && limit - mapped >= needed) return absl::OkStatus();
+  const auto mib = [](uint64_t b) { return b >> 20; };
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the address-space limit (ulimit -v, RLIMIT_AS) is ", mib(limit),
+      " MiB and ", mib(mapped),
+      " MiB are mapped already (thread stacks and "
+      "allocator arenas, most of them never touched); beyond that it needs ",
+      what,
+      ", and gRPC aborts the process when an allocation fails under the "
+      "limit. Remove the limit (bound memory with --max_memory_mb or a "
+      "cgroup) or raise it to at least ",
+      mib(mapped + needed) + 1, " MiB"));
 }
 
 }  // namespace shardps

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
 namespace shardps {
 
 // The open-file limit before and after RaiseOpenFileLimit.
@@ -29,6 +32,16 @@ OpenFileLimit RaiseOpenFileLimit();
 std::string DescribeOpenFileLimit(const OpenFileLimit& l);
 // Logs that: INFO, or WARNING when the limit could not be raised.
 void LogOpenFileLimit(const OpenFileLimit& l);
+
+// Whether the address-space limit (RLIMIT_AS, `ulimit -v`) leaves `needed`
+// bytes beyond what the process has mapped now (VmSize): OK without a
+// limit; FAILED_PRECONDITION naming both figures and what to do when it
+// does not. gRPC aborts the process when an allocation fails (issue 34's
+// audit: one 60 MiB push under `prlimit --as=1G` ended a pserver with
+// SIGSEGV), so a limit without room ends the server at its first large
+// request instead of refusing that request. `what` names the need in the
+// message ("--max_memory_mb (64 MiB) and 1024 MiB for gRPC").
+absl::Status CheckAddressSpace(uint64_t needed, absl::string_view what);
 
 }  // namespace shardps
 
