@@ -64,7 +64,9 @@ ReplicaSet::ReplicaSet(ReplicaSetOptions options,
   });
 }
 
-ReplicaSet::~ReplicaSet() {
+ReplicaSet::~ReplicaSet() { Shutdown(); }
+
+void ReplicaSet::Shutdown() {
   Stop();
   if (watcher_.joinable()) watcher_.join();
   // The watcher may have started a joiner: joined after it.

@@ -120,6 +120,10 @@ class ReplicaSet : public UpdateForwarder {
   // The pserver is shutting down: Forward gives up (UNAVAILABLE) instead
   // of waiting on other pservers, and joining stops.
   void Stop();
+  // Stop, and waits for this set's own threads (the watch, the joiner),
+  // which may be calling other pservers: pservers in one process (tests)
+  // shut down all before any is destroyed. The destructor calls it.
+  void Shutdown();
   // Units installed so far, and of how many (joining; tests, status).
   std::pair<size_t, size_t> JoinProgress() const;
   // Whether this pserver is fenced: an update it applied as a primary did

@@ -82,6 +82,12 @@ class Trio {
     return applied[i];
   }
 
+  // Every set's threads end before any set is destroyed: one still
+  // committing a view calls the others.
+  ~Trio() {
+    for (auto& set : sets) set->Shutdown();
+  }
+
   std::vector<std::unique_ptr<ReplicaSet>> sets;
   std::atomic<bool> up[kServers];
   // While not up: its host refuses connections (the process is gone), as
