@@ -29,10 +29,11 @@ DATA_DIR = "/usr/share/datasets/fashion-mnist"
 BIN_DIR = os.path.join(REPO, "build")
 
 # Variables that would change what the binaries do: our flags, the
-# schedulers' rank and size, and the launch variables of Kubeflow and
-# PaddlePaddle. Tests start from an environment without them.
+# schedulers' (and torchrun's) rank and size, and the launch variables of
+# Kubeflow and PaddlePaddle. Tests start from an environment without them.
 _SCRUBBED = re.compile(r"^(SHARDPS_|OMPI_COMM_WORLD_|PMI_|SLURM_|"
-                       r"JOB_COMPLETION_INDEX$|TF_CONFIG$|PADDLE_INIT_)")
+                       r"JOB_COMPLETION_INDEX$|TF_CONFIG$|PADDLE_INIT_|"
+                       r"RANK$|WORLD_SIZE$|LOCAL_RANK$)")
 
 
 def _die_with_parent():

@@ -116,6 +116,8 @@ absl::Status DetectSchedulerRank(const GetEnvFn& env, SchedulerRank* out) {
       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
       {"PMI_RANK", "PMI_SIZE"},
       {"SLURM_PROCID", "SLURM_NTASKS"},
+      // torchrun, and Kubeflow's PyTorchJob.
+      {"RANK", "WORLD_SIZE"},
       {"JOB_COMPLETION_INDEX", nullptr},
   };
   *out = SchedulerRank{};
@@ -147,7 +149,8 @@ absl::Status DetectSchedulerRank(const GetEnvFn& env, SchedulerRank* out) {
 
 absl::Status DetectLocalRank(const GetEnvFn& env, int* local_rank) {
   *local_rank = 0;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
     const char* v = env(name);
     if (v == nullptr) continue;
     if (!absl::SimpleAtoi(v, local_rank) || *local_rank < 0) {

@@ -30,8 +30,9 @@ bool FlagWasSet(const std::string& name);
 
 // A rank and size from a job scheduler or MPI launcher, tried in order:
 // OMPI_COMM_WORLD_RANK/SIZE (Open MPI), PMI_RANK/PMI_SIZE (MPICH, Intel
-// MPI), SLURM_PROCID/SLURM_NTASKS (Slurm), JOB_COMPLETION_INDEX (Kubernetes
-// indexed Jobs; no size variable).
+// MPI), SLURM_PROCID/SLURM_NTASKS (Slurm), RANK/WORLD_SIZE (torchrun,
+// Kubeflow's PyTorchJob), JOB_COMPLETION_INDEX (Kubernetes indexed Jobs; no
+// size variable).
 struct SchedulerRank {
   std::optional<int> rank;
   std::optional<int> size;
@@ -41,8 +42,9 @@ struct SchedulerRank {
 absl::Status DetectSchedulerRank(const GetEnvFn& env, SchedulerRank* out);
 
 // This process's rank among those of its node, for picking a GPU:
-// OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), then SLURM_LOCALID (Slurm); 0 when
-// neither is set. An unparsable value is an error naming the variable.
+// OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), then SLURM_LOCALID (Slurm), then
+// LOCAL_RANK (torchrun); 0 when none is set. An unparsable value is an error
+// naming the variable.
 absl::Status DetectLocalRank(const GetEnvFn& env, int* local_rank);
 
 }  // namespace shardps

@@ -114,6 +114,7 @@ TEST(SchedulerRankTest, EachLauncher) {
   const std::vector<std::map<std::string, std::string>> cases = {
       {{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}},
       {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}},
+      {{"RANK", "2"}, {"WORLD_SIZE", "4"}},  // torchrun
   };
   for (const auto& c : cases) {
     SchedulerRank r;
@@ -126,6 +127,26 @@ TEST(SchedulerRankTest, EachLauncher) {
       DetectSchedulerRank(FakeEnv({{"JOB_COMPLETION_INDEX", "5"}}), &k8s).ok());
   EXPECT_EQ(*k8s.rank, 5);
   EXPECT_FALSE(k8s.size.has_value());
+}
+
+TEST(SchedulerRankTest, SlurmBeforeTorchrun) {
+  SchedulerRank r;
+  ASSERT_TRUE(DetectSchedulerRank(FakeEnv({{"RANK", "0"},
+                                           {"WORLD_SIZE", "1"},
+                                           {"SLURM_PROCID", "3"},
+                                           {"SLURM_NTASKS", "4"}}),
+                                  &r)
+                  .ok());
+  EXPECT_EQ(*r.rank, 3);
+  EXPECT_EQ(r.source, "SLURM_PROCID/SLURM_NTASKS");
+}
+
+TEST(LocalRankTest, Torchrun) {
+  int local = -1;
+  ASSERT_TRUE(DetectLocalRank(FakeEnv({{"LOCAL_RANK", "1"}}), &local).ok());
+  EXPECT_EQ(local, 1);
+  absl::Status s = DetectLocalRank(FakeEnv({{"LOCAL_RANK", "-1"}}), &local);
+  EXPECT_NE(s.message().find("LOCAL_RANK=-1"), std::string::npos) << s;
 }
 
 TEST(SchedulerRankTest, NoneAndBad) {
