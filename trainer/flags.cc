@@ -237,9 +237,15 @@ absl::Status IdentityFromFlags(const GetEnvFn& env, TrainerOptions* o) {
 }
 
 // The model, its data and the shape of the run.
-absl::Status RunFromFlags(TrainerOptions* o) {
-  ASSIGN_OR_RETURN(o->config, ReadModelConfig(FLAGS_config));
-  RETURN_IF_ERROR(ApplyConfigSet(FLAGS_config_set, &o->config));
+absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
+  if (model == ModelSource::kConfig) {
+    ASSIGN_OR_RETURN(o->config, ReadModelConfig(FLAGS_config));
+    RETURN_IF_ERROR(ApplyConfigSet(FLAGS_config_set, &o->config));
+  } else if (!FLAGS_config.empty() || !FLAGS_config_set.empty()) {
+    return Bad(
+        "--config and --config_set are the trainer binary's: this job's "
+        "model is its caller's (a Python job's torch module)");
+  }
   DataConfig* data = o->config.mutable_data();
   if (!FLAGS_train_data.empty()) data->set_train_images(FLAGS_train_data);
   if (!FLAGS_test_data.empty()) data->set_test_images(FLAGS_test_data);
@@ -449,11 +455,12 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
   return config;
 }
 
-absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(const GetEnvFn& env) {
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(const GetEnvFn& env,
+                                                       ModelSource model) {
   TrainerOptions o;
   RETURN_IF_ERROR(IdentityFromFlags(env, &o));
   RETURN_IF_ERROR(ConnectionOptionsFromFlags().status());
-  RETURN_IF_ERROR(RunFromFlags(&o));
+  RETURN_IF_ERROR(RunFromFlags(model, &o));
   RETURN_IF_ERROR(ValueLanesFromFlags(&o));
   RETURN_IF_ERROR(CompressionFromFlags(&o));
   RETURN_IF_ERROR(DeviceFromFlags(env, &o));

@@ -9,6 +9,7 @@
 #include "common/launch/flag_help.h"
 #include "common/launch/flags.h"
 #include "common/transport/transport_security.h"
+#include "trainer/client/connection_options.h"
 #include "trainer/options.h"
 
 namespace shardps {
@@ -20,16 +21,13 @@ namespace shardps {
 // The typed options of a run; the trainer id and count come from the
 // scheduler's variables (`env`) when the flags do not give them. Leaves
 // incarnation and the wiring fields at their defaults.
-absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(const GetEnvFn& env);
+// Where the model comes from: --config (the trainer binary), or the caller
+// (a Python job: --config is then refused, and options.config stays empty).
+enum class ModelSource { kConfig, kCaller };
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags(
+    const GetEnvFn& env, ModelSource model = ModelSource::kConfig);
 
 // How the trainer reaches the pservers.
-struct ConnectionOptions {
-  std::vector<std::string> addresses;  // host:port, --pservers order
-  absl::Duration rpc_retry;            // --rpc_retry_s
-  absl::Duration heartbeat_interval;   // zero: no heartbeats
-  TransportSecurity security;          // --auth_token_file, --tls_*
-  std::string job_id;                  // --job_id
-};
 absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
 
 // The trainer's own flags as --help groups, in the order --help shows

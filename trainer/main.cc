@@ -19,8 +19,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/blas.h"
-#include "trainer/client/grpc_ps_client.h"
-#include "trainer/client/retry_timer.h"
+#include "trainer/client/grpc_connections.h"
 #include "trainer/flags.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_monitoring.h"
@@ -39,62 +38,6 @@ namespace {
 [[noreturn]] void Fail(absl::string_view msg) {
   std::cerr << "trainer: " << msg << "\n";
   std::exit(2);
-}
-
-// The gRPC clients of the pservers: one each for the training calls, and
-// (with heartbeats) one each that gives up within an interval, so that one
-// unreachable pserver never holds the heartbeats up.
-struct Connections {
-  shardps::RetryTimer timer;
-  std::vector<std::unique_ptr<shardps::GrpcPsClient>> clients;
-  std::vector<std::unique_ptr<shardps::GrpcPsClient>> heartbeat_clients;
-  std::vector<shardps::PsClientInterface*> servers;
-  std::vector<shardps::PsClientInterface*> heartbeat_servers;
-  // With --replication > 1: pushes and pulls, giving up on an unreachable
-  // pserver after --failover_after_ms (the shard then fails over).
-  std::vector<std::unique_ptr<shardps::GrpcPsClient>> failover_clients;
-  std::vector<shardps::PsClientInterface*> failover_servers;
-};
-
-// With --replication > 1: the clients pushes and pulls go through, which
-// give up on a host that refuses connections after --failover_after_ms
-// and drop a connection silent for the lease (the router then moves the
-// shard).
-void ConnectFailover(const shardps::ConnectionOptions& c,
-                     const shardps::TrainerOptions& o, Connections* conn) {
-  shardps::RpcOptions fo;
-  fo.job_id = c.job_id;
-  fo.retry_budget = o.failover_after;
-  fo.initial_backoff = absl::Milliseconds(10);
-  fo.max_backoff = absl::Milliseconds(50);
-  fo.keepalive = o.pserver_lease;
-  for (const auto& a : c.addresses) {
-    conn->failover_clients.push_back(
-        shardps::GrpcPsClient::Create(a, fo, &conn->timer, c.security));
-    conn->failover_servers.push_back(conn->failover_clients.back().get());
-  }
-}
-
-std::unique_ptr<Connections> Connect(const shardps::ConnectionOptions& c) {
-  auto conn = std::make_unique<Connections>();
-  shardps::RpcOptions rpc;
-  rpc.retry_budget = c.rpc_retry;
-  rpc.job_id = c.job_id;
-  shardps::RpcOptions hb;
-  hb.job_id = c.job_id;
-  hb.attempt_deadline = c.heartbeat_interval * 2 + absl::Seconds(1);
-  hb.retry_budget = c.heartbeat_interval;
-  for (const auto& a : c.addresses) {
-    conn->clients.push_back(
-        shardps::GrpcPsClient::Create(a, rpc, &conn->timer, c.security));
-    conn->servers.push_back(conn->clients.back().get());
-    if (c.heartbeat_interval > absl::ZeroDuration()) {
-      conn->heartbeat_clients.push_back(
-          shardps::GrpcPsClient::Create(a, hb, &conn->timer, c.security));
-      conn->heartbeat_servers.push_back(conn->heartbeat_clients.back().get());
-    }
-  }
-  return conn;
 }
 
 // The trainer's readiness on gRPC's health service, and its Prometheus
@@ -247,12 +190,10 @@ int main(int argc, char** argv) {
   Monitoring monitoring(c->job_id, o->trainer_id, c->security);
   o->observer = &monitoring;
 
-  std::unique_ptr<Connections> conn = Connect(*c);
+  std::unique_ptr<shardps::PserverConnections> conn = shardps::ConnectPservers(
+      *c, {o->replication, o->failover_after, o->pserver_lease});
   o->heartbeat_servers = conn->heartbeat_servers;
-  if (o->replication > 1) {
-    ConnectFailover(*c, *o, conn.get());
-    o->failover_servers = conn->failover_servers;
-  }
+  o->failover_servers = conn->failover_servers;
   o->heartbeat_interval = c->heartbeat_interval;
   o->stop_requested = &stop_requested;
   HandleStopSignals();

@@ -4,6 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
 
 namespace shardps {
 
@@ -70,6 +73,88 @@ absl::StatusOr<RecoveryPlan> PlanRecovery(
   plan.step = target;
   plan.generation = reuse ? g : g + 1;
   return plan;
+}
+
+namespace {
+
+// A trainer other than the chief, finding the pservers disagreeing: asks
+// the chief to roll back (the pservers wake it) and waits 200 ms;
+// DEADLINE_EXCEEDED once `ready_timeout` has passed since the first ask
+// (*first_asked, InfinitePast before it).
+absl::Status AskChiefToRollBack(JobClient* client, int trainer_id,
+                                absl::Duration ready_timeout,
+                                const RecoveryPlan& plan,
+                                absl::Time* first_asked) {
+  const absl::Time now = absl::Now();
+  if (*first_asked == absl::InfinitePast()) {
+    *first_asked = now;
+    LOG(WARNING) << "trainer " << trainer_id << ": pservers disagree ("
+                 << plan.where << "): asking the chief to roll every one back "
+                 << "to step " << plan.step << ", and waiting for it";
+  } else if (now - *first_asked > ready_timeout) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the pservers disagree (", plan.where,
+                     ") and the chief (trainer 0) "
+                     "has not rolled the job back in ",
+                     absl::FormatDuration(ready_timeout),
+                     " (--ready_timeout_s); is it running?"));
+  }
+  // Wakes the chief if it waits in a pull for this trainer's push; asked
+  // again while it has not rolled back, since it may reach its next pull
+  // after this one.
+  absl::Status s = client->Rollback(plan.step, plan.generation);
+  if (!s.ok()) {
+    LOG_EVERY_T(WARNING, 10) << "asking the chief: " << s;
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> JoinAgreedTimeline(JobClient* client,
+                                           RequestStamp* stamp, int trainer_id,
+                                           bool sync,
+                                           absl::Duration ready_timeout) {
+  absl::Time chief_asked = absl::InfinitePast();
+  std::vector<std::string> addresses;
+  for (PsClientInterface* s : client->servers())
+    addresses.push_back(s->address());
+  for (int attempt = 0; sync; ++attempt) {
+    ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st, client->Statuses());
+    absl::StatusOr<RecoveryPlan> planned = PlanRecovery(st, addresses);
+    // A running job moves while its pservers answer (a step can take a
+    // millisecond): versions more than one step apart may be the skew of
+    // the answers, not a pserver that lost its state. Read again before
+    // acting on a disagreement (found joining a job with backup workers
+    // that had run ahead: "different timelines" with versions 14 and 12).
+    for (int again = 0;
+         again < 10 &&
+         (!planned.ok() || planned->action != RecoveryPlan::Action::kAdopt);
+         ++again) {
+      absl::SleepFor(absl::Milliseconds(20));
+      ASSIGN_OR_RETURN(st, client->Statuses());
+      planned = PlanRecovery(st, addresses);
+    }
+    ASSIGN_OR_RETURN(const RecoveryPlan plan, std::move(planned));
+    if (plan.action == RecoveryPlan::Action::kAdopt) {
+      stamp->set_generation(plan.generation);
+      break;
+    }
+    if (trainer_id != 0) {
+      RETURN_IF_ERROR(AskChiefToRollBack(client, trainer_id, ready_timeout,
+                                         plan, &chief_asked));
+      continue;
+    }
+    LOG(WARNING) << "trainer 0: pservers disagree (" << plan.where
+                 << "): rolling every one back to step " << plan.step
+                 << ", generation " << plan.generation;
+    absl::Status r = client->Rollback(plan.step, plan.generation);
+    if (r.ok()) continue;  // check again
+    if (attempt >= 3) return r;
+    LOG(WARNING) << "rollback failed, trying again: " << r;
+  }
+  return client->Join();
 }
 
 }  // namespace shardps

@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/ps_service.pb.h"
+#include "trainer/client/job_client.h"
+#include "trainer/client/request_stamp.h"
 
 namespace shardps {
 
@@ -36,6 +39,18 @@ struct RecoveryPlan {
 absl::StatusOr<RecoveryPlan> PlanRecovery(
     const std::vector<GetStatusResponse>& statuses,
     const std::vector<std::string>& addresses);
+
+// Brings the pservers of a SYNC job onto one timeline and joins it; returns
+// the step to start at. Reads every pserver's status (again while they may
+// only be skewed by a running step) and plans (PlanRecovery): when they
+// disagree, the chief (trainer_id 0) rolls every one back, and another
+// trainer asks it to (the pservers wake it) every 200 ms, until they agree
+// or DEADLINE_EXCEEDED once `ready_timeout` has passed since the first ask.
+// Adopts the agreed generation in `stamp`. ASYNC (`sync` false): joins.
+absl::StatusOr<int64_t> JoinAgreedTimeline(JobClient* client,
+                                           RequestStamp* stamp, int trainer_id,
+                                           bool sync,
+                                           absl::Duration ready_timeout);
 
 }  // namespace shardps
 

@@ -23,8 +23,8 @@ constexpr int64_t kDefaultBlockSize = 65536;
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// The job spec of `o` over dense tables with these names, shapes and
-// optimizers (docs/design.md, "Job start").
+}  // namespace
+
 JobSpec MakeJobSpec(const TrainerOptions& o,
                     const std::vector<std::string>& names,
                     const std::vector<std::vector<int64_t>>& shapes,
@@ -60,8 +60,6 @@ JobSpec MakeJobSpec(const TrainerOptions& o,
   }
   return job;
 }
-
-}  // namespace
 
 Trainer::Trainer(TrainerOptions options,
                  std::vector<PsClientInterface*> servers)
@@ -307,72 +305,9 @@ absl::Status Trainer::Connect() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::AskChiefToRollBack(const RecoveryPlan& plan,
-                                         absl::Time* first_asked) {
-  const absl::Time now = absl::Now();
-  if (*first_asked == absl::InfinitePast()) {
-    *first_asked = now;
-    LOG(WARNING) << "trainer " << options_.trainer_id << ": pservers disagree ("
-                 << plan.where << "): asking the chief to roll every one back "
-                 << "to step " << plan.step << ", and waiting for it";
-  } else if (now - *first_asked > options_.ready_timeout) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("the pservers disagree (", plan.where,
-                     ") and the chief (trainer 0) "
-                     "has not rolled the job back in ",
-                     absl::FormatDuration(options_.ready_timeout),
-                     " (--ready_timeout_s); is it running?"));
-  }
-  // Wakes the chief if it waits in a pull for this trainer's push; asked
-  // again while it has not rolled back, since it may reach its next pull
-  // after this one.
-  absl::Status s = job_client_->Rollback(plan.step, plan.generation);
-  if (!s.ok()) {
-    LOG_EVERY_T(WARNING, 10) << "asking the chief: " << s;
-  }
-  absl::SleepFor(absl::Milliseconds(200));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<int64_t> Trainer::SyncWithPservers() {
-  absl::Time chief_asked = absl::InfinitePast();
-  std::vector<std::string> addresses;
-  for (PsClientInterface* s : servers_) addresses.push_back(s->address());
-  for (int attempt = 0; sync(); ++attempt) {
-    ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st,
-                     job_client_->Statuses());
-    absl::StatusOr<RecoveryPlan> planned = PlanRecovery(st, addresses);
-    // A running job moves while its pservers answer (a step can take a
-    // millisecond): versions more than one step apart may be the skew of
-    // the answers, not a pserver that lost its state. Read again before
-    // acting on a disagreement (found joining a job with backup workers
-    // that had run ahead: "different timelines" with versions 14 and 12).
-    for (int again = 0;
-         again < 10 &&
-         (!planned.ok() || planned->action != RecoveryPlan::Action::kAdopt);
-         ++again) {
-      absl::SleepFor(absl::Milliseconds(20));
-      ASSIGN_OR_RETURN(st, job_client_->Statuses());
-      planned = PlanRecovery(st, addresses);
-    }
-    ASSIGN_OR_RETURN(const RecoveryPlan plan, std::move(planned));
-    if (plan.action == RecoveryPlan::Action::kAdopt) {
-      stamp_.set_generation(plan.generation);
-      break;
-    }
-    if (options_.trainer_id != 0) {
-      RETURN_IF_ERROR(AskChiefToRollBack(plan, &chief_asked));
-      continue;
-    }
-    LOG(WARNING) << "trainer 0: pservers disagree (" << plan.where
-                 << "): rolling every one back to step " << plan.step
-                 << ", generation " << plan.generation;
-    absl::Status r = job_client_->Rollback(plan.step, plan.generation);
-    if (r.ok()) continue;  // check again
-    if (attempt >= 3) return r;
-    LOG(WARNING) << "rollback failed, trying again: " << r;
-  }
-  return job_client_->Join();
+  return JoinAgreedTimeline(job_client_.get(), &stamp_, options_.trainer_id,
+                            sync(), options_.ready_timeout);
 }
 
 void Trainer::OpenValueLanes() {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,14 @@
 #include "trainer/update_sharing.h"
 
 namespace shardps {
+
+// The job spec of `o` over dense tables with these names, shapes and
+// optimizers (docs/design.md, "Job start"): blocks of the config's
+// block_size (65,536 values by default).
+JobSpec MakeJobSpec(const TrainerOptions& o,
+                    const std::vector<std::string>& names,
+                    const std::vector<std::vector<int64_t>>& shapes,
+                    const std::vector<OptimizerConfig>& optimizers);
 
 // What a run achieved.
 struct TrainerResult {
@@ -75,12 +84,6 @@ class Trainer {
   // all hold, and another trainer asks it to and waits), adopts it, and
   // joins the job; returns the step to start at.
   absl::StatusOr<int64_t> SyncWithPservers();
-  // A trainer other than the chief, finding the pservers disagreeing: asks
-  // the chief to roll back (the pservers wake it) and waits 200 ms;
-  // DEADLINE_EXCEEDED once --ready_timeout_s has passed since the first
-  // ask (*first_asked, InfinitePast before it).
-  absl::Status AskChiefToRollBack(const RecoveryPlan& plan,
-                                  absl::Time* first_asked);
   // One step of pass `pass`: batch `index` pulled, computed and pushed.
   absl::Status Step(int pass, int64_t index);
   // Marks the LARS tables (lars_tables_); INVALID_ARGUMENT naming the table
