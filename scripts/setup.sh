@@ -21,6 +21,7 @@ PACKAGES=(
   python3-yaml  # scripts/sweep.py --launcher=k8s reads the Job template
   iptables  # tests/netns.py: cuts between pairs and packet loss (issue 32)
   iproute2  # tests/netns.py: network namespaces on a bridge
+  pybind11-dev python3-dev python3-venv  # python/: shardps._native (issue 35)
 )
 
 missing=()
@@ -57,6 +58,10 @@ else
   fi
   echo "setup: done"
 fi
+
+# The virtualenv of the Python package (python/, docs/python.md): PyTorch.
+bash "$(dirname "${BASH_SOURCE[0]}")/setup_torch.sh" ||
+  echo "setup: no PyTorch virtualenv; the Python package's tests fail" >&2
 
 # The virtualenv of tests/k8s_test.py (PyPI's kubernetes-validate).
 bash "$(dirname "${BASH_SOURCE[0]}")/setup_python.sh" ||

@@ -44,7 +44,8 @@ BIN_DIR = None
 
 SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
                "pserver",
-               "trainer", "tools", "benchmarks", "scripts", "tests"]
+               "trainer", "tools", "benchmarks", "scripts", "tests", "python",
+               "examples"]
 CPP_EXT = (".h", ".cc", ".cu")
 
 COMMON = ["common/launch", "common/placement", "common/storage",
@@ -76,6 +77,12 @@ LAYERS = {
     "trainer/client": ["base", "compression", "proto"] + COMMON,
     "trainer": ["base", "compression", "kernels", "optimizer", "proto",
                 "trainer/data", "trainer/model", "trainer/client"] + COMMON,
+    "trainer/session": ["base", "compression", "kernels", "optimizer", "proto",
+                        "trainer", "trainer/data", "trainer/model",
+                        "trainer/client"] + COMMON,
+    # The Python package's native module: the session over gRPC.
+    "python/native": ["base", "proto", "trainer", "trainer/model",
+                      "trainer/client", "trainer/session"] + COMMON,
     "tools": ["base", "kernels", "proto", "trainer", "trainer/data",
               "trainer/model", "trainer/client"] + COMMON,
 }
@@ -314,7 +321,8 @@ def layer_violations(root=None):
         folder = os.path.dirname(r)
         if folder not in LAYERS:
             if folder.split("/")[0] in ("base", "common", "pserver", "trainer",
-                                        "kernels", "compression", "optimizer"):
+                                        "kernels", "compression", "optimizer",
+                                        "python"):
                 bad.append(f"{r}: its folder has no rule in LAYERS")
             continue
         allowed = set(LAYERS[folder]) | {folder}

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""The canonical dense workload in PyTorch, trained on ShardPS pservers
+(docs/python.md): Fashion-MNIST, MLP 784-256-128-10 with ReLU, softmax
+cross-entropy, momentum 0.9 and learning rate 0.05 applied by the pservers
+(configs/fmnist_mlp.pbtxt's model), batch 64 per trainer, records sharded
+by trainer (record i to trainer i % N), no shuffling.
+
+One trainer of a job (the pservers already running):
+
+  ~/.cache/shardps/torch-venv/bin/python examples/torch_mlp.py \\
+      --pservers=127.0.0.1:7164 --trainer_id=0 --num_trainers=2
+
+or under torchrun (which sets RANK and WORLD_SIZE for each trainer):
+
+  torchrun --nproc_per_node=2 examples/torch_mlp.py --pservers=...
+
+--plain trains the same model in this one process with torch.optim.SGD
+and no pservers (the reference). --init=shardps starts from the C++
+trainer's initial values of the same config (seed 1) instead of
+PyTorch's, so that the two trainers can be compared. Flags this script does
+not know go to the job as trainer flags (--rpc_retry_s=120, ...).
+
+Prints a line per pass (test accuracy, samples/s) and, at the end, one line
+"RESULT " and JSON: per pass its test accuracy and loss, training seconds
+and samples/s.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+import torch
+from torch import nn
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"  # dataset-fashion-mnist
+CONFIG = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "configs", "fmnist_mlp.pbtxt")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pservers", help="host:port,... (or SHARDPS_PSERVERS)")
+    p.add_argument("--trainer_id", type=int, default=None,
+                   help="this trainer (default: from the scheduler, e.g. "
+                        "torchrun's RANK)")
+    p.add_argument("--num_trainers", type=int, default=None,
+                   help="trainers of the job (default: from the scheduler)")
+    p.add_argument("--mode", choices=["sync", "async"], default="sync")
+    p.add_argument("--batch_size", type=int, default=64,
+                   help="examples per step per trainer (default 64)")
+    p.add_argument("--num_passes", type=int, default=3)
+    p.add_argument("--max_steps", type=int, default=0,
+                   help="stop after this many steps (0: all passes)")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--init", choices=["torch", "shardps"], default="torch",
+                   help="initial values: PyTorch's from --seed, or the C++ "
+                        "trainer's of configs/fmnist_mlp.pbtxt")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1)")
+    p.add_argument("--plain", action="store_true",
+                   help="one plain PyTorch process, no pservers")
+    p.add_argument("--save_params", default="",
+                   help="write the final parameters here (torch.save)")
+    p.add_argument("--data_dir", default=DATA_DIR)
+    a, rest = p.parse_known_args(argv)
+    flags = {}
+    for r in rest:
+        if not r.startswith("--") or "=" not in r:
+            p.error("unrecognised argument %r (trainer flags go as "
+                    "--name=value)" % r)
+        k, v = r[2:].split("=", 1)
+        flags[k] = v
+    if a.batch_size < 1 or a.num_passes < 1 or a.max_steps < 0:
+        p.error("--batch_size and --num_passes must be positive, "
+                "--max_steps >= 0")
+    return a, flags
+
+
+def read_idx(path):
+    """An IDX file (gzip) as a uint8 tensor of its dimensions."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big")
+            for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]),
+                            dtype=torch.uint8).reshape(dims)
+
+
+def load_data(d):
+    def images(name):
+        return read_idx(os.path.join(d, name)).reshape(-1, 784).float() / 255
+
+    def labels(name):
+        return read_idx(os.path.join(d, name)).long()
+
+    return (images("train-images-idx3-ubyte.gz"),
+            labels("train-labels-idx1-ubyte.gz"),
+            images("t10k-images-idx3-ubyte.gz"),
+            labels("t10k-labels-idx1-ubyte.gz"))
+
+
+def make_model(a):
+    torch.manual_seed(a.seed)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(),
+                          nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    if a.init == "shardps":
+        import shardps.torch
+        values = shardps.torch.initial_values(CONFIG, 784, 10)
+        with torch.no_grad():
+            for i, layer in enumerate((model[0], model[2], model[4])):
+                w = values["fc%d.weight" % (i + 1)]
+                b = values["fc%d.bias" % (i + 1)]
+                # The C++ layers keep weights as [in, out].
+                layer.weight.copy_(w.reshape(layer.in_features,
+                                             layer.out_features).t())
+                layer.bias.copy_(b.reshape(-1))
+    return model
+
+
+def evaluate(model, x, y):
+    with torch.no_grad():
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y).item()
+        acc = (out.argmax(1) == y).float().mean().item()
+    return loss, acc
+
+
+def main(argv):
+    a, flags = parse_args(argv)
+    torch.set_num_threads(a.threads)
+    x, y, tx, ty = load_data(a.data_dir)
+    model = make_model(a)
+    if a.plain:
+        job = None
+        k, n = 0, 1
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr,
+                              momentum=a.momentum)
+    else:
+        import shardps
+        import shardps.torch
+        job = shardps.Job(pservers=a.pservers, trainer_id=a.trainer_id,
+                          num_trainers=a.num_trainers, mode=a.mode,
+                          batch_size=a.batch_size, num_passes=a.num_passes,
+                          max_steps=a.max_steps or None, **flags)
+        k, n = job.trainer_id, job.num_trainers
+    mine_x, mine_y = x[k::n], y[k::n]
+    # Every trainer takes as many steps: the fewest records' worth.
+    steps_per_pass = (x.shape[0] // n) // a.batch_size
+    if not a.plain:
+        opt = shardps.torch.DistributedOptimizer(
+            model, job, shardps.optim.Momentum(lr=a.lr, momentum=a.momentum),
+            steps_per_pass=steps_per_pass)
+    total = steps_per_pass * a.num_passes
+    if a.max_steps:
+        total = min(total, a.max_steps)
+    step = job.step if job is not None else 0
+    passes = []
+    train_s = 0.0
+    while step < total:
+        p = step // steps_per_pass
+        t0 = time.perf_counter()
+        samples = 0
+        while step < total and step // steps_per_pass == p:
+            i = (step % steps_per_pass) * a.batch_size
+            bx, by = mine_x[i:i + a.batch_size], mine_y[i:i + a.batch_size]
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(bx), by)
+            loss.backward()
+            if job is None:
+                opt.step()
+                step += 1
+            else:
+                opt.step(loss=loss)
+                step = job.step  # a rolled-back job goes back
+            samples += a.batch_size
+        secs = time.perf_counter() - t0
+        train_s += secs
+        test_loss, test_acc = evaluate(model, tx, ty)
+        if job is not None:
+            job.evaluated(p, test_loss, test_acc, final=step >= total)
+        passes.append({"pass": p, "step": step, "test_accuracy": test_acc,
+                       "test_loss": test_loss, "train_seconds": secs,
+                       "samples_per_s": samples / secs if secs else 0})
+        print("trainer %d pass %d step %d: test accuracy %.4f, loss %.4f, "
+              "%.0f samples/s" % (k, p, step, test_acc, test_loss,
+                                  passes[-1]["samples_per_s"]), flush=True)
+    if job is not None:
+        job.finish()
+    if a.save_params and k == 0:
+        torch.save({n_: p_.detach().clone()
+                    for n_, p_ in model.named_parameters()}, a.save_params)
+    print("RESULT " + json.dumps({"trainer_id": k, "passes": passes,
+                                  "train_seconds": train_s}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,21 @@
+"""ShardPS from Python: a job's trainer side over the C++ client, and the
+PyTorch modules and optimizer that train on it (docs/python.md).
+
+    import shardps, shardps.torch
+    job = shardps.Job(pservers="127.0.0.1:7164", trainer_id=0,
+                      num_trainers=1)
+    opt = shardps.torch.DistributedOptimizer(
+        model, job, shardps.optim.Momentum(lr=0.1, momentum=0.9))
+"""
+
+from . import optim
+from .errors import (Error, InvalidArgumentError, FailedPreconditionError,
+                     DeadlineExceededError, UnavailableError,
+                     PermissionDeniedError, ResourceExhaustedError,
+                     CancelledError)
+from .job import Job
+
+__all__ = ["Job", "optim", "Error", "InvalidArgumentError",
+           "FailedPreconditionError", "DeadlineExceededError",
+           "UnavailableError", "PermissionDeniedError",
+           "ResourceExhaustedError", "CancelledError"]

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""The Python package (python/, docs/python.md) against real pservers on
+loopback, compared with plain PyTorch:
+
+- examples/torch_mlp.py, 2 sync trainers of batch 32, ends 50 steps with
+  the parameters of one plain PyTorch process of batch 64 with
+  torch.optim.SGD(momentum=0.9), to 1e-6;
+- ShardedEmbeddingBag (sum with per-sample weights, and mean) and
+  ShardedEmbedding with the pservers' Adagrad equal torch.nn.EmbeddingBag
+  and torch.nn.Embedding with torch.optim.Adagrad, to 1e-6, on random
+  64-bit ids with repeats;
+- a pserver killed with SIGKILL under a Python job with --replication=2 is
+  survived, and the job ends as the same job without the failure;
+- bad arguments raise a clear exception and change nothing on the
+  pservers; torchrun's variables place the trainer.
+
+Runs in the PyTorch virtualenv of scripts/setup_torch.sh (it starts itself
+again there when the interpreter that ran it has no torch):
+
+    python3 tests/python_torch_test.py [--bin_dir build] [-k name]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import testlib
+from testlib import read_json_lines, wait_for
+
+VENV = os.environ.get("SHARDPS_TORCH_VENV",
+                      os.path.expanduser("~/.cache/shardps/torch-venv"))
+VENV_PYTHON = os.path.join(VENV, "bin", "python")
+PYTHON_DIR = os.path.join(testlib.REPO, "python")
+EXAMPLE = os.path.join(testlib.REPO, "examples", "torch_mlp.py")
+
+
+def _reexec_with_torch():
+    """Starts this program again in the virtualenv when torch is missing
+    here; exits 77 (skipped) naming the fix when there is none, or fails
+    under CI, where scripts/setup.sh must have made it."""
+    try:
+        import torch  # noqa: F401
+        return
+    except ImportError:
+        pass
+    if os.path.realpath(sys.prefix) != os.path.realpath(VENV) and \
+            os.access(VENV_PYTHON, os.X_OK):
+        os.execv(VENV_PYTHON, [VENV_PYTHON] + sys.argv)
+    sys.stderr.write("no PyTorch: run scripts/setup_torch.sh (it makes %s)\n"
+                     % VENV_PYTHON)
+    sys.exit(1 if os.environ.get("CI") else testlib.SKIPPED_ALL)
+
+
+_reexec_with_torch()
+sys.path.insert(0, PYTHON_DIR)
+import torch  # noqa: E402
+import shardps  # noqa: E402
+import shardps.torch  # noqa: E402
+
+
+def python_env(**extra):
+    env = testlib.clean_env(**extra)
+    env["PYTHONPATH"] = PYTHON_DIR
+    return env
+
+
+class PythonTorchTest(testlib.ProcessTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self._jobs = []
+
+    def tearDown(self):
+        for j in self._jobs:
+            j.abandon()
+        super().tearDown()
+
+    def job(self, port, **kwargs):
+        kwargs.setdefault("trainer_id", 0)
+        kwargs.setdefault("num_trainers", 1)
+        kwargs.setdefault("progress", "off")
+        j = shardps.Job(pservers="127.0.0.1:%d" % port, **kwargs)
+        self._jobs.append(j)
+        return j
+
+    def example(self, name, ports, k, n, args):
+        log = os.path.join(self.tmp, name + ".log")
+        with open(log, "ab") as f:
+            return self.popen(
+                [VENV_PYTHON, EXAMPLE,
+                 "--pservers=" + ",".join("127.0.0.1:%d" % p for p in ports),
+                 "--trainer_id=%d" % k, "--num_trainers=%d" % n,
+                 "--progress=off", "--log_every_steps=10"] + list(args),
+                stdout=f, stderr=subprocess.STDOUT, env=python_env())
+
+    def text(self, name):
+        with open(os.path.join(self.tmp, name + ".log"),
+                  errors="replace") as f:
+            return f.read()
+
+    def wait_ok(self, name, p, timeout=240):
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.fail("%s still running after %d s:\n%s" % (
+                name, timeout, self.text(name)[-3000:]))
+        self.assertEqual(code, 0, self.text(name)[-3000:])
+
+    # Dense ----------------------------------------------------------------
+
+    def test_mlp_two_sync_trainers_equal_one_torch_process(self):
+        """2 sync trainers of batch 32 (records i % 2) on 2 pservers, 50
+        steps, against one plain PyTorch process of batch 64 with
+        torch.optim.SGD(lr=0.05, momentum=0.9): the parameters agree to
+        1e-6, and training moved them."""
+        plain = os.path.join(self.tmp, "plain.pt")
+        mine = os.path.join(self.tmp, "shardps.pt")
+        r = subprocess.run(
+            [VENV_PYTHON, EXAMPLE, "--plain", "--batch_size=64",
+             "--max_steps=50", "--save_params=" + plain],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, env=python_env(), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:])
+        ports = [self.start_pserver("ps%d" % i, num_trainers=2)[1]
+                 for i in range(2)]
+        trainers = [self.example("t%d" % k, ports, k, 2,
+                                 ["--batch_size=32", "--max_steps=50",
+                                  "--save_params=" + mine])
+                    for k in (0, 1)]
+        for k, t in enumerate(trainers):
+            self.wait_ok("t%d" % k, t)
+        a, b = torch.load(plain), torch.load(mine)
+        self.assertEqual(sorted(a), sorted(b))
+        start = shardps_free_init()
+        diff = max((a[n] - b[n]).abs().max().item() for n in a)
+        moved = max((a[n] - start[n]).abs().max().item() for n in a)
+        sys.stderr.write("[max |plain - shardps| %.2e, moved %.3f] " %
+                         (diff, moved))
+        self.assertLess(diff, 1e-6)
+        self.assertGreater(moved, 0.05)
+        self.assertIn("dense values through shared memory with 2",
+                      self.text("t0"))
+
+    # Sparse ---------------------------------------------------------------
+
+    def sparse_against_torch(self, port, kind, mode=None, weights=False):
+        """20 steps of a ShardedEmbeddingBag / ShardedEmbedding against
+        its torch namesake with torch.optim.Adagrad; returns the largest
+        difference of the rows and of the losses."""
+        job = self.job(port)
+        dim, steps, bags, length = 8, 20, 16, 5
+        adagrad = shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0.1)
+        if kind == "bag":
+            emb = shardps.torch.ShardedEmbeddingBag(
+                job, "emb", dim, adagrad, init=("uniform", 0.5), mode=mode)
+        else:
+            emb = shardps.torch.ShardedEmbedding(job, "emb", dim, adagrad,
+                                                 init=("uniform", 0.5))
+        head = torch.nn.Linear(dim, 1)
+        opt = shardps.torch.DistributedOptimizer(
+            head, job, shardps.optim.SGD(lr=0.05))
+        g = torch.Generator().manual_seed(3)
+        # 64-bit ids (some negative as int64: hashed features), with
+        # repeats within and across bags.
+        vocab = torch.randint(-2**62, 2**62, (40,), generator=g)
+        batches = [vocab[torch.randint(0, 40, (bags, length), generator=g)]
+                   for _ in range(steps)]
+        targets = [torch.randn(bags, 1, generator=g) for _ in range(steps)]
+        per_sample = [torch.rand(bags, length, generator=g)
+                      for _ in range(steps)]
+        # The reference: torch modules from the same start.
+        with torch.no_grad():
+            start_rows = emb(vocab[:, None]) if kind == "bag" else emb(vocab)
+        start_rows = start_rows.reshape(40, dim)
+        index = {int(v): i for i, v in enumerate(vocab)}
+        if kind == "bag":
+            ref = torch.nn.EmbeddingBag(40, dim, mode=mode)
+        else:
+            ref = torch.nn.Embedding(40, dim)
+        ref_head = torch.nn.Linear(dim, 1)
+        with torch.no_grad():
+            ref.weight.copy_(start_rows)
+            ref_head.load_state_dict(head.state_dict())
+        ref_opt = torch.optim.Adagrad(ref.parameters(), lr=0.1,
+                                      initial_accumulator_value=0.1,
+                                      eps=1e-10)
+        ref_head_opt = torch.optim.SGD(ref_head.parameters(), lr=0.05)
+        loss_diff = 0.0
+        for s in range(steps):
+            ids = batches[s]
+            local = torch.tensor([[index[int(v)] for v in row]
+                                  for row in ids])
+            w = per_sample[s] if weights else None
+            if kind == "bag":
+                out, ref_out = emb(ids, per_sample_weights=w), \
+                    ref(local, per_sample_weights=w)
+            else:
+                out, ref_out = emb(ids).sum(1), ref(local).sum(1)
+            loss = ((head(out) - targets[s]) ** 2).mean()
+            ref_loss = ((ref_head(ref_out) - targets[s]) ** 2).mean()
+            loss_diff = max(loss_diff, abs(loss.item() - ref_loss.item()))
+            opt.zero_grad()
+            loss.backward()
+            opt.step(loss=loss)
+            ref_opt.zero_grad()
+            ref_head_opt.zero_grad()
+            ref_loss.backward()
+            ref_opt.step()
+            ref_head_opt.step()
+        with torch.no_grad():
+            rows = emb(vocab[:, None]) if kind == "bag" else emb(vocab)
+        rows = rows.reshape(40, dim)
+        row_diff = (rows - ref.weight).abs().max().item()
+        moved = (rows - start_rows).abs().max().item()
+        self.assertGreater(moved, 0.01, "training moved no row")
+        job.finish()
+        return row_diff, loss_diff
+
+    def test_embedding_bag_sum_with_weights_equals_torch(self):
+        _, port, _ = self.start_pserver("ps")
+        rows, loss = self.sparse_against_torch(port, "bag", "sum", True)
+        sys.stderr.write("[rows %.1e, loss %.1e] " % (rows, loss))
+        self.assertLess(rows, 1e-6)
+        self.assertLess(loss, 1e-5)
+
+    def test_embedding_bag_mean_equals_torch(self):
+        _, port, _ = self.start_pserver("ps")
+        rows, loss = self.sparse_against_torch(port, "bag", "mean")
+        self.assertLess(rows, 1e-6)
+        self.assertLess(loss, 1e-5)
+
+    def test_embedding_equals_torch(self):
+        _, port, _ = self.start_pserver("ps")
+        rows, loss = self.sparse_against_torch(port, "one")
+        self.assertLess(rows, 1e-6)
+        self.assertLess(loss, 1e-5)
+
+    # Faults ---------------------------------------------------------------
+
+    def replicated_job(self, run, kill_at_step=None):
+        """3 pservers, 2 Python trainers (torch_mlp.py, 1 pass of batch 64)
+        with --replication=2; with kill_at_step, SIGKILL pserver 1 once
+        trainer 0 has reported that step. Returns trainer 0's final eval."""
+        servers = [self.start_pserver("%s-ps%d" % (run, i), num_trainers=2)
+                   for i in range(3)]
+        ports = [port for _, port, _ in servers]
+        metrics = [os.path.join(self.tmp, "%s-t%d.jsonl" % (run, k))
+                   for k in (0, 1)]
+        trainers = [self.example("%s-t%d" % (run, k), ports, k, 2,
+                                 ["--num_passes=1", "--replication=2",
+                                  "--metrics_file=" + metrics[k]])
+                    for k in (0, 1)]
+
+        def step():
+            steps = [l["step"] for l in read_json_lines(metrics[0])
+                     if l.get("event") == "step"]
+            return steps[-1] if steps else 0
+
+        if kill_at_step is not None:
+            self.assertTrue(wait_for(lambda: step() >= kill_at_step, 120),
+                            self.text(run + "-t0")[-2000:])
+            servers[1][0].send_signal(signal.SIGKILL)
+        for k, t in enumerate(trainers):
+            self.wait_ok("%s-t%d" % (run, k), t)
+        for i, (p, _, _) in enumerate(servers):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+        evals = [[l for l in read_json_lines(m) if l.get("event") == "eval"]
+                 for m in metrics]
+        self.assertEqual(evals[0][-1]["test_accuracy"],
+                         evals[1][-1]["test_accuracy"])
+        return evals[0][-1]
+
+    def test_pserver_killed_under_replication(self):
+        """Sync, --replication=2: kill -9 pserver 1 at step 150 of 468 and
+        never restart it. Both trainers finish, their shards failed over,
+        with the test accuracy and loss of the same job without the
+        failure."""
+        base = self.replicated_job("base")
+        killed = self.replicated_job("kill", kill_at_step=150)
+        self.assertEqual(killed["step"], 468)
+        self.assertEqual(killed["test_accuracy"], base["test_accuracy"])
+        self.assertEqual(killed["test_loss"], base["test_loss"])
+        self.assertGreater(base["test_accuracy"], 0.75)
+        for k in (0, 1):
+            self.assertIn("failover from pserver 1", self.text("kill-t%d" % k))
+
+    # Refusals -------------------------------------------------------------
+
+    def test_bad_arguments_raise_and_change_nothing(self):
+        """Each bad argument raises an exception naming it; the job the
+        chief made is unchanged, and the right second trainer then trains
+        with it."""
+        _, port, _ = self.start_pserver("ps", num_trainers=2)
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "unknown flag --no_such_flag"):
+            self.job(port, no_such_flag=1)
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "--mode=lockstep: must be sync or async"):
+            self.job(port, mode="lockstep")
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "--config and --config_set are the "
+                                    "trainer binary's"):
+            self.job(port, config="configs/fmnist_mlp.pbtxt")
+        chief = self.job(port, num_trainers=2)
+        model = torch.nn.Linear(4, 2)
+        with self.assertRaisesRegex(TypeError, "shardps.optim optimizer"):
+            shardps.torch.DistributedOptimizer(
+                model, chief, torch.optim.SGD(model.parameters(), lr=0.1))
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "parameter weight is torch.float64"):
+            shardps.torch.DistributedOptimizer(
+                torch.nn.Linear(4, 2).double(), chief,
+                shardps.optim.SGD(lr=0.1))
+        with self.assertRaisesRegex(ValueError, "lr must be > 0"):
+            shardps.optim.Momentum(lr=-1)
+        with self.assertRaisesRegex(ValueError, "initial_accumulator_value"):
+            shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0)
+        emb = shardps.torch.ShardedEmbeddingBag(chief, "emb", 4,
+                                                shardps.optim.SGD(lr=0.1))
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "table emb is added twice"):
+            shardps.torch.ShardedEmbeddingBag(chief, "emb", 4,
+                                              shardps.optim.SGD(lr=0.1))
+        # The chief starts the job in a thread: it waits for trainer 1.
+        import threading
+        started = {}
+
+        def start_chief():
+            torch.manual_seed(0)
+            started["opt"] = shardps.torch.DistributedOptimizer(
+                model, chief, shardps.optim.SGD(lr=0.1))
+
+        t = threading.Thread(target=start_chief)
+        t.start()
+        other = self.job(port, trainer_id=1, num_trainers=2,
+                         ready_timeout_s=5)
+        with self.assertRaisesRegex(shardps.FailedPreconditionError,
+                                    "table|shape"):
+            shardps.torch.DistributedOptimizer(
+                torch.nn.Linear(4, 3), other, shardps.optim.SGD(lr=0.1))
+        # The right trainer 1 joins the job the chief made.
+        right = self.job(port, trainer_id=1, num_trainers=2)
+        shardps.torch.ShardedEmbeddingBag(right, "emb", 4,
+                                          shardps.optim.SGD(lr=0.1))
+        right_model = torch.nn.Linear(4, 2)
+        right_opt = shardps.torch.DistributedOptimizer(
+            right_model, right, shardps.optim.SGD(lr=0.1))
+        t.join(60)
+        self.assertFalse(t.is_alive())
+        self.assertTrue(torch.equal(right_model.weight, model.weight))
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "ids must be int64"):
+            emb(torch.tensor([[0.5, 1.5]]))
+        with self.assertRaisesRegex(TypeError, "ids must be a tensor"):
+            emb([[1, 2]])
+        for j in (chief, right):
+            j.finish()
+        del right_opt
+
+    def test_torchrun_variables_place_the_trainer(self):
+        """RANK and WORLD_SIZE (torchrun) give the trainer id and count when
+        no argument does; an argument wins."""
+        saved = dict(os.environ)
+        try:
+            os.environ.update(RANK="1", WORLD_SIZE="3")
+            j = shardps.Job(pservers="127.0.0.1:1")
+            self.assertEqual((j.trainer_id, j.num_trainers), (1, 3))
+            j = shardps.Job(pservers="127.0.0.1:1", trainer_id=2)
+            self.assertEqual((j.trainer_id, j.num_trainers), (2, 3))
+            os.environ["RANK"] = "x"
+            with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                        "RANK=x"):
+                shardps.Job(pservers="127.0.0.1:1")
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def shardps_free_init():
+    """torch_mlp.py's initial parameters (PyTorch's, seed 1)."""
+    torch.manual_seed(1)
+    from torch import nn
+    m = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                      nn.ReLU(), nn.Linear(128, 10))
+    return {n: p.detach().clone() for n, p in m.named_parameters()}
+
+
+if __name__ == "__main__":
+    testlib.main()
