@@ -4,8 +4,10 @@ benchmarks.md): Fashion-MNIST, MLP 784-256-128-10, momentum 0.9, lr 0.05,
 batch 64 per trainer, 2 trainers, 3 passes.
 
 Runs ShardPS (1 and 2 pservers, sync and async) and, when the interpreter
-of --torch_python has torch (Debian's python3-torch), PyTorch single-process
-and DDP (scripts/torch_fmnist.py) on the same machine, interleaved over
+of --torch_python has torch (default: the virtualenv of
+scripts/setup_torch.sh), the same model in PyTorch trained on ShardPS
+(examples/torch_mlp.py, docs/python.md), PyTorch single-process and DDP
+(scripts/torch_fmnist.py) on the same machine, interleaved over
 --repeats rounds, and prints the medians as a markdown table: samples/s over
 the training loop (both trainers together) and the test accuracy after each
 pass. With --baseline_bin_dir, every ShardPS run is also run with the
@@ -31,10 +33,11 @@ TORCH_SCRIPT = os.path.join(REPO, "scripts", "torch_fmnist.py")
 
 
 def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900,
-                steps=None):
+                steps=None, python=None):
     """Runs configs/fmnist_mlp.pbtxt on `pservers` pservers and 2 trainers
     with scripts/local_cluster.py; returns {trainer id: [eval lines]}, and
-    appends the trainers' step lines to `steps` if given.
+    appends the trainers' step lines to `steps` if given. With `python`, the
+    trainers are that Python script (local_cluster.py --python).
     scripts/compression_e2.py uses it too."""
     log_dir = tempfile.mkdtemp(dir=tmp)
     metrics = os.path.join(log_dir, "metrics")
@@ -42,7 +45,8 @@ def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900,
            "--pservers", str(pservers), "--trainers", "2",
            "--config", os.path.join(REPO, "configs", "fmnist_mlp.pbtxt"),
            "--bin_dir", bin_dir, "--log_dir", log_dir,
-           "--metrics_dir", metrics, "--timeout", str(timeout), "--quiet",
+           "--metrics_dir", metrics, "--timeout", str(timeout), "--quiet"] + (
+               ["--python", python] if python else []) + [
            "--", "--progress=off"] + list(trainer_flags)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL,
@@ -68,11 +72,11 @@ def exposed_comm(steps):
     return comm / total if total > 0 else None
 
 
-def run_shardps(bin_dir, args, pservers, mode, tmp, extra=()):
+def run_shardps(bin_dir, args, pservers, mode, tmp, extra=(), python=None):
     steps = []
     evals = run_cluster(bin_dir, pservers,
                         ["--mode=" + mode, "--num_passes=%d" % args.passes] +
-                        list(extra), tmp, steps=steps)
+                        list(extra), tmp, steps=steps, python=python)
     # Samples/s of the job: both trainers' samples over the longer loop.
     last = [e[-1] for e in evals.values()]
     samples = sum(e["step"] * 64 for e in last)
@@ -116,6 +120,18 @@ SHARDPS_RUNS = [  # name, pservers, mode, trainer flags
 ]
 
 
+# The same job with PyTorch trainers (docs/python.md).
+PYTHON_RUNS = [
+    ("ShardPS from PyTorch (examples/torch_mlp.py), sync, 1 pserver", 1,
+     "sync", []),
+]
+TORCH_MLP = os.path.join(REPO, "examples", "torch_mlp.py")
+TORCH_VENV_PYTHON = os.path.join(
+    os.environ.get("SHARDPS_TORCH_VENV",
+                   os.path.expanduser("~/.cache/shardps/torch-venv")),
+    "bin", "python")
+
+
 def parse_args():
     p = argparse.ArgumentParser(
         description=__doc__,
@@ -128,7 +144,9 @@ def parse_args():
                         "ShardPS row again, in the same rounds")
     p.add_argument("--only", default=None,
                    help="run only the ShardPS rows whose name contains this")
-    p.add_argument("--torch_python", default="/usr/bin/python3",
+    p.add_argument("--torch_python",
+                   default=TORCH_VENV_PYTHON if os.access(
+                       TORCH_VENV_PYTHON, os.X_OK) else "/usr/bin/python3",
                    help="the interpreter that runs scripts/torch_fmnist.py")
     p.add_argument("--no_torch", action="store_true")
     args = p.parse_args()
@@ -158,6 +176,12 @@ def make_runs(args):
                   subprocess.run([args.torch_python, "-c", "import torch"],
                                  capture_output=True).returncode == 0)
     if have_torch:
+        for name, pservers, mode, flags in PYTHON_RUNS:
+            if args.only and args.only not in name:
+                continue
+            runs.append((name, lambda t, p=pservers, m=mode, f=flags:
+                         run_shardps(args.bin_dir, args, p, m, t, f,
+                                     python=TORCH_MLP)))
         runs.append(("PyTorch, 1 process, 1 thread",
                      lambda t: run_torch(args, "single")))
         runs.append(("PyTorch DDP (gloo), 2 processes",

@@ -47,7 +47,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Flags of the trainer that this script sets itself.
 OWNED_TRAINER_FLAGS = ("pservers", "trainer_id", "num_gradient_servers",
-                       "config")
+                       "num_trainers", "config")
 
 from cluster_processes import (PROG, Child, ClusterError, Interrupted,
                                UsageError, describe_exit, describe_status,
@@ -74,6 +74,12 @@ def parse_args(argv):
                    default=os.path.join(REPO, "configs", "fmnist_mlp.pbtxt"),
                    help="model config for the trainers (default "
                    "configs/fmnist_mlp.pbtxt of this repository)")
+    p.add_argument("--python", default=None, metavar="SCRIPT",
+                   help="trainers run this Python script (e.g. "
+                   "examples/torch_mlp.py) in the PyTorch virtualenv "
+                   "(scripts/setup_torch.sh; SHARDPS_TORCH_VENV) with "
+                   "--pservers, --trainer_id and --num_trainers, instead of "
+                   "the trainer binary and --config (docs/python.md)")
     p.add_argument("--bin_dir", default=os.path.join(REPO, "build"),
                    help="build folder holding pserver/pserver and "
                    "trainer/trainer (default build/ of this repository)")
@@ -135,6 +141,8 @@ class Cluster(object):
         a.config = os.path.abspath(a.config)
         if not os.path.isfile(a.config):
             raise UsageError("--config=%s: no such file" % a.config)
+        if a.python is not None:
+            self.prepare_python()
         for name in OWNED_TRAINER_FLAGS:
             i, _ = flag_in(a.extra, name)
             if i is not None:
@@ -168,6 +176,24 @@ class Cluster(object):
         say("logs in %s" % a.log_dir)
         if not a.metrics_dir and self.user_metrics is None:
             a.metrics_dir = a.log_dir
+
+    def prepare_python(self):
+        """--python: the virtualenv's interpreter, and python/ of this
+        repository first on the trainers' path."""
+        a = self.args
+        a.python = os.path.abspath(a.python)
+        if not os.path.isfile(a.python):
+            raise UsageError("--python=%s: no such file" % a.python)
+        venv = os.environ.get("SHARDPS_TORCH_VENV", os.path.expanduser(
+            "~/.cache/shardps/torch-venv"))
+        self.python_bin = os.path.join(venv, "bin", "python")
+        if not os.access(self.python_bin, os.X_OK):
+            raise UsageError("--python: no PyTorch virtualenv at %s (make it "
+                             "with scripts/setup_torch.sh)" % venv)
+        path = os.path.join(REPO, "python")
+        if os.environ.get("PYTHONPATH"):
+            path += os.pathsep + os.environ["PYTHONPATH"]
+        os.environ["PYTHONPATH"] = path
 
     def log(self, name):
         return os.path.join(self.args.log_dir, name)
@@ -221,10 +247,14 @@ class Cluster(object):
     def trainer_argv(self, k):
         a = self.args
         addresses = ",".join("127.0.0.1:%d" % p for p in self.ports)
-        argv = [self.trainer_bin, "--pservers=" + addresses,
-                "--trainer_id=%d" % k,
-                "--num_gradient_servers=%d" % a.trainers,
-                "--config=" + a.config]
+        if a.python is not None:
+            argv = [self.python_bin, a.python, "--pservers=" + addresses,
+                    "--trainer_id=%d" % k, "--num_trainers=%d" % a.trainers]
+        else:
+            argv = [self.trainer_bin, "--pservers=" + addresses,
+                    "--trainer_id=%d" % k,
+                    "--num_gradient_servers=%d" % a.trainers,
+                    "--config=" + a.config]
         if self.user_metrics is None:
             metrics = os.path.join(a.metrics_dir, "trainer-%d.jsonl" % k)
             argv.append("--metrics_file=" + metrics)

@@ -534,14 +534,16 @@ class FaultTest(testlib.ProcessTestCase):
                        port, re.escape(job), re.escape(job)))
         self.assertTrue(wait_for(lambda: said(refused), 60),
                         self.trainer_log(0))
-        # The first request after the disk filled wrote and failed; the
-        # next one, an interval later, says so. (The metrics file the step
-        # is read from lags the trainer by a few steps: the failed write
-        # may be the second interval after the step read.)
+        # The first request after the disk filled wrote and failed; a later
+        # one says so: the next, or (a write still under way when the next
+        # request came, on a loaded machine) the one after. The metrics
+        # file the step is read from lags the trainer by a few steps: the
+        # failed write may be the second or third interval after the step
+        # read.
         first = said(refused)
         failed_write, told = int(first.group(2)), int(first.group(1))
-        self.assertLessEqual(failed_write, filled_at + 50)
-        self.assertEqual(told, failed_write + 25)
+        self.assertLessEqual(failed_write, filled_at + 75)
+        self.assertIn(told - failed_write, (25, 50), first.group(0))
 
         self.assertGreaterEqual(self.metric(
             ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
