@@ -236,6 +236,42 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.assertLess(rows, 1e-6)
         self.assertLess(loss, 1e-5)
 
+    def test_save_dir_and_load_dir(self):
+        """--save_dir: the chief's finish() writes the dense tables as a
+        saved model; --load_dir starts another job from it, and a model
+        whose tables differ is refused naming the table."""
+        _, port, _ = self.start_pserver("ps")
+        saved = os.path.join(self.tmp, "saved")
+        job = self.job(port, job_id="a", save_dir=saved)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(),
+                                    torch.nn.Linear(4, 1))
+        opt = shardps.torch.DistributedOptimizer(
+            model, job, shardps.optim.Adam(lr=0.01))
+        x, y = torch.randn(16, 3), torch.randn(16, 1)
+        for _ in range(5):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step(loss=loss)
+        job.finish()
+        self.assertTrue(os.path.isfile(os.path.join(saved, "params.bin")))
+        again = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(),
+                                    torch.nn.Linear(4, 1))
+        job_b = self.job(port, job_id="b", load_dir=saved)
+        shardps.torch.DistributedOptimizer(again, job_b,
+                                           shardps.optim.SGD(lr=0.1))
+        for a, b in zip(model.parameters(), again.parameters()):
+            self.assertTrue(torch.equal(a, b))
+        job_b.finish()
+        other = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(),
+                                    torch.nn.Linear(5, 1))
+        job_c = self.job(port, job_id="c", load_dir=saved)
+        with self.assertRaisesRegex(shardps.FailedPreconditionError,
+                                    "'0.weight' with 12 values; the model "
+                                    "expects '0.weight' with 15"):
+            shardps.torch.DistributedOptimizer(other, job_c,
+                                               shardps.optim.SGD(lr=0.1))
+
     # Faults ---------------------------------------------------------------
 
     def replicated_job(self, run, kill_at_step=None):

@@ -280,6 +280,16 @@ void BindSteps(py::class_<NativeSession>& c) {
              n.s().Evaluated(pass, final, loss, accuracy,
                              auc.value_or(std::nan("")));
            })
+      .def("save",
+           [](NativeSession& n, const std::vector<uintptr_t>& values) {
+             const std::vector<const float*> p = Pointers<const float>(values);
+             absl::Status s;
+             {
+               py::gil_scoped_release release;
+               s = n.s().Save(p);
+             }
+             Check(s);
+           })
       .def("finish",
            [](NativeSession& n) {
              absl::Status s;

@@ -75,6 +75,9 @@ class Job:
             monitoring_port=monitoring_port, **flags)
         self._session = _native.Session(args)
         self._sparse_modules = []
+        # The DistributedOptimizer's: () -> (value addresses, tensors to
+        # keep alive), for --save_dir at finish().
+        self._current_values = None
         self._dense_tables = 0
         self._started = False
         self._finished = False
@@ -189,9 +192,15 @@ class Job:
                                 None if auc is None else float(auc))
 
     def finish(self):
-        """Leaves the job (async: after marking this trainer's steps done);
+        """With --save_dir, the chief saves the dense tables' values
+        (docs/saved_model.md; --load_dir starts a job from them). Then
+        leaves the job (async: after marking this trainer's steps done);
         with --wait_for_trainers_s, waits for the others. Again: nothing."""
         if self._started and not self._finished:
+            if self._current_values is not None:
+                addresses, keep = self._current_values()
+                self._session.save(addresses)
+                del keep
             self._finished = True
             self._session.finish()
 

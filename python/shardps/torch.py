@@ -124,6 +124,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                        for i in range(len(self._params))]
             job.start(initial, steps_per_pass)
             self._pull()
+        job._current_values = self._current_values
 
     @property
     def job(self):
@@ -140,6 +141,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if fill:
             b.host.copy_(p.data)
         return b.host.data_ptr()
+
+    def _current_values(self):
+        """(addresses, tensors) of the parameters' values now, on the
+        host."""
+        keep = []
+        for p, b in zip(self._params, self._buffers):
+            if b.host is None:
+                keep.append(p.data.contiguous())
+            else:
+                b.host.copy_(p.data)
+                keep.append(b.host)
+        return [t.data_ptr() for t in keep], keep
 
     def _after_pull(self):
         for p, b in zip(self._params, self._buffers):

@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "common/transport/wire_limits.h"
 #include "glog/logging.h"
+#include "trainer/model/saved_model.h"
 #include "trainer/recovery_planner.h"
 #include "trainer/trainer.h"
 
@@ -197,8 +198,16 @@ absl::Status TrainingSession::Start(const std::vector<const float*>& initial,
   RETURN_IF_ERROR(MakeClients());
   started_ = true;
   RETURN_IF_ERROR(job_client_->Register());
-  if (k == 0)
+  if (k == 0 && !o.load_dir.empty()) {
+    std::vector<ParamTable> saved = SavedTables(initial);
+    RETURN_IF_ERROR(LoadModelParams(o.load_dir, &saved));
+    std::vector<const float*> loaded;
+    for (const ParamTable& t : saved) loaded.push_back(t.value.data());
+    LOG(INFO) << "initial values from " << o.load_dir;
+    RETURN_IF_ERROR(job_client_->InitJob(job_, params_->chunks(), loaded));
+  } else if (k == 0) {
     RETURN_IF_ERROR(job_client_->InitJob(job_, params_->chunks(), initial));
+  }
   RETURN_IF_ERROR(job_client_->WaitUntilReady(job_, o.ready_timeout));
   ASSIGN_OR_RETURN(step_, JoinAgreedTimeline(job_client_.get(), &stamp_, k,
                                              sync(), o.ready_timeout));
@@ -492,6 +501,36 @@ void TrainingSession::Evaluated(int pass, bool final, double loss,
       options_.trainer_id, pass, step_, loss, accuracy,
       std::isnan(auc) ? "" : absl::StrFormat(", test AUC %.4f", auc),
       push_bytes_ / 1e6, pull_bytes_ / 1e6);
+}
+
+std::vector<ParamTable> TrainingSession::SavedTables(
+    const std::vector<const float*>& values) const {
+  std::vector<ParamTable> tables;
+  for (size_t t = 0; t < layouts_.size(); ++t) {
+    ParamTable p;
+    p.name = names_[t];
+    p.shape = shapes_[t];
+    p.layer = nullptr;  // a Python model's table has no C++ layer
+    p.value.assign(values[t], values[t] + layouts_[t].num_values);
+    tables.push_back(std::move(p));
+  }
+  return tables;
+}
+
+absl::Status TrainingSession::Save(
+    const std::vector<const float*>& values) const {
+  if (options_.trainer_id != 0 || options_.save_dir.empty()) {
+    return absl::OkStatus();
+  }
+  if (values.size() != layouts_.size()) {
+    return Bad(absl::StrCat(values.size(), " buffers for ", layouts_.size(),
+                            " dense tables"));
+  }
+  ModelConfig config;
+  config.set_name("python");
+  RETURN_IF_ERROR(SaveModel(options_.save_dir, config, SavedTables(values)));
+  LOG(INFO) << "model saved to " << options_.save_dir;
+  return absl::OkStatus();
 }
 
 absl::Status TrainingSession::Finish() {

@@ -20,6 +20,7 @@
 #include "trainer/client/request_stamp.h"
 #include "trainer/client/sparse_client.h"
 #include "trainer/metrics.h"
+#include "trainer/model/layers.h"
 #include "trainer/options.h"
 #include "trainer/progress.h"
 #include "trainer/update_sharing.h"
@@ -76,7 +77,9 @@ class TrainingSession {
   // job is ready (--ready_timeout_s), checks that it is this one
   // (FAILED_PRECONDITION naming the difference: a model changed between
   // trainers), brings the pservers onto one timeline and joins at the step
-  // they agree on (step()). `steps_per_pass` (0: unknown) and
+  // they agree on (step()). With --load_dir, the chief's initial values
+  // are the saved model's instead (FAILED_PRECONDITION naming a table
+  // whose name or shape differs). `steps_per_pass` (0: unknown) and
   // options.num_passes shape the progress lines.
   absl::Status Start(const std::vector<const float*>& initial,
                      int64_t steps_per_pass);
@@ -114,6 +117,11 @@ class TrainingSession {
   // (metrics_file) and log line; `auc` NaN for none.
   void Evaluated(int pass, bool final, double loss, double accuracy,
                  double auc);
+  // --save_dir: the chief writes values[t] of each dense table as a saved
+  // model (docs/saved_model.md: params.bin with the tables' names and
+  // shapes, and a model.pbtxt naming no layers). OK and nothing written
+  // for other trainers or without --save_dir.
+  absl::Status Save(const std::vector<const float*>& values) const;
   // Leaves the job (SYNC: its barrier no longer waits for this trainer),
   // stops heartbeats, and with options.wait_for_trainers waits for the
   // others to finish. ASYNC: first marks this trainer's steps done, so the
@@ -131,6 +139,9 @@ class TrainingSession {
  private:
   bool sync() const { return options_.mode == SYNC; }
   absl::Status CheckNotStarted(const std::string& name) const;
+  // The dense tables as saved-model tables, with these values.
+  std::vector<ParamTable> SavedTables(
+      const std::vector<const float*>& values) const;
   // Builds the clients after the tables are known.
   absl::Status MakeClients();
   // Shared memory and the TCP lane, as the trainer binary opens them.
