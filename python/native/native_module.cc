@@ -273,13 +273,17 @@ void BindSteps(py::class_<NativeSession>& c) {
             return py::make_tuple(o.step, o.recovered);
           },
           py::arg("grads"), py::arg("next_values"), py::arg("loss_sum"),
-          py::arg("samples"))
-      .def("evaluated",
-           [](NativeSession& n, int pass, bool final, double loss,
-              double accuracy, std::optional<double> auc) {
-             n.s().Evaluated(pass, final, loss, accuracy,
-                             auc.value_or(std::nan("")));
-           })
+          py::arg("samples"));
+}
+
+// The end of a job: evaluations, the saved model, leaving.
+void BindEnd(py::class_<NativeSession>& c) {
+  c.def("evaluated",
+        [](NativeSession& n, int pass, bool final, double loss, double accuracy,
+           std::optional<double> auc) {
+          n.s().Evaluated(pass, final, loss, accuracy,
+                          auc.value_or(std::nan("")));
+        })
       .def("save",
            [](NativeSession& n, const std::vector<uintptr_t>& values) {
              const std::vector<const float*> p = Pointers<const float>(values);
@@ -353,4 +357,5 @@ PYBIND11_MODULE(_native, m) {
   shardps::BindProperties(session);
   shardps::BindCalls(session);
   shardps::BindSteps(session);
+  shardps::BindEnd(session);
 }
