@@ -156,8 +156,10 @@ class NetworkFaultTest(testlib.ProcessTestCase):
         cut, longest = self.run_job("cut", cut_trainer_at=100, cut_s=3)
         self.assertEqual(cut["test_accuracy"], base["test_accuracy"])
         self.assertEqual(cut["test_loss"], base["test_loss"])
-        # Measured: 0.8341, as on loopback (scripts/demo.sh).
-        self.assertGreaterEqual(base["test_accuracy"], 0.83)
+        # Measured: 0.8341 or 0.8267, as on loopback (scripts/demo.sh):
+        # the figure depends on the processor (OpenBLAS picks its kernels
+        # by the instructions it has), not on the network.
+        self.assertGreaterEqual(base["test_accuracy"], 0.82)
         self.assertGreaterEqual(longest, 2.5)  # the cut did stall it
         sys.stderr.write("[accuracy %.4f both; longest step with the cut "
                          "%.1f s] " % (base["test_accuracy"], longest))

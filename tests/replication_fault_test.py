@@ -168,7 +168,8 @@ class ReplicationFaultTest(testlib.ProcessTestCase):
         got = job.result()
         self.assertEqual(got["test_accuracy"], base["test_accuracy"])
         self.assertEqual(got["test_loss"], base["test_loss"])
-        self.assertGreaterEqual(base["test_accuracy"], 0.83)
+        # 0.8341 or 0.8267, by the processor's BLAS kernels.
+        self.assertGreaterEqual(base["test_accuracy"], 0.82)
         sys.stderr.write("[%s: accuracy %.4f as without it; longest step "
                          "%.1f s] " % (what, got["test_accuracy"],
                                        job.longest_step()))

@@ -37,6 +37,32 @@ JobSpec MakeJobSpec(const TrainerOptions& o,
                     const std::vector<std::vector<int64_t>>& shapes,
                     const std::vector<OptimizerConfig>& optimizers);
 
+// The clients of a job on `servers` (one per pserver, in --pservers
+// order): the JobClient, and the ParamClient and SparseClient that pushes
+// and pulls go through: with o.replication > 1, routed to each shard's
+// primary by a ReplicaRouter over o.failover_servers (INVALID_ARGUMENT
+// without enough pservers); dense values encoded as o.compression asks
+// (threshold: with `threshold`). The Trainer's and TrainingSession's
+// (trainer/session/). Destroy the router before the others (it calls the
+// JobClient) and after the clients that use it.
+struct JobClients {
+  std::unique_ptr<JobClient> job;
+  std::unique_ptr<ReplicaRouter> router;  // o.replication > 1 only
+  std::unique_ptr<ParamClient> params;
+  std::unique_ptr<SparseClient> sparse;
+};
+absl::StatusOr<JobClients> MakeJobClients(
+    const TrainerOptions& o, const std::vector<PsClientInterface*>& servers,
+    RequestStamp* stamp, const std::vector<DenseTableLayout>& layouts,
+    const ThresholdPushEncoder::Options& threshold);
+
+// Where dense values go besides gRPC, as `o` asks: shared regions with the
+// pservers on this host (ParamClient::UseSharedMemory), the TCP lane with
+// the others (UseTcpLane); nothing with replication. Logs the split of the
+// `servers` pservers.
+void OpenValueLanes(const TrainerOptions& o, ParamClient* params,
+                    size_t servers);
+
 // What a run achieved.
 struct TrainerResult {
   int64_t steps = 0;

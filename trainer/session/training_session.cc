@@ -142,43 +142,12 @@ absl::Status TrainingSession::MakeClients() {
                                         job_.tables(t).block_size()});
   }
   for (const TableSpec& t : sparse_specs_) *job_.add_tables() = t;
-  job_client_ = std::make_unique<JobClient>(servers_, &stamp_);
-  std::vector<PsClientInterface*> data = servers_;
-  if (o.replication > 1) {
-    if (o.replication > static_cast<int>(servers_.size()) ||
-        o.failover_servers.size() != servers_.size()) {
-      return Bad(absl::StrCat("--replication=", o.replication,
-                              " needs at least as many pservers (",
-                              servers_.size(), " in --pservers)"));
-    }
-    ReplicaRouter::Options ro;
-    ro.replication = o.replication;
-    ro.sync = sync();
-    ro.trainer_id = o.trainer_id;
-    ro.lease = o.pserver_lease;
-    ro.give_up_after = std::max(absl::Seconds(60), 15 * o.pserver_lease);
-    router_ = std::make_unique<ReplicaRouter>(o.failover_servers, ro);
-    data = router_->shard_clients();
-    ReplicaRouter* r = router_.get();
-    job_client_->set_replication(o.replication,
-                                 [r](int s) { return r->Live(s); });
-  }
-  params_ = std::make_unique<ParamClient>(data, &stamp_, layouts_);
-  sparse_ = std::make_unique<SparseClient>(data, &stamp_);
-  switch (o.compression) {
-    case Compression::kNone:
-      break;
-    case Compression::kFp16:
-      params_->set_encodings(FLOAT16, FLOAT16);
-      break;
-    case Compression::kBf16:
-      params_->set_encodings(BFLOAT16, BFLOAT16);
-      break;
-    case Compression::kThreshold:
-      params_->set_threshold_compression(threshold_);
-      if (o.compressed_pulls) params_->set_encodings(FLOAT32, THRESHOLD);
-      break;
-  }
+  ASSIGN_OR_RETURN(JobClients clients,
+                   MakeJobClients(o, servers_, &stamp_, layouts_, threshold_));
+  job_client_ = std::move(clients.job);
+  router_ = std::move(clients.router);
+  params_ = std::move(clients.params);
+  sparse_ = std::move(clients.sparse);
   return absl::OkStatus();
 }
 
@@ -211,7 +180,7 @@ absl::Status TrainingSession::Start(const std::vector<const float*>& initial,
   RETURN_IF_ERROR(job_client_->WaitUntilReady(job_, o.ready_timeout));
   ASSIGN_OR_RETURN(step_, JoinAgreedTimeline(job_client_.get(), &stamp_, k,
                                              sync(), o.ready_timeout));
-  OpenValueLanes();
+  shardps::OpenValueLanes(options_, params_.get(), servers_.size());
   if (step_ > 0)
     LOG(INFO) << "trainer " << k << " joins the job at step " << step_;
   checkpoints_ = std::make_unique<CheckpointRequester>(
@@ -247,24 +216,6 @@ absl::Status TrainingSession::Start(const std::vector<const float*>& initial,
             << " dense and " << sparse_specs_.size() << " sparse tables ("
             << (sync() ? "sync" : "async") << "), starting at step " << step_;
   return absl::OkStatus();
-}
-
-void TrainingSession::OpenValueLanes() {
-  // Replicated shards move between pservers; their values go over gRPC.
-  if (options_.replication > 1) return;
-  const int n = options_.shared_memory ? params_->UseSharedMemory() : 0;
-  int lanes = 0;
-  if (options_.tcp_lane) {
-    TcpLanePsClient::Options lane;
-    lane.connections = options_.tcp_lane_connections;
-    lane.spin = options_.tcp_lane_spin;
-    lanes = params_->UseTcpLane(lane);
-  }
-  LOG(INFO) << "trainer " << options_.trainer_id << ": dense values through "
-            << "shared memory with " << n << ", over the TCP lane with "
-            << lanes << ", over gRPC with "
-            << static_cast<int>(servers_.size()) - n - lanes << " of "
-            << servers_.size() << " pservers";
 }
 
 int TrainingSession::shared_memory_servers() const {
@@ -442,7 +393,8 @@ absl::Status TrainingSession::Recover(const absl::Status& why) {
   }
   ASSIGN_OR_RETURN(step_, JoinAgreedTimeline(job_client_.get(), &stamp_, k,
                                              sync(), options_.ready_timeout));
-  OpenValueLanes();  // a restarted pserver holds none of the regions or lanes
+  // A restarted pserver holds none of the regions or lanes.
+  shardps::OpenValueLanes(options_, params_.get(), servers_.size());
   if (sharing_ != nullptr) {
     params_->threshold_encoder()->Reset();
     sharing_->Reset();

@@ -144,8 +144,6 @@ class TrainingSession {
       const std::vector<const float*>& values) const;
   // Builds the clients after the tables are known.
   absl::Status MakeClients();
-  // Shared memory and the TCP lane, as the trainer binary opens them.
-  void OpenValueLanes();
   // Sends the queued sparse gradients of this step (tagged `tag`).
   absl::Status PushQueuedSparse(int64_t tag, TransferStats* stats);
   absl::Status Recover(const absl::Status& why);
