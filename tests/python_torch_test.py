@@ -20,6 +20,7 @@ again there when the interpreter that ran it has no torch):
     python3 tests/python_torch_test.py [--bin_dir build] [-k name]
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -413,6 +414,33 @@ class PythonTorchTest(testlib.ProcessTestCase):
         finally:
             os.environ.clear()
             os.environ.update(saved)
+
+
+class TorchrunTest(testlib.ProcessTestCase):
+
+    def test_torchrun_starts_the_trainers(self):
+        """torchrun --standalone --nproc_per_node=2 examples/torch_mlp.py
+        with only --pservers: torchrun's RANK and WORLD_SIZE make trainers
+        0 and 1 of 2, which train one job to the same accuracy."""
+        _, port, _ = self.start_pserver("ps", num_trainers=2)
+        torchrun = os.path.join(VENV, "bin", "torchrun")
+        log = os.path.join(self.tmp, "torchrun.log")
+        with open(log, "wb") as f:
+            p = self.popen([torchrun, "--standalone", "--nproc_per_node=2",
+                            EXAMPLE, "--pservers=127.0.0.1:%d" % port,
+                            "--max_steps=30", "--progress=off"],
+                           stdout=f, stderr=subprocess.STDOUT,
+                           env=python_env())
+            code = p.wait(180)
+        with open(log, errors="replace") as f:
+            text = f.read()
+        self.assertEqual(code, 0, text[-3000:])
+        results = [json.loads(l[len("RESULT "):]) for l in text.splitlines()
+                   if l.startswith("RESULT ")]
+        self.assertEqual(sorted(r["trainer_id"] for r in results), [0, 1])
+        accuracy = {r["passes"][-1]["test_accuracy"] for r in results}
+        self.assertEqual(len(accuracy), 1, results)
+        self.assertIn("trainer 1/2", text)
 
 
 def shardps_free_init():
