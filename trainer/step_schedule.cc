@@ -23,8 +23,7 @@ class OverlapSchedule : public StepSchedule {
 
   absl::Status Push(const StepPlan& plan, TransferStats* push) override {
     ComputeUpdates(plan);
-    ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> pushing,
-                     StartPush(plan.tag));
+    ASSIGN_OR_RETURN(std::unique_ptr<Transfer> pushing, StartPush(plan.tag));
     if (plan.prefetch) {
       // The pserver answers it once this step is applied: sync, every
       // trainer's push (min_version); async, this trainer's (own_clock).
@@ -65,7 +64,7 @@ class OverlapSchedule : public StepSchedule {
   }
 
   // The pull of step ahead_step_, started during the previous step.
-  std::unique_ptr<DenseTransfer> ahead_;
+  std::unique_ptr<Transfer> ahead_;
   int64_t ahead_step_ = -1;
 };
 
@@ -142,7 +141,7 @@ class AsyncPrefetchSchedule : public OverlapSchedule {
     }
   }
 
-  std::unique_ptr<DenseTransfer> in_flight_;
+  std::unique_ptr<Transfer> in_flight_;
   std::vector<std::vector<float>> prefetched_;
   std::vector<float*> prefetched_ptrs_;
   std::vector<std::vector<float>> spare_grads_;
@@ -205,16 +204,16 @@ class LayerPipelineSchedule : public StepSchedule {
   std::vector<std::vector<bool>> layer_masks_;
   // The pulls of step ahead_step_ by layer (null: none, or waited for),
   // each started as that layer's gradient was pushed.
-  std::vector<std::unique_ptr<DenseTransfer>> layer_pulls_;
+  std::vector<std::unique_ptr<Transfer>> layer_pulls_;
   int64_t ahead_step_ = -1;
   // The step's pushes, started layer by layer during backward.
-  std::vector<std::unique_ptr<DenseTransfer>> pushes_;
+  std::vector<std::unique_ptr<Transfer>> pushes_;
 };
 
 absl::StatusOr<BatchStats> LayerPipelineSchedule::Compute(
     const StepPlan& plan, TransferStats* pull, absl::Duration* pull_wait) {
   const size_t num_layers = ctx_.model->layer_tables().size();
-  std::vector<std::unique_ptr<DenseTransfer>> next(num_layers);
+  std::vector<std::unique_ptr<Transfer>> next(num_layers);
   Model::LayerHooks hooks;
   hooks.before_forward = [&](const std::vector<int>& tables) {
     const size_t i = LayerOf(tables);
@@ -232,7 +231,7 @@ absl::StatusOr<BatchStats> LayerPipelineSchedule::Compute(
   };
   hooks.after_backward = [&](const std::vector<int>& tables) {
     const size_t i = LayerOf(tables);
-    ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> p,
+    ASSIGN_OR_RETURN(std::unique_ptr<Transfer> p,
                      StartPush(plan.tag, &layer_masks_[i]));
     pushes_.push_back(std::move(p));
     if (plan.prefetch) {
@@ -302,7 +301,7 @@ absl::StatusOr<BatchStats> StepSchedule::Compute(const StepPlan&,
 absl::Status StepSchedule::Push(const StepPlan& plan, TransferStats* push) {
   const absl::Time start = absl::Now();
   ComputeUpdates(plan);
-  ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> pushing, StartPush(plan.tag));
+  ASSIGN_OR_RETURN(std::unique_ptr<Transfer> pushing, StartPush(plan.tag));
   push->prepare_us += absl::ToInt64Microseconds(absl::Now() - start);
   TransferStats this_push;
   absl::Status s = pushing->Wait(&this_push);
@@ -316,11 +315,11 @@ void StepSchedule::ComputeUpdates(const StepPlan& plan) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<DenseTransfer>> StepSchedule::StartPush(
+absl::StatusOr<std::unique_ptr<Transfer>> StepSchedule::StartPush(
     int64_t tag, const std::vector<bool>* only) {
   UpdateSharing* sharing = ctx_.sharing;
   ASSIGN_OR_RETURN(
-      std::unique_ptr<DenseTransfer> pushing,
+      std::unique_ptr<Transfer> pushing,
       ctx_.params->StartPush(
           tag, sharing != nullptr ? sharing->updates() : *ctx_.grads, only));
   if (sharing != nullptr) sharing->MaskSent(*ctx_.params->threshold_encoder());
@@ -328,8 +327,7 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> StepSchedule::StartPush(
 }
 
 absl::Status StepSchedule::WaitAll(
-    std::vector<std::unique_ptr<DenseTransfer>>& transfers,
-    TransferStats* stats) {
+    std::vector<std::unique_ptr<Transfer>>& transfers, TransferStats* stats) {
   absl::Status s;
   for (auto& t : transfers) {
     TransferStats one;

@@ -92,13 +92,12 @@ class StepSchedule {
   void ComputeUpdates(const StepPlan& plan);
   // The step's push started: threshold compression's updates, or the
   // gradients; with `only`, the tables it marks.
-  absl::StatusOr<std::unique_ptr<DenseTransfer>> StartPush(
+  absl::StatusOr<std::unique_ptr<Transfer>> StartPush(
       int64_t tag, const std::vector<bool>* only = nullptr);
   // Waits for every one of `transfers` (and clears them), adding their
   // stats; returns the first error.
-  static absl::Status WaitAll(
-      std::vector<std::unique_ptr<DenseTransfer>>& transfers,
-      TransferStats* stats);
+  static absl::Status WaitAll(std::vector<std::unique_ptr<Transfer>>& transfers,
+                              TransferStats* stats);
 
   const StepContext ctx_;
 };

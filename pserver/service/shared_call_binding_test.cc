@@ -67,7 +67,7 @@ TEST_F(SharedCallBindingTest, PushesAndPullsGoThroughTheRegion) {
 TEST_F(SharedCallBindingTest, CancelSharedCallsEndsAHeldPullAtOnce) {
   ASSERT_EQ(params_->UseSharedMemory(), 1);
   std::vector<float> out(6);
-  std::unique_ptr<DenseTransfer> pull = params_->StartPull(1, 1, {out.data()});
+  std::unique_ptr<Transfer> pull = params_->StartPull(1, 1, {out.data()});
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(pull->Done());
   const absl::Time start = absl::Now();

@@ -89,7 +89,7 @@ class GrpcOneTableTest : public ::testing::Test {
   // DEADLINE_EXCEEDED.
   std::vector<float> PullHeldPastItsWait() {
     std::vector<float> out(6);
-    std::unique_ptr<DenseTransfer> pull =
+    std::unique_ptr<Transfer> pull =
         params_->StartPull(/*min_version=*/1, /*step=*/1, {out.data()});
     absl::SleepFor(absl::Milliseconds(400));
     const std::vector<float> g = {1, 1, 1, 1, 1, 1};

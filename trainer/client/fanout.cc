@@ -45,4 +45,41 @@ absl::Status SendPushes(const std::vector<std::unique_ptr<PendingPush>>& calls,
   return st;
 }
 
+Transfer::Transfer(int calls) : state_(std::make_shared<State>()) {
+  absl::MutexLock l(&state_->mu);
+  state_->pending = calls;
+}
+
+absl::Status Transfer::Wait(TransferStats* stats) {
+  if (run_queued_) {
+    while (!Done() && run_queued_()) {
+    }
+  }
+  AwaitCalls();
+  if (stats != nullptr) *stats = stats_ ? stats_() : TransferStats{};
+  return state_->error.Get();
+}
+
+void Transfer::AwaitCalls() {
+  State& st = *state_;
+  absl::MutexLock l(&st.mu);
+  st.mu.Await(absl::Condition(
+      +[](State* s)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; },
+      &st));
+}
+
+bool Transfer::Done() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->pending == 0;
+}
+
+StatusCallback Transfer::OneDone() {
+  return [state = state_](absl::Status s) {
+    state->error.Add(s);
+    absl::MutexLock l(&state->mu);
+    --state->pending;
+  };
+}
+
 }  // namespace shardps

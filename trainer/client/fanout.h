@@ -54,6 +54,62 @@ struct PendingPush {
 absl::Status SendPushes(const std::vector<std::unique_ptr<PendingPush>>& calls,
                         TransferStats* stats);
 
+// A pull or push in flight on every pserver (ParamClient::StartPull,
+// StartPush; SparseClient::StartPull). Wait() returns once every call of it has
+// ended; the destructor waits too, so that no reply lands after it. Wait()
+// carries queued TCP lane calls on its own thread while it would wait
+// (TcpLanePsClient::RunQueued), so the ParamClient must still be there.
+// Thread-compatible.
+class Transfer {
+ public:
+  ~Transfer() { AwaitCalls(); }
+  // The first error of its calls, or OK; fills `stats` (when not null).
+  // May be called again: it returns the same.
+  absl::Status Wait(TransferStats* stats = nullptr);
+  // Whether every call has ended (Wait would not block).
+  bool Done() const;
+
+ private:
+  friend class ParamClient;
+  friend class SparseClient;
+  // What the calls' callbacks share with the transfer; they hold it, so a
+  // callback never touches a destroyed transfer.
+  struct State {
+    mutable absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+    FirstError error;
+  };
+  explicit Transfer(int calls);
+  // The transfer of `calls`, kept alive until they end; its statistics add
+  // add(call, &stats) over the calls.
+  template <typename Call, typename AddStats>
+  static std::unique_ptr<Transfer> Of(
+      std::shared_ptr<std::vector<std::unique_ptr<Call>>> calls, AddStats add) {
+    std::unique_ptr<Transfer> t(new Transfer(static_cast<int>(calls->size())));
+    t->calls_ = calls;
+    t->stats_ = [calls, add] {
+      TransferStats stats;
+      for (const auto& call : *calls) add(*call, &stats);
+      stats.rpcs = static_cast<int64_t>(calls->size());
+      return stats;
+    };
+    return t;
+  }
+  // The callback of one call.
+  StatusCallback OneDone();
+  // Blocks until every call has ended.
+  void AwaitCalls();
+
+  const std::shared_ptr<State> state_;
+  // The calls (kept alive until they end), and the statistics of the ended
+  // transfer read from them.
+  std::shared_ptr<void> calls_;
+  std::function<TransferStats()> stats_;
+  // Carries one queued call of the ParamClient's TCP lanes on this thread;
+  // false when there was none. Null: no lanes.
+  std::function<bool()> run_queued_;
+};
+
 }  // namespace shardps
 
 #endif  // SHARDPS_TRAINER_CLIENT_FANOUT_H_

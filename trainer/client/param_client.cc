@@ -68,43 +68,6 @@ absl::Status ParamClient::MarkDone(int64_t steps) {
   return SendPushes(calls, nullptr);
 }
 
-DenseTransfer::DenseTransfer(int calls) : state_(std::make_shared<State>()) {
-  absl::MutexLock l(&state_->mu);
-  state_->pending = calls;
-}
-
-absl::Status DenseTransfer::Wait(TransferStats* stats) {
-  if (run_queued_) {
-    while (!Done() && run_queued_()) {
-    }
-  }
-  AwaitCalls();
-  if (stats != nullptr) *stats = stats_ ? stats_() : TransferStats{};
-  return state_->error.Get();
-}
-
-void DenseTransfer::AwaitCalls() {
-  State& st = *state_;
-  absl::MutexLock l(&st.mu);
-  st.mu.Await(absl::Condition(
-      +[](State* s)
-           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; },
-      &st));
-}
-
-bool DenseTransfer::Done() const {
-  absl::MutexLock l(&state_->mu);
-  return state_->pending == 0;
-}
-
-StatusCallback DenseTransfer::OneDone() {
-  return [state = state_](absl::Status s) {
-    state->error.Add(s);
-    absl::MutexLock l(&state->mu);
-    --state->pending;
-  };
-}
-
 void ParamClient::CancelSharedCalls() {
   for (const std::unique_ptr<SharedMemoryPsClient>& c : shared_) {
     if (c != nullptr) c->CancelSharedCalls();
@@ -291,7 +254,7 @@ struct ParamClient::PullCall {
   PullResponse resp;
 };
 
-std::unique_ptr<DenseTransfer> ParamClient::StartPull(
+std::unique_ptr<Transfer> ParamClient::StartPull(
     int64_t min_version, int64_t step, const std::vector<float*>& values,
     int64_t min_clock, int64_t own_clock, const std::vector<bool>* only) {
   auto calls = std::make_shared<std::vector<std::unique_ptr<PullCall>>>();
@@ -306,8 +269,8 @@ std::unique_ptr<DenseTransfer> ParamClient::StartPull(
       calls->push_back(std::move(p));
     }
   }
-  std::unique_ptr<DenseTransfer> t =
-      DenseTransfer::Of(calls, [](const PullCall& p, TransferStats* stats) {
+  std::unique_ptr<Transfer> t =
+      Transfer::Of(calls, [](const PullCall& p, TransferStats* stats) {
         stats->bytes += static_cast<int64_t>(p.resp.ByteSizeLong());
         for (int j = 0; j < p.resp.blocks_size(); ++j) {
           const DenseBlock& b = p.resp.blocks(j);
@@ -376,7 +339,7 @@ absl::Status ParamClient::Push(int64_t step,
                                const std::vector<const float*>& grads,
                                TransferStats* stats) {
   const DeferLaneCalls waited_at_once(tcp_);
-  ASSIGN_OR_RETURN(std::unique_ptr<DenseTransfer> t, StartPush(step, grads));
+  ASSIGN_OR_RETURN(std::unique_ptr<Transfer> t, StartPush(step, grads));
   return t->Wait(stats);
 }
 
@@ -389,7 +352,7 @@ struct ParamClient::PushCall {
   PushResponse resp;
 };
 
-absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
+absl::StatusOr<std::unique_ptr<Transfer>> ParamClient::StartPush(
     int64_t step, const std::vector<const float*>& grads,
     const std::vector<bool>* only) {
   auto calls = std::make_shared<std::vector<std::unique_ptr<PushCall>>>();
@@ -406,8 +369,8 @@ absl::StatusOr<std::unique_ptr<DenseTransfer>> ParamClient::StartPush(
       calls->push_back(std::move(p));
     }
   }
-  std::unique_ptr<DenseTransfer> t =
-      DenseTransfer::Of(calls, [](const PushCall& p, TransferStats* stats) {
+  std::unique_ptr<Transfer> t =
+      Transfer::Of(calls, [](const PushCall& p, TransferStats* stats) {
         // The push as a message with its values, whichever way the
         // transport moved them (through a region: a few bytes of offsets
         // more or less than this).

@@ -23,62 +23,6 @@
 
 namespace shardps {
 
-// A pull or push in flight on every pserver (ParamClient::StartPull,
-// StartPush). Wait() returns once every call of it has ended; the
-// destructor waits too, so that no reply lands after it. Wait() carries
-// queued TCP lane calls on its own thread while it would wait
-// (TcpLanePsClient::RunQueued), so the ParamClient must still be there.
-// Thread-compatible.
-class DenseTransfer {
- public:
-  ~DenseTransfer() { AwaitCalls(); }
-  // The first error of its calls, or OK; fills `stats` (when not null).
-  // May be called again: it returns the same.
-  absl::Status Wait(TransferStats* stats = nullptr);
-  // Whether every call has ended (Wait would not block).
-  bool Done() const;
-
- private:
-  friend class ParamClient;
-  // What the calls' callbacks share with the transfer; they hold it, so a
-  // callback never touches a destroyed transfer.
-  struct State {
-    mutable absl::Mutex mu;
-    int pending ABSL_GUARDED_BY(mu) = 0;
-    FirstError error;
-  };
-  explicit DenseTransfer(int calls);
-  // The transfer of `calls`, kept alive until they end; its statistics add
-  // add(call, &stats) over the calls.
-  template <typename Call, typename AddStats>
-  static std::unique_ptr<DenseTransfer> Of(
-      std::shared_ptr<std::vector<std::unique_ptr<Call>>> calls, AddStats add) {
-    std::unique_ptr<DenseTransfer> t(
-        new DenseTransfer(static_cast<int>(calls->size())));
-    t->calls_ = calls;
-    t->stats_ = [calls, add] {
-      TransferStats stats;
-      for (const auto& call : *calls) add(*call, &stats);
-      stats.rpcs = static_cast<int64_t>(calls->size());
-      return stats;
-    };
-    return t;
-  }
-  // The callback of one call.
-  StatusCallback OneDone();
-  // Blocks until every call has ended.
-  void AwaitCalls();
-
-  const std::shared_ptr<State> state_;
-  // The calls (kept alive until they end), and the statistics of the ended
-  // transfer read from them.
-  std::shared_ptr<void> calls_;
-  std::function<TransferStats()> stats_;
-  // Carries one queued call of the ParamClient's TCP lanes on this thread;
-  // false when there was none. Null: no lanes.
-  std::function<bool()> run_queued_;
-};
-
 // The trainer's view of the dense parameters on all pservers: pulls and
 // pushes split by the shard map into chunks of at most 4 MiB (PlanChunks),
 // all in flight at once, one or more calls per pserver. A pull or push may
@@ -116,10 +60,11 @@ class ParamClient {
   // below it have been applied (a pull sent with the push before it).
   // With `only` (indexed by table id), only the blocks of the tables it
   // marks (a layer's, --overlap in sync mode).
-  std::unique_ptr<DenseTransfer> StartPull(
-      int64_t min_version, int64_t step, const std::vector<float*>& values,
-      int64_t min_clock = 0, int64_t own_clock = 0,
-      const std::vector<bool>* only = nullptr);
+  std::unique_ptr<Transfer> StartPull(int64_t min_version, int64_t step,
+                                      const std::vector<float*>& values,
+                                      int64_t min_clock = 0,
+                                      int64_t own_clock = 0,
+                                      const std::vector<bool>* only = nullptr);
   // Sends grads[t] for `step`. A retried call keeps its request id, so the
   // pserver applies it once.
   absl::Status Push(int64_t step, const std::vector<const float*>& grads,
@@ -128,7 +73,7 @@ class ParamClient {
   // stay unchanged until the transfer has ended (the threshold encoder's
   // state is updated at once).
   // With `only`, the blocks of the tables it marks, as StartPull.
-  absl::StatusOr<std::unique_ptr<DenseTransfer>> StartPush(
+  absl::StatusOr<std::unique_ptr<Transfer>> StartPush(
       int64_t step, const std::vector<const float*>& grads,
       const std::vector<bool>* only = nullptr);
   // ASYNC: tells every pserver that this trainer has finished `steps`
@@ -201,7 +146,7 @@ class ParamClient {
     if (s < tcp_.size() && tcp_[s] != nullptr) return tcp_[s].get();
     return servers_[s];
   }
-  // DenseTransfer::run_queued_ for this client's TCP lanes; null when it
+  // Transfer::run_queued_ for this client's TCP lanes; null when it
   // has none.
   std::function<bool()> LaneRunner() const;
 

@@ -2,6 +2,7 @@
 #define SHARDPS_TRAINER_CLIENT_SPARSE_CLIENT_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,8 +25,9 @@ struct SparseTransfer {
 
 // The trainer's view of the sparse tables on all pservers: key k goes to
 // pserver Mix64(k) % P, in calls of at most 4 MiB of keys and values
-// (SplitKeys), all in flight at once. Thread-compatible: one thread calls it
-// at a time. `servers` and `stamp` must outlive it.
+// (SplitKeys) that carry the rows of several tables together, all in flight
+// at once. Thread-compatible: one thread calls it at a time. `servers` and
+// `stamp` must outlive it.
 class SparseClient {
  public:
   SparseClient(std::vector<PsClientInterface*> servers, RequestStamp* stamp);
@@ -35,6 +37,14 @@ class SparseClient {
   absl::Status Pull(int64_t min_version, int64_t step,
                     const std::vector<SparseTransfer>& tables,
                     TransferStats* stats);
+  // Pull, in flight: each transfer's rows are filled by the time the
+  // returned transfer's Wait() returns (they must outlive it; the keys are
+  // read before StartPull returns). A pull of a version not yet applied
+  // waits on the pservers, so a sync trainer may send the next step's pull
+  // before its push.
+  std::unique_ptr<Transfer> StartPull(
+      int64_t min_version, int64_t step,
+      const std::vector<SparseTransfer>& tables);
   // Sends each transfer's grads for `step`; in sync mode every pserver gets
   // at least one (possibly empty) chunk of every table, with the chunk
   // count, so that it knows when this trainer's step is complete.

@@ -23,7 +23,8 @@ constexpr int kDim = 64;
 
 class SparseClientTest : public ::testing::Test {
  protected:
-  void Start(int num_servers, int num_trainers) {
+  // With `bias_table`, a second table "bias" of 1 float per row (id 1).
+  void Start(int num_servers, int num_trainers, bool bias_table = false) {
     JobSpec job;
     job.set_mode(SYNC);
     job.set_num_trainers(num_trainers);
@@ -34,6 +35,12 @@ class SparseClientTest : public ::testing::Test {
     e->mutable_sparse()->set_dim(kDim);
     e->mutable_optimizer()->set_type(OptimizerConfig::SGD);
     e->mutable_optimizer()->set_learning_rate(1.0f);
+    if (bias_table) {
+      TableSpec* b = job.add_tables();
+      *b = *e;
+      b->set_name("bias");
+      b->mutable_sparse()->set_dim(1);
+    }
     job_ = job;
     for (int s = 0; s < num_servers; ++s) {
       servers_.push_back(std::move(*Pserver::Create(PserverOptions{})));
@@ -141,6 +148,47 @@ TEST_F(SparseClientTest, TrainerWithNoKeysStillCompletesTheStep) {
   std::vector<SparseTransfer> t = {{0, kDim, keys, row.data(), nullptr}};
   ASSERT_TRUE(sparse_[1]->Pull(1, 1, t, nullptr).ok());
   EXPECT_FLOAT_EQ(row[0], -2.0f);  // only trainer 0 pushed key 42
+}
+
+// Two tables travel in one call per pserver; a pull of the next version
+// sent before the pushes is answered with the rows they made.
+TEST_F(SparseClientTest, TablesShareCallsAndPullsWaitForTheirVersion) {
+  Start(/*num_servers=*/2, /*num_trainers=*/2, /*bias_table=*/true);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 100; ++k) keys.push_back(k * 1000003);
+  std::vector<float> emb(keys.size() * kDim, -1), bias(keys.size(), -1);
+  std::vector<SparseTransfer> fetch = {{0, kDim, keys, emb.data(), nullptr},
+                                       {1, 1, keys, bias.data(), nullptr}};
+  std::unique_ptr<Transfer> next = sparse_[0]->StartPull(1, 1, fetch);
+  EXPECT_FALSE(next->Done());  // no trainer has pushed step 0
+  std::vector<float> g_emb(keys.size() * kDim, 4.0f), g_bias(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) g_bias[i] = static_cast<float>(i);
+  std::vector<absl::Status> status(2);
+  std::vector<TransferStats> stats(2);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<SparseTransfer> t = {{0, kDim, keys, nullptr, g_emb.data()},
+                                       {1, 1, keys, nullptr, g_bias.data()}};
+      status[k] = sparse_[k]->Push(0, /*sync=*/true, t, &stats[k]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(stats[0].rpcs, 2);  // one call per pserver for both tables
+  TransferStats pulled;
+  ASSERT_TRUE(next->Wait(&pulled).ok());
+  EXPECT_EQ(pulled.rpcs, 2);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(emb[i * kDim], -4.0f) << i;  // SGD, lr 1, mean of 4 and 4
+    ASSERT_EQ(bias[i], -static_cast<float>(i)) << i;
+  }
+  // A table of no keys adds no call.
+  std::vector<SparseTransfer> one = {{0, kDim, keys, emb.data(), nullptr},
+                                     {1, 1, {}, nullptr, nullptr}};
+  ASSERT_TRUE(sparse_[1]->Pull(1, 1, one, &pulled).ok());
+  EXPECT_EQ(pulled.rpcs, 2);
 }
 
 }  // namespace

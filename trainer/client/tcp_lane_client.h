@@ -77,7 +77,7 @@ class TcpLanePsClient final : public PsClientInterface {
   // call is using, as a worker would have (its `done` runs here too);
   // `taken` (when set) runs once the call is taken, before it is carried.
   // False when no call is queued or every connection is busy. A thread
-  // about to wait for its calls (DenseTransfer::Wait) calls it instead:
+  // about to wait for its calls (Transfer::Wait) calls it instead:
   // handing a call to a worker and its answer back costs two thread
   // wake-ups, tens of microseconds each on virtual machines
   // (docs/performance.md, "TCP lane").
