@@ -174,9 +174,9 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
 }
 
 void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
-                           const float* grad, float scale,
+                           const float* grad, float scale, bool maybe_added,
                            std::vector<absl::Span<float>>* slots) {
-  auto it = s.index.find(key);
+  auto it = maybe_added ? s.index.find(key) : s.index.end();
   uint32_t slot;
   if (it != s.index.end()) {
     slot = it->second;
@@ -252,7 +252,8 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
         if (rows[j] != kNoRow) {
           UpdateRow(s, rows[j], step, g, scale, &slots);
         } else {
-          ApplyOne(s, step, batch_keys[j], g, scale, &slots);
+          ApplyOne(s, step, batch_keys[j], g, scale, /*maybe_added=*/true,
+                   &slots);
         }
       }
     }
@@ -314,7 +315,8 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
         if (rows[j] != kNoRow) {
           UpdateRow(s, rows[j], step, sum, scale, &slots);
         } else {
-          ApplyOne(s, step, s.accum_keys[b + j], sum, scale, &slots);
+          ApplyOne(s, step, s.accum_keys[b + j], sum, scale,
+                   /*maybe_added=*/false, &slots);
         }
       }
     }

@@ -162,9 +162,13 @@ class SparseTable {
   // A new row for `key`, or kNoRow when the budget has no room for the
   // chunk it needs.
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Applies one update to `key` (admission included).
+  // Applies one update to `key`, which FindRows did not find (admission
+  // included). `maybe_added`: an earlier key of the same batch may have
+  // added it (a push's keys may repeat; the accumulated keys of a sync
+  // step do not).
   void ApplyOne(Stripe& s, int64_t step, uint64_t key, const float* grad,
-                float scale, std::vector<absl::Span<float>>* slots)
+                float scale, bool maybe_added,
+                std::vector<absl::Span<float>>* slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Applies one update to the row in `slot`.
   void UpdateRow(Stripe& s, uint32_t slot, int64_t step, const float* grad,

@@ -296,9 +296,82 @@ absl::Status TrainingSession::PushQueuedSparse(int64_t tag,
   return s;
 }
 
+absl::Status TrainingSession::PushStep(
+    const std::vector<const float*>& grads,
+    const std::vector<float*>* next_values,
+    const std::vector<SparseTransfer>& next_rows, TransferStats* push,
+    TransferStats* pull) {
+  // SYNC: the next rows are asked for first; the pservers answer once every
+  // trainer's push of this step is applied. ASYNC: once this trainer's
+  // sparse push is.
+  std::unique_ptr<Transfer> fetching;
+  if (sync() && !next_rows.empty()) {
+    fetching = sparse_->StartPull(step_ + 1, step_ + 1, next_rows);
+  }
+  absl::Status st = PushQueuedSparse(step_, push);
+  if (st.ok() && !sync() && !next_rows.empty()) {
+    fetching = sparse_->StartPull(0, step_ + 1, next_rows);
+  }
+  if (st.ok()) {
+    TransferStats sparse_push = *push;
+    std::vector<const float*> sent = grads;
+    if (sharing_ != nullptr) {
+      sharing_->ComputeUpdates(step_, grads);
+      sent = sharing_->updates();
+    }
+    absl::StatusOr<std::unique_ptr<Transfer>> pushing =
+        params_->StartPush(step_, sent);
+    if (sharing_ != nullptr && pushing.ok()) {
+      sharing_->MaskSent(*params_->threshold_encoder());
+    }
+    // SYNC: the next values are asked for with the push, and answered once
+    // every trainer's push of this step is applied.
+    std::unique_ptr<Transfer> pulling;
+    if (pushing.ok() && next_values != nullptr && sync() &&
+        lars_tables_.empty()) {
+      pulling = params_->StartPull(step_ + 1, step_ + 1, *next_values);
+    }
+    st = pushing.ok() ? (*pushing)->Wait(push) : pushing.status();
+    push->bytes += sparse_push.bytes;
+    if (st.ok() && !lars_tables_.empty()) {
+      st = params_->ExchangeTableNorms(step_, lars_tables_);
+    }
+    if (pulling != nullptr) {
+      absl::Status p = pulling->Wait(pull);
+      if (st.ok()) st = p;
+    } else if (st.ok() && next_values != nullptr) {
+      st = params_->Pull(sync() ? step_ + 1 : 0, step_ + 1, *next_values, pull);
+    }
+  }
+  if (fetching != nullptr) {
+    TransferStats rows;
+    absl::Status f = fetching->Wait(&rows);
+    if (st.ok()) st = f;
+    pull->bytes += rows.bytes;
+    pull->server_wait_us = std::max(pull->server_wait_us, rows.server_wait_us);
+  }
+  return st;
+}
+
+absl::StatusOr<std::vector<SparseTransfer>> TrainingSession::FetchTransfers(
+    const std::vector<SparseFetch>& fetch) const {
+  std::vector<SparseTransfer> t;
+  for (const SparseFetch& f : fetch) {
+    if (f.table < 0 || f.table >= static_cast<int>(sparse_specs_.size())) {
+      return Bad(absl::StrCat("no sparse table ", f.table));
+    }
+    t.push_back({static_cast<uint32_t>(layouts_.size() + f.table),
+                 sparse_specs_[f.table].sparse().dim(), f.keys, f.rows,
+                 nullptr});
+  }
+  return t;
+}
+
 absl::StatusOr<StepOutcome> TrainingSession::EndStep(
     const std::vector<const float*>& grads,
-    const std::vector<float*>* next_values, double loss_sum, int64_t samples) {
+    const std::vector<float*>* next_values,
+    const std::vector<SparseFetch>* next_rows, double loss_sum,
+    int64_t samples) {
   if (!started_ || finished_) {
     return absl::FailedPreconditionError(finished_ ? "the job has finished"
                                                    : "the job has not started");
@@ -308,41 +381,15 @@ absl::StatusOr<StepOutcome> TrainingSession::EndStep(
     return Bad(absl::StrCat("gradients for ", grads.size(), " of ",
                             layouts_.size(), " dense tables"));
   }
+  std::vector<SparseTransfer> fetch;
+  if (next_rows != nullptr) {
+    ASSIGN_OR_RETURN(fetch, FetchTransfers(*next_rows));
+  }
   const absl::Time t0 = absl::Now();
   absl::Status st = checkpoints_->AtStep(step_);
   TransferStats push, pull;
   const absl::Time t1 = absl::Now();
-  if (st.ok()) st = PushQueuedSparse(step_, &push);
-  if (st.ok()) {
-    std::vector<const float*> sent = grads;
-    if (sharing_ != nullptr) {
-      sharing_->ComputeUpdates(step_, grads);
-      sent = sharing_->updates();
-    }
-    absl::StatusOr<std::unique_ptr<DenseTransfer>> pushing =
-        params_->StartPush(step_, sent);
-    if (sharing_ != nullptr && pushing.ok()) {
-      sharing_->MaskSent(*params_->threshold_encoder());
-    }
-    // SYNC: the next values are asked for with the push, and answered once
-    // every trainer's push of this step is applied.
-    std::unique_ptr<DenseTransfer> pulling;
-    if (pushing.ok() && next_values != nullptr && sync() &&
-        lars_tables_.empty()) {
-      pulling = params_->StartPull(step_ + 1, step_ + 1, *next_values);
-    }
-    st = pushing.ok() ? (*pushing)->Wait(&push) : pushing.status();
-    if (st.ok() && !lars_tables_.empty()) {
-      st = params_->ExchangeTableNorms(step_, lars_tables_);
-    }
-    if (pulling != nullptr) {
-      absl::Status p = pulling->Wait(&pull);
-      if (st.ok()) st = p;
-    } else if (st.ok() && next_values != nullptr) {
-      st =
-          params_->Pull(sync() ? step_ + 1 : 0, step_ + 1, *next_values, &pull);
-    }
-  }
+  if (st.ok()) st = PushStep(grads, next_values, fetch, &push, &pull);
   if (!st.ok()) {
     if (sync() && absl::IsAborted(st)) {
       RETURN_IF_ERROR(Recover(st));

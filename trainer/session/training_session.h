@@ -36,6 +36,14 @@ struct StepOutcome {
   bool recovered = false;
 };
 
+// Rows of a sparse table that the next step will read, fetched as a step
+// ends (TrainingSession::EndStep).
+struct SparseFetch {
+  int table = 0;                    // index among the sparse tables
+  absl::Span<const uint64_t> keys;  // distinct
+  float* rows = nullptr;            // keys.size() * dim floats, filled
+};
+
 // A trainer's side of a job whose model lives elsewhere (a PyTorch module,
 // through the Python package, python/): the same job set-up, recovery,
 // replication, heartbeats, checkpoints, value lanes, compression and
@@ -107,11 +115,15 @@ class TrainingSession {
   // queued sparse gradients, then grads[t] for each dense table, are
   // pushed; with `next_values`, the next step's dense values are pulled
   // into them (SYNC: sent with the push, answered once the step is
-  // applied). `loss_sum` over `samples` examples goes to the progress
-  // lines and metrics. SYNC, a job rolled back meanwhile: recovers (joins
-  // the agreed step, which step() then gives; next_values not written).
+  // applied); with `next_rows`, so are the next step's rows of those keys
+  // (what PullSparse would give at the next step; SYNC: sent before the
+  // push, ASYNC: after the sparse push), in one pull of every table.
+  // `loss_sum` over `samples` examples goes to the progress lines and
+  // metrics. SYNC, a job rolled back meanwhile: recovers (joins the agreed
+  // step, which step() then gives; next_values and next_rows not written).
   absl::StatusOr<StepOutcome> EndStep(const std::vector<const float*>& grads,
                                       const std::vector<float*>* next_values,
+                                      const std::vector<SparseFetch>* next_rows,
                                       double loss_sum, int64_t samples);
   // An evaluation's results, as the trainer binary's "eval" line
   // (metrics_file) and log line; `auc` NaN for none.
@@ -146,6 +158,15 @@ class TrainingSession {
   absl::Status MakeClients();
   // Sends the queued sparse gradients of this step (tagged `tag`).
   absl::Status PushQueuedSparse(int64_t tag, TransferStats* stats);
+  // The transfers of `fetch`; INVALID_ARGUMENT for a table that is not.
+  absl::StatusOr<std::vector<SparseTransfer>> FetchTransfers(
+      const std::vector<SparseFetch>& fetch) const;
+  // Pushes this step: sparse (fetching `next_rows` with it), then dense,
+  // with the next dense values when asked.
+  absl::Status PushStep(const std::vector<const float*>& grads,
+                        const std::vector<float*>* next_values,
+                        const std::vector<SparseTransfer>& next_rows,
+                        TransferStats* push, TransferStats* pull);
   absl::Status Recover(const absl::Status& why);
   // Unless the run recovers from `why`, cancels the calls in flight.
   void CancelIfFatal(const absl::Status& why);

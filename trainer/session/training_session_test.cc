@@ -100,7 +100,7 @@ TEST(TrainingSessionTest, SyncStepsApplyTheMeanGradient) {
       for (int step = 0; step < kSteps && status[k].ok(); ++step) {
         const std::vector<float> g = Grad(k, step, kSize);
         std::vector<float*> next = {values.data()};
-        auto out = s.EndStep({g.data()}, &next, 1.0, 1);
+        auto out = s.EndStep({g.data()}, &next, nullptr, 1.0, 1);
         status[k] = out.status();
         if (out.ok()) {
           EXPECT_EQ(out->step, step + 1);
@@ -151,7 +151,7 @@ TEST(TrainingSessionTest, SparseRowsFollowAdagrad) {
   for (float r : rows) EXPECT_EQ(r, 0.5f);
   std::vector<float> g = {1, 2, 3, 0, 0, 0, -1, 0.5f, 0};
   ASSERT_TRUE(s.PushSparse(*t, keys, g).ok());
-  ASSERT_TRUE(s.EndStep({}, nullptr, 0, 0).ok());
+  ASSERT_TRUE(s.EndStep({}, nullptr, nullptr, 0, 0).ok());
   ASSERT_TRUE(s.PullSparse(*t, keys, rows.data()).ok());
   for (size_t i = 0; i < 9; ++i) {
     const double acc = 0.1 + double{g[i]} * g[i];
@@ -164,6 +164,56 @@ TEST(TrainingSessionTest, SparseRowsFollowAdagrad) {
   EXPECT_EQ(s.PushSparse(9, keys, g).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(s.Finish().ok());
+}
+
+// Rows fetched as a step ends are those PullSparse gives at the next step,
+// in sync mode (after both trainers' pushes) and for two tables at once;
+// a fetch of a table that is not is refused before anything is sent.
+TEST(TrainingSessionTest, NextRowsFetchedWithThePushAreTheNextSteps) {
+  const int kTrainers = 2, kSteps = 6;
+  Cluster cluster(2, kTrainers);
+  std::vector<absl::Status> status(kTrainers);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kTrainers; ++k) {
+    threads.emplace_back([&, k] {
+      TrainingSession s(Options(k, kTrainers), cluster.For(k));
+      SparseTableOptions wide, narrow;
+      wide.set_dim(4);
+      wide.mutable_init()->set_type(RowInitializer::UNIFORM);
+      wide.mutable_init()->set_scale(0.1f);
+      narrow.set_dim(1);
+      auto emb = s.AddSparseTable("emb", wide, Momentum(0.1f, 0.9f));
+      auto bias = s.AddSparseTable("bias", narrow, Momentum(0.1f, 0.9f));
+      ASSERT_TRUE(emb.ok() && bias.ok());
+      status[k] = s.Start({}, 0);
+      std::vector<uint64_t> keys = {3, 17, 1ull << 41, 99 + 0ull + k};
+      std::vector<float> e(16), b(4), pulled_e(16), pulled_b(4);
+      for (int step = 0; step < kSteps && status[k].ok(); ++step) {
+        std::vector<float> ge = Grad(k, step, 16), gb = Grad(k, step, 4);
+        status[k] = s.PushSparse(*emb, keys, ge);
+        if (status[k].ok()) status[k] = s.PushSparse(*bias, keys, gb);
+        if (!status[k].ok()) break;
+        std::vector<SparseFetch> next = {{*emb, keys, e.data()},
+                                         {*bias, keys, b.data()}};
+        if (step == 0) {
+          std::vector<SparseFetch> bad = {{7, keys, e.data()}};
+          EXPECT_EQ(s.EndStep({}, nullptr, &bad, 0, 0).status().code(),
+                    absl::StatusCode::kInvalidArgument);
+        }
+        auto out = s.EndStep({}, nullptr, &next, 0, 0);
+        status[k] = out.status();
+        if (!out.ok()) break;
+        status[k] = s.PullSparse(*emb, keys, pulled_e.data());
+        if (status[k].ok())
+          status[k] = s.PullSparse(*bias, keys, pulled_b.data());
+        EXPECT_EQ(e, pulled_e) << "trainer " << k << " step " << step;
+        EXPECT_EQ(b, pulled_b) << "trainer " << k << " step " << step;
+      }
+      if (status[k].ok()) status[k] = s.Finish();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < kTrainers; ++k) ASSERT_TRUE(status[k].ok()) << status[k];
 }
 
 // A model changed between trainers: the second trainer's Start fails
