@@ -64,6 +64,15 @@ def parse_args(argv):
     p.add_argument("--dense_lr", type=float, default=0.001)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default=None,
+                   help="where the model and batches live (default: "
+                        "cuda:LOCAL_RANK where there is a GPU, else cpu)")
+    p.add_argument("--stage_on_host", action="store_true",
+                   help="copy CPU parameters through host buffers as a "
+                        "GPU's are (the GPU's path without one; tests)")
+    p.add_argument("--no_prefetch", action="store_true",
+                   help="pull each batch's rows in its forward, instead of "
+                   "with the previous step's push (prefetch)")
     p.add_argument("--plain", action="store_true",
                    help="one plain PyTorch process, no pservers")
     a, rest = p.parse_known_args(argv)
@@ -75,6 +84,13 @@ def parse_args(argv):
         k, v = r[2:].split("=", 1)
         flags[k] = v
     return a, flags
+
+
+def default_device():
+    """cuda:LOCAL_RANK (torchrun's; 0 without) where there is a GPU."""
+    if torch.cuda.is_available():
+        return "cuda:%d" % int(os.environ.get("LOCAL_RANK", "0"))
+    return "cpu"
 
 
 def read_libsvm(path, num_fields):
@@ -151,7 +167,7 @@ def build(a, job):
         vocab = torch.unique(torch.cat([a.x.flatten(), a.tx.flatten()]))
         emb = PlainRows(vocab, a.dim, True)
         lin = PlainRows(vocab, 1, False)
-        model = DeepFM(emb, lin, a.num_fields, a.dim, a.hidden)
+        model = DeepFM(emb, lin, a.num_fields, a.dim, a.hidden).to(a.device)
         sparse_opt = torch.optim.Adagrad(
             list(emb.parameters()) + list(lin.parameters()), lr=a.emb_lr,
             initial_accumulator_value=a.emb_accumulator)
@@ -169,8 +185,10 @@ def build(a, job):
                                          init="zeros")
     model = DeepFM(emb, lin, a.num_fields, a.dim, a.hidden)
     steps = (a.x.shape[0] // job.num_trainers) // a.batch_size
+    model.to(a.device)
     opt = shardps.torch.DistributedOptimizer(
-        model, job, shardps.optim.Adam(lr=a.dense_lr), steps_per_pass=steps)
+        model, job, shardps.optim.Adam(lr=a.dense_lr), steps_per_pass=steps,
+        stage_on_host=a.stage_on_host)
     return model, [opt]
 
 
@@ -187,8 +205,9 @@ def evaluate(model, tx, ty):
 def main(argv):
     a, flags = parse_args(argv)
     torch.set_num_threads(a.threads)
-    a.x, a.y = read_libsvm(a.train, a.num_fields)
-    a.tx, a.ty = read_libsvm(a.test, a.num_fields)
+    a.device = torch.device(a.device or default_device())
+    a.x, a.y = (t.to(a.device) for t in read_libsvm(a.train, a.num_fields))
+    a.tx, a.ty = (t.to(a.device) for t in read_libsvm(a.test, a.num_fields))
     job = None
     k, n = 0, 1
     if not a.plain:
@@ -222,6 +241,11 @@ def main(argv):
                     o.step()
                 step += 1
             else:
+                if step + 1 < total and not a.no_prefetch:
+                    # The next batch's rows come back with this step's push.
+                    j = ((step + 1) % steps_per_pass) * a.batch_size
+                    model.embeddings.prefetch(x[j:j + a.batch_size])
+                    model.linear.prefetch(x[j:j + a.batch_size])
                 opts[0].step(loss=loss)
                 step = job.step
             samples += a.batch_size

@@ -14,7 +14,9 @@ or under torchrun (which sets RANK and WORLD_SIZE for each trainer):
 
   torchrun --nproc_per_node=2 examples/torch_mlp.py --pservers=...
 
---plain trains the same model in this one process with torch.optim.SGD
+The model and batches live on --device (default: the GPU of LOCAL_RANK
+where there is one); the optimizer copies them through pinned host
+buffers. --plain trains the same model in this one process with torch.optim.SGD
 and no pservers (the reference). --init=shardps starts from the C++
 trainer's initial values of the same config (seed 1) instead of
 PyTorch's, so that the two trainers can be compared. Flags this script does
@@ -64,6 +66,12 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1)")
+    p.add_argument("--device", default=None,
+                   help="where the model and batches live (default: "
+                        "cuda:LOCAL_RANK where there is a GPU, else cpu)")
+    p.add_argument("--stage_on_host", action="store_true",
+                   help="copy CPU parameters through host buffers as a "
+                        "GPU's are (the GPU's path without one; tests)")
     p.add_argument("--plain", action="store_true",
                    help="one plain PyTorch process, no pservers")
     p.add_argument("--save_params", default="",
@@ -81,6 +89,13 @@ def parse_args(argv):
         p.error("--batch_size and --num_passes must be positive, "
                 "--max_steps >= 0")
     return a, flags
+
+
+def default_device():
+    """cuda:LOCAL_RANK (torchrun's; 0 without) where there is a GPU."""
+    if torch.cuda.is_available():
+        return "cuda:%d" % int(os.environ.get("LOCAL_RANK", "0"))
+    return "cpu"
 
 
 def read_idx(path):
@@ -136,8 +151,9 @@ def evaluate(model, x, y):
 def main(argv):
     a, flags = parse_args(argv)
     torch.set_num_threads(a.threads)
-    x, y, tx, ty = load_data(a.data_dir)
-    model = make_model(a)
+    device = torch.device(a.device or default_device())
+    x, y, tx, ty = (t.to(device) for t in load_data(a.data_dir))
+    model = make_model(a).to(device)
     if a.plain:
         job = None
         k, n = 0, 1
@@ -157,7 +173,7 @@ def main(argv):
     if not a.plain:
         opt = shardps.torch.DistributedOptimizer(
             model, job, shardps.optim.Momentum(lr=a.lr, momentum=a.momentum),
-            steps_per_pass=steps_per_pass)
+            steps_per_pass=steps_per_pass, stage_on_host=a.stage_on_host)
     total = steps_per_pass * a.num_passes
     if a.max_steps:
         total = min(total, a.max_steps)
@@ -195,7 +211,7 @@ def main(argv):
     if job is not None:
         job.finish()
     if a.save_params and k == 0:
-        torch.save({n_: p_.detach().clone()
+        torch.save({n_: p_.detach().cpu().clone()
                     for n_, p_ in model.named_parameters()}, a.save_params)
     print("RESULT " + json.dumps({"trainer_id": k, "passes": passes,
                                   "train_seconds": train_s}), flush=True)

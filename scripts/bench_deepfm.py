@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """DeepFM on ShardPS against plain PyTorch (docs/python.md): the test AUC
 and samples/s of examples/torch_deepfm.py with 2 trainers (batch 256 each)
-on 2 pservers, and of the same model in one plain PyTorch process
+on 2 pservers, sync and async, with the next batch's rows fetched with
+each push (the default) and without (--no_prefetch), and of the same model
+in one plain PyTorch process
 (torch.nn.Embedding(sparse=True), Adagrad and Adam) with batch 512, on 1
 and on 2 threads, interleaved over --repeats rounds; prints the medians as
 a markdown table. Makes the CTR data with build/tools/gen_ctr_data
@@ -72,7 +74,7 @@ def run_plain(a, threads):
     return samples / last["train_seconds"], last["passes"][-1]["test_auc"]
 
 
-def run_shardps(a, tmp):
+def run_shardps(a, tmp, flags):
     log_dir = tempfile.mkdtemp(dir=tmp)
     subprocess.run(
         [sys.executable, os.path.join(REPO, "scripts", "local_cluster.py"),
@@ -80,7 +82,7 @@ def run_shardps(a, tmp):
          "--log_dir", log_dir, "--quiet", "--python", EXAMPLE, "--",
          "--progress=off", "--num_passes=%d" % a.passes,
          "--train=" + os.path.join(a.data, "train"),
-         "--test=" + os.path.join(a.data, "test")],
+         "--test=" + os.path.join(a.data, "test")] + flags,
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = []
     for k in (0, 1):
@@ -97,8 +99,14 @@ def run_shardps(a, tmp):
 def main():
     a = parse_args()
     ensure_data(a)
-    runs = [("ShardPS, 2 trainers of batch 256, 2 pservers",
-             lambda t: run_shardps(a, t)),
+    runs = [("ShardPS, sync, 2 trainers of batch 256, 2 pservers",
+             lambda t: run_shardps(a, t, [])),
+            ("ShardPS, sync, --no_prefetch",
+             lambda t: run_shardps(a, t, ["--no_prefetch"])),
+            ("ShardPS, async, 2 trainers of batch 256, 2 pservers",
+             lambda t: run_shardps(a, t, ["--mode=async"])),
+            ("ShardPS, async, --no_prefetch",
+             lambda t: run_shardps(a, t, ["--mode=async", "--no_prefetch"])),
             ("PyTorch, 1 process, batch 512, 1 thread",
              lambda t: run_plain(a, 1)),
             ("PyTorch, 1 process, batch 512, 2 threads",

@@ -125,9 +125,11 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:])
         ports = [self.start_pserver("ps%d" % i, num_trainers=2)[1]
                  for i in range(2)]
+        # Trainer 0 (which saves) copies through host buffers as on a GPU.
         trainers = [self.example("t%d" % k, ports, k, 2,
                                  ["--batch_size=32", "--max_steps=50",
-                                  "--save_params=" + mine])
+                                  "--save_params=" + mine] +
+                                 (["--stage_on_host"] if k == 0 else []))
                     for k in (0, 1)]
         for k, t in enumerate(trainers):
             self.wait_ok("t%d" % k, t)
@@ -145,10 +147,13 @@ class PythonTorchTest(testlib.ProcessTestCase):
 
     # Sparse ---------------------------------------------------------------
 
-    def sparse_against_torch(self, port, kind, mode=None, weights=False):
+    def sparse_against_torch(self, port, kind, mode=None, weights=False,
+                             prefetch=False):
         """20 steps of a ShardedEmbeddingBag / ShardedEmbedding against
         its torch namesake with torch.optim.Adagrad; returns the largest
-        difference of the rows and of the losses."""
+        difference of the rows and of the losses. `prefetch`: the next
+        batch's rows come with each push, except every fourth step's,
+        where other ids are asked for (the forward then pulls)."""
         job = self.job(port)
         dim, steps, bags, length = 8, 20, 16, 5
         adagrad = shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0.1)
@@ -203,6 +208,8 @@ class PythonTorchTest(testlib.ProcessTestCase):
             loss_diff = max(loss_diff, abs(loss.item() - ref_loss.item()))
             opt.zero_grad()
             loss.backward()
+            if prefetch and s + 1 < steps:
+                emb.prefetch(batches[s + 1] if s % 4 != 2 else vocab[:7])
             opt.step(loss=loss)
             ref_opt.zero_grad()
             ref_head_opt.zero_grad()
@@ -215,6 +222,9 @@ class PythonTorchTest(testlib.ProcessTestCase):
         row_diff = (rows - ref.weight).abs().max().item()
         moved = (rows - start_rows).abs().max().item()
         self.assertGreater(moved, 0.01, "training moved no row")
+        if prefetch:  # pulled: steps 0, 3, 7, 11, 15, 19 and the 2 reads
+            self.assertEqual(emb.stats, {"prefetched_forwards": 14,
+                                         "pulled_forwards": 6 + 2})
         job.finish()
         return row_diff, loss_diff
 
@@ -236,6 +246,69 @@ class PythonTorchTest(testlib.ProcessTestCase):
         rows, loss = self.sparse_against_torch(port, "one")
         self.assertLess(rows, 1e-6)
         self.assertLess(loss, 1e-5)
+
+    def test_prefetched_rows_equal_torch(self):
+        """The next batch's rows fetched with the push (prefetch) train
+        as rows pulled in the forward do."""
+        _, port, _ = self.start_pserver("ps")
+        rows, loss = self.sparse_against_torch(port, "bag", "sum", True,
+                                               prefetch=True)
+        self.assertLess(rows, 1e-6)
+        self.assertLess(loss, 1e-5)
+
+    def train_dense(self, name, steps=30, **flags):
+        """`steps` steps of a 100-64-2 model on fixed random data, alone on
+        a new pserver; returns (the job, finished, and its losses)."""
+        _, port, _ = self.start_pserver(name)
+        job = self.job(port, batch_size=32, **flags)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 2))
+        opt = shardps.torch.DistributedOptimizer(
+            model, job, shardps.optim.Momentum(lr=0.1, momentum=0.9))
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(256, 100, generator=g)
+        y = (x[:, 0] + x[:, 1] > 0).long()
+        losses = []
+        for s in range(steps):
+            i = (s * 32) % 256
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x[i:i + 32]),
+                                                     y[i:i + 32])
+            loss.backward()
+            opt.step(loss=loss)
+            losses.append(loss.item())
+        return job, losses
+
+    def test_compression_and_metrics(self):
+        """--compression from Python: fp16 pushes about half the bytes of
+        float32, threshold far fewer, and each job trains (the loss of the
+        last 8 steps is below that of the first 8). /metrics
+        (monitoring_port=0) counts the job's steps and pushed bytes."""
+        import urllib.request
+        got = {}
+        for c in ("none", "fp16", "threshold"):
+            flags = {"monitoring_port": 0} if c == "none" else {
+                "compression": c}
+            job, losses = self.train_dense("ps-" + c, **flags)
+            got[c] = job.push_bytes
+            self.assertLess(sum(losses[-8:]), sum(losses[:8]) * 0.8,
+                            "%s: %s" % (c, losses))
+            if c == "none":
+                self.assertGreater(job.monitoring_port, 0)
+                metrics = urllib.request.urlopen(
+                    "http://127.0.0.1:%d/metrics" % job.monitoring_port,
+                    timeout=10).read().decode()
+                self.assertRegex(metrics,
+                                 r"(?m)^shardps_trainer_steps_total\S* 30$")
+                self.assertRegex(
+                    metrics, r"(?m)^shardps_trainer_pushed_bytes_total\S* %d$"
+                    % job.push_bytes)
+            job.finish()
+        sys.stderr.write("[pushed bytes %s] " % got)
+        self.assertLess(got["fp16"], got["none"] * 0.55)
+        self.assertGreater(got["fp16"], got["none"] * 0.45)
+        self.assertLess(got["threshold"], got["none"] * 0.25)
 
     def test_save_dir_and_load_dir(self):
         """--save_dir: the chief's finish() writes the dense tables as a

@@ -15,8 +15,10 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -219,6 +221,52 @@ void BindCalls(py::class_<NativeSession>& c) {
       });
 }
 
+// Ends the step (TrainingSession::EndStep): `next_rows` holds (sparse
+// table, keys address, key count, rows address) of the next step's rows.
+py::tuple EndStep(
+    NativeSession& n, const std::vector<uintptr_t>& grads,
+    std::optional<std::vector<uintptr_t>> next,
+    const std::vector<std::tuple<int, uintptr_t, size_t, uintptr_t>>& next_rows,
+    double loss_sum, int64_t samples) {
+  const std::vector<const float*> g = Pointers<const float>(grads);
+  std::vector<float*> v;
+  if (next.has_value()) v = Pointers<float>(*next);
+  std::vector<SparseFetch> fetch;
+  for (const auto& [table, keys, count, rows] : next_rows) {
+    fetch.push_back(SparseFetch{
+        table,
+        absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(keys), count),
+        reinterpret_cast<float*>(rows)});
+  }
+  absl::StatusOr<StepOutcome> out;
+  {
+    py::gil_scoped_release release;
+    out = n.s().EndStep(g, next.has_value() ? &v : nullptr,
+                        fetch.empty() ? nullptr : &fetch, loss_sum, samples);
+  }
+  const StepOutcome o = Value(std::move(out));
+  return py::make_tuple(o.step, o.recovered);
+}
+
+// The distinct values of ids[0, count) in the order they first appear,
+// into unique; inverse[i] is the position of ids[i] among them. Returns
+// how many there are. A hash table: no sort, unlike torch.unique.
+int64_t UniqueIds(uintptr_t ids_address, int64_t count,
+                  uintptr_t unique_address, uintptr_t inverse_address) {
+  const int64_t* ids = reinterpret_cast<const int64_t*>(ids_address);
+  int64_t* unique = reinterpret_cast<int64_t*>(unique_address);
+  int64_t* inverse = reinterpret_cast<int64_t*>(inverse_address);
+  absl::flat_hash_map<int64_t, int64_t> seen;
+  seen.reserve(static_cast<size_t>(count));
+  int64_t n = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    auto [it, fresh] = seen.try_emplace(ids[i], n);
+    if (fresh) unique[n++] = ids[i];
+    inverse[i] = it->second;
+  }
+  return n;
+}
+
 // A step: pulls, pushes, its end.
 void BindSteps(py::class_<NativeSession>& c) {
   c.def("pull_dense",
@@ -255,25 +303,8 @@ void BindSteps(py::class_<NativeSession>& c) {
                  absl::MakeConstSpan(reinterpret_cast<const float*>(grads),
                                      values)));
            })
-      .def(
-          "end_step",
-          [](NativeSession& n, const std::vector<uintptr_t>& grads,
-             std::optional<std::vector<uintptr_t>> next, double loss_sum,
-             int64_t samples) {
-            const std::vector<const float*> g = Pointers<const float>(grads);
-            std::vector<float*> v;
-            if (next.has_value()) v = Pointers<float>(*next);
-            absl::StatusOr<StepOutcome> out;
-            {
-              py::gil_scoped_release release;
-              out = n.s().EndStep(g, next.has_value() ? &v : nullptr, loss_sum,
-                                  samples);
-            }
-            const StepOutcome o = Value(std::move(out));
-            return py::make_tuple(o.step, o.recovered);
-          },
-          py::arg("grads"), py::arg("next_values"), py::arg("loss_sum"),
-          py::arg("samples"));
+      .def("end_step", &EndStep, py::arg("grads"), py::arg("next_values"),
+           py::arg("next_rows"), py::arg("loss_sum"), py::arg("samples"));
 }
 
 // The end of a job: evaluations, the saved model, leaving.
@@ -336,6 +367,9 @@ PYBIND11_MODULE(_native, m) {
       "set_error_classes",
       [](py::dict classes) { shardps::ErrorClasses() = classes; },
       "code name -> exception class, for failed statuses");
+  m.def("unique_ids", &shardps::UniqueIds, py::arg("ids"), py::arg("count"),
+        py::arg("unique"), py::arg("inverse"),
+        "distinct int64 ids in first-seen order, and where each id is");
   m.def("initial_values", &shardps::InitialValues, py::arg("config"),
         py::arg("input_dim"), py::arg("num_classes"),
         "the trainer binary's initial values of a model config");

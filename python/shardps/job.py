@@ -177,10 +177,17 @@ class Job:
     def _end_step(self, grads, next_values, loss_sum, samples):
         for m in self._sparse_modules:
             m._push_pending()
-        step, recovered = self._session.end_step(grads, next_values,
-                                                 loss_sum, samples)
+        fetch = [r for r in (m._fetch_request() for m in self._sparse_modules)
+                 if r is not None]
+        try:
+            step, recovered = self._session.end_step(
+                grads, next_values, fetch, loss_sum, samples)
+        except BaseException:
+            for m in self._sparse_modules:
+                m._step_ended(None)
+            raise
         for m in self._sparse_modules:
-            m._step_ended()
+            m._step_ended(None if recovered else step)
         return step, recovered
 
     def evaluated(self, pass_, loss, accuracy, auc=None, final=False):

@@ -48,17 +48,28 @@ def initial_values(config, input_dim, num_classes):
 
 
 class _HostBuffer:
-    """Where a tensor's values cross to the C++ client: the tensor itself
-    when it is a contiguous float32 CPU tensor, a pinned host copy (for a
-    GPU tensor) otherwise."""
+    """Where a parameter's values and gradient cross to the C++ client:
+    the tensors themselves when they are float32 CPU tensors; host copies
+    otherwise (pinned for a GPU's) or when `stage` (the GPU's path, with
+    CPU tensors): `host` for the values, `grad` for the gradient (a step
+    pushes one while it pulls the other)."""
 
-    def __init__(self, tensor):
+    def __init__(self, tensor, stage):
         self.device = tensor.device
-        if tensor.device.type == "cpu":
-            self.host = None
+        if tensor.device.type == "cpu" and not stage:
+            self.host = self.grad = None
         else:
+            pin = tensor.device.type == "cuda"
             self.host = torch.empty(tensor.shape, dtype=torch.float32,
-                                    pin_memory=torch.cuda.is_available())
+                                    pin_memory=pin)
+            self.grad = torch.empty(tensor.shape, dtype=torch.float32,
+                                    pin_memory=pin)
+
+
+def _synchronize(buffers):
+    """Waits for the copies between host buffers and a GPU."""
+    if any(b.host is not None and b.device.type == "cuda" for b in buffers):
+        torch.cuda.synchronize()
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -78,10 +89,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
     those of ShardedEmbeddingBag/ShardedEmbedding modules, which have
     none); ``optimizers`` maps a parameter name to an optimizer of its own.
     ``steps_per_pass`` shapes the progress lines (0: unknown).
+    ``stage_on_host``: copy CPU parameters and gradients through host
+    buffers too, as those on a GPU are (the GPU's path, where there is
+    none; tests).
     """
 
     def __init__(self, model, job, optimizer, named_parameters=None,
-                 optimizers=None, steps_per_pass=0):
+                 optimizers=None, steps_per_pass=0, stage_on_host=False):
         _optim.check(optimizer)
         if named_parameters is None:
             if not isinstance(model, torch.nn.Module):
@@ -118,7 +132,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             opt = _optim.check(optimizers.get(name, optimizer),
                                "the optimizer of " + name)
             job._add_dense_table(name, tuple(p.shape) or (1,), opt)
-        self._buffers = [_HostBuffer(p) for p in self._params]
+        self._buffers = [_HostBuffer(p, stage_on_host) for p in self._params]
         with torch.no_grad():
             initial = [self._values_address(i, fill=True)
                        for i in range(len(self._params))]
@@ -158,8 +172,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for p, b in zip(self._params, self._buffers):
             if b.host is not None:
                 p.data.copy_(b.host, non_blocking=True)
-        if any(b.host is not None for b in self._buffers):
-            torch.cuda.synchronize()
+        _synchronize(self._buffers)
 
     def _pull(self):
         self._job._session.pull_dense(
@@ -177,9 +190,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                      "ShardedEmbeddingBag" % name)
             elif g.dtype != torch.float32:
                 _bad("the gradient of %s is %s, not float32" % (name, g.dtype))
-            if g.device.type != "cpu":
-                b.host.copy_(g)
-                g = b.host
+            if b.grad is not None:
+                b.grad.copy_(g)
+                g = b.grad
             elif not g.is_contiguous():
                 g = g.contiguous()
             keep.append(g)
@@ -210,8 +223,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                              else loss) * samples
         keep = []
         grads = self._grad_addresses(keep)
-        if any(b.host is not None for b in self._buffers):
-            torch.cuda.synchronize()
+        _synchronize(self._buffers)
         values = [self._values_address(i) for i in range(len(self._params))]
         _, recovered = self._job._end_step(grads, values, loss_sum,
                                            int(samples))
@@ -275,9 +287,45 @@ def _sparse_text(dim, init, seed, admit_after, evict_after_steps,
                 evict_after_steps, _MEANS[gradient_mean]))
 
 
+# The last ids _unique was given and its answer: tables that share ids (an
+# embedding and a linear weight of the same features) dedupe them once.
+_last_unique = [None]
+
+
+def _unique(ids):
+    """(distinct ids in first-seen order, where each id is among them) of
+    a 1-D CPU int64 tensor: a hash table in the native module (torch.unique
+    sorts). The answer is shared with a later call of equal ids, so
+    neither may be written to."""
+    from . import _native
+    last = _last_unique[0]
+    if (last is not None and last[0].numel() == ids.numel() and
+            torch.equal(last[0], ids)):
+        return last[1], last[2]
+    ids = ids.contiguous()
+    unique = torch.empty_like(ids)
+    inverse = torch.empty_like(ids)
+    n = _native.unique_ids(ids.data_ptr(), ids.numel(), unique.data_ptr(),
+                           inverse.data_ptr())
+    _last_unique[0] = (ids.clone(), unique[:n], inverse)
+    return unique[:n], inverse
+
+
+class _Fetched:
+    """Rows fetched for a step: of the distinct ids of `ids` (CPU)."""
+
+    def __init__(self, ids, dim):
+        self.ids = ids.clone()
+        self.unique, self.inverse = _unique(self.ids)
+        self.rows = torch.empty((self.unique.numel(), dim),
+                                dtype=torch.float32)
+        self.step = None  # set once the rows are the step's
+
+
 class _ShardedRows(torch.nn.Module):
     """A sparse table of ``job``: 64-bit ids to rows of ``dim`` floats,
-    fetched per batch, their gradients pushed at the optimizer's step."""
+    fetched per batch (or with the previous step's push: prefetch), their
+    gradients pushed at the optimizer's step."""
 
     def __init__(self, job, name, dim, optimizer, init, seed, admit_after,
                  evict_after_steps, gradient_mean):
@@ -291,6 +339,11 @@ class _ShardedRows(torch.nn.Module):
         self._table = job._add_sparse_table(name, text, optimizer, self)
         # This step's (ids, rows) of each forward with gradients.
         self._pending = []
+        # prefetch(): the rows to fetch at the step's end, and those fetched.
+        self._next = None
+        self._fetched = None
+        # Forwards that found their rows prefetched, and that pulled them.
+        self.stats = {"prefetched_forwards": 0, "pulled_forwards": 0}
 
     def _ids(self, ids):
         if not isinstance(ids, torch.Tensor):
@@ -301,18 +354,33 @@ class _ShardedRows(torch.nn.Module):
                                                                ids.dtype))
         return ids.to(torch.int64)
 
-    def _rows(self, unique_ids, device):
-        """The rows of `unique_ids` (CPU int64, distinct) at this step."""
+    def _check_started(self):
         if not self._job.started:
             _fail("FAILED_PRECONDITION",
                   "%s: the job has not started (make the "
                   "DistributedOptimizer, or call job.start())" % self.name,
                   errors.FailedPreconditionError)
-        ids = unique_ids.contiguous()
-        rows = torch.empty((ids.numel(), self.dim), dtype=torch.float32)
-        if ids.numel() > 0:
-            self._job._session.pull_sparse(self._table, ids.data_ptr(),
-                                           ids.numel(), rows.data_ptr())
+
+    def prefetch(self, ids):
+        """The ids of the next step's forward (the next batch's): their
+        rows are fetched as the optimizer's step ends, with its push, in
+        one call for every table (sync: the rows of the next step, as a
+        pull in the forward would give; async: once this trainer's push
+        is applied). A forward of other ids pulls them as usual
+        (``stats`` counts both kinds of forward)."""
+        ids = self._ids(ids).reshape(-1).cpu()
+        self._check_started()
+        self._next = _Fetched(ids, self.dim)
+
+    def _fetch_request(self):
+        """(table, keys, count, rows) of prefetch's rows, or None."""
+        n = self._next
+        if n is None or n.unique.numel() == 0:
+            return None
+        return (self._table, n.unique.data_ptr(), n.unique.numel(),
+                n.rows.data_ptr())
+
+    def _track(self, ids, rows, device):
         rows = rows.to(device)
         if torch.is_grad_enabled() and self.training:
             rows.requires_grad_(True)
@@ -320,31 +388,56 @@ class _ShardedRows(torch.nn.Module):
         return rows
 
     def _lookup(self, ids):
-        """Distinct ids (CPU), where each id is among them, and their rows
-        on the ids' device."""
-        unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
-        rows = self._rows(unique.cpu(), ids.device)
-        return inverse, rows
+        """Where each id (1-D) is among the distinct ids, on the ids'
+        device, and the distinct ids' rows there."""
+        self._check_started()
+        f = self._fetched
+        if (f is not None and f.step == self._job.step and
+                f.ids.numel() == ids.numel() and
+                torch.equal(f.ids, ids.cpu())):
+            self._fetched = None
+            self.stats["prefetched_forwards"] += 1
+            return (f.inverse.to(ids.device),
+                    self._track(f.unique, f.rows, ids.device))
+        unique, inverse = _unique(ids.cpu())
+        self.stats["pulled_forwards"] += 1
+        rows = torch.empty((unique.numel(), self.dim), dtype=torch.float32)
+        if unique.numel() > 0:
+            self._job._session.pull_sparse(self._table, unique.data_ptr(),
+                                           unique.numel(), rows.data_ptr())
+        return inverse.to(ids.device), self._track(unique, rows, ids.device)
 
     def _push_pending(self):
         if not self._pending:
             return
-        ids = torch.cat([i for i, _ in self._pending])
-        grads = torch.cat([
-            (r.grad if r.grad is not None else torch.zeros_like(r)).cpu()
-            for _, r in self._pending])
+        grads = [(r.grad if r.grad is not None else torch.zeros_like(r)).cpu()
+                 for _, r in self._pending]
+        if len(self._pending) == 1:  # one forward: its ids are distinct
+            unique, summed = self._pending[0][0], grads[0].contiguous()
+        else:
+            ids = torch.cat([i for i, _ in self._pending])
+            unique, inverse = _unique(ids)
+            summed = torch.zeros((unique.numel(), self.dim),
+                                 dtype=torch.float32)
+            summed.index_add_(0, inverse, torch.cat(grads))
         self._pending = []
-        if len(ids) == 0:
+        if unique.numel() == 0:
             return
-        unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
-        summed = torch.zeros((unique.numel(), self.dim), dtype=torch.float32)
-        summed.index_add_(0, inverse, grads.to(torch.float32))
         self._job._session.push_sparse(self._table, unique.data_ptr(),
                                        unique.numel(), summed.data_ptr(),
                                        summed.numel())
 
-    def _step_ended(self):
+    def _step_ended(self, step):
+        """`step`: the step the job stands at when the rows prefetch asked
+        for are its rows; None when they are not (a failed or rolled-back
+        step)."""
         self._pending = []
+        if self._next is not None and step is not None:
+            self._next.step = step
+            self._fetched = self._next
+        else:
+            self._fetched = None
+        self._next = None
 
     def extra_repr(self):
         return "name=%r, dim=%d" % (self.name, self.dim)
@@ -411,5 +504,5 @@ class ShardedEmbedding(_ShardedRows):
     def forward(self, ids):
         ids = self._ids(ids)
         inverse, rows = self._lookup(ids.reshape(-1))
-        return torch.nn.functional.embedding(inverse, rows).reshape(
+        return rows.index_select(0, inverse).reshape(
             tuple(ids.shape) + (self.dim,))
