@@ -392,7 +392,9 @@ class Cluster(object):
     def describe(self):
         return {
             "log_dir": self.args.log_dir,
-            "config": self.args.config,
+            # --python: the script is the model; there is no config.
+            "config": None if self.args.python else self.args.config,
+            "python": self.args.python,
             "pservers": [{
                 "id": p.index, "pid": p.pid, "port": self.ports[p.index]
                 if p.index < len(self.ports) else None, "log": p.log_path,

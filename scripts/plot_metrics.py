@@ -68,8 +68,8 @@ PARTS = (("data_s", "data", "#9e9e9e"), ("compute_s", "compute", "#59a14f"),
          ("pull_s", "pull", "#4e79a7"), ("push_s", "push", "#f28e2b"),
          ("wait_s", "wait", "#e15759"))
 # Flags local_cluster.py sets itself; left out of the title.
-OWN_FLAGS = ("pservers", "trainer_id", "num_gradient_servers", "config",
-             "metrics_file", "progress")
+OWN_FLAGS = ("pservers", "trainer_id", "num_gradient_servers", "num_trainers",
+             "config", "metrics_file", "progress")
 
 
 class PlotError(Exception):
@@ -308,11 +308,15 @@ def cluster_details(folders):
         with open(os.path.join(folders[0], "cluster.json")) as f:
             c = json.load(f)
         argv = c["trainers"][0]["argv"][1:]
+        model = c.get("python") or c["config"]
+        if c.get("python"):
+            argv = argv[1:]  # the interpreter's first argument: the script
         flags = [a for a in argv if a.lstrip("-").split("=")[0]
                  not in OWN_FLAGS]
-        text = "%s, %d pservers, %d trainers" % (
-            os.path.basename(c["config"]), len(c["pservers"]),
-            len(c["trainers"]))
+        text = "%s, %d pserver%s, %d trainer%s" % (
+            os.path.basename(model), len(c["pservers"]),
+            "" if len(c["pservers"]) == 1 else "s", len(c["trainers"]),
+            "" if len(c["trainers"]) == 1 else "s")
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
     flags = " ".join(flags)

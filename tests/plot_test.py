@@ -78,6 +78,12 @@ def a_run(k, passes=3, auc=False):
     return lines
 
 
+def write_json(path, value):
+    with open(path, "w") as f:
+        json.dump(value, f)
+    return path
+
+
 def write(path, lines, tail=""):
     with open(path, "w") as f:
         for line in lines:
@@ -164,6 +170,28 @@ class PlotTest(unittest.TestCase):
         self.assertEqual(x, [10, 20, 30, 40])
         self.assertEqual(t.series("samples_per_s")[0], [10, 20, 30, 40])
         self.assertEqual(t.series("test_accuracy", "evals"), ([0], [0.8]))
+
+    def test_title_names_the_config_or_the_python_script(self):
+        run = self.cluster_folder()
+
+        def details(extra):
+            info = {"config": "/r/configs/fmnist_mlp.pbtxt",
+                    "pservers": [{}],
+                    "trainers": [{"argv": ["trainer", "--pservers=a:1",
+                                           "--num_trainers=2",
+                                           "--num_passes=3"]}, {}]}
+            info.update(extra)
+            write_json(run + "/cluster.json", info)
+            return plot_metrics.cluster_details([run])
+
+        self.assertEqual(details({}), "fmnist_mlp.pbtxt, 1 pserver, "
+                         "2 trainers, --num_passes=3")
+        self.assertEqual(
+            details({"config": None, "python": "/r/examples/torch_mlp.py",
+                     "trainers": [{"argv": ["python", "/r/torch_mlp.py",
+                                            "--trainer_id=0",
+                                            "--init=shardps"]}]}),
+            "torch_mlp.py, 1 pserver, 1 trainer, --init=shardps")
 
     # The PNG ---------------------------------------------------------------
 
