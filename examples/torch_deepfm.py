@@ -29,7 +29,6 @@ flags. Prints a line per pass (test AUC and logloss, samples/s) and one
 "RESULT " line of JSON.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -38,59 +37,26 @@ import time
 import torch
 from torch import nn
 
+import example_args
+
 DATA = "/tmp/shardps-ctr-dnn"
 FIELD_SHIFT = 40
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pservers")
-    p.add_argument("--trainer_id", type=int, default=None)
-    p.add_argument("--num_trainers", type=int, default=None)
-    p.add_argument("--mode", choices=["sync", "async"], default="sync")
+    p = example_args.parser(__doc__, batch_size=256, num_passes=1)
     p.add_argument("--train", default=os.path.join(DATA, "train"))
     p.add_argument("--test", default=os.path.join(DATA, "test"))
     p.add_argument("--num_fields", type=int, default=20)
     p.add_argument("--dim", type=int, default=8)
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--batch_size", type=int, default=256,
-                   help="records per step per trainer")
-    p.add_argument("--num_passes", type=int, default=1)
-    p.add_argument("--max_steps", type=int, default=0)
     p.add_argument("--emb_lr", type=float, default=0.1)
     p.add_argument("--emb_accumulator", type=float, default=0.01)
     p.add_argument("--dense_lr", type=float, default=0.001)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", default=None,
-                   help="where the model and batches live (default: "
-                        "cuda:LOCAL_RANK where there is a GPU, else cpu)")
-    p.add_argument("--stage_on_host", action="store_true",
-                   help="copy CPU parameters through host buffers as a "
-                        "GPU's are (the GPU's path without one; tests)")
     p.add_argument("--no_prefetch", action="store_true",
                    help="pull each batch's rows in its forward, instead of "
                    "with the previous step's push (prefetch)")
-    p.add_argument("--plain", action="store_true",
-                   help="one plain PyTorch process, no pservers")
-    a, rest = p.parse_known_args(argv)
-    flags = {}
-    for r in rest:
-        if not r.startswith("--") or "=" not in r:
-            p.error("unrecognised argument %r (trainer flags go as "
-                    "--name=value)" % r)
-        k, v = r[2:].split("=", 1)
-        flags[k] = v
-    return a, flags
-
-
-def default_device():
-    """cuda:LOCAL_RANK (torchrun's; 0 without) where there is a GPU."""
-    if torch.cuda.is_available():
-        return "cuda:%d" % int(os.environ.get("LOCAL_RANK", "0"))
-    return "cpu"
+    return example_args.parse(p, argv)
 
 
 def read_libsvm(path, num_fields):
@@ -204,18 +170,12 @@ def evaluate(model, tx, ty):
 
 def main(argv):
     a, flags = parse_args(argv)
-    torch.set_num_threads(a.threads)
-    a.device = torch.device(a.device or default_device())
     a.x, a.y = (t.to(a.device) for t in read_libsvm(a.train, a.num_fields))
     a.tx, a.ty = (t.to(a.device) for t in read_libsvm(a.test, a.num_fields))
     job = None
     k, n = 0, 1
     if not a.plain:
-        import shardps
-        job = shardps.Job(pservers=a.pservers, trainer_id=a.trainer_id,
-                          num_trainers=a.num_trainers, mode=a.mode,
-                          batch_size=a.batch_size, num_passes=a.num_passes,
-                          max_steps=a.max_steps or None, **flags)
+        job = example_args.job_of(a, flags)
         k, n = job.trainer_id, job.num_trainers
     model, opts = build(a, job)
     x, y = a.x[k::n], a.y[k::n]

@@ -27,7 +27,6 @@ Prints a line per pass (test accuracy, samples/s) and, at the end, one line
 and samples/s.
 """
 
-import argparse
 import gzip
 import json
 import os
@@ -37,65 +36,24 @@ import time
 import torch
 from torch import nn
 
+import example_args
+
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # dataset-fashion-mnist
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "configs", "fmnist_mlp.pbtxt")
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pservers", help="host:port,... (or SHARDPS_PSERVERS)")
-    p.add_argument("--trainer_id", type=int, default=None,
-                   help="this trainer (default: from the scheduler, e.g. "
-                        "torchrun's RANK)")
-    p.add_argument("--num_trainers", type=int, default=None,
-                   help="trainers of the job (default: from the scheduler)")
-    p.add_argument("--mode", choices=["sync", "async"], default="sync")
-    p.add_argument("--batch_size", type=int, default=64,
-                   help="examples per step per trainer (default 64)")
-    p.add_argument("--num_passes", type=int, default=3)
-    p.add_argument("--max_steps", type=int, default=0,
-                   help="stop after this many steps (0: all passes)")
+    p = example_args.parser(__doc__, batch_size=64, num_passes=3)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--init", choices=["torch", "shardps"], default="torch",
                    help="initial values: PyTorch's from --seed, or the C++ "
                         "trainer's of configs/fmnist_mlp.pbtxt")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (default 1)")
-    p.add_argument("--device", default=None,
-                   help="where the model and batches live (default: "
-                        "cuda:LOCAL_RANK where there is a GPU, else cpu)")
-    p.add_argument("--stage_on_host", action="store_true",
-                   help="copy CPU parameters through host buffers as a "
-                        "GPU's are (the GPU's path without one; tests)")
-    p.add_argument("--plain", action="store_true",
-                   help="one plain PyTorch process, no pservers")
     p.add_argument("--save_params", default="",
                    help="write the final parameters here (torch.save)")
     p.add_argument("--data_dir", default=DATA_DIR)
-    a, rest = p.parse_known_args(argv)
-    flags = {}
-    for r in rest:
-        if not r.startswith("--") or "=" not in r:
-            p.error("unrecognised argument %r (trainer flags go as "
-                    "--name=value)" % r)
-        k, v = r[2:].split("=", 1)
-        flags[k] = v
-    if a.batch_size < 1 or a.num_passes < 1 or a.max_steps < 0:
-        p.error("--batch_size and --num_passes must be positive, "
-                "--max_steps >= 0")
-    return a, flags
-
-
-def default_device():
-    """cuda:LOCAL_RANK (torchrun's; 0 without) where there is a GPU."""
-    if torch.cuda.is_available():
-        return "cuda:%d" % int(os.environ.get("LOCAL_RANK", "0"))
-    return "cpu"
+    return example_args.parse(p, argv)
 
 
 def read_idx(path):
@@ -150,10 +108,8 @@ def evaluate(model, x, y):
 
 def main(argv):
     a, flags = parse_args(argv)
-    torch.set_num_threads(a.threads)
-    device = torch.device(a.device or default_device())
-    x, y, tx, ty = (t.to(device) for t in load_data(a.data_dir))
-    model = make_model(a).to(device)
+    x, y, tx, ty = (t.to(a.device) for t in load_data(a.data_dir))
+    model = make_model(a).to(a.device)
     if a.plain:
         job = None
         k, n = 0, 1
@@ -162,10 +118,7 @@ def main(argv):
     else:
         import shardps
         import shardps.torch
-        job = shardps.Job(pservers=a.pservers, trainer_id=a.trainer_id,
-                          num_trainers=a.num_trainers, mode=a.mode,
-                          batch_size=a.batch_size, num_passes=a.num_passes,
-                          max_steps=a.max_steps or None, **flags)
+        job = example_args.job_of(a, flags)
         k, n = job.trainer_id, job.num_trainers
     mine_x, mine_y = x[k::n], y[k::n]
     # Every trainer takes as many steps: the fewest records' worth.

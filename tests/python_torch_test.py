@@ -34,6 +34,7 @@ VENV = os.environ.get("SHARDPS_TORCH_VENV",
 VENV_PYTHON = os.path.join(VENV, "bin", "python")
 PYTHON_DIR = os.path.join(testlib.REPO, "python")
 EXAMPLE = os.path.join(testlib.REPO, "examples", "torch_mlp.py")
+DEEPFM = os.path.join(testlib.REPO, "examples", "torch_deepfm.py")
 
 
 def _reexec_with_torch():
@@ -85,11 +86,11 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self._jobs.append(j)
         return j
 
-    def example(self, name, ports, k, n, args):
+    def example(self, name, ports, k, n, args, script=EXAMPLE):
         log = os.path.join(self.tmp, name + ".log")
         with open(log, "ab") as f:
             return self.popen(
-                [VENV_PYTHON, EXAMPLE,
+                [VENV_PYTHON, script,
                  "--pservers=" + ",".join("127.0.0.1:%d" % p for p in ports),
                  "--trainer_id=%d" % k, "--num_trainers=%d" % n,
                  "--progress=off", "--log_every_steps=10"] + list(args),
@@ -309,6 +310,45 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.assertLess(got["fp16"], got["none"] * 0.55)
         self.assertGreater(got["fp16"], got["none"] * 0.45)
         self.assertLess(got["threshold"], got["none"] * 0.25)
+
+    def deepfm_job(self, name, data, args=((), ())):
+        """examples/torch_deepfm.py, 2 sync trainers (trainer k given
+        args[k]) on 2 new pservers, 1 pass; returns trainer 0's RESULT."""
+        ports = [self.start_pserver("%s-ps%d" % (name, i), num_trainers=2)[1]
+                 for i in range(2)]
+        trainers = [
+            self.example("%s-t%d" % (name, k), ports, k, 2,
+                         ["--train=" + data + "/train",
+                          "--test=" + data + "/test"] + list(args[k]),
+                         script=DEEPFM)
+            for k in (0, 1)]
+        for k, t in enumerate(trainers):
+            self.wait_ok("%s-t%d" % (name, k), t)
+        results = [l for l in self.text(name + "-t0").splitlines()
+                   if l.startswith("RESULT ")]
+        self.assertTrue(results, self.text(name + "-t0")[-3000:])
+        return json.loads(results[-1][len("RESULT "):])["passes"][-1]
+
+    def test_deepfm_prefetch_trains_as_pulls_do(self):
+        """examples/torch_deepfm.py on 20,000 generated CTR records: with
+        the next batch's rows prefetched (the default, trainer 0 also
+        through host buffers as on a GPU) and with --no_prefetch, the sync
+        job ends with the same test AUC and log loss, to the last digit."""
+        data = os.path.join(self.tmp, "ctr")
+        os.mkdir(data)
+        subprocess.run([os.path.join(testlib.BIN_DIR, "tools",
+                                     "gen_ctr_data"), "--field_in_high_bits",
+                        "--num_train=20000", "--num_test=4000",
+                        "--train_out=" + data + "/train",
+                        "--test_out=" + data + "/test"],
+                       check=True, capture_output=True, timeout=120)
+        fetched = self.deepfm_job("pre", data, (["--stage_on_host"], []))
+        pulled = self.deepfm_job("pull", data,
+                                 (["--no_prefetch"], ["--no_prefetch"]))
+        self.assertEqual(fetched["step"], 39)
+        self.assertEqual(fetched["test_auc"], pulled["test_auc"])
+        self.assertEqual(fetched["test_logloss"], pulled["test_logloss"])
+        self.assertGreater(fetched["test_auc"], 0.55)  # 0.5: chance
 
     def test_save_dir_and_load_dir(self):
         """--save_dir: the chief's finish() writes the dense tables as a
