@@ -110,10 +110,20 @@ def read(path):
         return f.read()
 
 
+def walk(top):
+    """os.walk's (folder, files) under `top`, less build output that lands
+    in a source folder (`pip install ./python` writes python/build/ and
+    python/shardps.egg-info/; .gitignore keeps them out of git)."""
+    for dirpath, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if not d.startswith("build") and
+                   not d.endswith(".egg-info") and d != "__pycache__"]
+        yield dirpath, files
+
+
 def source_files(exts, root=None):
     root = root or ROOT
     for d in SOURCE_DIRS:
-        for dirpath, _, files in os.walk(os.path.join(root, d)):
+        for dirpath, files in walk(os.path.join(root, d)):
             for f in sorted(files):
                 if f.endswith(exts):
                     yield os.path.join(dirpath, f)
@@ -283,7 +293,7 @@ def full_folders(root=None):
     root = root or ROOT
     found = {}
     for d in SOURCE_DIRS:
-        for dirpath, _, files in os.walk(os.path.join(root, d)):
+        for dirpath, files in walk(os.path.join(root, d)):
             if len(files) > MAX_FOLDER_FILES:
                 found[rel(dirpath, root)] = len(files)
     return found
