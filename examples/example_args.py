@@ -4,6 +4,7 @@ passed through as --name=value) and the device the model lives on."""
 
 import argparse
 import os
+import sys
 
 import torch
 
@@ -75,3 +76,11 @@ def job_of(a, flags):
                        num_trainers=a.num_trainers, mode=a.mode,
                        batch_size=a.batch_size, num_passes=a.num_passes,
                        max_steps=a.max_steps or None, **flags)
+
+
+def say(line):
+    """Writes a line to stdout in one write: the trainers torchrun starts
+    share its stdout, and print()'s separate newline lets another
+    trainer's line in between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

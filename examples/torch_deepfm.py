@@ -218,13 +218,14 @@ def main(argv):
         passes.append({"pass": p, "step": step, "test_auc": test_auc,
                        "test_logloss": test_loss, "train_seconds": secs,
                        "samples_per_s": samples / secs if secs else 0})
-        print("trainer %d pass %d step %d: test AUC %.4f, logloss %.4f, "
-              "%.0f samples/s" % (k, p, step, test_auc, test_loss,
-                                  passes[-1]["samples_per_s"]), flush=True)
+        example_args.say(
+            "trainer %d pass %d step %d: test AUC %.4f, logloss %.4f, "
+            "%.0f samples/s" %
+            (k, p, step, test_auc, test_loss, passes[-1]["samples_per_s"]))
     if job is not None:
         job.finish()
-    print("RESULT " + json.dumps({"trainer_id": k, "passes": passes,
-                                  "train_seconds": train_s}), flush=True)
+    example_args.say("RESULT " + json.dumps(
+        {"trainer_id": k, "passes": passes, "train_seconds": train_s}))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--init", choices=["torch", "shardps"], default="torch",
                    help="initial values: PyTorch's from --seed, or the C++ "
                         "trainer's of configs/fmnist_mlp.pbtxt")
+    p.add_argument("--push_in_backward", action="store_true",
+                   help="push each layer's gradient as backward produces "
+                        "it (DistributedOptimizer's push_in_backward)")
     p.add_argument("--save_params", default="",
                    help="write the final parameters here (torch.save)")
     p.add_argument("--data_dir", default=DATA_DIR)
@@ -126,7 +129,8 @@ def main(argv):
     if not a.plain:
         opt = shardps.torch.DistributedOptimizer(
             model, job, shardps.optim.Momentum(lr=a.lr, momentum=a.momentum),
-            steps_per_pass=steps_per_pass, stage_on_host=a.stage_on_host)
+            steps_per_pass=steps_per_pass, stage_on_host=a.stage_on_host,
+            push_in_backward=a.push_in_backward)
     total = steps_per_pass * a.num_passes
     if a.max_steps:
         total = min(total, a.max_steps)
@@ -158,16 +162,17 @@ def main(argv):
         passes.append({"pass": p, "step": step, "test_accuracy": test_acc,
                        "test_loss": test_loss, "train_seconds": secs,
                        "samples_per_s": samples / secs if secs else 0})
-        print("trainer %d pass %d step %d: test accuracy %.4f, loss %.4f, "
-              "%.0f samples/s" % (k, p, step, test_acc, test_loss,
-                                  passes[-1]["samples_per_s"]), flush=True)
+        example_args.say(
+            "trainer %d pass %d step %d: test accuracy %.4f, loss %.4f, "
+            "%.0f samples/s" %
+            (k, p, step, test_acc, test_loss, passes[-1]["samples_per_s"]))
     if job is not None:
         job.finish()
     if a.save_params and k == 0:
         torch.save({n_: p_.detach().cpu().clone()
                     for n_, p_ in model.named_parameters()}, a.save_params)
-    print("RESULT " + json.dumps({"trainer_id": k, "passes": passes,
-                                  "train_seconds": train_s}), flush=True)
+    example_args.say("RESULT " + json.dumps(
+        {"trainer_id": k, "passes": passes, "train_seconds": train_s}))
 
 
 if __name__ == "__main__":

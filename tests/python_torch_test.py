@@ -126,11 +126,13 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:])
         ports = [self.start_pserver("ps%d" % i, num_trainers=2)[1]
                  for i in range(2)]
-        # Trainer 0 (which saves) copies through host buffers as on a GPU.
+        # Trainer 0 (which saves) copies through host buffers as on a GPU;
+        # trainer 1 pushes each layer's gradient from backward.
         trainers = [self.example("t%d" % k, ports, k, 2,
                                  ["--batch_size=32", "--max_steps=50",
                                   "--save_params=" + mine] +
-                                 (["--stage_on_host"] if k == 0 else []))
+                                 [["--stage_on_host"],
+                                  ["--push_in_backward"]][k])
                     for k in (0, 1)]
         for k, t in enumerate(trainers):
             self.wait_ok("t%d" % k, t)
@@ -257,16 +259,18 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.assertLess(rows, 1e-6)
         self.assertLess(loss, 1e-5)
 
-    def train_dense(self, name, steps=30, **flags):
+    def train_dense(self, name, steps=30, opt_args=None, **flags):
         """`steps` steps of a 100-64-2 model on fixed random data, alone on
-        a new pserver; returns (the job, finished, and its losses)."""
+        a new pserver (DistributedOptimizer given `opt_args`); returns the
+        job and its losses."""
         _, port, _ = self.start_pserver(name)
         job = self.job(port, batch_size=32, **flags)
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 2))
         opt = shardps.torch.DistributedOptimizer(
-            model, job, shardps.optim.Momentum(lr=0.1, momentum=0.9))
+            model, job, shardps.optim.Momentum(lr=0.1, momentum=0.9),
+            **(opt_args or {}))
         g = torch.Generator().manual_seed(1)
         x = torch.randn(256, 100, generator=g)
         y = (x[:, 0] + x[:, 1] > 0).long()
@@ -280,6 +284,29 @@ class PythonTorchTest(testlib.ProcessTestCase):
             opt.step(loss=loss)
             losses.append(loss.item())
         return job, losses
+
+    def test_push_in_backward(self):
+        """Gradients pushed from backward hooks train as step()'s pushes
+        do, to the last digit; a second backward in a step, and threshold
+        compression, are refused naming why."""
+        _, hooked = self.train_dense("ps-hooks", steps=12,
+                                     opt_args={"push_in_backward": True})
+        _, plain = self.train_dense("ps-plain", steps=12)
+        self.assertEqual(hooked, plain)
+        _, port, _ = self.start_pserver("ps-twice")
+        job = self.job(port, job_id="twice")
+        model = torch.nn.Linear(4, 1)
+        shardps.torch.DistributedOptimizer(
+            model, job, shardps.optim.SGD(lr=0.1), push_in_backward=True)
+        model(torch.ones(2, 4)).sum().backward()
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "pushed already at step 0"):
+            model(torch.ones(2, 4)).sum().backward()
+        with self.assertRaisesRegex(shardps.FailedPreconditionError,
+                                    "threshold"):
+            self.train_dense("ps-threshold", steps=1,
+                             opt_args={"push_in_backward": True},
+                             compression="threshold")
 
     def test_compression_and_metrics(self):
         """--compression from Python: fp16 pushes about half the bytes of

@@ -303,6 +303,16 @@ void BindSteps(py::class_<NativeSession>& c) {
                  absl::MakeConstSpan(reinterpret_cast<const float*>(grads),
                                      values)));
            })
+      .def("push_dense_early",
+           [](NativeSession& n, int table, uintptr_t grad) {
+             absl::Status s;
+             {
+               py::gil_scoped_release release;
+               s = n.s().PushDenseEarly(table,
+                                        reinterpret_cast<const float*>(grad));
+             }
+             Check(s);
+           })
       .def("end_step", &EndStep, py::arg("grads"), py::arg("next_values"),
            py::arg("next_rows"), py::arg("loss_sum"), py::arg("samples"));
 }

@@ -52,16 +52,19 @@ class _HostBuffer:
     the tensors themselves when they are float32 CPU tensors; host copies
     otherwise (pinned for a GPU's) or when `stage` (the GPU's path, with
     CPU tensors): `host` for the values, `grad` for the gradient (a step
-    pushes one while it pulls the other)."""
+    pushes one while it pulls the other). `own_grad`: a host copy of the
+    gradient in any case (a gradient pushed from backward must not change
+    until the step ends)."""
 
-    def __init__(self, tensor, stage):
+    def __init__(self, tensor, stage, own_grad=False):
         self.device = tensor.device
-        if tensor.device.type == "cpu" and not stage:
-            self.host = self.grad = None
-        else:
-            pin = tensor.device.type == "cuda"
+        staged = tensor.device.type != "cpu" or stage
+        pin = tensor.device.type == "cuda"
+        self.host = self.grad = None
+        if staged:
             self.host = torch.empty(tensor.shape, dtype=torch.float32,
                                     pin_memory=pin)
+        if staged or own_grad:
             self.grad = torch.empty(tensor.shape, dtype=torch.float32,
                                     pin_memory=pin)
 
@@ -91,11 +94,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ``steps_per_pass`` shapes the progress lines (0: unknown).
     ``stage_on_host``: copy CPU parameters and gradients through host
     buffers too, as those on a GPU are (the GPU's path, where there is
-    none; tests).
+    none; tests). ``push_in_backward``: push each parameter's gradient
+    from a hook as backward produces it (last layer first), so that it
+    travels while the layers below compute; ``step()`` then pushes the
+    rest. One backward per step: a second one's gradients are refused
+    (accumulate without it), and changes to ``.grad`` after backward
+    (clipping) come too late. Not with threshold compression or LARS.
     """
 
     def __init__(self, model, job, optimizer, named_parameters=None,
-                 optimizers=None, steps_per_pass=0, stage_on_host=False):
+                 optimizers=None, steps_per_pass=0, stage_on_host=False,
+                 push_in_backward=False):
         _optim.check(optimizer)
         if named_parameters is None:
             if not isinstance(model, torch.nn.Module):
@@ -132,7 +141,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             opt = _optim.check(optimizers.get(name, optimizer),
                                "the optimizer of " + name)
             job._add_dense_table(name, tuple(p.shape) or (1,), opt)
-        self._buffers = [_HostBuffer(p, stage_on_host) for p in self._params]
+        self._buffers = [_HostBuffer(p, stage_on_host, push_in_backward)
+                         for p in self._params]
+        # Parameters whose gradient a hook pushed this step.
+        self._pushed = set()
+        self._hooks = []
+        if push_in_backward:
+            for i, p in enumerate(self._params):
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    self._backward_hook(i)))
         with torch.no_grad():
             initial = [self._values_address(i, fill=True)
                        for i in range(len(self._params))]
@@ -143,6 +160,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
     @property
     def job(self):
         return self._job
+
+    def _backward_hook(self, i):
+        def pushed_in_backward(p):
+            g = p.grad
+            if (g is None or g.is_sparse or g.dtype != torch.float32 or
+                    tuple(g.shape) != tuple(p.shape)):
+                return  # step() refuses it, naming the parameter
+            b = self._buffers[i]
+            b.grad.copy_(g)
+            self._job._session.push_dense_early(i, b.grad.data_ptr())
+            self._pushed.add(i)
+        return pushed_in_backward
 
     def _values_address(self, i, fill=False):
         """The address the values of parameter i are read from or written
@@ -181,7 +210,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _grad_addresses(self, keep):
         out = []
-        for name, p, b in zip(self._names, self._params, self._buffers):
+        for i, (name, p, b) in enumerate(zip(self._names, self._params,
+                                             self._buffers)):
+            if i in self._pushed:  # sent from backward
+                out.append(b.grad.data_ptr())
+                continue
             g = p.grad
             if g is None:
                 g = torch.zeros_like(p.data, device="cpu")
@@ -225,8 +258,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         grads = self._grad_addresses(keep)
         _synchronize(self._buffers)
         values = [self._values_address(i) for i in range(len(self._params))]
-        _, recovered = self._job._end_step(grads, values, loss_sum,
-                                           int(samples))
+        try:
+            _, recovered = self._job._end_step(grads, values, loss_sum,
+                                               int(samples))
+        finally:
+            self._pushed.clear()
         if recovered:
             self._pull()
         else:

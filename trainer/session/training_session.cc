@@ -141,6 +141,7 @@ absl::Status TrainingSession::MakeClients() {
                                         static_cast<int64_t>(sizes[t]),
                                         job_.tables(t).block_size()});
   }
+  sent_early_.assign(layouts_.size(), false);
   for (const TableSpec& t : sparse_specs_) *job_.add_tables() = t;
   ASSIGN_OR_RETURN(JobClients clients,
                    MakeJobClients(o, servers_, &stamp_, layouts_, threshold_));
@@ -296,6 +297,58 @@ absl::Status TrainingSession::PushQueuedSparse(int64_t tag,
   return s;
 }
 
+absl::Status TrainingSession::PushDenseEarly(int table, const float* grad) {
+  if (!started_ || finished_) {
+    return absl::FailedPreconditionError(finished_ ? "the job has finished"
+                                                   : "the job has not started");
+  }
+  if (table < 0 || table >= static_cast<int>(layouts_.size())) {
+    return Bad(absl::StrCat("no dense table ", table));
+  }
+  if (sharing_ != nullptr || !lars_tables_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pushing table ", names_[table], " ahead of the step's end: ",
+        sharing_ != nullptr ? "--compression=threshold" : "LARS",
+        " needs every table's gradient at once"));
+  }
+  if (sent_early_[table]) {
+    return Bad(absl::StrCat("table ", names_[table],
+                            ": its gradient was pushed already at step ", step_,
+                            " (a second backward in one step?)"));
+  }
+  sent_early_[table] = true;
+  if (!early_error_.ok()) return absl::OkStatus();  // EndStep reports it
+  // The chief asks for the step's checkpoint before any of its blocks can
+  // move.
+  if (early_.empty()) early_error_ = checkpoints_->AtStep(step_);
+  if (!early_error_.ok()) return absl::OkStatus();
+  std::vector<const float*> grads(layouts_.size(), nullptr);
+  std::vector<bool> only(layouts_.size(), false);
+  grads[table] = grad;
+  only[table] = true;
+  absl::StatusOr<std::unique_ptr<Transfer>> t =
+      params_->StartPush(step_, grads, &only);
+  if (!t.ok()) {
+    early_error_ = t.status();
+    return absl::OkStatus();
+  }
+  early_.push_back(*std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::AwaitEarlyPushes(TransferStats* push) {
+  absl::Status first;
+  for (std::unique_ptr<Transfer>& t : early_) {
+    TransferStats s;
+    absl::Status st = t->Wait(&s);
+    if (first.ok()) first = st;
+    push->bytes += s.bytes;
+  }
+  early_.clear();
+  std::fill(sent_early_.begin(), sent_early_.end(), false);
+  return first;
+}
+
 absl::Status TrainingSession::PushStep(
     const std::vector<const float*>& grads,
     const std::vector<float*>* next_values,
@@ -319,8 +372,11 @@ absl::Status TrainingSession::PushStep(
       sharing_->ComputeUpdates(step_, grads);
       sent = sharing_->updates();
     }
+    // The tables PushDenseEarly has not sent.
+    std::vector<bool> rest(layouts_.size(), true);
+    for (size_t t = 0; t < rest.size(); ++t) rest[t] = !sent_early_[t];
     absl::StatusOr<std::unique_ptr<Transfer>> pushing =
-        params_->StartPush(step_, sent);
+        params_->StartPush(step_, sent, early_.empty() ? nullptr : &rest);
     if (sharing_ != nullptr && pushing.ok()) {
       sharing_->MaskSent(*params_->threshold_encoder());
     }
@@ -333,6 +389,8 @@ absl::Status TrainingSession::PushStep(
     }
     st = pushing.ok() ? (*pushing)->Wait(push) : pushing.status();
     push->bytes += sparse_push.bytes;
+    absl::Status e = AwaitEarlyPushes(push);
+    if (st.ok()) st = e;
     if (st.ok() && !lars_tables_.empty()) {
       st = params_->ExchangeTableNorms(step_, lars_tables_);
     }
@@ -386,10 +444,17 @@ absl::StatusOr<StepOutcome> TrainingSession::EndStep(
     ASSIGN_OR_RETURN(fetch, FetchTransfers(*next_rows));
   }
   const absl::Time t0 = absl::Now();
-  absl::Status st = checkpoints_->AtStep(step_);
+  // Asked already at the first early push, if any (then a no-op).
+  absl::Status st =
+      early_error_.ok() ? checkpoints_->AtStep(step_) : early_error_;
   TransferStats push, pull;
   const absl::Time t1 = absl::Now();
   if (st.ok()) st = PushStep(grads, next_values, fetch, &push, &pull);
+  if (!st.ok()) {
+    TransferStats ignored;
+    AwaitEarlyPushes(&ignored).IgnoreError();
+  }
+  early_error_ = absl::OkStatus();
   if (!st.ok()) {
     if (sync() && absl::IsAborted(st)) {
       RETURN_IF_ERROR(Recover(st));
@@ -438,6 +503,8 @@ absl::Status TrainingSession::Recover(const absl::Status& why) {
     q.keys.clear();
     q.grads.clear();
   }
+  TransferStats dropped;
+  AwaitEarlyPushes(&dropped).IgnoreError();
   ASSIGN_OR_RETURN(step_, JoinAgreedTimeline(job_client_.get(), &stamp_, k,
                                              sync(), options_.ready_timeout));
   // A restarted pserver holds none of the regions or lanes.

@@ -111,6 +111,17 @@ class TrainingSession {
   // same table adds to what is queued.
   absl::Status PushSparse(int table, absl::Span<const uint64_t> keys,
                           absl::Span<const float> grads);
+  // Sends dense table `table`'s gradient for this step now, ahead of
+  // EndStep: a backward hook's push, once that layer's gradient is ready,
+  // so that it travels while the layers below compute. `grad` (dense_size
+  // floats) must stay unchanged until EndStep returns. The first of a
+  // step's early pushes makes the chief's checkpoint request of the step.
+  // EndStep pushes the other tables, then waits for these and reports
+  // their errors (a rolled-back job among them). INVALID_ARGUMENT for a
+  // table that is not, or one sent already this step; FAILED_PRECONDITION
+  // with threshold compression or LARS, whose updates need every table's
+  // gradient at once.
+  absl::Status PushDenseEarly(int table, const float* grad);
   // Ends the step: the chief asks for a checkpoint when one is due; the
   // queued sparse gradients, then grads[t] for each dense table, are
   // pushed; with `next_values`, the next step's dense values are pulled
@@ -189,6 +200,15 @@ class TrainingSession {
   // gradients into the updates pushed (null otherwise).
   ThresholdPushEncoder::Options threshold_;
   std::unique_ptr<UpdateSharing> sharing_;
+
+  // This step's early pushes (PushDenseEarly): the tables sent, the
+  // transfers in flight, and the first error met before any was sent.
+  std::vector<bool> sent_early_;
+  std::vector<std::unique_ptr<Transfer>> early_;
+  absl::Status early_error_;
+  // Waits for the early pushes; their bytes go to `push`. Returns the
+  // first error.
+  absl::Status AwaitEarlyPushes(TransferStats* push);
 
   // Sparse gradients queued for this step, per sparse table.
   struct QueuedRows {

@@ -166,6 +166,62 @@ TEST(TrainingSessionTest, SparseRowsFollowAdagrad) {
   ASSERT_TRUE(s.Finish().ok());
 }
 
+// Gradients pushed ahead of the step's end (a backward hook's), one table
+// by one trainer and the other by the other, train as EndStep's pushes do;
+// a table sent twice in a step is refused.
+TEST(TrainingSessionTest, EarlyPushesTrainAsTheStepsPushes) {
+  const int kTrainers = 2, kSteps = 10;
+  const size_t kSize = 6;
+  Cluster cluster(2, kTrainers);
+  std::vector<float> init(kSize, 0.5f);
+  std::vector<std::vector<float>> finals(kTrainers);
+  std::vector<absl::Status> status(kTrainers);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kTrainers; ++k) {
+    threads.emplace_back([&, k] {
+      TrainingSession s(Options(k, kTrainers), cluster.For(k));
+      ASSERT_TRUE(s.AddDenseTable("a", {2, 3}, Momentum(0.1f, 0.9f)).ok());
+      ASSERT_TRUE(s.AddDenseTable("b", {6}, Momentum(0.1f, 0.9f)).ok());
+      std::vector<float> a(kSize), b(kSize);
+      status[k] = s.Start({init.data(), init.data()}, 0);
+      if (status[k].ok()) status[k] = s.PullDense({a.data(), b.data()});
+      for (int step = 0; step < kSteps && status[k].ok(); ++step) {
+        const std::vector<float> g = Grad(k, step, kSize);
+        status[k] = s.PushDenseEarly(k, g.data());  // trainer k: table k
+        if (!status[k].ok()) break;
+        if (step == 0) {
+          EXPECT_EQ(s.PushDenseEarly(k, g.data()).code(),
+                    absl::StatusCode::kInvalidArgument);
+          EXPECT_EQ(s.PushDenseEarly(2, g.data()).code(),
+                    absl::StatusCode::kInvalidArgument);
+        }
+        std::vector<float*> next = {a.data(), b.data()};
+        status[k] =
+            s.EndStep({g.data(), g.data()}, &next, nullptr, 1.0, 1).status();
+      }
+      if (status[k].ok()) status[k] = s.Finish();
+      finals[k] = a;
+      finals[k].insert(finals[k].end(), b.begin(), b.end());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < kTrainers; ++k) ASSERT_TRUE(status[k].ok()) << status[k];
+  std::vector<double> v(kSize, 0.5), m(kSize, 0);
+  for (int step = 0; step < kSteps; ++step) {
+    for (size_t i = 0; i < kSize; ++i) {
+      m[i] =
+          0.9 * m[i] + (Grad(0, step, kSize)[i] + Grad(1, step, kSize)[i]) / 2;
+      v[i] -= 0.1 * m[i];
+    }
+  }
+  for (int k = 0; k < kTrainers; ++k) {
+    for (size_t i = 0; i < 2 * kSize; ++i) {
+      EXPECT_NEAR(finals[k][i], v[i % kSize], 1e-5) << k << " " << i;
+    }
+  }
+  EXPECT_EQ(finals[0], finals[1]);
+}
+
 // Rows fetched as a step ends are those PullSparse gives at the next step,
 // in sync mode (after both trainers' pushes) and for two tables at once;
 // a fetch of a table that is not is refused before anything is sent.
