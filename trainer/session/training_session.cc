@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "trainer/model/saved_model.h"
 #include "trainer/recovery_planner.h"
+#include "trainer/session/step_exchange.h"
 #include "trainer/trainer.h"
 
 namespace shardps {
@@ -106,7 +107,6 @@ absl::StatusOr<int> TrainingSession::AddSparseTable(
   *t.mutable_sparse() = sparse;
   *t.mutable_optimizer() = optimizer;
   sparse_specs_.push_back(std::move(t));
-  queued_.emplace_back();
   return static_cast<int>(sparse_specs_.size()) - 1;
 }
 
@@ -141,7 +141,6 @@ absl::Status TrainingSession::MakeClients() {
                                         static_cast<int64_t>(sizes[t]),
                                         job_.tables(t).block_size()});
   }
-  sent_early_.assign(layouts_.size(), false);
   for (const TableSpec& t : sparse_specs_) *job_.add_tables() = t;
   ASSIGN_OR_RETURN(JobClients clients,
                    MakeJobClients(o, servers_, &stamp_, layouts_, threshold_));
@@ -188,6 +187,14 @@ absl::Status TrainingSession::Start(const std::vector<const float*>& initial,
       job_client_.get(), o.checkpoint_every_steps, k == 0, o.observer);
   RETURN_IF_ERROR(checkpoints_->CheckPservers());
   checkpoints_->ResumedAt(step_);
+  StepExchange::Tables tables{names_, lars_tables_, {}, {}};
+  for (const TableSpec& t : sparse_specs_) {
+    tables.sparse_names.push_back(t.name());
+    tables.sparse_dims.push_back(t.sparse().dim());
+  }
+  exchange_ = std::make_unique<StepExchange>(
+      std::move(tables), sync(), params_.get(), sparse_.get(),
+      checkpoints_.get(), sharing_.get());
   if (router_ != nullptr && k == 0) {
     router_->set_rejoin([this](int s) {
       return job_client_->Rejoin(static_cast<size_t>(s), job_,
@@ -264,37 +271,7 @@ absl::Status TrainingSession::PushSparse(int table,
                                          absl::Span<const float> grads) {
   if (!started_)
     return absl::FailedPreconditionError("the job has not started");
-  if (table < 0 || table >= static_cast<int>(sparse_specs_.size())) {
-    return Bad(absl::StrCat("no sparse table ", table));
-  }
-  const size_t dim = sparse_specs_[table].sparse().dim();
-  if (grads.size() != keys.size() * dim) {
-    return Bad(absl::StrCat("sparse table ", sparse_specs_[table].name(), ": ",
-                            grads.size(), " gradient values for ", keys.size(),
-                            " keys of dim ", dim));
-  }
-  QueuedRows& q = queued_[table];
-  q.keys.insert(q.keys.end(), keys.begin(), keys.end());
-  q.grads.insert(q.grads.end(), grads.begin(), grads.end());
-  return absl::OkStatus();
-}
-
-absl::Status TrainingSession::PushQueuedSparse(int64_t tag,
-                                               TransferStats* stats) {
-  if (sparse_specs_.empty()) return absl::OkStatus();
-  std::vector<SparseTransfer> t;
-  for (size_t i = 0; i < sparse_specs_.size(); ++i) {
-    const QueuedRows& q = queued_[i];
-    t.push_back({static_cast<uint32_t>(layouts_.size() + i),
-                 sparse_specs_[i].sparse().dim(), q.keys, nullptr,
-                 q.grads.data()});
-  }
-  absl::Status s = sparse_->Push(tag, sync(), t, stats);
-  for (QueuedRows& q : queued_) {
-    q.keys.clear();
-    q.grads.clear();
-  }
-  return s;
+  return exchange_->QueueSparse(table, keys, grads);
 }
 
 absl::Status TrainingSession::PushDenseEarly(int table, const float* grad) {
@@ -302,127 +279,7 @@ absl::Status TrainingSession::PushDenseEarly(int table, const float* grad) {
     return absl::FailedPreconditionError(finished_ ? "the job has finished"
                                                    : "the job has not started");
   }
-  if (table < 0 || table >= static_cast<int>(layouts_.size())) {
-    return Bad(absl::StrCat("no dense table ", table));
-  }
-  if (sharing_ != nullptr || !lars_tables_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "pushing table ", names_[table], " ahead of the step's end: ",
-        sharing_ != nullptr ? "--compression=threshold" : "LARS",
-        " needs every table's gradient at once"));
-  }
-  if (sent_early_[table]) {
-    return Bad(absl::StrCat("table ", names_[table],
-                            ": its gradient was pushed already at step ", step_,
-                            " (a second backward in one step?)"));
-  }
-  sent_early_[table] = true;
-  if (!early_error_.ok()) return absl::OkStatus();  // EndStep reports it
-  // The chief asks for the step's checkpoint before any of its blocks can
-  // move.
-  if (early_.empty()) early_error_ = checkpoints_->AtStep(step_);
-  if (!early_error_.ok()) return absl::OkStatus();
-  std::vector<const float*> grads(layouts_.size(), nullptr);
-  std::vector<bool> only(layouts_.size(), false);
-  grads[table] = grad;
-  only[table] = true;
-  absl::StatusOr<std::unique_ptr<Transfer>> t =
-      params_->StartPush(step_, grads, &only);
-  if (!t.ok()) {
-    early_error_ = t.status();
-    return absl::OkStatus();
-  }
-  early_.push_back(*std::move(t));
-  return absl::OkStatus();
-}
-
-absl::Status TrainingSession::AwaitEarlyPushes(TransferStats* push) {
-  absl::Status first;
-  for (std::unique_ptr<Transfer>& t : early_) {
-    TransferStats s;
-    absl::Status st = t->Wait(&s);
-    if (first.ok()) first = st;
-    push->bytes += s.bytes;
-  }
-  early_.clear();
-  std::fill(sent_early_.begin(), sent_early_.end(), false);
-  return first;
-}
-
-absl::Status TrainingSession::PushStep(
-    const std::vector<const float*>& grads,
-    const std::vector<float*>* next_values,
-    const std::vector<SparseTransfer>& next_rows, TransferStats* push,
-    TransferStats* pull) {
-  // SYNC: the next rows are asked for first; the pservers answer once every
-  // trainer's push of this step is applied. ASYNC: once this trainer's
-  // sparse push is.
-  std::unique_ptr<Transfer> fetching;
-  if (sync() && !next_rows.empty()) {
-    fetching = sparse_->StartPull(step_ + 1, step_ + 1, next_rows);
-  }
-  absl::Status st = PushQueuedSparse(step_, push);
-  if (st.ok() && !sync() && !next_rows.empty()) {
-    fetching = sparse_->StartPull(0, step_ + 1, next_rows);
-  }
-  if (st.ok()) {
-    TransferStats sparse_push = *push;
-    std::vector<const float*> sent = grads;
-    if (sharing_ != nullptr) {
-      sharing_->ComputeUpdates(step_, grads);
-      sent = sharing_->updates();
-    }
-    // The tables PushDenseEarly has not sent.
-    std::vector<bool> rest(layouts_.size(), true);
-    for (size_t t = 0; t < rest.size(); ++t) rest[t] = !sent_early_[t];
-    absl::StatusOr<std::unique_ptr<Transfer>> pushing =
-        params_->StartPush(step_, sent, early_.empty() ? nullptr : &rest);
-    if (sharing_ != nullptr && pushing.ok()) {
-      sharing_->MaskSent(*params_->threshold_encoder());
-    }
-    // SYNC: the next values are asked for with the push, and answered once
-    // every trainer's push of this step is applied.
-    std::unique_ptr<Transfer> pulling;
-    if (pushing.ok() && next_values != nullptr && sync() &&
-        lars_tables_.empty()) {
-      pulling = params_->StartPull(step_ + 1, step_ + 1, *next_values);
-    }
-    st = pushing.ok() ? (*pushing)->Wait(push) : pushing.status();
-    push->bytes += sparse_push.bytes;
-    absl::Status e = AwaitEarlyPushes(push);
-    if (st.ok()) st = e;
-    if (st.ok() && !lars_tables_.empty()) {
-      st = params_->ExchangeTableNorms(step_, lars_tables_);
-    }
-    if (pulling != nullptr) {
-      absl::Status p = pulling->Wait(pull);
-      if (st.ok()) st = p;
-    } else if (st.ok() && next_values != nullptr) {
-      st = params_->Pull(sync() ? step_ + 1 : 0, step_ + 1, *next_values, pull);
-    }
-  }
-  if (fetching != nullptr) {
-    TransferStats rows;
-    absl::Status f = fetching->Wait(&rows);
-    if (st.ok()) st = f;
-    pull->bytes += rows.bytes;
-    pull->server_wait_us = std::max(pull->server_wait_us, rows.server_wait_us);
-  }
-  return st;
-}
-
-absl::StatusOr<std::vector<SparseTransfer>> TrainingSession::FetchTransfers(
-    const std::vector<SparseFetch>& fetch) const {
-  std::vector<SparseTransfer> t;
-  for (const SparseFetch& f : fetch) {
-    if (f.table < 0 || f.table >= static_cast<int>(sparse_specs_.size())) {
-      return Bad(absl::StrCat("no sparse table ", f.table));
-    }
-    t.push_back({static_cast<uint32_t>(layouts_.size() + f.table),
-                 sparse_specs_[f.table].sparse().dim(), f.keys, f.rows,
-                 nullptr});
-  }
-  return t;
+  return exchange_->PushDenseEarly(step_, table, grad);
 }
 
 absl::StatusOr<StepOutcome> TrainingSession::EndStep(
@@ -441,20 +298,12 @@ absl::StatusOr<StepOutcome> TrainingSession::EndStep(
   }
   std::vector<SparseTransfer> fetch;
   if (next_rows != nullptr) {
-    ASSIGN_OR_RETURN(fetch, FetchTransfers(*next_rows));
+    ASSIGN_OR_RETURN(fetch, exchange_->Fetches(*next_rows));
   }
-  const absl::Time t0 = absl::Now();
-  // Asked already at the first early push, if any (then a no-op).
-  absl::Status st =
-      early_error_.ok() ? checkpoints_->AtStep(step_) : early_error_;
-  TransferStats push, pull;
   const absl::Time t1 = absl::Now();
-  if (st.ok()) st = PushStep(grads, next_values, fetch, &push, &pull);
-  if (!st.ok()) {
-    TransferStats ignored;
-    AwaitEarlyPushes(&ignored).IgnoreError();
-  }
-  early_error_ = absl::OkStatus();
+  TransferStats push, pull;
+  absl::Status st =
+      exchange_->End(step_, grads, next_values, fetch, &push, &pull);
   if (!st.ok()) {
     if (sync() && absl::IsAborted(st)) {
       RETURN_IF_ERROR(Recover(st));
@@ -468,11 +317,10 @@ absl::StatusOr<StepOutcome> TrainingSession::EndStep(
   push_bytes_ += push.bytes;
   pull_bytes_ += pull.bytes;
   StepTimes times;
-  times.compute = std::max(absl::ZeroDuration(), t0 - last_end_ - pulled_);
+  times.compute = std::max(absl::ZeroDuration(), t1 - last_end_ - pulled_);
   times.pull = pulled_;
   times.wait = std::min(absl::Microseconds(pull.server_wait_us), t2 - t1);
-  times.push = (t2 - t1) - times.wait;
-  times.data = t1 - t0;  // the checkpoint request
+  times.push = (t2 - t1) - times.wait;  // with the checkpoint request
   const int64_t pass = steps_per_pass_ > 0 ? (step_ - 1) / steps_per_pass_ : 0;
   Report(pass, times, loss_sum, samples, push.bytes, pull.bytes);
   train_time_ += t2 - last_end_;
@@ -499,12 +347,7 @@ absl::Status TrainingSession::Recover(const absl::Status& why) {
   const absl::Time t0 = absl::Now();
   LOG(WARNING) << "trainer " << k << " at step " << step_ << ": "
                << why.message() << "; recovering";
-  for (QueuedRows& q : queued_) {
-    q.keys.clear();
-    q.grads.clear();
-  }
-  TransferStats dropped;
-  AwaitEarlyPushes(&dropped).IgnoreError();
+  exchange_->Drop();
   ASSIGN_OR_RETURN(step_, JoinAgreedTimeline(job_client_.get(), &stamp_, k,
                                              sync(), options_.ready_timeout));
   // A restarted pserver holds none of the regions or lanes.

@@ -23,6 +23,7 @@
 #include "trainer/model/layers.h"
 #include "trainer/options.h"
 #include "trainer/progress.h"
+#include "trainer/session/step_exchange.h"
 #include "trainer/update_sharing.h"
 
 namespace shardps {
@@ -34,14 +35,6 @@ struct StepOutcome {
   // it went back to (the ended step's gradients were dropped).
   int64_t step = 0;
   bool recovered = false;
-};
-
-// Rows of a sparse table that the next step will read, fetched as a step
-// ends (TrainingSession::EndStep).
-struct SparseFetch {
-  int table = 0;                    // index among the sparse tables
-  absl::Span<const uint64_t> keys;  // distinct
-  float* rows = nullptr;            // keys.size() * dim floats, filled
 };
 
 // A trainer's side of a job whose model lives elsewhere (a PyTorch module,
@@ -167,17 +160,6 @@ class TrainingSession {
       const std::vector<const float*>& values) const;
   // Builds the clients after the tables are known.
   absl::Status MakeClients();
-  // Sends the queued sparse gradients of this step (tagged `tag`).
-  absl::Status PushQueuedSparse(int64_t tag, TransferStats* stats);
-  // The transfers of `fetch`; INVALID_ARGUMENT for a table that is not.
-  absl::StatusOr<std::vector<SparseTransfer>> FetchTransfers(
-      const std::vector<SparseFetch>& fetch) const;
-  // Pushes this step: sparse (fetching `next_rows` with it), then dense,
-  // with the next dense values when asked.
-  absl::Status PushStep(const std::vector<const float*>& grads,
-                        const std::vector<float*>* next_values,
-                        const std::vector<SparseTransfer>& next_rows,
-                        TransferStats* push, TransferStats* pull);
   absl::Status Recover(const absl::Status& why);
   // Unless the run recovers from `why`, cancels the calls in flight.
   void CancelIfFatal(const absl::Status& why);
@@ -201,28 +183,13 @@ class TrainingSession {
   ThresholdPushEncoder::Options threshold_;
   std::unique_ptr<UpdateSharing> sharing_;
 
-  // This step's early pushes (PushDenseEarly): the tables sent, the
-  // transfers in flight, and the first error met before any was sent.
-  std::vector<bool> sent_early_;
-  std::vector<std::unique_ptr<Transfer>> early_;
-  absl::Status early_error_;
-  // Waits for the early pushes; their bytes go to `push`. Returns the
-  // first error.
-  absl::Status AwaitEarlyPushes(TransferStats* push);
-
-  // Sparse gradients queued for this step, per sparse table.
-  struct QueuedRows {
-    std::vector<uint64_t> keys;
-    std::vector<float> grads;
-  };
-  std::vector<QueuedRows> queued_;
-
   // Declared before the router (the chief's router calls it).
   std::unique_ptr<JobClient> job_client_;
   std::unique_ptr<ReplicaRouter> router_;
   std::unique_ptr<ParamClient> params_;
   std::unique_ptr<SparseClient> sparse_;
   std::unique_ptr<CheckpointRequester> checkpoints_;
+  std::unique_ptr<StepExchange> exchange_;  // after Start
   std::unique_ptr<Heartbeater> heartbeats_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<ProgressReporter> progress_;
