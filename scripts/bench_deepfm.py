@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+import bench_e2e
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, "examples", "torch_deepfm.py")
-VENV_PYTHON = os.path.join(
-    os.environ.get("SHARDPS_TORCH_VENV",
-                   os.path.expanduser("~/.cache/shardps/torch-venv")),
-    "bin", "python")
+# The PyTorch virtualenv's interpreter, found as bench_e2e.py finds it.
+VENV_PYTHON = bench_e2e.TORCH_VENV_PYTHON
 
 
 def parse_args():

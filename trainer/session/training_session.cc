@@ -17,8 +17,6 @@
 namespace shardps {
 namespace {
 
-double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
-
 absl::Status Bad(const std::string& msg) {
   return absl::InvalidArgumentError(msg);
 }
@@ -364,12 +362,13 @@ absl::Status TrainingSession::Recover(const absl::Status& why) {
           .Add("from_step", from)
           .Add("to_step", step_)
           .Add("steps_lost", std::max<int64_t>(0, from - step_))
-          .Add("seconds", Seconds(absl::Now() - t0))
+          .Add("seconds", absl::ToDoubleSeconds(absl::Now() - t0))
           .Add("generation", static_cast<int64_t>(stamp_.generation())));
   LOG(WARNING) << absl::StrFormat(
       "trainer %d recovered in %.2f s: generation %d, back to step %d from "
       "step %d",
-      k, Seconds(absl::Now() - t0), stamp_.generation(), step_, from);
+      k, absl::ToDoubleSeconds(absl::Now() - t0), stamp_.generation(), step_,
+      from);
   last_end_ = absl::Now();
   pulled_ = absl::ZeroDuration();
   return absl::OkStatus();
@@ -390,7 +389,7 @@ void TrainingSession::Evaluated(int pass, bool final, double loss,
     options_.observer->Evaluated(
         EvalReport{pass, step_, final, loss, accuracy, auc, 0});
   }
-  const double secs = Seconds(train_time_);
+  const double secs = absl::ToDoubleSeconds(train_time_);
   JsonLine line("eval");
   line.Add("trainer_id", options_.trainer_id)
       .Add("pass", pass)
