@@ -60,6 +60,14 @@ DEFINE_string(checkpoint_dir, "",
               "directory for this pserver's checkpoints, a folder per job "
               "(<dir>/<job_id>/); each job's newest complete one is loaded "
               "at start. Empty: no checkpoints");
+DEFINE_string(restore_from, "",
+              "a job checkpoint written by any number of pservers (a folder "
+              "holding their --checkpoint_dirs, a shared mount, or what "
+              "ps_checkpoint reshard wrote): a job with no checkpoint in "
+              "--checkpoint_dir starts from its newest complete one, "
+              "resharded to this pserver's place when the chief starts the "
+              "job (docs/fault_tolerance.md, \"Restoring onto other "
+              "pservers\"). Must lie outside --checkpoint_dir");
 DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept per job (>= 1)");
 DEFINE_int32(max_jobs, 16,
              "jobs this pserver holds at once (trainers' --job_id); a "
@@ -160,6 +168,7 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
                                  ? FLAGS_max_memory_mb << 20
                                  : DefaultMemoryLimitBytes();
   p.checkpoint_dir = FLAGS_checkpoint_dir;
+  p.restore_from = FLAGS_restore_from;
   p.keep_checkpoints = FLAGS_keep_checkpoints;
   p.max_memory_bytes_per_job = FLAGS_max_memory_mb_per_job << 20;
   p.max_jobs = FLAGS_max_jobs;
@@ -216,7 +225,7 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
            {"max_jobs", "job_retention", "max_memory_mb",
             "max_memory_mb_per_job", "max_shared_regions"}},
           {"Checkpoints (docs/checkpoint_format.md)",
-           {"checkpoint_dir", "keep_checkpoints"}},
+           {"checkpoint_dir", "keep_checkpoints", "restore_from"}},
           shardps::SecurityFlagGroup(),
           shardps::MonitoringFlagGroup()};
 }

@@ -13,6 +13,12 @@ namespace shardps {
 // Pure functions: every trainer computes the same map from the same ordered
 // pserver list.
 
+// Pservers a job may have.
+inline constexpr int kMaxPservers = 1024;
+
+// The placement below, as checkpoints record it (ShardPlacement.scheme).
+inline constexpr int kPlacementScheme = 1;
+
 // The 64-bit finaliser of MurmurHash3: a bijection that spreads keys.
 inline uint64_t Mix64(uint64_t k) {
   k ^= k >> 33;

@@ -436,6 +436,31 @@ absl::StatusOr<std::vector<int64_t>> CheckpointReader::ListComplete() const {
   return steps;
 }
 
+absl::StatusOr<CheckpointHeader> CheckpointReader::LoadHeader(
+    int64_t step) const {
+  if (step < 0 || step > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint step ", step, " is outside [0, ", kMaxCheckpointStep, "]"));
+  }
+  const std::string dir = JoinPath(root_, CheckpointDirName(step));
+  const std::string path = JoinPath(dir, kCheckpointManifestName);
+  std::string text;
+  absl::Status s = env_->ReadFileToString(path, &text);
+  if (absl::IsNotFound(s)) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint of step ", step,
+                                            ": ", path, " is missing"));
+  }
+  RETURN_IF_ERROR(s);
+  ASSIGN_OR_RETURN(Manifest m, ParseManifest(text, path));
+  RETURN_IF_ERROR(CheckManifestStep(m, step, dir));
+  CheckpointHeader h;
+  h.step = step;
+  h.metadata = std::move(m.metadata);
+  h.manifest_crc = Crc32(text);
+  for (const ManifestEntry& e : m.files) h.bytes += e.size;
+  return h;
+}
+
 absl::StatusOr<LoadedCheckpoint> CheckpointReader::Load(int64_t step) const {
   if (step < 0 || step > kMaxCheckpointStep) {
     return absl::InvalidArgumentError(absl::StrCat(

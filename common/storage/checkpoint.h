@@ -59,6 +59,16 @@ struct CheckpointFileView {
   absl::string_view data;
 };
 
+// What a checkpoint's MANIFEST says, without its blobs.
+struct CheckpointHeader {
+  int64_t step = 0;
+  std::string metadata;
+  // zlib's CRC-32 of the whole MANIFEST file: names this exact checkpoint
+  // (its blobs' sizes and CRCs are in it).
+  uint32_t manifest_crc = 0;
+  int64_t bytes = 0;  // the blobs' sizes, summed
+};
+
 struct LoadedCheckpoint {
   int64_t step = 0;
   std::string metadata;
@@ -139,6 +149,9 @@ class CheckpointReader {
   // is damaged (e.g. ".../ckpt-000000000200/table_3.bin: crc32 0x1234abcd
   // != manifest 0x5678ef01"); else the Env's error.
   absl::StatusOr<LoadedCheckpoint> Load(int64_t step) const;
+  // The verified MANIFEST of `step` only; the blobs are neither read nor
+  // checked. Errors as Load's.
+  absl::StatusOr<CheckpointHeader> LoadHeader(int64_t step) const;
 
   // The newest checkpoint that verifies. A newer one that is damaged
   // (kDataLoss) or vanished (kNotFound) is skipped with a LOG(WARNING)

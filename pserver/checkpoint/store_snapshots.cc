@@ -32,6 +32,7 @@ absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
   }
   state_->staleness->AddTo(&info);
   state_->membership->AddTo(&info);
+  *info.mutable_placement() = state_->current_placement();
   if (state_->sync) {
     RETURN_IF_ERROR(CheckStepBoundary(*state_->tables, step));
   } else if (const int64_t fastest = state_->staleness->FastestClock();
@@ -75,6 +76,7 @@ absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,
         "rollback: the checkpoint holds another job or other blocks than "
         "this pserver");
   }
+  RETURN_IF_ERROR(state_->AdoptPlacement(info.placement()));
   // Parse and check every blob before changing anything.
   ASSIGN_OR_RETURN(ParsedSnapshot parsed, ParseSnapshot(snap, *state_->tables));
   std::vector<WaiterPtr> aborted;

@@ -111,6 +111,10 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
   job->handler = std::make_shared<RequestHandler>(
       job->store.get(), job->checkpointer.get(), options_.store.clock);
   job->handler->shared_regions().set_quota(regions_);
+  if (!options_.restore_from.empty()) {
+    job->handler->start_restore().Configure(env_, options_.restore_from,
+                                            job_id);
+  }
   if (options_.replica_peers) {
     job->handler->replication().set_replica_factory(
         [this, job_id](const InitJobRequest& r) {

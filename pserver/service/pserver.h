@@ -33,6 +33,11 @@ struct PserverOptions {
   // <checkpoint_dir>/<job>/. Start loads each job's newest complete one.
   // Empty: no checkpoints. Default: empty.
   std::string checkpoint_dir;
+  // A job checkpoint of any number of pservers (--restore_from): a job with
+  // no checkpoint in checkpoint_dir starts from there at its chief's
+  // InitJob, resharded onto this pserver's place (StartRestore). Empty:
+  // none. Default: empty.
+  std::string restore_from;
   // Complete checkpoints kept per job. Default: 2.
   int keep_checkpoints = 2;
   // The file-system seam for checkpoints; null means Env::Default(). Must

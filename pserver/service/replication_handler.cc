@@ -13,7 +13,6 @@ namespace shardps {
 namespace {
 
 // The longest pserver list and address an InitJob may carry.
-constexpr int kMaxPservers = 1024;
 constexpr size_t kMaxAddress = 256;
 
 absl::Status NoReplication() {

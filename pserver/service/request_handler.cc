@@ -10,6 +10,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/placement/shard_map.h"
 #include "common/transport/wire_limits.h"
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
@@ -185,6 +186,7 @@ RequestHandler::RequestHandler(ParameterStore* store,
       clock_(clock),
       shared_regions_(store),
       replication_(store, &dedup_),
+      restorer_(store, checkpointer),
       // Shadows of compressed pulls count in --max_memory_mb.
       pull_deltas_(PullDeltaEncoder::Accounting{
           [b = store->budget()](int64_t n) { return b->TryReserve(n); },
@@ -197,8 +199,23 @@ absl::Status RequestHandler::InitJob(const InitJobRequest& req,
         absl::StrCat("InitJob from trainer ", req.trainer_id(),
                      ": only the chief (trainer 0) initialises the job"));
   }
+  if (req.num_servers() != 0 &&
+      (req.num_servers() < 0 || req.num_servers() > kMaxPservers ||
+       req.server_index() < 0 || req.server_index() >= req.num_servers())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: pserver ", req.server_index(), " of ", req.num_servers(),
+        " (at most ", kMaxPservers, " pservers)"));
+  }
+  RETURN_IF_ERROR(restorer_.BeforeInitJob(req));
   auto ready =
       store_->InitJob(req.job(), ToBlockIds(req.blocks()), SparseShardsOf(req));
+  if (ready.ok() && req.num_servers() > 0) {
+    ShardPlacement placement;
+    placement.set_server_index(req.server_index());
+    placement.set_num_servers(req.num_servers());
+    placement.set_scheme(kPlacementScheme);
+    RETURN_IF_ERROR(store_->state()->AdoptPlacement(placement));
+  }
   if (ready.ok() && !*ready && req.rejoin()) {
     RETURN_IF_ERROR(replication_.FillForRejoin(req));
   }

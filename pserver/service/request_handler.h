@@ -17,6 +17,7 @@
 #include "compression/pull_delta.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/checkpoint/checkpointer.h"
+#include "pserver/checkpoint/start_restore.h"
 #include "pserver/service/replication_handler.h"
 #include "pserver/service/request_dedup.h"
 #include "pserver/service/shared_regions.h"
@@ -75,6 +76,8 @@ class RequestHandler {
   absl::Status Checkpoint(const CheckpointRequest& req,
                           CheckpointResponse* resp);
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
+  // --restore_from: configured by the Pserver before the first request.
+  StartRestore& start_restore() { return restorer_; }
   // The calls of replicated jobs (docs/replication.md).
   ReplicationHandler& replication() { return replication_; }
   const ReplicationHandler& replication() const { return replication_; }
@@ -134,6 +137,7 @@ class RequestHandler {
   RequestDedup dedup_;
   SharedRegions shared_regions_;
   ReplicationHandler replication_;
+  StartRestore restorer_;
   // The shadows of compressed pulls (docs/compression.md).
   PullDeltaEncoder pull_deltas_;
 };

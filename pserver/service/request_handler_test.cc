@@ -462,6 +462,35 @@ TEST_F(RequestHandlerTest, BeforeInitAndWrongChief) {
   EXPECT_EQ(PullAll(), init_);
 }
 
+TEST_F(RequestHandlerTest, InitJobKeepsThePserversPlaceInTheJob) {
+  InitJobRequest req;
+  req.set_trainer_id(0);
+  *req.mutable_job() = Job();
+  InitJobResponse resp;
+  for (auto [index, count] : {std::pair{0, -1}, {2, 2}, {-1, 2}, {0, 1025}}) {
+    req.set_server_index(index);
+    req.set_num_servers(count);
+    ExpectCode(handler_->InitJob(req, &resp),
+               absl::StatusCode::kInvalidArgument, "InitJob: pserver");
+  }
+  InitJob();  // from a trainer that says nothing of the placement
+  req.set_server_index(1);
+  req.set_num_servers(2);
+  ASSERT_TRUE(handler_->InitJob(req, &resp).ok());
+  EXPECT_TRUE(resp.already_ready());
+  // Another chief placing it elsewhere (another --pservers order or count)
+  // would send it other blocks and keys.
+  req.set_server_index(0);
+  ExpectCode(handler_->InitJob(req, &resp),
+             absl::StatusCode::kFailedPrecondition,
+             "holds shard 1 of 2 of the job, and the chief places it as "
+             "pserver 0 of 2");
+  req.set_server_index(1);
+  req.set_num_servers(3);
+  ExpectCode(handler_->InitJob(req, &resp),
+             absl::StatusCode::kFailedPrecondition, "reshard");
+}
+
 TEST_F(RequestHandlerTest, StatusAndRegistration) {
   GetStatusResponse resp;
   ASSERT_TRUE(handler_->GetStatus(GetStatusRequest(), &resp).ok());

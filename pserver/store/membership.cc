@@ -303,6 +303,18 @@ void Membership::Restore(const CheckpointInfo& info, uint64_t generation,
     for (int k : info.dropped_trainers()) {
       if (k >= 0 && k < num_trainers_) members_[k].state = State::kDropped;
     }
+    // None in: the job had ended (its final checkpoint). Started again, it
+    // goes on with all its trainers from the step, as a job that never
+    // stopped would, rather than with whichever registers first.
+    bool any_in = false;
+    for (int k = 0; k < num_trainers_; ++k) {
+      any_in = any_in || members_[k].state == State::kActive;
+    }
+    if (!any_in) {
+      for (int k = 0; k < num_trainers_; ++k) {
+        members_[k] = Member{State::kExpected, 0};
+      }
+    }
     for (int k = 0; k < num_trainers_; ++k) Publish(k);
   }
   for (int k = 0; k < num_trainers_; ++k) {

@@ -157,5 +157,26 @@ TEST_F(MembershipTest, RestoreKeepsGoneTrainersOutAndRedoesTheSteps) {
   EXPECT_EQ(saved.left_trainers_size(), 1);
 }
 
+TEST_F(MembershipTest, AnEndedJobStartedAgainWaitsForAllItsTrainers) {
+  // The final checkpoint of a job whose trainers all finished or were
+  // dropped: started again (more passes), every trainer is expected from
+  // the step, as in a job that never stopped, and registers at that step.
+  CheckpointInfo info;
+  info.set_step(156);
+  info.add_left_trainers(0);
+  info.add_left_trainers(2);
+  info.add_dropped_trainers(1);
+  Membership restarted(3, true);
+  restarted.Restore(info, 2, /*restarted=*/true, clock_.Now());
+  EXPECT_EQ(restarted.LiveTrainers(), (std::vector<int>{0, 1, 2}));
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(restarted.Required(k, 156)) << k;
+    EXPECT_FALSE(restarted.Required(k, 155)) << k;
+  }
+  auto r = restarted.Register(1, 77, clock_.Now(), /*next_step=*/157, 0);
+  EXPECT_EQ(r.join_step, 156);
+  EXPECT_FALSE(r.rejoined);
+}
+
 }  // namespace
 }  // namespace shardps

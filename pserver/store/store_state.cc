@@ -75,6 +75,35 @@ absl::StatusOr<bool> StoreState::InitJob(const JobSpec& spec,
   return false;
 }
 
+absl::Status StoreState::AdoptPlacement(const ShardPlacement& p) {
+  if (p.num_servers() <= 0) return absl::OkStatus();
+  absl::MutexLock l(&init_mu);
+  if (placement.num_servers() <= 0) {
+    placement = p;
+    return absl::OkStatus();
+  }
+  if (placement.server_index() == p.server_index() &&
+      placement.num_servers() == p.num_servers() &&
+      placement.scheme() == p.scheme()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this pserver holds shard ", placement.server_index(), " of ",
+      placement.num_servers(),
+      " of the job, and the chief places it as "
+      "pserver ",
+      p.server_index(), " of ", p.num_servers(),
+      ": it holds other blocks and keys. Give the trainers the pservers in "
+      "the checkpoint's order and number, or reshard the checkpoint "
+      "(tools/ps_checkpoint reshard, or start every pserver with an empty "
+      "--checkpoint_dir and --restore_from; docs/fault_tolerance.md)"));
+}
+
+ShardPlacement StoreState::current_placement() const {
+  absl::MutexLock l(&init_mu);
+  return placement;
+}
+
 absl::Status StoreState::SetInitialValues(absl::Span<const BlockData> blocks) {
   absl::MutexLock l(&init_mu);
   if (!initialized) {

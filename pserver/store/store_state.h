@@ -96,6 +96,12 @@ struct StoreState {
   absl::Status CommitInit();
   // The blocks InitJob placed here.
   size_t num_blocks() const;
+  // Takes `p` as this pserver's place in the job when none is known (a
+  // `p` with num_servers 0 changes nothing). FAILED_PRECONDITION, naming
+  // both, when another one is: a pserver restored from shard 1 of 2 must
+  // not serve as shard 2 of 3, where it holds other blocks and keys.
+  absl::Status AdoptPlacement(const ShardPlacement& p);
+  ShardPlacement current_placement() const;
 
   bool is_ready() const { return ready.load(std::memory_order_acquire); }
   // FAILED_PRECONDITION before the job is ready; else Membership::Touch.
@@ -131,6 +137,9 @@ struct StoreState {
   std::atomic<bool> ready{false};
   bool initialized ABSL_GUARDED_BY(init_mu) = false;
   std::vector<BlockId> init_blocks ABSL_GUARDED_BY(init_mu);
+  // Which shard of the job this pserver holds, from the chief's InitJob or
+  // the checkpoint it was restored from; num_servers 0 while unknown.
+  ShardPlacement placement ABSL_GUARDED_BY(init_mu);
   JobSpec job;
   bool sync = true;
   std::unique_ptr<Membership> membership;

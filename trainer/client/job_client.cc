@@ -272,8 +272,11 @@ InitJobRequest JobClient::InitRequest(
   }
   if (replication_ > 1) {
     for (const PsClientInterface* c : servers_) req.add_pservers(c->address());
-    req.set_server_index(static_cast<int>(s));
   }
+  // Where this pserver stands: it checks the placement against the
+  // checkpoint it was restored from, and reshards one (--restore_from).
+  req.set_server_index(static_cast<int>(s));
+  req.set_num_servers(static_cast<int>(servers_.size()));
   return req;
 }
 

@@ -1,0 +1,378 @@
+#include "pserver/checkpoint/reshard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "common/placement/shard_map.h"
+#include "common/storage/blob_io.h"
+#include "common/storage/checkpoint.h"
+#include "glog/logging.h"
+
+namespace shardps {
+namespace {
+
+constexpr uint32_t kDenseMagic = 0x44534e31;   // "DSN1"
+constexpr uint32_t kSparseMagic = 0x53505432;  // "SPT2"
+
+int64_t NumValues(const TableSpec& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape()) n *= d;
+  return n;
+}
+
+int Replication(const JobSpec& job) { return std::max(1, job.replication()); }
+
+// Whether pserver `server` of `num_servers` holds block `block` of dense
+// table `t`: its primary's shard or one it backs.
+bool HoldsBlock(const TableSpec& t, int64_t block, int server, int num_servers,
+                int replication) {
+  const int shard = DenseBlockServer(TableHash(t.name()), block, num_servers);
+  for (int s : ReplicaServers(shard, replication, num_servers)) {
+    if (s == server) return true;
+  }
+  return false;
+}
+
+// One table of the shard being built: the records taken so far.
+struct TableOut {
+  // Dense: the DSN1 records (raw) and which blocks they are.
+  std::string records;
+  std::set<uint32_t> blocks_taken;
+  std::set<uint32_t> blocks_wanted;
+  // Sparse: the rows and sightings (raw), their counts and the header.
+  std::string rows, sightings;
+  uint64_t num_rows = 0, num_sightings = 0;
+  int32_t dim = -1, row_floats = -1;
+};
+
+// Takes from the DSN1 blob `blob` of source shard `source` (of
+// `from_servers`) the blocks `out` wants whose primary it is.
+absl::Status TakeDense(absl::string_view name, absl::string_view blob,
+                       const TableSpec& t, int source, int from_servers,
+                       int replication, TableOut* out) {
+  auto bad = [&name](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(name, ": ", what));
+  };
+  BlobReader r(blob);
+  uint32_t magic = 0, n = 0;
+  if (!r.Get(&magic) || magic != kDenseMagic || !r.Get(&n)) {
+    return bad("bad header");
+  }
+  const int64_t num_values = NumValues(t);
+  const int64_t nb = NumBlocks(num_values, t.block_size());
+  absl::string_view rest = blob.substr(8);
+  for (uint32_t j = 0; j < n; ++j) {
+    BlobReader rec(rest);
+    uint32_t index = 0, slots = 0;
+    int64_t version = 0, size = 0;
+    if (!rec.Get(&index) || !rec.Get(&version) || !rec.Get(&size) ||
+        !rec.Get(&slots)) {
+      return bad("truncated block");
+    }
+    if (index >= nb ||
+        size != std::min(t.block_size(), num_values - index * t.block_size())) {
+      return bad(absl::StrCat("block ", index, " does not match the job's ",
+                              "table ", t.name()));
+    }
+    const uint64_t bytes = 24 + uint64_t{4} * size * (1 + uint64_t{slots});
+    if (slots > 16 || rest.size() < bytes) return bad("truncated block");
+    if (!HoldsBlock(t, index, source, from_servers, replication)) {
+      return bad(absl::StrCat("block ", index, " is in shard ", source,
+                              ", which does not hold it"));
+    }
+    // With replication a block is in several shards: its primary's copy
+    // is the one taken.
+    const int primary =
+        DenseBlockServer(TableHash(t.name()), index, from_servers);
+    if (primary == source && out->blocks_wanted.count(index) != 0) {
+      if (!out->blocks_taken.insert(index).second) {
+        return bad(absl::StrCat("block ", index, " appears twice"));
+      }
+      out->records.append(rest.data(), bytes);
+    }
+    rest.remove_prefix(bytes);
+  }
+  if (!rest.empty()) return bad("trailing bytes");
+  return absl::OkStatus();
+}
+
+// Takes from the SPT2 blob `blob` of source shard `source` the rows and
+// sightings whose keys land on `server` of `num_servers`.
+absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
+                        int source, int from_servers, int server,
+                        int num_servers, TableOut* out) {
+  auto bad = [&name](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(name, ": ", what));
+  };
+  BlobReader r(blob);
+  uint32_t magic = 0;
+  int32_t dim = 0, row_floats = 0;
+  uint64_t groups = 0;
+  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
+      !r.Get(&row_floats) || !r.Get(&groups) || dim <= 0 || row_floats < dim ||
+      row_floats % dim != 0) {
+    return bad("bad header");
+  }
+  if (out->dim < 0) {
+    out->dim = dim;
+    out->row_floats = row_floats;
+  } else if (out->dim != dim || out->row_floats != row_floats) {
+    return bad(absl::StrCat("rows of dim ", dim, " and ", row_floats,
+                            " floats; another shard has ", out->dim, " and ",
+                            out->row_floats));
+  }
+  const size_t row_bytes = 24 + sizeof(float) * row_floats;
+  absl::string_view rest = blob.substr(20);
+  auto take_u64 = [&rest](uint64_t* v) {
+    if (rest.size() < 8) return false;
+    std::memcpy(v, rest.data(), 8);
+    rest.remove_prefix(8);
+    return true;
+  };
+  for (uint64_t g = 0; g < groups; ++g) {
+    uint64_t rows = 0;
+    if (!take_u64(&rows)) return bad("truncated row count");
+    if (rows > rest.size() / row_bytes) return bad("truncated row");
+    for (uint64_t i = 0; i < rows; ++i) {
+      uint64_t key = 0;
+      std::memcpy(&key, rest.data(), 8);
+      if (SparseKeyServer(key, from_servers) != source) {
+        return bad(absl::StrCat("the row of key ", key, " is in shard ", source,
+                                ", which does not hold it"));
+      }
+      if (SparseKeyServer(key, num_servers) == server) {
+        out->rows.append(rest.data(), row_bytes);
+        ++out->num_rows;
+      }
+      rest.remove_prefix(row_bytes);
+    }
+    uint64_t sightings = 0;
+    if (!take_u64(&sightings)) return bad("truncated sightings count");
+    if (sightings > rest.size() / 24) return bad("truncated sighting");
+    for (uint64_t i = 0; i < sightings; ++i) {
+      uint64_t key = 0;
+      std::memcpy(&key, rest.data(), 8);
+      if (SparseKeyServer(key, num_servers) == server) {
+        out->sightings.append(rest.data(), 24);
+        ++out->num_sightings;
+      }
+      rest.remove_prefix(24);
+    }
+  }
+  if (!rest.empty()) return bad("trailing bytes");
+  return absl::OkStatus();
+}
+
+// Merges the shard-wide parts of the sources' metadata into `info`.
+void MergeInfo(const CheckpointInfo& source, CheckpointInfo* info) {
+  info->set_generation(std::max(info->generation(), source.generation()));
+  for (int t = 0; t < source.clocks_size(); ++t) {
+    if (t >= info->clocks_size()) info->add_clocks(0);
+    info->set_clocks(t, std::max(info->clocks(t), source.clocks(t)));
+  }
+  std::set<int> left(info->left_trainers().begin(),
+                     info->left_trainers().end());
+  left.insert(source.left_trainers().begin(), source.left_trainers().end());
+  info->clear_left_trainers();
+  for (int t : left) info->add_left_trainers(t);
+  std::set<int> dropped(info->dropped_trainers().begin(),
+                        info->dropped_trainers().end());
+  dropped.insert(source.dropped_trainers().begin(),
+                 source.dropped_trainers().end());
+  info->clear_dropped_trainers();
+  for (int t : dropped) info->add_dropped_trainers(t);
+}
+
+std::string FinishTable(const TableSpec& t, TableOut& out) {
+  std::string blob;
+  if (t.kind() == TableSpec::SPARSE) {
+    AppendPod(&blob, kSparseMagic);
+    // Every source shard has the table's blob, so its header was read.
+    AppendPod<int32_t>(&blob, out.dim);
+    AppendPod<int32_t>(&blob, out.row_floats);
+    AppendPod<uint64_t>(&blob, 1);
+    AppendPod<uint64_t>(&blob, out.num_rows);
+    blob.append(out.rows);
+    AppendPod<uint64_t>(&blob, out.num_sightings);
+    blob.append(out.sightings);
+  } else {
+    AppendPod(&blob, kDenseMagic);
+    AppendPod<uint32_t>(&blob, static_cast<uint32_t>(out.blocks_taken.size()));
+    blob.append(out.records);
+  }
+  std::string().swap(out.records);
+  std::string().swap(out.rows);
+  std::string().swap(out.sightings);
+  return blob;
+}
+
+}  // namespace
+
+absl::StatusOr<StoreSnapshot> ReshardShard(Env* env, const JobCheckpoint& from,
+                                           int index, int num_servers,
+                                           const ReshardProgress& progress) {
+  if (from.shards.empty()) {
+    return absl::InvalidArgumentError("reshard: the job checkpoint is empty");
+  }
+  const JobSpec& job = from.shards[0].info.job();
+  if (num_servers < 1 || num_servers > kMaxPservers || index < 0 ||
+      index >= num_servers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard: pserver ", index, " of ", num_servers,
+                     " (at most ", kMaxPservers, " pservers)"));
+  }
+  if (Replication(job) > num_servers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard: the job keeps ", Replication(job),
+                     " copies of each block and needs at least that many "
+                     "pservers, not ",
+                     num_servers));
+  }
+  StoreSnapshot snap;
+  CheckpointInfo& info = snap.info;
+  info.set_step(from.step);
+  *info.mutable_job() = job;
+  ShardPlacement* pl = info.mutable_placement();
+  pl->set_server_index(index);
+  pl->set_num_servers(num_servers);
+  pl->set_scheme(kPlacementScheme);
+  std::vector<TableOut> tables(job.tables_size());
+  for (int t = 0; t < job.tables_size(); ++t) {
+    const TableSpec& spec = job.tables(t);
+    if (spec.kind() == TableSpec::SPARSE) continue;
+    const int64_t nb = NumBlocks(NumValues(spec), spec.block_size());
+    for (int64_t b = 0; b < nb; ++b) {
+      if (HoldsBlock(spec, b, index, num_servers, Replication(job))) {
+        tables[t].blocks_wanted.insert(static_cast<uint32_t>(b));
+        BlockRef* r = info.add_blocks();
+        r->set_table_id(t);
+        r->set_block(static_cast<uint32_t>(b));
+      }
+    }
+  }
+  for (int s = 0; s < from.num_servers; ++s) {
+    const ShardCheckpoint& shard = from.shards[s];
+    auto loaded = CheckpointReader(env, shard.folder).Load(from.step);
+    if (!loaded.ok()) return loaded.status();
+    if (progress) {
+      int64_t bytes = 0;
+      for (const CheckpointFile& f : loaded->files) bytes += f.data.size();
+      progress(absl::StrFormat(
+          "pserver %d of %d: read shard %d of %d (%s, "
+          "%.1f MB)",
+          index, num_servers, s, from.num_servers, shard.folder, bytes / 1e6));
+    }
+    MergeInfo(shard.info, &info);
+    std::vector<bool> seen(job.tables_size(), false);
+    for (CheckpointFile& f : loaded->files) {
+      const std::string name = JoinPath(
+          JoinPath(shard.folder, CheckpointDirName(from.step)), f.name);
+      int t = -1;
+      for (int i = 0; i < job.tables_size(); ++i) {
+        if (f.name == TableFileName(i)) t = i;
+      }
+      if (t < 0 || seen[t]) {
+        return absl::DataLossError(absl::StrCat(
+            name, t < 0 ? ": not a table of the job" : ": listed twice"));
+      }
+      seen[t] = true;
+      const TableSpec& spec = job.tables(t);
+      if (spec.kind() == TableSpec::SPARSE) {
+        RETURN_IF_ERROR(TakeSparse(name, f.data, s, from.num_servers, index,
+                                   num_servers, &tables[t]));
+      } else {
+        RETURN_IF_ERROR(TakeDense(name, f.data, spec, s, from.num_servers,
+                                  Replication(job), &tables[t]));
+      }
+      std::string().swap(f.data);
+    }
+    for (int t = 0; t < job.tables_size(); ++t) {
+      if (!seen[t]) {
+        return absl::DataLossError(absl::StrCat(
+            JoinPath(shard.folder, CheckpointDirName(from.step)), ": no ",
+            TableFileName(t), " (table ", job.tables(t).name(), ")"));
+      }
+    }
+  }
+  for (int t = 0; t < job.tables_size(); ++t) {
+    TableOut& out = tables[t];
+    if (out.blocks_taken != out.blocks_wanted) {
+      for (uint32_t b : out.blocks_wanted) {
+        if (out.blocks_taken.count(b) == 0) {
+          return absl::DataLossError(absl::StrCat(
+              "reshard: block ", b, " of table ", job.tables(t).name(),
+              " is in no shard of the checkpoint of step ", from.step));
+        }
+      }
+    }
+    snap.files.emplace_back(TableFileName(t), FinishTable(job.tables(t), out));
+  }
+  return snap;
+}
+
+absl::StatusOr<JobCheckpoint> ReshardJob(Env* env, const JobCheckpoint& from,
+                                         const std::string& to, int num_servers,
+                                         const ReshardProgress& progress) {
+  if (env->FileExists(to).ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("reshard: ", to, " exists; give a new folder"));
+  }
+  const std::string tmp = to + ".tmp";
+  if (env->FileExists(tmp).ok()) {
+    LOG(WARNING) << "removing " << tmp << ", left by a reshard that died";
+    RETURN_IF_ERROR(env->DeleteDir(tmp));
+  }
+  RETURN_IF_ERROR(env->CreateDir(tmp));
+  JobCheckpoint out;
+  out.job_id = from.job_id;
+  out.step = from.step;
+  out.num_servers = num_servers;
+  for (int i = 0; i < num_servers; ++i) {
+    ASSIGN_OR_RETURN(StoreSnapshot snap,
+                     ReshardShard(env, from, i, num_servers, progress));
+    const std::string folder =
+        JoinPath(JoinPath(tmp, absl::StrCat("pserver-", i)), from.job_id);
+    std::vector<CheckpointFileView> views;
+    int64_t bytes = 0;
+    for (const auto& [name, data] : snap.files) {
+      views.push_back(CheckpointFileView{name, data});
+      bytes += data.size();
+    }
+    RETURN_IF_ERROR(
+        CheckpointWriter(env, folder, 1)
+            .WriteViews(from.step, snap.info.SerializeAsString(), views));
+    ASSIGN_OR_RETURN(CheckpointHeader header,
+                     CheckpointReader(env, folder).LoadHeader(from.step));
+    ShardCheckpoint shard;
+    shard.folder = folder;
+    shard.info = std::move(snap.info);
+    shard.manifest_crc = header.manifest_crc;
+    shard.bytes = header.bytes;
+    out.generation = std::max(out.generation, shard.info.generation());
+    out.shards.push_back(std::move(shard));
+    if (progress) {
+      progress(absl::StrFormat("pserver %d of %d: wrote %s (%.1f MB)", i,
+                               num_servers, folder, bytes / 1e6));
+    }
+  }
+  RETURN_IF_ERROR(WriteJobManifest(env, tmp, out));
+  RETURN_IF_ERROR(env->RenameFile(tmp, to));
+  const size_t slash = to.find_last_of('/');
+  RETURN_IF_ERROR(env->SyncDir(slash == std::string::npos
+                                   ? "."
+                                   : (slash == 0 ? "/" : to.substr(0, slash))));
+  for (ShardCheckpoint& s : out.shards) {
+    s.folder = to + s.folder.substr(tmp.size());
+  }
+  out.manifest_path = JobManifestPath(to, out.job_id, out.step);
+  return out;
+}
+
+}  // namespace shardps

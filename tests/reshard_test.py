@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Checkpoints that move with the job (docs/fault_tolerance.md, "Restoring
+onto other pservers"): a sync job stopped after some steps and started
+again on another number of pservers, resharded offline (tools/ps_checkpoint
+reshard) or at start (pserver --restore_from), ends exactly as a job that
+was never stopped: the same final test AUC and log loss, or accuracy and
+loss, to the last digit.
+
+    python3 tests/reshard_test.py [--bin_dir build] [-v] [-k name]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import testlib
+from testlib import final_eval
+
+CTR_CONFIG = os.path.join(testlib.REPO, "configs", "ctr_dnn.pbtxt")
+
+
+class ReshardTest(testlib.ProcessTestCase):
+
+    def start_pservers(self, name, n, extra_of=lambda i: []):
+        """Starts n pservers named NAME-i; returns [(popen, port)]."""
+        out = []
+        for i in range(n):
+            p, port, _ = self.start_pserver("%s-%d" % (name, i),
+                                            extra_of(i), num_trainers=2)
+            out.append((p, port))
+        return out
+
+    def stop(self, pservers):
+        """SIGTERM: each writes its final checkpoint."""
+        for p, _ in pservers:
+            p.send_signal(signal.SIGTERM)
+        for p, _ in pservers:
+            self.assertEqual(p.wait(60), 0)
+
+    def train(self, name, pservers, args):
+        """Runs 2 trainers against `pservers` to the end; returns trainer 0's
+        final eval line."""
+        ports = ",".join("127.0.0.1:%d" % port for _, port in pservers)
+        trainers = []
+        for k in range(2):
+            log = os.path.join(self.tmp, "%s-trainer-%d.log" % (name, k))
+            with open(log, "wb") as f:
+                trainers.append((self.popen(
+                    [testlib.trainer_bin(), "--pservers=" + ports,
+                     "--trainer_id=%d" % k, "--num_gradient_servers=2",
+                     "--progress=off", "--rpc_retry_s=60",
+                     "--metrics_file=" + self.metrics(name, k)] + list(args),
+                    stdout=f, stderr=subprocess.STDOUT), log))
+        for t, log in trainers:
+            rc = t.wait(600)
+            with open(log, errors="replace") as f:
+                self.assertEqual(rc, 0, f.read()[-4000:])
+        return final_eval(self.metrics(name, 0), 0)
+
+    def metrics(self, name, k):
+        return os.path.join(self.tmp, "%s-metrics-%d.jsonl" % (name, k))
+
+    def ps_checkpoint(self, *args):
+        r = subprocess.run(
+            [os.path.join(testlib.BIN_DIR, "tools", "ps_checkpoint")] +
+            list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            universal_newlines=True, timeout=300)
+        return r
+
+    def ctr_args(self):
+        if not hasattr(self, "_ctr"):
+            train = os.path.join(self.tmp, "train")
+            test = os.path.join(self.tmp, "test")
+            subprocess.run(
+                [os.path.join(testlib.BIN_DIR, "tools", "gen_ctr_data"),
+                 "--field_in_high_bits", "--train_out=" + train,
+                 "--test_out=" + test, "--num_train=40000",
+                 "--num_test=10000"], stdout=subprocess.DEVNULL, check=True,
+                timeout=120)
+            self._ctr = ["--config=" + CTR_CONFIG, "--train_data=" + train,
+                         "--test_data=" + test]
+        return self._ctr
+
+    def assertSameEnd(self, got, want, keys):
+        self.assertEqual(got["step"], want["step"])
+        for k in keys:
+            self.assertEqual(got[k], want[k], "%s: %r != %r" % (
+                k, got[k], want[k]))
+
+    # Tests --------------------------------------------------------------
+
+    def test_ctr_dnn_two_to_three_offline_and_three_to_two_at_start(self):
+        """configs/ctr_dnn.pbtxt (a sparse table with Adagrad, an MLP with
+        Adam): 2 passes, stop, the third pass on another number of pservers;
+        the end equals 3 uninterrupted passes on 2 pservers."""
+        args = self.ctr_args()
+        ref_ps = self.start_pservers("ref", 2)
+        ref = self.train("ref", ref_ps, args + ["--num_passes=3"])
+        self.stop(ref_ps)
+        keys = ("test_auc", "test_loss")
+        sys.stderr.write("[3 passes: AUC %.6f, log loss %.6f] " % (
+            ref["test_auc"], ref["test_loss"]))
+
+        # 2 -> 3, offline.
+        ckpt2 = os.path.join(self.tmp, "ckpt2")
+        first = self.start_pservers(
+            "two", 2, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt2, i)])
+        self.train("two", first, args + ["--num_passes=2"])
+        self.stop(first)
+        info = self.ps_checkpoint("info", "--from", ckpt2)
+        self.assertEqual(info.returncode, 0, info.stdout + info.stderr)
+        self.assertRegex(info.stdout, r"step \d+: complete, 2 pserver\(s\)")
+        to3 = os.path.join(self.tmp, "to3")
+        r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
+                               "--pservers", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("from 2 pserver(s) to 3", r.stdout)
+        three = self.start_pservers(
+            "three", 3,
+            lambda i: ["--checkpoint_dir=%s/pserver-%d" % (to3, i)])
+        end = self.train("three", three, args + ["--num_passes=3"])
+        self.assertSameEnd(end, ref, keys)
+
+        self.stop(three)
+
+        # 3 -> 2, at start: a job of 3 pservers stopped after 2 passes,
+        # restored onto 2 new pservers by --restore_from.
+        ckpt3 = os.path.join(self.tmp, "ckpt3")
+        first = self.start_pservers(
+            "first3", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i)])
+        self.train("first3", first, args + ["--num_passes=2"])
+        self.stop(first)
+        two = self.start_pservers(
+            "again", 2, lambda i: [
+                "--checkpoint_dir=%s/again-%d" % (self.tmp, i),
+                "--restore_from=" + ckpt3])
+        end = self.train("again", two, args + ["--num_passes=3"])
+        self.assertSameEnd(end, ref, keys)
+        with open(os.path.join(self.tmp, "again-1.log")) as f:
+            self.assertRegex(f.read(), r"restored step 156 as pserver 1 of 2 "
+                             r"from the checkpoint of 3 pserver\(s\)")
+        self.stop(two)
+
+    def test_mlp_three_to_two_at_start(self):
+        """The MLP (dense tables only): 3 pservers for 150 steps, then 2
+        pservers from --restore_from to step 300; equals 300 steps on 2."""
+        ref_ps = self.start_pservers("ref", 2)
+        ref = self.train("ref", ref_ps, ["--config=" + testlib.CONFIG,
+                                         "--max_steps=300"])
+        self.stop(ref_ps)
+        ckpt3 = os.path.join(self.tmp, "ckpt3")
+        first = self.start_pservers(
+            "three", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i)])
+        self.train("three", first, ["--config=" + testlib.CONFIG,
+                                    "--max_steps=150"])
+        self.stop(first)
+        two = self.start_pservers(
+            "two", 2, lambda i: ["--checkpoint_dir=%s/two-%d" % (self.tmp, i),
+                                 "--restore_from=" + ckpt3])
+        end = self.train("two", two, ["--config=" + testlib.CONFIG,
+                                      "--max_steps=300"])
+        self.assertSameEnd(end, ref, ("test_accuracy", "test_loss"))
+        self.stop(two)
+
+
+if __name__ == "__main__":
+    testlib.main()
