@@ -9,7 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/launch/accept_guard.h"
 #include "common/launch/address.h"
 #include "common/launch/flag_help.h"
@@ -68,6 +70,13 @@ DEFINE_string(restore_from, "",
               "resharded to this pserver's place when the chief starts the "
               "job (docs/fault_tolerance.md, \"Restoring onto other "
               "pservers\"). Must lie outside --checkpoint_dir");
+DEFINE_string(shared_checkpoint_root, "",
+              "a folder every pserver of the job writes its checkpoints "
+              "under (a shared mount; --checkpoint_dir must lie inside it, "
+              "one folder per pserver): the pserver that completes a step "
+              "writes the step's job manifest there (<root>/<job>/JOB-<step>)"
+              ", and --restore_from=<root> restores the job onto any number "
+              "of pservers");
 DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept per job (>= 1)");
 DEFINE_int32(max_jobs, 16,
              "jobs this pserver holds at once (trainers' --job_id); a "
@@ -169,6 +178,16 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
                                  : DefaultMemoryLimitBytes();
   p.checkpoint_dir = FLAGS_checkpoint_dir;
   p.restore_from = FLAGS_restore_from;
+  p.shared_checkpoint_root = FLAGS_shared_checkpoint_root;
+  if (!p.shared_checkpoint_root.empty()) {
+    const std::string root(absl::StripSuffix(p.shared_checkpoint_root, "/"));
+    if (FLAGS_checkpoint_dir.empty() ||
+        !absl::StartsWith(FLAGS_checkpoint_dir, root + "/")) {
+      fail(
+          "--shared_checkpoint_root needs a --checkpoint_dir inside it (one "
+          "folder per pserver, e.g. --checkpoint_dir=<root>/pserver-0)");
+    }
+  }
   p.keep_checkpoints = FLAGS_keep_checkpoints;
   p.max_memory_bytes_per_job = FLAGS_max_memory_mb_per_job << 20;
   p.max_jobs = FLAGS_max_jobs;
@@ -225,7 +244,8 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
            {"max_jobs", "job_retention", "max_memory_mb",
             "max_memory_mb_per_job", "max_shared_regions"}},
           {"Checkpoints (docs/checkpoint_format.md)",
-           {"checkpoint_dir", "keep_checkpoints", "restore_from"}},
+           {"checkpoint_dir", "keep_checkpoints", "restore_from",
+            "shared_checkpoint_root"}},
           shardps::SecurityFlagGroup(),
           shardps::MonitoringFlagGroup()};
 }

@@ -124,13 +124,24 @@ class ReshardTest(testlib.ProcessTestCase):
 
         self.stop(three)
 
-        # 3 -> 2, at start: a job of 3 pservers stopped after 2 passes,
-        # restored onto 2 new pservers by --restore_from.
+        # 3 -> 2, at start: a job of 3 pservers writing to one shared
+        # folder, stopped after 2 passes, restored onto 2 new pservers by
+        # --restore_from.
         ckpt3 = os.path.join(self.tmp, "ckpt3")
         first = self.start_pservers(
-            "first3", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i)])
-        self.train("first3", first, args + ["--num_passes=2"])
+            "first3", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i),
+                                    "--shared_checkpoint_root=" + ckpt3])
+        self.train("first3", first, args + ["--num_passes=2",
+                                            "--checkpoint_every_steps=50"])
         self.stop(first)
+        # The last pserver to write each step wrote its job manifest; those
+        # of steps removed by retention went with them.
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpt3, "default"))),
+                         ["JOB-000000000150", "JOB-000000000156"])
+        info = self.ps_checkpoint("info", "--from", ckpt3)
+        self.assertIn("step 156: complete, 3 pserver(s)", info.stdout)
+        self.assertIn("job manifest " + os.path.join(
+            ckpt3, "default", "JOB-000000000156"), info.stdout)
         two = self.start_pservers(
             "again", 2, lambda i: [
                 "--checkpoint_dir=%s/again-%d" % (self.tmp, i),
@@ -162,6 +173,24 @@ class ReshardTest(testlib.ProcessTestCase):
                                       "--max_steps=300"])
         self.assertSameEnd(end, ref, ("test_accuracy", "test_loss"))
         self.stop(two)
+
+        # The same checkpoints given to the trainers in the other order: the
+        # chief is told, rather than training on misplaced blocks.
+        swapped = self.start_pservers(
+            "swapped", 2,
+            lambda i: ["--checkpoint_dir=%s/two-%d" % (self.tmp, 1 - i)])
+        r = subprocess.run(
+            [testlib.trainer_bin(), "--pservers=" + ",".join(
+                "127.0.0.1:%d" % port for _, port in swapped),
+             "--trainer_id=0", "--num_gradient_servers=2",
+             "--config=" + testlib.CONFIG, "--max_steps=310",
+             "--rpc_retry_s=5", "--metrics_file=" + self.metrics("sw", 0)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, timeout=120, env=testlib.clean_env())
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("holds shard 1 of 2 of the job, and the chief places "
+                      "it as pserver 0 of 2", r.stdout)
+        self.stop(swapped)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,7 @@ absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
                                                      dir_, ": ", s.message()));
     failure_ = last_status_;
     failed_bytes_ = s.ok() ? 0 : static_cast<int64_t>(bytes);
+    if (s.ok() && on_written_) on_written_(snap.info.step());
   });
   return previous;
 }

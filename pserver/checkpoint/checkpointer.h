@@ -2,6 +2,7 @@
 #define SHARDPS_PSERVER_CHECKPOINT_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +80,13 @@ class Checkpointer {
 
   const std::string& dir() const { return dir_; }
 
+  // Called on the writer thread after each checkpoint is committed, with
+  // its step (the job manifest of a shared folder, JobManifestWriter).
+  // Set before the first Save.
+  void set_on_written(std::function<void(int64_t step)> f) {
+    on_written_ = std::move(f);
+  }
+
   // What the background writes did, for monitoring.
   struct Stats {
     int64_t written = 0;  // complete checkpoints written
@@ -102,6 +110,7 @@ class Checkpointer {
   Env* const env_;
   const std::string dir_;
   const int keep_;
+  std::function<void(int64_t)> on_written_;
   // mu_: one Save or Flush at a time (each joins the writer thread).
   absl::Mutex mu_;
   std::thread thread_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -323,7 +324,11 @@ absl::Status WriteJobManifest(Env* env, const std::string& root,
   const std::string path = JobManifestPath(root, job.job_id, job.step);
   const std::string dir = JoinPath(root, job.job_id);
   if (!env->FileExists(dir).ok()) RETURN_IF_ERROR(env->CreateDir(dir));
-  const std::string tmp = path + ".tmp";
+  // Pservers finishing together may write the same manifest at once: each
+  // through a temporary file of its own; the renames leave one whole copy.
+  absl::BitGen bits;
+  const std::string tmp =
+      absl::StrFormat("%s.tmp-%016x", path, absl::Uniform<uint64_t>(bits));
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, env->NewWritableFile(tmp));
   absl::Status s = f->Append(text);
   if (s.ok()) s = f->Sync();
@@ -358,6 +363,38 @@ absl::StatusOr<JobCheckpointSurvey> SurveyJobCheckpoints(
     survey.complete.push_back(std::move(*job));
   }
   return survey;
+}
+
+absl::StatusOr<bool> UpdateJobManifest(Env* env, const std::string& root,
+                                       absl::string_view job_id, int64_t step) {
+  ASSIGN_OR_RETURN(JobCheckpointSurvey survey,
+                   SurveyJobCheckpoints(env, root, job_id));
+  bool wrote = false;
+  std::set<std::string> keep;
+  for (const JobCheckpoint& job : survey.complete) {
+    const std::string path = JobManifestPath(root, job_id, job.step);
+    keep.insert(path);
+    if (job.step != step || !job.manifest_path.empty()) continue;
+    RETURN_IF_ERROR(WriteJobManifest(env, root, job));
+    wrote = true;
+  }
+  // Manifests of steps that are gone, and temporary files of writers that
+  // died (older steps only: another pserver may be writing this one's).
+  const std::string dir = JoinPath(root, job_id);
+  std::vector<std::string> children;
+  if (env->GetChildren(dir, &children).ok()) {
+    for (const std::string& c : children) {
+      absl::string_view rest = c;
+      int64_t s = 0;
+      if (!absl::ConsumePrefix(&rest, kManifestPrefix) || rest.size() < 12 ||
+          !absl::SimpleAtoi(rest.substr(0, 12), &s) || s >= step) {
+        continue;
+      }
+      const std::string path = JoinPath(dir, c);
+      if (keep.count(path) == 0) env->DeleteFile(path).IgnoreError();
+    }
+  }
+  return wrote;
 }
 
 absl::StatusOr<JobCheckpoint> FindJobCheckpoint(Env* env,

@@ -79,6 +79,16 @@ std::string JobManifestPath(const std::string& root, absl::string_view job_id,
 absl::Status WriteJobManifest(Env* env, const std::string& root,
                               const JobCheckpoint& job);
 
+// What a pserver does after writing its checkpoint of `step` when its
+// --checkpoint_dir lies under the shared folder `root` that every pserver
+// of the job writes to (--shared_checkpoint_root): once every shard of the
+// step is there (the last pserver to finish sees them all), writes the
+// job manifest; a pserver that finds it written already leaves it. Then
+// removes the manifests of steps no longer complete there (their shards
+// were removed by retention). Returns whether this call wrote one.
+absl::StatusOr<bool> UpdateJobManifest(Env* env, const std::string& root,
+                                       absl::string_view job_id, int64_t step);
+
 // The text of a job manifest and its reading; exposed for tests.
 // INVALID_ARGUMENT when a shard's folder is not under `root`.
 absl::StatusOr<std::string> SerializeJobManifest(const std::string& root,

@@ -331,6 +331,45 @@ TEST_F(JobManifestTest, AReplacedShardIsDataLoss) {
   EXPECT_THAT(s.message(), HasSubstr(manifest_));
 }
 
+TEST_F(ReshardTest, TheLastPserverOfAStepWritesItsJobManifest) {
+  // Two pservers writing under one shared folder, shard by shard.
+  StoreSnapshot a = whole_, b = whole_;
+  *a.info.mutable_placement() = Place(0, 2);
+  *b.info.mutable_placement() = Place(1, 2);
+  const std::string root = tmp_.Path("shared");
+  WriteShard(JoinPath(root, "ps-0"), a);
+  auto wrote = UpdateJobManifest(Env::Default(), root, "default", 3);
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  EXPECT_FALSE(*wrote);  // shard 1 is not there yet
+  WriteShard(JoinPath(root, "ps-1"), b);
+  wrote = UpdateJobManifest(Env::Default(), root, "default", 3);
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  EXPECT_TRUE(*wrote);
+  const std::string manifest = JobManifestPath(root, "default", 3);
+  EXPECT_TRUE(Env::Default()->FileExists(manifest).ok());
+  // The other pserver, a moment later, leaves it.
+  EXPECT_FALSE(*UpdateJobManifest(Env::Default(), root, "default", 3));
+  // Step 3's shards removed (retention), step 5 written: its manifest
+  // replaces step 3's.
+  a.info.set_step(5);
+  b.info.set_step(5);
+  WriteShard(JoinPath(root, "ps-0"), a);
+  WriteShard(JoinPath(root, "ps-1"), b);
+  for (const char* ps : {"ps-0", "ps-1"}) {
+    ASSERT_TRUE(
+        Env::Default()
+            ->DeleteDir(JoinPath(JoinPath(JoinPath(root, ps), "default"),
+                                 CheckpointDirName(3)))
+            .ok());
+  }
+  EXPECT_TRUE(*UpdateJobManifest(Env::Default(), root, "default", 5));
+  EXPECT_TRUE(absl::IsNotFound(Env::Default()->FileExists(manifest)));
+  auto job = FindJobCheckpoint(Env::Default(), root, "default");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->step, 5);
+  EXPECT_EQ(job->manifest_path, JobManifestPath(root, "default", 5));
+}
+
 TEST_F(ReshardTest, ADeadReshardLeavesNothingThatLooksWhole) {
   auto job = FindJobCheckpoint(Env::Default(), tmp_.Path("one"), "default");
   ASSERT_TRUE(job.ok());

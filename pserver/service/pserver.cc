@@ -11,6 +11,7 @@
 #include "common/placement/shard_map.h"
 #include "common/storage/checkpoint.h"
 #include "glog/logging.h"
+#include "pserver/checkpoint/job_checkpoint.h"
 #include "pserver/checkpoint/recovery.h"
 #include "pserver/checkpoint/store_snapshots.h"
 
@@ -107,6 +108,22 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
     job->checkpointer = std::make_unique<Checkpointer>(
         env_, JoinPath(options_.checkpoint_dir, job_id),
         options_.keep_checkpoints);
+    if (!options_.shared_checkpoint_root.empty()) {
+      job->checkpointer->set_on_written([env = env_,
+                                         root = options_.shared_checkpoint_root,
+                                         job_id](int64_t step) {
+        auto wrote = UpdateJobManifest(env, root, job_id, step);
+        if (!wrote.ok()) {
+          LOG(WARNING) << "job " << job_id << ": the job manifest of step "
+                       << step << " under " << root
+                       << " was not written: " << wrote.status();
+        } else if (*wrote) {
+          LOG(INFO) << "job " << job_id << ": every pserver's checkpoint "
+                    << "of step " << step << " is written; job manifest "
+                    << JobManifestPath(root, job_id, step);
+        }
+      });
+    }
   }
   job->handler = std::make_shared<RequestHandler>(
       job->store.get(), job->checkpointer.get(), options_.store.clock);

@@ -38,6 +38,11 @@ struct PserverOptions {
   // InitJob, resharded onto this pserver's place (StartRestore). Empty:
   // none. Default: empty.
   std::string restore_from;
+  // A folder every pserver of the job writes under (a shared mount), with
+  // checkpoint_dir inside it (--shared_checkpoint_root): the pserver that
+  // completes a step writes the step's job manifest there
+  // (UpdateJobManifest). Empty: none. Default: empty.
+  std::string shared_checkpoint_root;
   // Complete checkpoints kept per job. Default: 2.
   int keep_checkpoints = 2;
   // The file-system seam for checkpoints; null means Env::Default(). Must
