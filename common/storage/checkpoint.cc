@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -262,27 +263,143 @@ absl::Status CheckpointWriter::Write(int64_t step, absl::string_view metadata,
 absl::Status CheckpointWriter::WriteViews(
     int64_t step, absl::string_view metadata,
     absl::Span<const CheckpointFileView> files) {
+  std::vector<std::string> names;
+  for (const CheckpointFileView& f : files) names.emplace_back(f.name);
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStream> stream,
+                   BeginStream(step, names));
+  for (size_t i = 0; i < files.size(); ++i) {
+    // In pieces, so a large table is not one giant syscall.
+    for (size_t pos = 0; pos < files[i].data.size(); pos += kWriteChunkBytes) {
+      if (!stream->Append(i, files[i].data.substr(pos, kWriteChunkBytes))
+               .ok()) {
+        break;  // CommitStream returns it
+      }
+    }
+  }
+  return CommitStream(std::move(stream), metadata);
+}
+
+struct CheckpointStream::Blob {
+  std::string name;
+  absl::Mutex mu;
+  std::unique_ptr<WritableFile> file ABSL_GUARDED_BY(mu);
+  uint64_t size ABSL_GUARDED_BY(mu) = 0;
+  uint32_t crc ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+};
+
+CheckpointStream::CheckpointStream(int64_t step, std::string tmp)
+    : step_(step), tmp_(std::move(tmp)) {}
+
+CheckpointStream::~CheckpointStream() {
+  for (auto& b : blobs_) {
+    absl::MutexLock l(&b->mu);
+    if (b->file != nullptr) b->file->Close().IgnoreError();
+  }
+}
+
+absl::Status CheckpointStream::Append(size_t blob, absl::string_view data) {
+  Blob& b = *blobs_.at(blob);
+  absl::MutexLock l(&b.mu);
+  if (!b.status.ok()) return b.status;
+  if (data.empty()) return absl::OkStatus();
+  b.status = b.file->Append(data);
+  if (b.status.ok()) {
+    b.crc = Crc32(data, b.crc);
+    b.size += data.size();
+  }
+  return b.status;
+}
+
+int64_t CheckpointStream::bytes() const {
+  int64_t n = 0;
+  for (const auto& b : blobs_) {
+    absl::MutexLock l(&b->mu);
+    n += static_cast<int64_t>(b->size);
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointStream>> CheckpointWriter::BeginStream(
+    int64_t step, const std::vector<std::string>& names) {
   if (step < 0 || step > kMaxCheckpointStep) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint step ", step, " is outside [0, ", kMaxCheckpointStep, "]"));
   }
-  absl::flat_hash_set<absl::string_view> names;
-  for (const CheckpointFileView& f : files) {
-    RETURN_IF_ERROR(ValidateName(f.name));
-    if (!names.insert(f.name).second) {
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const std::string& name : names) {
+    RETURN_IF_ERROR(ValidateName(name));
+    if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint file name \"", f.name, "\" appears twice"));
+          absl::StrCat("checkpoint file name \"", name, "\" appears twice"));
     }
   }
-
   const std::string prefix = absl::StrCat("checkpoint ", step, ": ");
-  const std::string final_dir = JoinPath(root_, CheckpointDirName(step));
-  const std::string tmp = absl::StrCat(final_dir, kCheckpointTmpSuffix);
+  const std::string tmp =
+      absl::StrCat(JoinPath(root_, CheckpointDirName(step)),
+                   kCheckpointTmpSuffix);
+  auto stream = std::unique_ptr<CheckpointStream>(new CheckpointStream(step, tmp));
   absl::Status s = env_->CreateDir(root_);
-  if (!s.ok()) return Annotate(s, prefix);
+  // A leftover from a crash or a failed write of this step.
+  if (s.ok()) s = env_->FileExists(tmp);
+  if (s.ok()) {
+    s = env_->DeleteDir(tmp);
+  } else if (absl::IsNotFound(s)) {
+    s = absl::OkStatus();
+  }
+  if (s.ok()) s = env_->CreateDir(tmp);
+  for (size_t i = 0; s.ok() && i < names.size(); ++i) {
+    auto blob = std::make_unique<CheckpointStream::Blob>();
+    blob->name = names[i];
+    auto file = env_->NewWritableFile(JoinPath(tmp, names[i]));
+    s = file.status();
+    if (s.ok()) {
+      absl::MutexLock l(&blob->mu);
+      blob->file = std::move(*file);
+    }
+    stream->blobs_.push_back(std::move(blob));
+  }
+  if (!s.ok()) {
+    stream.reset();
+    if (env_->FileExists(tmp).ok()) env_->DeleteDir(tmp).IgnoreError();
+    return Annotate(s, prefix);
+  }
+  return stream;
+}
 
-  s = WriteTmp(step, metadata, files, tmp);
-  if (s.ok()) s = Commit(tmp, final_dir);
+absl::Status CheckpointWriter::FinishTmp(CheckpointStream* stream,
+                                         absl::string_view metadata) {
+  std::vector<ManifestEntry> entries;
+  for (auto& b : stream->blobs_) {
+    absl::MutexLock l(&b->mu);
+    RETURN_IF_ERROR(b->status);
+    RETURN_IF_ERROR(b->file->Sync());
+    absl::Status closed = b->file->Close();
+    b->file.reset();
+    RETURN_IF_ERROR(closed);
+    entries.push_back(ManifestEntry{b->name, b->size, b->crc});
+  }
+  uint32_t unused_crc;
+  RETURN_IF_ERROR(WriteWholeFile(
+      env_, JoinPath(stream->tmp_, kCheckpointManifestName),
+      SerializeManifest(stream->step_, metadata, entries), &unused_crc));
+  return env_->SyncDir(stream->tmp_);
+}
+
+void CheckpointWriter::AbortStream(std::unique_ptr<CheckpointStream> stream) {
+  const std::string tmp = stream->tmp_;
+  stream.reset();
+  if (env_->FileExists(tmp).ok()) env_->DeleteDir(tmp).IgnoreError();
+}
+
+absl::Status CheckpointWriter::CommitStream(
+    std::unique_ptr<CheckpointStream> stream, absl::string_view metadata) {
+  const int64_t step = stream->step_;
+  const std::string prefix = absl::StrCat("checkpoint ", step, ": ");
+  const std::string tmp = stream->tmp_;
+  absl::Status s = FinishTmp(stream.get(), metadata);
+  stream.reset();
+  if (s.ok()) s = Commit(tmp, JoinPath(root_, CheckpointDirName(step)));
   if (!s.ok()) {
     // Best effort: the next Write removes it anyway. After a failed
     // Commit, tmp holds either the new (never visible) checkpoint or, if
@@ -292,31 +409,6 @@ absl::Status CheckpointWriter::WriteViews(
   }
   RemoveOldAndStale(step);
   return absl::OkStatus();
-}
-
-absl::Status CheckpointWriter::WriteTmp(
-    int64_t step, absl::string_view metadata,
-    absl::Span<const CheckpointFileView> files, const std::string& tmp) {
-  // A leftover from a crash or a failed write of this step.
-  absl::Status s = env_->FileExists(tmp);
-  if (s.ok()) {
-    RETURN_IF_ERROR(env_->DeleteDir(tmp));
-  } else if (!absl::IsNotFound(s)) {
-    return s;
-  }
-  RETURN_IF_ERROR(env_->CreateDir(tmp));
-  std::vector<ManifestEntry> entries(files.size());
-  for (size_t i = 0; i < files.size(); ++i) {
-    entries[i].name = std::string(files[i].name);
-    entries[i].size = files[i].data.size();
-    RETURN_IF_ERROR(WriteWholeFile(env_, JoinPath(tmp, files[i].name),
-                                   files[i].data, &entries[i].crc));
-  }
-  uint32_t unused_crc;
-  RETURN_IF_ERROR(WriteWholeFile(env_, JoinPath(tmp, kCheckpointManifestName),
-                                 SerializeManifest(step, metadata, entries),
-                                 &unused_crc));
-  return env_->SyncDir(tmp);
 }
 
 absl::Status CheckpointWriter::Commit(const std::string& tmp,

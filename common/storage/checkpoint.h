@@ -2,6 +2,7 @@
 #define SHARDPS_COMMON_STORAGE_CHECKPOINT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,34 @@ struct LoadedCheckpoint {
   std::vector<CheckpointFile> files;  // in the order they were written
 };
 
+class CheckpointWriter;
+
+// A checkpoint being written blob by blob as its bytes come, so that no
+// whole copy of a blob need be in memory (CheckpointWriter::BeginStream).
+// Append is thread-safe; appends to one blob are serialised, in the order
+// they are made. A failed append is kept and returned by Commit.
+class CheckpointStream {
+ public:
+  ~CheckpointStream();
+  CheckpointStream(const CheckpointStream&) = delete;
+  CheckpointStream& operator=(const CheckpointStream&) = delete;
+
+  // Appends `data` to blob `blob` (its index in BeginStream's names).
+  absl::Status Append(size_t blob, absl::string_view data);
+  int64_t step() const { return step_; }
+  // Bytes appended so far, over all blobs.
+  int64_t bytes() const;
+
+ private:
+  friend class CheckpointWriter;
+  struct Blob;
+  CheckpointStream(int64_t step, std::string tmp);
+
+  const int64_t step_;
+  const std::string tmp_;  // root/ckpt-<step>.tmp
+  std::vector<std::unique_ptr<Blob>> blobs_;
+};
+
 // Writes checkpoints under one root directory and prunes old ones.
 // Requires external synchronization; at most one CheckpointWriter (in any
 // process) may write to a root at a time. Readers may run concurrently but
@@ -115,12 +144,23 @@ class CheckpointWriter {
   absl::Status WriteViews(int64_t step, absl::string_view metadata,
                           absl::Span<const CheckpointFileView> files);
 
+  // The same written as it comes: creates root/ckpt-<step>.tmp/ (removing a
+  // leftover) with the blobs `names`, empty, for the caller to Append to
+  // and then CommitStream. Errors as Write's.
+  absl::StatusOr<std::unique_ptr<CheckpointStream>> BeginStream(
+      int64_t step, const std::vector<std::string>& names);
+  // Syncs and closes every blob, writes MANIFEST with `metadata`, and
+  // commits and prunes as Write does. On any error (an Append's included)
+  // the .tmp directory is removed and the previous checkpoints stay.
+  absl::Status CommitStream(std::unique_ptr<CheckpointStream> stream,
+                            absl::string_view metadata);
+  // Gives the stream up: its .tmp directory is removed.
+  void AbortStream(std::unique_ptr<CheckpointStream> stream);
+
   const std::string& root_dir() const { return root_; }
 
  private:
-  absl::Status WriteTmp(int64_t step, absl::string_view metadata,
-                        absl::Span<const CheckpointFileView> files,
-                        const std::string& tmp);
+  absl::Status FinishTmp(CheckpointStream* stream, absl::string_view metadata);
   absl::Status Commit(const std::string& tmp, const std::string& final_dir);
   void RemoveOldAndStale(int64_t step);
 

@@ -52,8 +52,7 @@ void Checkpointer::JoinWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
-  absl::MutexLock l(&mu_);
+absl::Status Checkpointer::WaitForWriter(int64_t step) {
   const absl::Time wait_start = absl::Now();
   JoinWriter();
   absl::Status previous;
@@ -63,53 +62,130 @@ absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
   }
   const absl::Duration waited = absl::Now() - wait_start;
   if (waited > absl::Seconds(1)) {
-    LOG(WARNING) << "checkpoint of step " << snapshot.info.step() << " waited "
+    LOG(WARNING) << "checkpoint of step " << step << " waited "
                  << absl::FormatDuration(waited)
                  << " for the previous write to finish";
   }
+  return previous;
+}
+
+void Checkpointer::Finished(int64_t step, const absl::Status& s,
+                            int64_t bytes, absl::Time start) {
+  const absl::Time end = absl::Now();
+  {
+    absl::MutexLock st(&stats_mu_);
+    if (s.ok()) {
+      ++stats_.written;
+      stats_.last_step = step;
+      stats_.last_bytes = bytes;
+      stats_.last_duration = end - start;
+      stats_.last_time = end;
+    } else {
+      ++stats_.failed;
+    }
+  }
+  if (s.ok()) {
+    LOG(INFO) << absl::StrFormat(
+        "checkpoint of step %d written to %s (%.2f MB in %.0f ms)", step, dir_,
+        bytes / 1e6, absl::ToDoubleMilliseconds(end - start));
+  } else {
+    LOG(ERROR) << "checkpoint of step " << step << " failed: " << s
+               << " (the previous one is kept)";
+  }
+  last_status_ =
+      s.ok() ? s
+             : absl::Status(s.code(), absl::StrCat("checkpoint of step ", step,
+                                                   " to ", dir_, ": ",
+                                                   s.message()));
+  failure_ = last_status_;
+  // A streaming write that failed part-way had not written all it needed:
+  // the last whole one's size is the better guess of what it needs.
+  int64_t last_bytes;
+  {
+    absl::MutexLock st(&stats_mu_);
+    last_bytes = stats_.last_bytes;
+  }
+  failed_bytes_ = s.ok() ? 0 : std::max(bytes, last_bytes);
+  if (s.ok() && on_written_) on_written_(step);
+}
+
+absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
+  absl::MutexLock l(&mu_);
+  const absl::Status previous = WaitForWriter(snapshot.info.step());
   thread_ = std::thread([this, snap = std::move(snapshot)]() {
     const absl::Time start = absl::Now();
     std::vector<CheckpointFileView> views;
-    size_t bytes = 0;
+    int64_t bytes = 0;
     for (const auto& [name, data] : snap.files) {
       views.push_back(CheckpointFileView{name, data});
-      bytes += data.size();
+      bytes += static_cast<int64_t>(data.size());
     }
     absl::MutexLock w(&write_mu_);
     absl::Status s = writer_.WriteViews(snap.info.step(),
                                         snap.info.SerializeAsString(), views);
-    const absl::Time end = absl::Now();
-    {
-      absl::MutexLock st(&stats_mu_);
-      if (s.ok()) {
-        ++stats_.written;
-        stats_.last_step = snap.info.step();
-        stats_.last_bytes = static_cast<int64_t>(bytes);
-        stats_.last_duration = end - start;
-        stats_.last_time = end;
-      } else {
-        ++stats_.failed;
-      }
-    }
-    if (s.ok()) {
-      LOG(INFO) << absl::StrFormat(
-          "checkpoint of step %d written to %s (%.2f MB in %.0f ms)",
-          snap.info.step(), dir_, bytes / 1e6,
-          absl::ToDoubleMilliseconds(end - start));
-    } else {
-      LOG(ERROR) << "checkpoint of step " << snap.info.step()
-                 << " failed: " << s << " (the previous one is kept)";
-    }
-    last_status_ =
-        s.ok() ? s
-               : absl::Status(s.code(), absl::StrCat("checkpoint of step ",
-                                                     snap.info.step(), " to ",
-                                                     dir_, ": ", s.message()));
-    failure_ = last_status_;
-    failed_bytes_ = s.ok() ? 0 : static_cast<int64_t>(bytes);
-    if (s.ok() && on_written_) on_written_(snap.info.step());
+    Finished(snap.info.step(), s, bytes, start);
   });
   return previous;
+}
+
+namespace {
+
+// A streaming save's units go to the checkpoint's blob of their table
+// (blob i is table i's); a failed append is kept by the stream, which
+// CommitStream returns.
+class StreamSink : public SaveSink {
+ public:
+  explicit StreamSink(CheckpointStream* stream) : stream_(stream) {}
+  void Append(uint32_t table_id, absl::string_view record) override {
+    stream_->Append(table_id, record).IgnoreError();
+  }
+
+ private:
+  CheckpointStream* const stream_;
+};
+
+}  // namespace
+
+absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
+                                         const BeginFn& begin,
+                                         std::function<void()> write_rest,
+                                         absl::Status* previous) {
+  absl::MutexLock l(&mu_);
+  *previous = WaitForWriter(step);
+  std::vector<std::string> names;
+  for (size_t t = 0; t < num_tables; ++t) names.push_back(TableFileName(t));
+  const absl::Time start = absl::Now();
+  std::unique_ptr<CheckpointStream> stream;
+  {
+    absl::MutexLock w(&write_mu_);
+    auto begun = writer_.BeginStream(step, names);
+    if (!begun.ok()) {
+      // As a write that failed: counted, logged, and told at the next
+      // request.
+      Finished(step, begun.status(), 0, start);
+      return absl::OkStatus();
+    }
+    stream = std::move(*begun);
+  }
+  auto sink = std::make_unique<StreamSink>(stream.get());
+  absl::StatusOr<CheckpointInfo> info = begin(sink.get());
+  if (!info.ok()) {
+    // Nothing was marked: the stream goes, with its .tmp folder.
+    absl::MutexLock w(&write_mu_);
+    writer_.AbortStream(std::move(stream));
+    return info.status();
+  }
+  thread_ = std::thread([this, step, start, info = std::move(*info),
+                         stream = std::move(stream), sink = std::move(sink),
+                         write_rest = std::move(write_rest)]() mutable {
+    write_rest();  // every unit written: nothing refers to the sink now
+    const int64_t bytes = stream->bytes();
+    absl::MutexLock w(&write_mu_);
+    absl::Status s =
+        writer_.CommitStream(std::move(stream), info.SerializeAsString());
+    Finished(step, s, bytes, start);
+  });
+  return absl::OkStatus();
 }
 
 absl::Status Checkpointer::CheckRoom() {

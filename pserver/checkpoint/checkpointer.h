@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/storage/checkpoint.h"
 #include "common/storage/env.h"
+#include "pserver/store/save_sink.h"
 #include "pserver/store/table_snapshot.h"
 
 namespace shardps {
@@ -37,6 +38,20 @@ class Checkpointer {
   // Returns how the previous write ended (OK when there was none), so that
   // whoever asked hears of a failed one at its next request.
   absl::Status Save(StoreSnapshot snapshot);
+  // A streaming save (StoreSnapshots::SaveTo): waits for the write in
+  // progress, opens the checkpoint of `step` with a blob per table
+  // (TableFileName), and calls `begin` with a sink to it; `begin` writes
+  // the blobs' headers, marks the store's units and returns the
+  // checkpoint's metadata. Then, in the background, `write_rest` writes
+  // the units no push has written yet, and the checkpoint is committed.
+  // Returns `begin`'s error (nothing is written then); *previous is how the
+  // previous write ended, as Save returns it. A checkpoint that cannot be
+  // opened counts as a write that failed.
+  using BeginFn = std::function<absl::StatusOr<CheckpointInfo>(SaveSink*)>;
+  absl::Status SaveStreaming(int64_t step, size_t num_tables,
+                             const BeginFn& begin,
+                             std::function<void()> write_rest,
+                             absl::Status* previous);
   // Waits until no write is in progress; returns the status of the last.
   absl::Status Flush();
   // Called before a snapshot is taken for Save. Waits for the write in
@@ -104,6 +119,11 @@ class Checkpointer {
 
  private:
   static absl::StatusOr<StoreSnapshot> FromLoaded(LoadedCheckpoint loaded);
+  // Joins the writer; how its write ended.
+  absl::Status WaitForWriter(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records how the write of `step` ended.
+  void Finished(int64_t step, const absl::Status& s, int64_t bytes,
+                absl::Time start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Joins the background writer.
   void JoinWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

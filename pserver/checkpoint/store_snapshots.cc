@@ -9,14 +9,8 @@
 
 namespace shardps {
 
-absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
-  if (!state_->is_ready()) {
-    return absl::FailedPreconditionError(
-        "checkpoint: the job is not initialised on this pserver");
-  }
-  StoreSnapshot snap;
-  CheckpointInfo& info = snap.info;
-  absl::MutexLock g(&state_->gate);
+absl::StatusOr<CheckpointInfo> StoreSnapshots::Describe(int64_t step) const {
+  CheckpointInfo info;
   if (state_->tables->sharded_sparse()) {
     return absl::UnimplementedError(
         "checkpoints of replicated sparse tables are not built yet "
@@ -43,10 +37,74 @@ absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
         "checkpoint of step ", step, ": no trainer has pushed past step ",
         fastest, " here; refused"));
   }
+  return info;
+}
+
+absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
+  if (!state_->is_ready()) {
+    return absl::FailedPreconditionError(
+        "checkpoint: the job is not initialised on this pserver");
+  }
+  StoreSnapshot snap;
+  absl::MutexLock g(&state_->gate);
+  ASSIGN_OR_RETURN(snap.info, Describe(step));
   for (uint32_t t = 0; t < state_->tables->num_tables(); ++t) {
     snap.files.emplace_back(TableFileName(t), EncodeTable(*state_->tables, t));
   }
   return snap;
+}
+
+absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
+                                                         SaveSink* sink) {
+  if (!state_->is_ready()) {
+    return absl::FailedPreconditionError(
+        "checkpoint: the job is not initialised on this pserver");
+  }
+  JobTables* tables = state_->tables.get();
+  absl::MutexLock g(&state_->gate);
+  ASSIGN_OR_RETURN(CheckpointInfo info, Describe(step));
+  // No push runs while the gate is held: the headers go first, and every
+  // unit is marked at this one instant.
+  for (uint32_t t = 0; t < tables->num_tables(); ++t) {
+    if (auto shard = tables->FindSparse(t); shard.ok()) {
+      sink->Append(t, (*shard)->rows().SaveHeader());
+      continue;
+    }
+    uint32_t n = 0;
+    for (const DenseTableBlock* b : tables->blocks()) n += b->table_id() == t;
+    sink->Append(t, DenseBlobHeader(n));
+  }
+  for (DenseTableBlock* b : tables->blocks()) {
+    absl::MutexLock l(&b->mu);
+    b->MarkForSave(sink);
+  }
+  for (SparseShard* s : tables->sparse()) {
+    s->rows().MarkForSave(sink, s->table_id());
+  }
+  return info;
+}
+
+void StoreSnapshots::WriteRest() { WriteRestOf(state_); }
+
+void StoreSnapshots::WriteRestOf(StoreState* state) {
+  JobTables* tables = state->tables.get();
+  for (DenseTableBlock* b : tables->blocks()) {
+    absl::MutexLock l(&b->mu);
+    b->SaveIfPending();
+  }
+  for (SparseShard* s : tables->sparse()) s->rows().SaveRemaining();
+}
+
+absl::Status StoreSnapshots::SaveTo(Checkpointer* checkpointer, int64_t step,
+                                    absl::Status* previous) {
+  if (!state_->is_ready()) {
+    return absl::FailedPreconditionError(
+        "checkpoint: the job is not initialised on this pserver");
+  }
+  return checkpointer->SaveStreaming(
+      step, state_->tables->num_tables(),
+      [this, step](SaveSink* sink) { return BeginSave(step, sink); },
+      [state = state_]() { StoreSnapshots::WriteRestOf(state); }, previous);
 }
 
 absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pserver/checkpoint/checkpointer.h"
 #include "pserver/store/parameter_store.h"
 #include "pserver/store/table_snapshot.h"
 
@@ -24,6 +25,20 @@ class StoreSnapshots {
   // must be at version `step` (FAILED_PRECONDITION otherwise: not a step
   // boundary); ASYNC: whatever each unit holds now, labelled `step`.
   absl::StatusOr<StoreSnapshot> Snapshot(int64_t step) const;
+  // Saves the store as checkpoint `step` through `checkpointer`, streaming
+  // (docs/checkpoint_format.md, "Streaming saves"): under the gate, the
+  // checks and metadata of Snapshot, each table's blob header, and every
+  // unit marked; then the units are written as they were at that instant
+  // by whoever changes one first (a push) or by the checkpointer's thread,
+  // without a copy of the store. Returns Snapshot's errors (nothing is
+  // written then); *previous: how the previous write ended.
+  absl::Status SaveTo(Checkpointer* checkpointer, int64_t step,
+                      absl::Status* previous);
+  // SaveTo's two halves: the instant (checks, metadata, headers, marks),
+  // and the units no change has written yet.
+  absl::StatusOr<CheckpointInfo> BeginSave(int64_t step, SaveSink* sink);
+  void WriteRest();
+
   // Loads a snapshot as timeline `generation`. On a store without a job it
   // creates the job from the snapshot and makes it ready (a pserver
   // restarting from its checkpoint). On a running job (a rollback) the job
@@ -37,6 +52,13 @@ class StoreSnapshots {
                      ParsedSnapshot parsed, uint64_t generation,
                      std::vector<WaiterPtr>* aborted,
                      absl::Status* sparse_error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);
+
+  // WriteRest of the store `state` belongs to (SaveTo's thread outlives
+  // this object).
+  static void WriteRestOf(StoreState* state);
+  // The checks and metadata of a checkpoint of `step`, under the gate.
+  absl::StatusOr<CheckpointInfo> Describe(int64_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);
 
   StoreState* const state_;

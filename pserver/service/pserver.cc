@@ -472,14 +472,14 @@ void Pserver::FinalCheckpoint(JobSlot& job) {
                  << "); the newest complete checkpoint stays";
     return;
   }
-  auto snap = StoreSnapshots(&store).Snapshot(sync ? v.min : v.max);
-  if (!snap.ok()) {
-    LOG(WARNING) << "job " << job.id
-                 << ": no final checkpoint: " << snap.status();
+  // A write before it that failed was logged when it did.
+  absl::Status previous;
+  absl::Status begun = StoreSnapshots(&store).SaveTo(
+      job.checkpointer.get(), sync ? v.min : v.max, &previous);
+  if (!begun.ok()) {
+    LOG(WARNING) << "job " << job.id << ": no final checkpoint: " << begun;
     return;
   }
-  // A write before it that failed was logged when it did.
-  (void)job.checkpointer->Save(std::move(*snap));
   absl::Status s = job.checkpointer->Flush();
   if (s.ok()) LOG(INFO) << "job " << job.id << ": final checkpoint written";
 }

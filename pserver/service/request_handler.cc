@@ -324,9 +324,9 @@ absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
   // A full disk: refused before the store is copied (the chief logs it and
   // counts it, and asks again at its next interval).
   RETURN_IF_ERROR(checkpointer_->CheckRoom());
-  auto snap = StoreSnapshots(store_).Snapshot(req.step());
-  if (!snap.ok()) return snap.status();
-  const absl::Status previous = checkpointer_->Save(std::move(*snap));
+  absl::Status previous;
+  RETURN_IF_ERROR(
+      StoreSnapshots(store_).SaveTo(checkpointer_, req.step(), &previous));
   if (!previous.ok()) resp->set_previous_write_error(previous.ToString());
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/vector_ops.h"
+#include "pserver/store/table_snapshot.h"
 
 namespace shardps {
 
@@ -18,7 +19,17 @@ DenseTableBlock::DenseTableBlock(uint32_t table_id, uint32_t index,
       optimizer_(optimizer),
       single_trainer_(membership->num_trainers() == 1) {}
 
+void DenseTableBlock::SaveIfPending() {
+  if (pending_save_ == nullptr) return;
+  std::string record;
+  record.reserve(24 + sizeof(float) * value.size() * (1 + slots.size()));
+  AppendDenseRecord(&record, index(), barrier.version(), value, slots);
+  pending_save_->Append(table_id(), record);
+  pending_save_ = nullptr;
+}
+
 void DenseTableBlock::SetInitialValue(absl::Span<const float> values) {
+  SaveIfPending();
   value.assign(values.begin(), values.end());
   slots.assign(optimizer_->num_slots(),
                std::vector<float>(size_, optimizer_->initial_slot_value()));
@@ -28,6 +39,7 @@ void DenseTableBlock::SetInitialValue(absl::Span<const float> values) {
 void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
                               std::vector<std::vector<float>> new_slots,
                               std::vector<WaiterPtr>* dropped) {
+  SaveIfPending();
   value = std::move(new_value);
   slots = std::move(new_slots);
   has_value = true;
@@ -39,6 +51,8 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
 std::optional<AppliedUpdate> DenseTableBlock::Apply(
     int64_t step, float scale, absl::Span<const float> grad, bool sync,
     float trust_ratio, bool record) {
+  // A save in progress takes the block as it was before this step.
+  SaveIfPending();
   std::optional<AppliedUpdate> u;
   if (record) u = UpdateRecord(step, sync);
   if (u.has_value()) {

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "optimizer/optimizer.h"
+#include "pserver/store/save_sink.h"
 #include "pserver/store/step_barrier.h"
 
 namespace shardps {
@@ -83,6 +84,14 @@ class DenseTableBlock final : public BarrierUnit {
                                std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+  // Streaming saves (SaveSink): marks the block as not yet written by the
+  // save to `sink`; the next change, or SaveIfPending, writes it first.
+  void MarkForSave(SaveSink* sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    pending_save_ = sink;
+  }
+  // Writes the block's DSN1 record to the pending save, if any.
+  void SaveIfPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   bool has_value ABSL_GUARDED_BY(mu) = false;
   std::vector<float> value ABSL_GUARDED_BY(mu);
   std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
@@ -99,6 +108,7 @@ class DenseTableBlock final : public BarrierUnit {
 
   const int64_t size_;
   const Optimizer* const optimizer_;
+  SaveSink* pending_save_ ABSL_GUARDED_BY(mu) = nullptr;
   const bool single_trainer_;
   std::vector<float> accum_ ABSL_GUARDED_BY(mu);
   // LARS: the assembled step's gradient scale (1 / trainers), and the

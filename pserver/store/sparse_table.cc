@@ -240,6 +240,7 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
     Stripe& s = stripes_[i];
     if (begin[i] == begin[i + 1]) continue;
     absl::MutexLock l(&s.mu);
+    SaveIfPending(s);
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
@@ -304,6 +305,7 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     const size_t keys = s.accum_keys.size();
+    if (keys > 0) SaveIfPending(s);
     for (size_t b = 0; b < keys; b += kLookupBatch) {
       const size_t m = std::min(kLookupBatch, keys - b);
       FindRows(s, absl::MakeConstSpan(s.accum_keys.data() + b, m),
@@ -343,6 +345,7 @@ int64_t SparseTable::Evict(int64_t current_step) {
   int64_t removed = 0;
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
+    SaveIfPending(s);
     for (auto it = s.index.begin(); it != s.index.end();) {
       auto cur = it++;
       if (s.meta[cur->second].last_step < oldest) {
@@ -380,6 +383,7 @@ void SparseTable::ClearAccumulators(Stripe& s) {
 }
 
 void SparseTable::ClearStripe(Stripe& s) {
+  SaveIfPending(s);
   ClearAccumulators(s);
   if (budget_ != nullptr) budget_->Release(s.reserved);
   s.reserved = 0;
@@ -390,27 +394,62 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.sightings.clear();
 }
 
+std::string SparseTable::SaveHeader() const {
+  std::string out;
+  AppendPod(&out, kSparseMagic);
+  AppendPod<int32_t>(&out, dim_);
+  AppendPod<int32_t>(&out, row_floats_);
+  AppendPod<uint64_t>(&out, stripes_.size());
+  return out;
+}
+
+void SparseTable::AppendGroup(const Stripe& s, std::string* out) const {
+  AppendPod<uint64_t>(out, s.index.size());
+  for (const auto& [key, slot] : s.index) {
+    const RowMeta& m = s.meta[slot];
+    AppendPod(out, key);
+    AppendPod(out, m.last_step);
+    AppendPod(out, m.updates);
+    AppendFloats(out, RowPtr(s, slot), row_floats_);
+  }
+  AppendPod<uint64_t>(out, s.sightings.size());
+  for (const auto& [key, seen] : s.sightings) {
+    AppendPod(out, key);
+    AppendPod(out, seen.count);
+    AppendPod(out, seen.last_step);
+  }
+}
+
 void SparseTable::Serialize(std::string* out) const {
-  AppendPod(out, kSparseMagic);
-  AppendPod<int32_t>(out, dim_);
-  AppendPod<int32_t>(out, row_floats_);
-  AppendPod<uint64_t>(out, stripes_.size());
+  out->append(SaveHeader());
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
-    AppendPod<uint64_t>(out, s.index.size());
-    for (const auto& [key, slot] : s.index) {
-      const RowMeta& m = s.meta[slot];
-      AppendPod(out, key);
-      AppendPod(out, m.last_step);
-      AppendPod(out, m.updates);
-      AppendFloats(out, RowPtr(s, slot), row_floats_);
-    }
-    AppendPod<uint64_t>(out, s.sightings.size());
-    for (const auto& [key, seen] : s.sightings) {
-      AppendPod(out, key);
-      AppendPod(out, seen.count);
-      AppendPod(out, seen.last_step);
-    }
+    AppendGroup(s, out);
+  }
+}
+
+void SparseTable::MarkForSave(SaveSink* sink, uint32_t table_id) {
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    s.pending_save = sink;
+    s.pending_table = table_id;
+  }
+}
+
+void SparseTable::SaveIfPending(Stripe& s) const {
+  if (s.pending_save == nullptr) return;
+  std::string group;
+  group.reserve(16 + s.index.size() * (24 + sizeof(float) * row_floats_) +
+                s.sightings.size() * 24);
+  AppendGroup(s, &group);
+  s.pending_save->Append(s.pending_table, group);
+  s.pending_save = nullptr;
+}
+
+void SparseTable::SaveRemaining() {
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    SaveIfPending(s);
   }
 }
 

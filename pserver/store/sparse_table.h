@@ -15,6 +15,7 @@
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/memory_budget.h"
+#include "pserver/store/save_sink.h"
 #include "pserver/store/step_barrier.h"
 
 namespace shardps {
@@ -113,6 +114,15 @@ class SparseTable {
   // then left empty.
   absl::Status Deserialize(absl::string_view data);
 
+  // Streaming saves (SaveSink): the header of the blob Serialize writes,
+  // whose groups are then the stripes' records, one each, in any order.
+  std::string SaveHeader() const;
+  // Marks every stripe as not yet written by the save to `sink` (as table
+  // `table_id`): the next change of a stripe writes it first.
+  void MarkForSave(SaveSink* sink, uint32_t table_id);
+  // Writes every stripe still marked.
+  void SaveRemaining();
+
   SparseCounters counters() const;
   // Bytes held for rows, their state and the indexes.
   size_t MemoryBytes() const;
@@ -147,11 +157,20 @@ class SparseTable {
     int64_t non_finite ABSL_GUARDED_BY(mu) = 0;
     // Bytes of chunks and accumulators counted in the budget.
     int64_t reserved ABSL_GUARDED_BY(mu) = 0;
+    // A streaming save that has not written this stripe yet.
+    SaveSink* pending_save ABSL_GUARDED_BY(mu) = nullptr;
+    uint32_t pending_table ABSL_GUARDED_BY(mu) = 0;
   };
   static constexpr uint32_t kNoRow = UINT32_MAX;
 
   Stripe& StripeOf(uint64_t key) const;
   size_t StripeIndex(uint64_t key) const;
+  // Appends the stripe's group (rows, then sightings) as Serialize does.
+  void AppendGroup(const Stripe& s, std::string* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Writes the stripe's group to the save that marked it, if any: called
+  // before every change.
+  void SaveIfPending(Stripe& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Empties `s`, giving its memory back to the budget.
   void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The sync accumulators of `s`, emptied.

@@ -16,20 +16,31 @@ std::string TableFileName(size_t table_id) {
   return absl::StrCat("table-", table_id, ".bin");
 }
 
-DenseBlobWriter::DenseBlobWriter(uint32_t num_blocks) {
-  AppendPod(&blob_, kDenseMagic);
-  AppendPod(&blob_, num_blocks);
+std::string DenseBlobHeader(uint32_t num_blocks) {
+  std::string out;
+  AppendPod(&out, kDenseMagic);
+  AppendPod(&out, num_blocks);
+  return out;
 }
+
+void AppendDenseRecord(std::string* out, uint32_t index, int64_t version,
+                       absl::Span<const float> value,
+                       const std::vector<std::vector<float>>& slots) {
+  AppendPod<uint32_t>(out, index);
+  AppendPod<int64_t>(out, version);
+  AppendPod<int64_t>(out, static_cast<int64_t>(value.size()));
+  AppendPod<uint32_t>(out, static_cast<uint32_t>(slots.size()));
+  AppendFloats(out, value.data(), value.size());
+  for (const auto& slot : slots) AppendFloats(out, slot.data(), slot.size());
+}
+
+DenseBlobWriter::DenseBlobWriter(uint32_t num_blocks)
+    : blob_(DenseBlobHeader(num_blocks)) {}
 
 void DenseBlobWriter::Add(uint32_t index, int64_t version,
                           absl::Span<const float> value,
                           const std::vector<std::vector<float>>& slots) {
-  AppendPod<uint32_t>(&blob_, index);
-  AppendPod<int64_t>(&blob_, version);
-  AppendPod<int64_t>(&blob_, static_cast<int64_t>(value.size()));
-  AppendPod<uint32_t>(&blob_, static_cast<uint32_t>(slots.size()));
-  AppendFloats(&blob_, value.data(), value.size());
-  for (const auto& slot : slots) AppendFloats(&blob_, slot.data(), slot.size());
+  AppendDenseRecord(&blob_, index, version, value, slots);
 }
 
 absl::StatusOr<std::vector<DenseBlockImage>> ParseDenseBlob(

@@ -43,6 +43,14 @@ class DenseBlobWriter {
   std::string blob_;
 };
 
+// A DSN1 blob's header for `num_blocks` records, and one record: what
+// DenseBlobWriter writes, for a blob written a record at a time (a
+// streaming save, SaveSink).
+std::string DenseBlobHeader(uint32_t num_blocks);
+void AppendDenseRecord(std::string* out, uint32_t index, int64_t version,
+                       absl::Span<const float> value,
+                       const std::vector<std::vector<float>>& slots);
+
 // One block as a dense blob holds it.
 struct DenseBlockImage {
   uint32_t index = 0;
