@@ -49,7 +49,8 @@ SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
 CPP_EXT = (".h", ".cc", ".cu")
 
 COMMON = ["common/launch", "common/placement", "common/storage",
-          "common/tls", "common/transport", "common/monitoring"]
+          "common/model_export", "common/tls", "common/transport",
+          "common/monitoring"]
 PSERVER_BASE = ["base", "compression", "kernels", "optimizer", "proto"] + COMMON
 # Folder -> folders (and absl, std, third-party headers) its non-test
 # sources may include. A folder may always include itself.
@@ -60,6 +61,8 @@ LAYERS = {
     "common/launch": ["base", "proto"],
     "common/placement": ["base", "proto"],
     "common/storage": ["base"],
+    "common/model_export": ["base", "kernels", "proto", "common/placement",
+                            "common/storage"],
     "common/tls": [],
     "common/auth": ["base"],
     "common/transport": ["base", "compression", "proto", "common/launch",
@@ -83,8 +86,10 @@ LAYERS = {
     # The Python package's native module: the session over gRPC.
     "python/native": ["base", "proto", "trainer", "trainer/model",
                       "trainer/client", "trainer/session"] + COMMON,
+    # ps_checkpoint reads and writes pservers' checkpoints offline.
     "tools": ["base", "kernels", "proto", "trainer", "trainer/data",
-              "trainer/model", "trainer/client"] + COMMON,
+              "trainer/model", "trainer/client", "pserver/store",
+              "pserver/checkpoint"] + COMMON,
 }
 
 # What issue 31 has yet to take apart: each entry must still be over its

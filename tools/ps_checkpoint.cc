@@ -12,6 +12,12 @@
 //     NEW/<job>/JOB-<step>. Start pserver i with
 //     --checkpoint_dir=NEW/pserver-<i> and the trainers with M --pservers
 //     in that order.
+//   ps_checkpoint export --from DIR --out NEW [--fp16] [--config FILE]
+//     [--step S] [--job_id ID]
+//     writes the model unsharded for serving (docs/saved_model.md):
+//     NEW/params.bin with every dense table, NEW/sparse-<table>.bin with
+//     each sparse table's rows (values only, by key; --fp16: as IEEE
+//     half), and NEW/model.pbtxt, a copy of --config, when given.
 //
 // Exit status: 0 done, 1 failed (one line on stderr saying why), 2 bad
 // usage.
@@ -28,6 +34,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/job_checkpoint.h"
+#include "pserver/checkpoint/model_export.h"
 #include "pserver/checkpoint/reshard.h"
 
 DEFINE_string(from, "", "the folder to read job checkpoints from");
@@ -35,12 +42,18 @@ DEFINE_string(to, "", "reshard: the new folder to write (must not exist)");
 DEFINE_int32(pservers, 0, "reshard: how many pservers the job will have");
 DEFINE_int64(step, -1, "reshard: the step to take; -1: the newest complete");
 DEFINE_string(job_id, "default", "the job (the trainers' --job_id)");
+DEFINE_string(out, "", "export: the new folder to write (must not exist)");
+DEFINE_bool(fp16, false, "export: sparse rows' values as IEEE half");
+DEFINE_string(config, "",
+              "export: the model's config, copied as model.pbtxt");
 
 namespace {
 
 constexpr char kUsage[] =
     "ps_checkpoint info --from DIR [--job_id ID]\n"
     "       ps_checkpoint reshard --from DIR --to NEW --pservers M "
+    "[--step S] [--job_id ID]\n"
+    "       ps_checkpoint export --from DIR --out NEW [--fp16] [--config FILE] "
     "[--step S] [--job_id ID]";
 
 int Fail(const absl::Status& s) {
@@ -113,6 +126,39 @@ int Reshard() {
   return 0;
 }
 
+int Export() {
+  if (FLAGS_out.empty()) {
+    std::cerr << "ps_checkpoint export: needs --out\nusage: " << kUsage
+              << "\n";
+    return 2;
+  }
+  shardps::Env* env = shardps::Env::Default();
+  shardps::ExportOptions options;
+  options.fp16 = FLAGS_fp16;
+  if (!FLAGS_config.empty()) {
+    absl::Status s = env->ReadFileToString(FLAGS_config, &options.config_text);
+    if (!s.ok()) return Fail(s);
+  }
+  const absl::Time t0 = absl::Now();
+  auto from =
+      shardps::FindJobCheckpoint(env, FLAGS_from, FLAGS_job_id, FLAGS_step);
+  if (!from.ok()) return Fail(from.status());
+  std::cout << absl::StrFormat("exporting job %s, step %d, from %d pserver(s)\n",
+                               FLAGS_job_id, from->step, from->num_servers);
+  auto progress = [](absl::string_view line) {
+    std::cout << "  " << line << std::endl;
+  };
+  auto summary = shardps::ExportModel(env, *from, FLAGS_out, options, progress);
+  if (!summary.ok()) return Fail(summary.status());
+  std::cout << absl::StrFormat(
+      "wrote %s: %d dense table(s), %d values; %d sparse table(s), %d rows%s; "
+      "in %.2f s\n",
+      FLAGS_out, summary->dense_tables, summary->dense_values,
+      summary->sparse_tables, summary->sparse_rows,
+      FLAGS_fp16 ? " (float16)" : "", absl::ToDoubleSeconds(absl::Now() - t0));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,6 +174,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "info") return Info();
   if (command == "reshard") return Reshard();
+  if (command == "export") return Export();
   std::cerr << "ps_checkpoint: unknown command '" << command
             << "'\nusage: " << kUsage << "\n";
   return 2;

@@ -237,6 +237,20 @@ Env* Env::Default() {
   return env;
 }
 
+absl::Status WriteFileAtomically(Env* env, const std::string& path,
+                                 absl::string_view data,
+                                 const std::string& tmp) {
+  const std::string temp = tmp.empty() ? path + ".tmp" : tmp;
+  auto f = env->NewWritableFile(temp);
+  if (!f.ok()) return f.status();
+  absl::Status s = (*f)->Append(data);
+  if (s.ok()) s = (*f)->Sync();
+  absl::Status closed = (*f)->Close();
+  if (s.ok()) s = closed;
+  if (s.ok()) s = env->RenameFile(temp, path);
+  return s;
+}
+
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty()) return std::string(name);
   if (dir.back() == '/') return absl::StrCat(dir, name);

@@ -163,6 +163,14 @@ class EnvWrapper : public Env {
 // "dir/name", without doubling a '/' that `dir` already ends with.
 std::string JoinPath(absl::string_view dir, absl::string_view name);
 
+// Replaces the file at `path` with `data` so that a crash leaves the old
+// file or the new one, whole: written to `tmp` (path + ".tmp" when empty),
+// fsynced, closed, renamed over `path`. The caller fsyncs the folder to
+// make the rename durable.
+absl::Status WriteFileAtomically(Env* env, const std::string& path,
+                                 absl::string_view data,
+                                 const std::string& tmp = "");
+
 }  // namespace shardps
 
 #endif  // SHARDPS_COMMON_STORAGE_ENV_H_

@@ -290,14 +290,8 @@ absl::Status Checkpointer::WriteGeneration(uint64_t generation) {
   absl::Status s = env_->CreateDir(dir_);
   if (!s.ok()) return s;
   const std::string path = JoinPath(dir_, "GENERATION");
-  const std::string tmp = path + ".new";
-  auto f = env_->NewWritableFile(tmp);
-  if (!f.ok()) return f.status();
-  s = (*f)->Append(absl::StrCat(generation, "\n"));
-  if (s.ok()) s = (*f)->Sync();
-  absl::Status closed = (*f)->Close();
-  if (s.ok()) s = closed;
-  if (s.ok()) s = env_->RenameFile(tmp, path);
+  s = WriteFileAtomically(env_, path, absl::StrCat(generation, "\n"),
+                          path + ".new");
   if (s.ok()) s = env_->SyncDir(dir_);
   return s;
 }

@@ -327,14 +327,9 @@ absl::Status WriteJobManifest(Env* env, const std::string& root,
   // Pservers finishing together may write the same manifest at once: each
   // through a temporary file of its own; the renames leave one whole copy.
   absl::BitGen bits;
-  const std::string tmp =
-      absl::StrFormat("%s.tmp-%016x", path, absl::Uniform<uint64_t>(bits));
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, env->NewWritableFile(tmp));
-  absl::Status s = f->Append(text);
-  if (s.ok()) s = f->Sync();
-  absl::Status closed = f->Close();
-  if (s.ok()) s = closed;
-  if (s.ok()) s = env->RenameFile(tmp, path);
+  absl::Status s = WriteFileAtomically(
+      env, path, text,
+      absl::StrFormat("%s.tmp-%016x", path, absl::Uniform<uint64_t>(bits)));
   if (s.ok()) s = env->SyncDir(dir);
   return s;
 }

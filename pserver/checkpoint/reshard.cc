@@ -14,18 +14,13 @@
 #include "common/storage/blob_io.h"
 #include "common/storage/checkpoint.h"
 #include "glog/logging.h"
+#include "pserver/checkpoint/blob_records.h"
 
 namespace shardps {
 namespace {
 
 constexpr uint32_t kDenseMagic = 0x44534e31;   // "DSN1"
 constexpr uint32_t kSparseMagic = 0x53505432;  // "SPT2"
-
-int64_t NumValues(const TableSpec& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape()) n *= d;
-  return n;
-}
 
 int Replication(const JobSpec& job) { return std::max(1, job.replication()); }
 
@@ -57,50 +52,26 @@ struct TableOut {
 absl::Status TakeDense(absl::string_view name, absl::string_view blob,
                        const TableSpec& t, int source, int from_servers,
                        int replication, TableOut* out) {
-  auto bad = [&name](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat(name, ": ", what));
-  };
-  BlobReader r(blob);
-  uint32_t magic = 0, n = 0;
-  if (!r.Get(&magic) || magic != kDenseMagic || !r.Get(&n)) {
-    return bad("bad header");
-  }
-  const int64_t num_values = NumValues(t);
-  const int64_t nb = NumBlocks(num_values, t.block_size());
-  absl::string_view rest = blob.substr(8);
-  for (uint32_t j = 0; j < n; ++j) {
-    BlobReader rec(rest);
-    uint32_t index = 0, slots = 0;
-    int64_t version = 0, size = 0;
-    if (!rec.Get(&index) || !rec.Get(&version) || !rec.Get(&size) ||
-        !rec.Get(&slots)) {
-      return bad("truncated block");
-    }
-    if (index >= nb ||
-        size != std::min(t.block_size(), num_values - index * t.block_size())) {
-      return bad(absl::StrCat("block ", index, " does not match the job's ",
-                              "table ", t.name()));
-    }
-    const uint64_t bytes = 24 + uint64_t{4} * size * (1 + uint64_t{slots});
-    if (slots > 16 || rest.size() < bytes) return bad("truncated block");
-    if (!HoldsBlock(t, index, source, from_servers, replication)) {
-      return bad(absl::StrCat("block ", index, " is in shard ", source,
-                              ", which does not hold it"));
-    }
-    // With replication a block is in several shards: its primary's copy
-    // is the one taken.
-    const int primary =
-        DenseBlockServer(TableHash(t.name()), index, from_servers);
-    if (primary == source && out->blocks_wanted.count(index) != 0) {
-      if (!out->blocks_taken.insert(index).second) {
-        return bad(absl::StrCat("block ", index, " appears twice"));
-      }
-      out->records.append(rest.data(), bytes);
-    }
-    rest.remove_prefix(bytes);
-  }
-  if (!rest.empty()) return bad("trailing bytes");
-  return absl::OkStatus();
+  return ForEachDenseRecord(
+      name, blob, t, [&](const DenseRecord& d) -> absl::Status {
+        if (!HoldsBlock(t, d.index, source, from_servers, replication)) {
+          return absl::DataLossError(
+              absl::StrCat(name, ": block ", d.index, " is in shard ", source,
+                           ", which does not hold it"));
+        }
+        // With replication a block is in several shards: its primary's
+        // copy is the one taken.
+        const int primary =
+            DenseBlockServer(TableHash(t.name()), d.index, from_servers);
+        if (primary == source && out->blocks_wanted.count(d.index) != 0) {
+          if (!out->blocks_taken.insert(d.index).second) {
+            return absl::DataLossError(
+                absl::StrCat(name, ": block ", d.index, " appears twice"));
+          }
+          out->records.append(d.raw.data(), d.raw.size());
+        }
+        return absl::OkStatus();
+      });
 }
 
 // Takes from the SPT2 blob `blob` of source shard `source` the rows and
@@ -108,66 +79,37 @@ absl::Status TakeDense(absl::string_view name, absl::string_view blob,
 absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
                         int source, int from_servers, int server,
                         int num_servers, TableOut* out) {
-  auto bad = [&name](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat(name, ": ", what));
-  };
-  BlobReader r(blob);
-  uint32_t magic = 0;
-  int32_t dim = 0, row_floats = 0;
-  uint64_t groups = 0;
-  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
-      !r.Get(&row_floats) || !r.Get(&groups) || dim <= 0 || row_floats < dim ||
-      row_floats % dim != 0) {
-    return bad("bad header");
-  }
-  if (out->dim < 0) {
-    out->dim = dim;
-    out->row_floats = row_floats;
-  } else if (out->dim != dim || out->row_floats != row_floats) {
-    return bad(absl::StrCat("rows of dim ", dim, " and ", row_floats,
-                            " floats; another shard has ", out->dim, " and ",
-                            out->row_floats));
-  }
-  const size_t row_bytes = 24 + sizeof(float) * row_floats;
-  absl::string_view rest = blob.substr(20);
-  auto take_u64 = [&rest](uint64_t* v) {
-    if (rest.size() < 8) return false;
-    std::memcpy(v, rest.data(), 8);
-    rest.remove_prefix(8);
-    return true;
-  };
-  for (uint64_t g = 0; g < groups; ++g) {
-    uint64_t rows = 0;
-    if (!take_u64(&rows)) return bad("truncated row count");
-    if (rows > rest.size() / row_bytes) return bad("truncated row");
-    for (uint64_t i = 0; i < rows; ++i) {
-      uint64_t key = 0;
-      std::memcpy(&key, rest.data(), 8);
-      if (SparseKeyServer(key, from_servers) != source) {
-        return bad(absl::StrCat("the row of key ", key, " is in shard ", source,
-                                ", which does not hold it"));
-      }
-      if (SparseKeyServer(key, num_servers) == server) {
-        out->rows.append(rest.data(), row_bytes);
-        ++out->num_rows;
-      }
-      rest.remove_prefix(row_bytes);
+  auto header = [&](int32_t dim, int32_t row_floats) -> absl::Status {
+    if (out->dim < 0) {
+      out->dim = dim;
+      out->row_floats = row_floats;
+    } else if (out->dim != dim || out->row_floats != row_floats) {
+      return absl::DataLossError(absl::StrCat(
+          name, ": rows of dim ", dim, " and ", row_floats,
+          " floats; another shard has ", out->dim, " and ", out->row_floats));
     }
-    uint64_t sightings = 0;
-    if (!take_u64(&sightings)) return bad("truncated sightings count");
-    if (sightings > rest.size() / 24) return bad("truncated sighting");
-    for (uint64_t i = 0; i < sightings; ++i) {
-      uint64_t key = 0;
-      std::memcpy(&key, rest.data(), 8);
-      if (SparseKeyServer(key, num_servers) == server) {
-        out->sightings.append(rest.data(), 24);
-        ++out->num_sightings;
-      }
-      rest.remove_prefix(24);
+    return absl::OkStatus();
+  };
+  auto row = [&](const SparseRecord& r) -> absl::Status {
+    if (SparseKeyServer(r.key, from_servers) != source) {
+      return absl::DataLossError(
+          absl::StrCat(name, ": the row of key ", r.key, " is in shard ",
+                       source, ", which does not hold it"));
     }
-  }
-  if (!rest.empty()) return bad("trailing bytes");
-  return absl::OkStatus();
+    if (SparseKeyServer(r.key, num_servers) == server) {
+      out->rows.append(r.raw.data(), r.raw.size());
+      ++out->num_rows;
+    }
+    return absl::OkStatus();
+  };
+  auto sighting = [&](uint64_t key, absl::string_view raw) {
+    if (SparseKeyServer(key, num_servers) == server) {
+      out->sightings.append(raw.data(), raw.size());
+      ++out->num_sightings;
+    }
+    return absl::OkStatus();
+  };
+  return ForEachSparseRecord(name, blob, header, row, sighting);
 }
 
 // Merges the shard-wide parts of the sources' metadata into `info`.
@@ -213,6 +155,85 @@ std::string FinishTable(const TableSpec& t, TableOut& out) {
   return blob;
 }
 
+// The metadata of shard `index` of `num_servers` (its blocks, placement),
+// and the blocks each dense table of it wants.
+CheckpointInfo PlanShard(const JobCheckpoint& from, int index, int num_servers,
+                         std::vector<TableOut>* tables) {
+  const JobSpec& job = from.shards[0].info.job();
+  CheckpointInfo info;
+  info.set_step(from.step);
+  *info.mutable_job() = job;
+  ShardPlacement* pl = info.mutable_placement();
+  pl->set_server_index(index);
+  pl->set_num_servers(num_servers);
+  pl->set_scheme(kPlacementScheme);
+  tables->assign(job.tables_size(), TableOut());
+  for (int t = 0; t < job.tables_size(); ++t) {
+    const TableSpec& spec = job.tables(t);
+    if (spec.kind() == TableSpec::SPARSE) continue;
+    const int64_t nb = NumBlocks(NumValues(spec), spec.block_size());
+    for (int64_t b = 0; b < nb; ++b) {
+      if (HoldsBlock(spec, b, index, num_servers, Replication(job))) {
+        (*tables)[t].blocks_wanted.insert(static_cast<uint32_t>(b));
+        BlockRef* r = info.add_blocks();
+        r->set_table_id(t);
+        r->set_block(static_cast<uint32_t>(b));
+      }
+    }
+  }
+  return info;
+}
+
+// Takes from source shard `s` of `from` what shard `index` of
+// `num_servers` holds.
+absl::Status TakeFromShard(Env* env, const JobCheckpoint& from, int s,
+                           int index, int num_servers,
+                           const ReshardProgress& progress,
+                           std::vector<TableOut>* tables) {
+  const JobSpec& job = from.shards[0].info.job();
+  const ShardCheckpoint& shard = from.shards[s];
+  ASSIGN_OR_RETURN(LoadedCheckpoint loaded,
+                   CheckpointReader(env, shard.folder).Load(from.step));
+  if (progress) {
+    int64_t bytes = 0;
+    for (const CheckpointFile& f : loaded.files) bytes += f.data.size();
+    progress(absl::StrFormat(
+        "pserver %d of %d: read shard %d of %d (%s, %.1f MB)", index,
+        num_servers, s, from.num_servers, shard.folder, bytes / 1e6));
+  }
+  const std::string dir = JoinPath(shard.folder, CheckpointDirName(from.step));
+  std::vector<bool> seen(job.tables_size(), false);
+  for (CheckpointFile& f : loaded.files) {
+    const std::string name = JoinPath(dir, f.name);
+    int t = -1;
+    for (int i = 0; i < job.tables_size(); ++i) {
+      if (f.name == TableFileName(i)) t = i;
+    }
+    if (t < 0 || seen[t]) {
+      return absl::DataLossError(absl::StrCat(
+          name, t < 0 ? ": not a table of the job" : ": listed twice"));
+    }
+    seen[t] = true;
+    const TableSpec& spec = job.tables(t);
+    if (spec.kind() == TableSpec::SPARSE) {
+      RETURN_IF_ERROR(TakeSparse(name, f.data, s, from.num_servers, index,
+                                 num_servers, &(*tables)[t]));
+    } else {
+      RETURN_IF_ERROR(TakeDense(name, f.data, spec, s, from.num_servers,
+                                Replication(job), &(*tables)[t]));
+    }
+    std::string().swap(f.data);
+  }
+  for (int t = 0; t < job.tables_size(); ++t) {
+    if (!seen[t]) {
+      return absl::DataLossError(absl::StrCat(dir, ": no ", TableFileName(t),
+                                              " (table ", job.tables(t).name(),
+                                              ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StoreSnapshot> ReshardShard(Env* env, const JobCheckpoint& from,
@@ -224,9 +245,9 @@ absl::StatusOr<StoreSnapshot> ReshardShard(Env* env, const JobCheckpoint& from,
   const JobSpec& job = from.shards[0].info.job();
   if (num_servers < 1 || num_servers > kMaxPservers || index < 0 ||
       index >= num_servers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reshard: pserver ", index, " of ", num_servers,
-                     " (at most ", kMaxPservers, " pservers)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard: pserver ", index, " of ", num_servers, " (at most ",
+        kMaxPservers, " pservers)"));
   }
   if (Replication(job) > num_servers) {
     return absl::InvalidArgumentError(
@@ -236,80 +257,20 @@ absl::StatusOr<StoreSnapshot> ReshardShard(Env* env, const JobCheckpoint& from,
                      num_servers));
   }
   StoreSnapshot snap;
-  CheckpointInfo& info = snap.info;
-  info.set_step(from.step);
-  *info.mutable_job() = job;
-  ShardPlacement* pl = info.mutable_placement();
-  pl->set_server_index(index);
-  pl->set_num_servers(num_servers);
-  pl->set_scheme(kPlacementScheme);
-  std::vector<TableOut> tables(job.tables_size());
-  for (int t = 0; t < job.tables_size(); ++t) {
-    const TableSpec& spec = job.tables(t);
-    if (spec.kind() == TableSpec::SPARSE) continue;
-    const int64_t nb = NumBlocks(NumValues(spec), spec.block_size());
-    for (int64_t b = 0; b < nb; ++b) {
-      if (HoldsBlock(spec, b, index, num_servers, Replication(job))) {
-        tables[t].blocks_wanted.insert(static_cast<uint32_t>(b));
-        BlockRef* r = info.add_blocks();
-        r->set_table_id(t);
-        r->set_block(static_cast<uint32_t>(b));
-      }
-    }
-  }
+  std::vector<TableOut> tables;
+  snap.info = PlanShard(from, index, num_servers, &tables);
   for (int s = 0; s < from.num_servers; ++s) {
-    const ShardCheckpoint& shard = from.shards[s];
-    auto loaded = CheckpointReader(env, shard.folder).Load(from.step);
-    if (!loaded.ok()) return loaded.status();
-    if (progress) {
-      int64_t bytes = 0;
-      for (const CheckpointFile& f : loaded->files) bytes += f.data.size();
-      progress(absl::StrFormat(
-          "pserver %d of %d: read shard %d of %d (%s, "
-          "%.1f MB)",
-          index, num_servers, s, from.num_servers, shard.folder, bytes / 1e6));
-    }
-    MergeInfo(shard.info, &info);
-    std::vector<bool> seen(job.tables_size(), false);
-    for (CheckpointFile& f : loaded->files) {
-      const std::string name = JoinPath(
-          JoinPath(shard.folder, CheckpointDirName(from.step)), f.name);
-      int t = -1;
-      for (int i = 0; i < job.tables_size(); ++i) {
-        if (f.name == TableFileName(i)) t = i;
-      }
-      if (t < 0 || seen[t]) {
-        return absl::DataLossError(absl::StrCat(
-            name, t < 0 ? ": not a table of the job" : ": listed twice"));
-      }
-      seen[t] = true;
-      const TableSpec& spec = job.tables(t);
-      if (spec.kind() == TableSpec::SPARSE) {
-        RETURN_IF_ERROR(TakeSparse(name, f.data, s, from.num_servers, index,
-                                   num_servers, &tables[t]));
-      } else {
-        RETURN_IF_ERROR(TakeDense(name, f.data, spec, s, from.num_servers,
-                                  Replication(job), &tables[t]));
-      }
-      std::string().swap(f.data);
-    }
-    for (int t = 0; t < job.tables_size(); ++t) {
-      if (!seen[t]) {
-        return absl::DataLossError(absl::StrCat(
-            JoinPath(shard.folder, CheckpointDirName(from.step)), ": no ",
-            TableFileName(t), " (table ", job.tables(t).name(), ")"));
-      }
-    }
+    MergeInfo(from.shards[s].info, &snap.info);
+    RETURN_IF_ERROR(
+        TakeFromShard(env, from, s, index, num_servers, progress, &tables));
   }
   for (int t = 0; t < job.tables_size(); ++t) {
     TableOut& out = tables[t];
-    if (out.blocks_taken != out.blocks_wanted) {
-      for (uint32_t b : out.blocks_wanted) {
-        if (out.blocks_taken.count(b) == 0) {
-          return absl::DataLossError(absl::StrCat(
-              "reshard: block ", b, " of table ", job.tables(t).name(),
-              " is in no shard of the checkpoint of step ", from.step));
-        }
+    for (uint32_t b : out.blocks_wanted) {
+      if (out.blocks_taken.count(b) == 0) {
+        return absl::DataLossError(absl::StrCat(
+            "reshard: block ", b, " of table ", job.tables(t).name(),
+            " is in no shard of the checkpoint of step ", from.step));
       }
     }
     snap.files.emplace_back(TableFileName(t), FinishTable(job.tables(t), out));

@@ -4,21 +4,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_export/initial_row.h"
 #include "common/placement/shard_map.h"
 #include "common/storage/blob_io.h"
 #include "glog/logging.h"
 
 namespace shardps {
 namespace {
-
-// SplitMix64: a counter-based generator, so a row's values depend only on
-// (seed, key, position).
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Keys are looked up this many at a time: their rows, prefetched, stay in
 // the cache until they are used.
@@ -97,24 +89,7 @@ float* SparseTable::RowPtr(const Stripe& s, uint32_t slot) const {
 }
 
 void SparseTable::InitialRow(uint64_t key, float* out) const {
-  const RowInitializer& init = options_.init();
-  switch (init.type()) {
-    case RowInitializer::CONSTANT:
-      std::fill(out, out + dim_, init.scale());
-      return;
-    case RowInitializer::UNIFORM: {
-      uint64_t state = Mix64(init.seed() ^ Mix64(key));
-      for (int j = 0; j < dim_; ++j) {
-        // 24 random bits to a float in [0, 1), exactly, on any machine.
-        const float u =
-            static_cast<float>(SplitMix64(&state) >> 40) * (1.0f / 16777216.0f);
-        out[j] = (2.0f * u - 1.0f) * init.scale();
-      }
-      return;
-    }
-    default:
-      std::fill(out, out + dim_, 0.0f);
-  }
+  InitialSparseRow(options_.init(), dim_, key, out);
 }
 
 uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {

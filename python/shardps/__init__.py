@@ -13,7 +13,18 @@ from .errors import (Error, InvalidArgumentError, FailedPreconditionError,
                      DeadlineExceededError, UnavailableError,
                      PermissionDeniedError, ResourceExhaustedError,
                      CancelledError)
-from .job import Job
+try:
+    from .job import Job
+except ImportError as _native_missing:  # not built: the readers still work
+    _job_import_error = _native_missing
+
+    def __getattr__(name):
+        if name == "Job":
+            raise ImportError(
+                "shardps.Job needs the native module, which is not built "
+                "(pip install ./python, or scripts/setup_python.sh): %s"
+                % _job_import_error)
+        raise AttributeError(name)
 
 __all__ = ["Job", "optim", "Error", "InvalidArgumentError",
            "FailedPreconditionError", "DeadlineExceededError",

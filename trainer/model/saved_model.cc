@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_export/exported_model.h"
 #include "google/protobuf/text_format.h"
 #include "zlib.h"
 
@@ -18,11 +19,6 @@ namespace shardps {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'H', 'P', 'S', 'M', 'D', 'L', '1'};
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
 
 // Reads little-endian fields from a buffer, remembering whether it ran out.
 class Reader {
@@ -93,20 +89,11 @@ absl::Status SaveModel(const std::string& dir, const ModelConfig& config,
     return absl::PermissionDeniedError(absl::StrCat(
         "--save_dir: cannot create ", dir, ": ", std::strerror(errno)));
   }
-  std::string bin(kMagic, sizeof(kMagic));
-  Put<uint32_t>(&bin, static_cast<uint32_t>(tables.size()));
+  std::vector<DenseTensorView> views;
   for (const ParamTable& t : tables) {
-    Put<uint32_t>(&bin, static_cast<uint32_t>(t.name.size()));
-    bin += t.name;
-    Put<uint32_t>(&bin, static_cast<uint32_t>(t.shape.size()));
-    for (int64_t d : t.shape) Put<int64_t>(&bin, d);
-    Put<uint64_t>(&bin, t.value.size());
-    bin.append(reinterpret_cast<const char*>(t.value.data()),
-               t.value.size() * sizeof(float));
+    views.push_back(DenseTensorView{t.name, t.shape, t.value});
   }
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bin.data()), bin.size()));
-  Put<uint32_t>(&bin, crc);
+  const std::string bin = EncodeParams(views);
 
   std::string text;
   google::protobuf::TextFormat::PrintToString(config, &text);
