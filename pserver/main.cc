@@ -77,6 +77,12 @@ DEFINE_string(shared_checkpoint_root, "",
               "writes the step's job manifest there (<root>/<job>/JOB-<step>)"
               ", and --restore_from=<root> restores the job onto any number "
               "of pservers");
+DEFINE_int32(full_checkpoint_every, 1,
+             "of every this many checkpoints the first is full and the "
+             "others are deltas holding only the rows and blocks changed "
+             "since the checkpoint before (docs/checkpoint_format.md, "
+             "\"Deltas\"); --keep_checkpoints then counts full ones, each "
+             "with its deltas. 1: every checkpoint full");
 DEFINE_int32(keep_checkpoints, 2, "complete checkpoints kept per job (>= 1)");
 DEFINE_int32(max_jobs, 16,
              "jobs this pserver holds at once (trainers' --job_id); a "
@@ -189,6 +195,10 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
     }
   }
   p.keep_checkpoints = FLAGS_keep_checkpoints;
+  p.full_checkpoint_every = FLAGS_full_checkpoint_every;
+  if (FLAGS_full_checkpoint_every < 1 || FLAGS_full_checkpoint_every > 100000) {
+    fail("--full_checkpoint_every must be in [1, 100000]");
+  }
   p.max_memory_bytes_per_job = FLAGS_max_memory_mb_per_job << 20;
   p.max_jobs = FLAGS_max_jobs;
   p.max_shared_regions = FLAGS_max_shared_regions;
@@ -244,8 +254,8 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
            {"max_jobs", "job_retention", "max_memory_mb",
             "max_memory_mb_per_job", "max_shared_regions"}},
           {"Checkpoints (docs/checkpoint_format.md)",
-           {"checkpoint_dir", "keep_checkpoints", "restore_from",
-            "shared_checkpoint_root"}},
+           {"checkpoint_dir", "keep_checkpoints", "full_checkpoint_every",
+            "restore_from", "shared_checkpoint_root"}},
           shardps::SecurityFlagGroup(),
           shardps::MonitoringFlagGroup()};
 }

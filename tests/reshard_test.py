@@ -102,15 +102,23 @@ class ReshardTest(testlib.ProcessTestCase):
         sys.stderr.write("[3 passes: AUC %.6f, log loss %.6f] " % (
             ref["test_auc"], ref["test_loss"]))
 
-        # 2 -> 3, offline.
+        # 2 -> 3, offline, from a chain of deltas: checkpoints at steps 50
+        # (full), 100, 150 and the final 156 (deltas).
         ckpt2 = os.path.join(self.tmp, "ckpt2")
         first = self.start_pservers(
-            "two", 2, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt2, i)])
-        self.train("two", first, args + ["--num_passes=2"])
+            "two", 2, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt2, i),
+                                 "--full_checkpoint_every=4"])
+        self.train("two", first, args + ["--num_passes=2",
+                                          "--checkpoint_every_steps=50"])
         self.stop(first)
+        with open(os.path.join(self.tmp, "two-0.log")) as f:
+            self.assertIn("checkpoint of step 156 written", f.read())
         info = self.ps_checkpoint("info", "--from", ckpt2)
         self.assertEqual(info.returncode, 0, info.stdout + info.stderr)
-        self.assertRegex(info.stdout, r"step \d+: complete, 2 pserver\(s\)")
+        for step, kind in ((50, "full"), (100, "delta on step 50"),
+                           (156, "delta on step 150")):
+            self.assertRegex(info.stdout, r"step %d: complete, 2 pserver\(s\)"
+                             r", [0-9.]+ MB, %s," % (step, kind))
         to3 = os.path.join(self.tmp, "to3")
         r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
                                "--pservers", "3")
@@ -140,6 +148,7 @@ class ReshardTest(testlib.ProcessTestCase):
                          ["JOB-000000000150", "JOB-000000000156"])
         info = self.ps_checkpoint("info", "--from", ckpt3)
         self.assertIn("step 156: complete, 3 pserver(s)", info.stdout)
+        self.assertIn(", full, ", info.stdout)
         self.assertIn("job manifest " + os.path.join(
             ckpt3, "default", "JOB-000000000156"), info.stdout)
         two = self.start_pservers(

@@ -44,8 +44,7 @@ DEFINE_int64(step, -1, "reshard: the step to take; -1: the newest complete");
 DEFINE_string(job_id, "default", "the job (the trainers' --job_id)");
 DEFINE_string(out, "", "export: the new folder to write (must not exist)");
 DEFINE_bool(fp16, false, "export: sparse rows' values as IEEE half");
-DEFINE_string(config, "",
-              "export: the model's config, copied as model.pbtxt");
+DEFINE_string(config, "", "export: the model's config, copied as model.pbtxt");
 
 namespace {
 
@@ -68,10 +67,14 @@ int Info() {
   for (const shardps::JobCheckpoint& j : survey->complete) {
     int64_t bytes = 0;
     for (const shardps::ShardCheckpoint& s : j.shards) bytes += s.bytes;
+    const shardps::CheckpointInfo& info = j.shards[0].info;
     std::cout << absl::StrFormat(
-        "step %d: complete, %d pserver(s), %.1f MB, generation %d, %s mode%s\n",
-        j.step, j.num_servers, bytes / 1e6, j.generation,
-        j.shards[0].info.job().mode() == shardps::SYNC ? "sync" : "async",
+        "step %d: complete, %d pserver(s), %.1f MB, %s, generation %d, %s "
+        "mode%s\n",
+        j.step, j.num_servers, bytes / 1e6,
+        info.delta() ? absl::StrCat("delta on step ", info.delta_base())
+                     : std::string("full"),
+        j.generation, info.job().mode() == shardps::SYNC ? "sync" : "async",
         j.manifest_path.empty()
             ? ""
             : absl::StrCat(", job manifest ", j.manifest_path));
@@ -128,8 +131,7 @@ int Reshard() {
 
 int Export() {
   if (FLAGS_out.empty()) {
-    std::cerr << "ps_checkpoint export: needs --out\nusage: " << kUsage
-              << "\n";
+    std::cerr << "ps_checkpoint export: needs --out\nusage: " << kUsage << "\n";
     return 2;
   }
   shardps::Env* env = shardps::Env::Default();
@@ -143,8 +145,9 @@ int Export() {
   auto from =
       shardps::FindJobCheckpoint(env, FLAGS_from, FLAGS_job_id, FLAGS_step);
   if (!from.ok()) return Fail(from.status());
-  std::cout << absl::StrFormat("exporting job %s, step %d, from %d pserver(s)\n",
-                               FLAGS_job_id, from->step, from->num_servers);
+  std::cout << absl::StrFormat(
+      "exporting job %s, step %d, from %d pserver(s)\n", FLAGS_job_id,
+      from->step, from->num_servers);
   auto progress = [](absl::string_view line) {
     std::cout << "  " << line << std::endl;
   };

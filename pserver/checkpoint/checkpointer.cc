@@ -40,8 +40,14 @@ std::optional<uint64_t> AbandonedBy(absl::string_view name) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(Env* env, std::string dir, int keep)
-    : env_(env), dir_(std::move(dir)), keep_(keep), writer_(env, dir_, keep) {}
+Checkpointer::Checkpointer(Env* env, std::string dir, int keep, int full_every)
+    : env_(env),
+      dir_(std::move(dir)),
+      keep_(keep),
+      full_every_(std::max(1, full_every)),
+      // With deltas the writer keeps everything; PruneChains removes whole
+      // chains.
+      writer_(env, dir_, full_every > 1 ? (1 << 30) : keep) {}
 
 Checkpointer::~Checkpointer() {
   absl::MutexLock l(&mu_);
@@ -69,8 +75,8 @@ absl::Status Checkpointer::WaitForWriter(int64_t step) {
   return previous;
 }
 
-void Checkpointer::Finished(int64_t step, const absl::Status& s,
-                            int64_t bytes, absl::Time start) {
+void Checkpointer::Finished(int64_t step, const absl::Status& s, int64_t bytes,
+                            absl::Time start) {
   const absl::Time end = absl::Now();
   {
     absl::MutexLock st(&stats_mu_);
@@ -94,9 +100,9 @@ void Checkpointer::Finished(int64_t step, const absl::Status& s,
   }
   last_status_ =
       s.ok() ? s
-             : absl::Status(s.code(), absl::StrCat("checkpoint of step ", step,
-                                                   " to ", dir_, ": ",
-                                                   s.message()));
+             : absl::Status(s.code(),
+                            absl::StrCat("checkpoint of step ", step, " to ",
+                                         dir_, ": ", s.message()));
   failure_ = last_status_;
   // A streaming write that failed part-way had not written all it needed:
   // the last whole one's size is the better guess of what it needs.
@@ -124,6 +130,9 @@ absl::Status Checkpointer::Save(StoreSnapshot snapshot) {
     absl::Status s = writer_.WriteViews(snap.info.step(),
                                         snap.info.SerializeAsString(), views);
     Finished(snap.info.step(), s, bytes, start);
+    // The store kept no changes since it: no delta can build on it.
+    chain_base_ = -1;
+    if (s.ok() && full_every_ > 1) PruneChains(snap.info.step());
   });
   return previous;
 }
@@ -167,15 +176,24 @@ absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
     }
     stream = std::move(*begun);
   }
+  int64_t delta_base = -1;
+  {
+    absl::MutexLock w(&write_mu_);
+    if (full_every_ > 1 && chain_base_ >= 0 && chain_base_ < step &&
+        chain_deltas_ < full_every_ - 1) {
+      delta_base = chain_base_;
+    }
+  }
   auto sink = std::make_unique<StreamSink>(stream.get());
-  absl::StatusOr<CheckpointInfo> info = begin(sink.get());
+  absl::StatusOr<CheckpointInfo> info =
+      begin(sink.get(), delta_base, full_every_ > 1);
   if (!info.ok()) {
     // Nothing was marked: the stream goes, with its .tmp folder.
     absl::MutexLock w(&write_mu_);
     writer_.AbortStream(std::move(stream));
     return info.status();
   }
-  thread_ = std::thread([this, step, start, info = std::move(*info),
+  thread_ = std::thread([this, step, start, delta_base, info = std::move(*info),
                          stream = std::move(stream), sink = std::move(sink),
                          write_rest = std::move(write_rest)]() mutable {
     write_rest();  // every unit written: nothing refers to the sink now
@@ -184,8 +202,89 @@ absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
     absl::Status s =
         writer_.CommitStream(std::move(stream), info.SerializeAsString());
     Finished(step, s, bytes, start);
+    // A failed save took the store's changes with it: the next is full.
+    chain_base_ = s.ok() ? step : -1;
+    chain_deltas_ = delta_base >= 0 ? chain_deltas_ + 1 : 0;
+    if (s.ok() && full_every_ > 1 && delta_base < 0) PruneChains(step);
   });
   return absl::OkStatus();
+}
+
+void Checkpointer::ForceFull() {
+  absl::MutexLock l(&mu_);
+  JoinWriter();
+  absl::MutexLock w(&write_mu_);
+  chain_base_ = -1;
+}
+
+void Checkpointer::PruneChains(int64_t step) {
+  CheckpointReader reader(env_, dir_);
+  auto steps = reader.ListComplete();
+  if (!steps.ok()) return;
+  std::vector<int64_t> fulls;
+  for (int64_t s : *steps) {
+    if (s > step) continue;
+    auto header = reader.LoadHeader(s);
+    CheckpointInfo info;
+    if (header.ok() && info.ParseFromString(header->metadata) &&
+        !info.delta()) {
+      fulls.push_back(s);
+    }
+  }
+  if (static_cast<int>(fulls.size()) <= keep_) return;
+  const int64_t oldest_kept = fulls[fulls.size() - keep_];
+  for (int64_t s : *steps) {
+    if (s >= oldest_kept) continue;
+    const std::string path = JoinPath(dir_, CheckpointDirName(s));
+    absl::Status d = env_->DeleteDir(path);
+    if (!d.ok()) LOG(WARNING) << "checkpoint retention: " << d;
+  }
+  if (absl::Status d = env_->SyncDir(dir_); !d.ok()) {
+    LOG(WARNING) << "checkpoint retention: " << d;
+  }
+}
+
+absl::StatusOr<std::vector<StoreSnapshot>> Checkpointer::LoadChain(
+    int64_t step) const {
+  std::vector<StoreSnapshot> chain;
+  int64_t at = step;
+  for (;;) {
+    auto snap = Load(at);
+    if (!snap.ok()) {
+      if (chain.empty()) return snap.status();
+      return absl::DataLossError(
+          absl::StrCat("the checkpoint of step ", step, " is a delta on step ",
+                       at, ", which does not load: ", snap.status().message()));
+    }
+    const bool delta = snap->info.delta();
+    const int64_t base = snap->info.delta_base();
+    chain.push_back(std::move(*snap));
+    if (!delta) break;
+    if (base < 0 || base >= at) {
+      return absl::DataLossError(absl::StrCat("the checkpoint of step ", at,
+                                              " is a delta on step ", base,
+                                              ", not an earlier one"));
+    }
+    at = base;
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+absl::StatusOr<std::vector<StoreSnapshot>> Checkpointer::LoadNewestChain()
+    const {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, Steps());
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    auto chain = LoadChain(*it);
+    if (chain.ok()) return chain;
+    if (!absl::IsDataLoss(chain.status()) &&
+        !absl::IsNotFound(chain.status())) {
+      return chain.status();
+    }
+    LOG(WARNING) << "skipping the checkpoint of step " << *it << " in " << dir_
+                 << ": " << chain.status().message();
+  }
+  return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir_));
 }
 
 absl::Status Checkpointer::CheckRoom() {

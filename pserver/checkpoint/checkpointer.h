@@ -26,7 +26,11 @@ namespace shardps {
 class Checkpointer {
  public:
   // `env` must outlive this object. Keeps the newest `keep` checkpoints.
-  Checkpointer(Env* env, std::string dir, int keep = 2);
+  // With `full_every` > 1 (--full_checkpoint_every), of every `full_every`
+  // streaming saves the first is full and the others are deltas on the one
+  // before (docs/checkpoint_format.md, "Deltas"), and `keep` counts full
+  // checkpoints, each with the deltas after it.
+  Checkpointer(Env* env, std::string dir, int keep = 2, int full_every = 1);
   // Waits for the write in progress.
   ~Checkpointer();
 
@@ -47,7 +51,10 @@ class Checkpointer {
   // Returns `begin`'s error (nothing is written then); *previous is how the
   // previous write ended, as Save returns it. A checkpoint that cannot be
   // opened counts as a write that failed.
-  using BeginFn = std::function<absl::StatusOr<CheckpointInfo>(SaveSink*)>;
+  // `begin` gets the sink, the step of the delta's base (-1: a full save),
+  // and whether the store must keep its changes for deltas on this save.
+  using BeginFn = std::function<absl::StatusOr<CheckpointInfo>(
+      SaveSink*, int64_t delta_base, bool track_changes)>;
   absl::Status SaveStreaming(int64_t step, size_t num_tables,
                              const BeginFn& begin,
                              std::function<void()> write_rest,
@@ -70,6 +77,16 @@ class Checkpointer {
   // The newest checkpoint that verifies; a damaged newer one is skipped
   // with a warning. NotFound when there is none.
   absl::StatusOr<StoreSnapshot> LoadNewest() const;
+  // The checkpoint of `step` with the ones it stands on: a full checkpoint
+  // then the deltas up to `step`, oldest first, each verified. A delta on a
+  // checkpoint that is missing or damaged is DATA_LOSS naming both steps.
+  absl::StatusOr<std::vector<StoreSnapshot>> LoadChain(int64_t step) const;
+  // The newest chain that loads whole; newer ones whose chain does not are
+  // skipped with a warning saying why. NOT_FOUND when there is none.
+  absl::StatusOr<std::vector<StoreSnapshot>> LoadNewestChain() const;
+  // The next streaming save is full (after a rollback or a restore: the
+  // store no longer holds what the last save's deltas would build on).
+  void ForceFull();
   // Sets the checkpoints of steps after `step` aside (an abandoned timeline,
   // after a rollback to `step` that starts timeline `generation`): renamed
   // to ckpt-<step>.abandoned-g<generation>. The timelines of the newest
@@ -127,9 +144,14 @@ class Checkpointer {
   // Joins the background writer.
   void JoinWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // After a full save of `step` in delta mode: removes every checkpoint
+  // older than the newest `keep_` full ones (their deltas with them).
+  void PruneChains(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+
   Env* const env_;
   const std::string dir_;
   const int keep_;
+  const int full_every_;
   std::function<void(int64_t)> on_written_;
   // mu_: one Save or Flush at a time (each joins the writer thread).
   absl::Mutex mu_;
@@ -144,6 +166,10 @@ class Checkpointer {
   // write that succeeded.
   absl::Status failure_ ABSL_GUARDED_BY(write_mu_);
   int64_t failed_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
+  // Deltas: the step of the last streaming save that succeeded, which the
+  // next may build on (-1: the next is full), and deltas since its full.
+  int64_t chain_base_ ABSL_GUARDED_BY(write_mu_) = -1;
+  int chain_deltas_ ABSL_GUARDED_BY(write_mu_) = 0;
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
 };

@@ -35,23 +35,24 @@ absl::Status GatherShard(Env* env, const JobCheckpoint& from, int s,
                          std::vector<Gathered>* tables) {
   const JobSpec& job = from.shards[0].info.job();
   const ShardCheckpoint& shard = from.shards[s];
-  ASSIGN_OR_RETURN(LoadedCheckpoint loaded,
-                   CheckpointReader(env, shard.folder).Load(from.step));
+  ASSIGN_OR_RETURN(StoreSnapshot loaded,
+                   LoadShardState(env, shard.folder, from.step));
   const std::string dir = JoinPath(shard.folder, CheckpointDirName(from.step));
-  for (CheckpointFile& f : loaded.files) {
+  for (auto& [file, data] : loaded.files) {
     int t = -1;
     for (int i = 0; i < job.tables_size(); ++i) {
-      if (f.name == TableFileName(i)) t = i;
+      if (file == TableFileName(i)) t = i;
     }
-    const std::string name = JoinPath(dir, f.name);
+    const std::string name = JoinPath(dir, file);
     if (t < 0) {
-      return absl::DataLossError(absl::StrCat(name, ": not a table of the job"));
+      return absl::DataLossError(
+          absl::StrCat(name, ": not a table of the job"));
     }
     const TableSpec& spec = job.tables(t);
     Gathered& g = (*tables)[t];
     if (spec.kind() == TableSpec::SPARSE) {
       RETURN_IF_ERROR(ForEachSparseRecord(
-          name, f.data,
+          name, data,
           [&](int32_t dim, int32_t) {
             g.dim = dim;
             return absl::OkStatus();
@@ -65,8 +66,8 @@ absl::Status GatherShard(Env* env, const JobCheckpoint& from, int s,
           },
           [](uint64_t, absl::string_view) { return absl::OkStatus(); }));
     } else {
-      RETURN_IF_ERROR(ForEachDenseRecord(
-          name, f.data, spec, [&](const DenseRecord& d) {
+      RETURN_IF_ERROR(
+          ForEachDenseRecord(name, data, spec, [&](const DenseRecord& d) {
             if (!g.have[d.index]) {
               std::memcpy(g.values.data() + d.index * spec.block_size(),
                           d.values, sizeof(float) * d.size);
@@ -75,7 +76,7 @@ absl::Status GatherShard(Env* env, const JobCheckpoint& from, int s,
             return absl::OkStatus();
           }));
     }
-    std::string().swap(f.data);
+    std::string().swap(data);
   }
   return absl::OkStatus();
 }
@@ -92,9 +93,9 @@ absl::Status WriteTables(Env* env, const JobSpec& job,
     if (spec.kind() != TableSpec::SPARSE) {
       for (size_t b = 0; b < g.have.size(); ++b) {
         if (!g.have[b]) {
-          return absl::DataLossError(absl::StrCat(
-              "export: block ", b, " of table ", spec.name(),
-              " is in no shard of the checkpoint"));
+          return absl::DataLossError(
+              absl::StrCat("export: block ", b, " of table ", spec.name(),
+                           " is in no shard of the checkpoint"));
         }
       }
       dense.push_back(DenseTensorView{
@@ -106,9 +107,8 @@ absl::Status WriteTables(Env* env, const JobSpec& job,
     // By ascending key: a permutation, then the rows in that order.
     std::vector<uint32_t> order(g.keys.size());
     std::iota(order.begin(), order.end(), 0u);
-    std::sort(order.begin(), order.end(), [&g](uint32_t a, uint32_t b) {
-      return g.keys[a] < g.keys[b];
-    });
+    std::sort(order.begin(), order.end(),
+              [&g](uint32_t a, uint32_t b) { return g.keys[a] < g.keys[b]; });
     std::vector<uint64_t> keys(order.size());
     std::vector<float> values(order.size() * static_cast<size_t>(g.dim));
     for (size_t i = 0; i < order.size(); ++i) {
@@ -161,14 +161,13 @@ absl::StatusOr<ExportSummary> ExportModel(Env* env, const JobCheckpoint& from,
     const TableSpec& spec = job.tables(t);
     if (spec.kind() == TableSpec::SPARSE) continue;
     tables[t].values.assign(NumValues(spec), 0.0f);
-    tables[t].have.assign(NumBlocks(NumValues(spec), spec.block_size()),
-                          false);
+    tables[t].have.assign(NumBlocks(NumValues(spec), spec.block_size()), false);
   }
   for (int s = 0; s < from.num_servers; ++s) {
     RETURN_IF_ERROR(GatherShard(env, from, s, &tables));
     if (progress) {
-      progress(absl::StrFormat("read shard %d of %d (%s)", s,
-                               from.num_servers, from.shards[s].folder));
+      progress(absl::StrFormat("read shard %d of %d (%s)", s, from.num_servers,
+                               from.shards[s].folder));
     }
   }
   ExportSummary summary;
@@ -176,7 +175,7 @@ absl::StatusOr<ExportSummary> ExportModel(Env* env, const JobCheckpoint& from,
   RETURN_IF_ERROR(env->RenameFile(tmp, out));
   const size_t slash = out.find_last_of('/');
   RETURN_IF_ERROR(env->SyncDir(slash == std::string::npos ? "."
-                               : slash == 0 ? "/"
+                               : slash == 0               ? "/"
                                             : out.substr(0, slash)));
   return summary;
 }

@@ -12,24 +12,25 @@ namespace {
 
 using Kind = RecoveryTarget::Kind;
 
-// The checkpoint of `target`, with the errors of its kind.
-absl::StatusOr<StoreSnapshot> LoadTarget(Checkpointer* checkpointer,
-                                         const RecoveryTarget& target) {
+// The checkpoint of `target` with the ones it stands on (a full one, then
+// deltas), with the errors of its kind.
+absl::StatusOr<std::vector<StoreSnapshot>> LoadTarget(
+    Checkpointer* checkpointer, const RecoveryTarget& target) {
   if (target.kind == Kind::kRollback) {
-    auto snap = checkpointer->Load(target.step);
-    if (!snap.ok()) {
+    auto chain = checkpointer->LoadChain(target.step);
+    if (!chain.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "rollback to step ", target.step, ": ", snap.status().message()));
+          "rollback to step ", target.step, ": ", chain.status().message()));
     }
-    return snap;
+    return chain;
   }
-  auto snap = checkpointer->LoadNewest();
-  if (!snap.ok() && !absl::IsNotFound(snap.status())) {
-    return absl::Status(snap.status().code(),
+  auto chain = checkpointer->LoadNewestChain();
+  if (!chain.ok() && !absl::IsNotFound(chain.status())) {
+    return absl::Status(chain.status().code(),
                         absl::StrCat("--checkpoint_dir ", checkpointer->dir(),
-                                     ": ", snap.status().message()));
+                                     ": ", chain.status().message()));
   }
-  return snap;
+  return chain;
 }
 
 // The generation the store takes: at start one above every generation this
@@ -59,13 +60,14 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
                  << "the last checkpoint write had failed: " << s;
   }
   for (;;) {
-    absl::StatusOr<StoreSnapshot> snap = LoadTarget(checkpointer, target);
-    if (start && absl::IsNotFound(snap.status())) {
+    auto chain = LoadTarget(checkpointer, target);
+    if (start && absl::IsNotFound(chain.status())) {
       // None verifies: keep any damaged ones out of the way.
       RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(-1));
-      return snap.status();
+      return chain.status();
     }
-    RETURN_IF_ERROR(snap.status());
+    RETURN_IF_ERROR(chain.status());
+    const StoreSnapshot* snap = &chain->back();
     const int64_t step = snap->info.step();
     ASSIGN_OR_RETURN(const uint64_t generation,
                      TargetGeneration(checkpointer, target, *snap));
@@ -74,7 +76,12 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
     // holds the step.
     if (start) RETURN_IF_ERROR(checkpointer->QuarantineNewerThan(step));
     RETURN_IF_ERROR(checkpointer->WriteGeneration(generation));
-    absl::Status s = StoreSnapshots(store).Restore(*snap, generation);
+    std::vector<const StoreSnapshot*> links;
+    for (const StoreSnapshot& link : *chain) links.push_back(&link);
+    absl::Status s = StoreSnapshots(store).RestoreChain(links, generation);
+    // The store now holds that step, not what the last save left: the next
+    // save is full.
+    checkpointer->ForceFull();
     if (start && absl::IsDataLoss(s)) {
       // It verified but does not hold a job this pserver can load (a blob
       // that does not parse, a spec no chief could send): set aside like a

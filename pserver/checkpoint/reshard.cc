@@ -15,6 +15,8 @@
 #include "common/storage/checkpoint.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/blob_records.h"
+#include "pserver/checkpoint/checkpointer.h"
+#include "pserver/checkpoint/store_snapshots.h"
 
 namespace shardps {
 namespace {
@@ -55,9 +57,9 @@ absl::Status TakeDense(absl::string_view name, absl::string_view blob,
   return ForEachDenseRecord(
       name, blob, t, [&](const DenseRecord& d) -> absl::Status {
         if (!HoldsBlock(t, d.index, source, from_servers, replication)) {
-          return absl::DataLossError(
-              absl::StrCat(name, ": block ", d.index, " is in shard ", source,
-                           ", which does not hold it"));
+          return absl::DataLossError(absl::StrCat(name, ": block ", d.index,
+                                                  " is in shard ", source,
+                                                  ", which does not hold it"));
         }
         // With replication a block is in several shards: its primary's
         // copy is the one taken.
@@ -92,9 +94,9 @@ absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
   };
   auto row = [&](const SparseRecord& r) -> absl::Status {
     if (SparseKeyServer(r.key, from_servers) != source) {
-      return absl::DataLossError(
-          absl::StrCat(name, ": the row of key ", r.key, " is in shard ",
-                       source, ", which does not hold it"));
+      return absl::DataLossError(absl::StrCat(name, ": the row of key ", r.key,
+                                              " is in shard ", source,
+                                              ", which does not hold it"));
     }
     if (SparseKeyServer(r.key, num_servers) == server) {
       out->rows.append(r.raw.data(), r.raw.size());
@@ -192,22 +194,22 @@ absl::Status TakeFromShard(Env* env, const JobCheckpoint& from, int s,
                            std::vector<TableOut>* tables) {
   const JobSpec& job = from.shards[0].info.job();
   const ShardCheckpoint& shard = from.shards[s];
-  ASSIGN_OR_RETURN(LoadedCheckpoint loaded,
-                   CheckpointReader(env, shard.folder).Load(from.step));
+  ASSIGN_OR_RETURN(StoreSnapshot loaded,
+                   LoadShardState(env, shard.folder, from.step));
   if (progress) {
     int64_t bytes = 0;
-    for (const CheckpointFile& f : loaded.files) bytes += f.data.size();
+    for (const auto& [name, data] : loaded.files) bytes += data.size();
     progress(absl::StrFormat(
         "pserver %d of %d: read shard %d of %d (%s, %.1f MB)", index,
         num_servers, s, from.num_servers, shard.folder, bytes / 1e6));
   }
   const std::string dir = JoinPath(shard.folder, CheckpointDirName(from.step));
   std::vector<bool> seen(job.tables_size(), false);
-  for (CheckpointFile& f : loaded.files) {
-    const std::string name = JoinPath(dir, f.name);
+  for (auto& [file, data] : loaded.files) {
+    const std::string name = JoinPath(dir, file);
     int t = -1;
     for (int i = 0; i < job.tables_size(); ++i) {
-      if (f.name == TableFileName(i)) t = i;
+      if (file == TableFileName(i)) t = i;
     }
     if (t < 0 || seen[t]) {
       return absl::DataLossError(absl::StrCat(
@@ -216,13 +218,13 @@ absl::Status TakeFromShard(Env* env, const JobCheckpoint& from, int s,
     seen[t] = true;
     const TableSpec& spec = job.tables(t);
     if (spec.kind() == TableSpec::SPARSE) {
-      RETURN_IF_ERROR(TakeSparse(name, f.data, s, from.num_servers, index,
+      RETURN_IF_ERROR(TakeSparse(name, data, s, from.num_servers, index,
                                  num_servers, &(*tables)[t]));
     } else {
-      RETURN_IF_ERROR(TakeDense(name, f.data, spec, s, from.num_servers,
+      RETURN_IF_ERROR(TakeDense(name, data, spec, s, from.num_servers,
                                 Replication(job), &(*tables)[t]));
     }
-    std::string().swap(f.data);
+    std::string().swap(data);
   }
   for (int t = 0; t < job.tables_size(); ++t) {
     if (!seen[t]) {
@@ -236,6 +238,14 @@ absl::Status TakeFromShard(Env* env, const JobCheckpoint& from, int s,
 
 }  // namespace
 
+absl::StatusOr<StoreSnapshot> LoadShardState(Env* env,
+                                             const std::string& folder,
+                                             int64_t step) {
+  ASSIGN_OR_RETURN(std::vector<StoreSnapshot> chain,
+                   Checkpointer(env, folder).LoadChain(step));
+  return StoreSnapshots::Materialize(chain);
+}
+
 absl::StatusOr<StoreSnapshot> ReshardShard(Env* env, const JobCheckpoint& from,
                                            int index, int num_servers,
                                            const ReshardProgress& progress) {
@@ -245,9 +255,9 @@ absl::StatusOr<StoreSnapshot> ReshardShard(Env* env, const JobCheckpoint& from,
   const JobSpec& job = from.shards[0].info.job();
   if (num_servers < 1 || num_servers > kMaxPservers || index < 0 ||
       index >= num_servers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reshard: pserver ", index, " of ", num_servers, " (at most ",
-        kMaxPservers, " pservers)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard: pserver ", index, " of ", num_servers,
+                     " (at most ", kMaxPservers, " pservers)"));
   }
   if (Replication(job) > num_servers) {
     return absl::InvalidArgumentError(

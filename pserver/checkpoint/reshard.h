@@ -16,6 +16,13 @@ namespace shardps {
 // empty.
 using ReshardProgress = std::function<void(absl::string_view)>;
 
+// What the shard checkpoint of `step` in `folder` holds, whole: the
+// checkpoint itself, or for a delta its chain materialized
+// (StoreSnapshots::Materialize). Each link verified.
+absl::StatusOr<StoreSnapshot> LoadShardState(Env* env,
+                                             const std::string& folder,
+                                             int64_t step);
+
 // Shard `index` of `num_servers` of the job checkpoint `from`, as a pserver
 // at that place holds it (docs/checkpoint_format.md, "Resharding"): the
 // dense blocks placed there (with the job's replication, those it backs

@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "pserver/store/sparse_deltas.h"
 
 namespace shardps {
 
@@ -55,31 +56,48 @@ absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
 }
 
 absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
-                                                         SaveSink* sink) {
+                                                         SaveSink* sink,
+                                                         int64_t delta_base,
+                                                         bool track_changes) {
   if (!state_->is_ready()) {
     return absl::FailedPreconditionError(
         "checkpoint: the job is not initialised on this pserver");
   }
   JobTables* tables = state_->tables.get();
+  const bool delta = delta_base >= 0;
   absl::MutexLock g(&state_->gate);
   ASSIGN_OR_RETURN(CheckpointInfo info, Describe(step));
+  if (delta) {
+    info.set_delta(true);
+    info.set_delta_base(delta_base);
+  }
   // No push runs while the gate is held: the headers go first, and every
-  // unit is marked at this one instant.
+  // unit is marked at this one instant (a delta's dense blocks: those that
+  // moved since the last save).
+  std::vector<DenseTableBlock*> marked;
+  for (DenseTableBlock* b : tables->blocks()) {
+    absl::MutexLock l(&b->mu);
+    if (!delta || b->barrier.version() != b->saved_version()) {
+      marked.push_back(b);
+    }
+  }
   for (uint32_t t = 0; t < tables->num_tables(); ++t) {
     if (auto shard = tables->FindSparse(t); shard.ok()) {
-      sink->Append(t, (*shard)->rows().SaveHeader());
+      SparseTable& rows = (*shard)->rows();
+      sink->Append(t, delta ? SparseDeltas::Header(rows) : rows.SaveHeader());
       continue;
     }
     uint32_t n = 0;
-    for (const DenseTableBlock* b : tables->blocks()) n += b->table_id() == t;
+    for (const DenseTableBlock* b : marked) n += b->table_id() == t;
     sink->Append(t, DenseBlobHeader(n));
   }
-  for (DenseTableBlock* b : tables->blocks()) {
+  for (DenseTableBlock* b : marked) {
     absl::MutexLock l(&b->mu);
     b->MarkForSave(sink);
   }
   for (SparseShard* s : tables->sparse()) {
-    s->rows().MarkForSave(sink, s->table_id());
+    if (track_changes || delta) s->rows().TrackChanges(true);
+    s->rows().MarkForSave(sink, s->table_id(), delta);
   }
   return info;
 }
@@ -95,6 +113,22 @@ void StoreSnapshots::WriteRestOf(StoreState* state) {
   for (SparseShard* s : tables->sparse()) s->rows().SaveRemaining();
 }
 
+absl::StatusOr<StoreSnapshot> StoreSnapshots::Materialize(
+    const std::vector<StoreSnapshot>& chain) {
+  if (chain.size() == 1) return chain[0];
+  StoreOptions options;
+  options.max_pull_wait = absl::Hours(1);
+  ParameterStore scratch(options);
+  std::vector<const StoreSnapshot*> links;
+  for (const StoreSnapshot& s : chain) links.push_back(&s);
+  RETURN_IF_ERROR(StoreSnapshots(&scratch).RestoreChain(
+      links, chain.back().info.generation()));
+  ASSIGN_OR_RETURN(StoreSnapshot snap,
+                   StoreSnapshots(&scratch).Snapshot(chain.back().info.step()));
+  snap.info.set_generation(chain.back().info.generation());
+  return snap;
+}
+
 absl::Status StoreSnapshots::SaveTo(Checkpointer* checkpointer, int64_t step,
                                     absl::Status* previous) {
   if (!state_->is_ready()) {
@@ -103,20 +137,32 @@ absl::Status StoreSnapshots::SaveTo(Checkpointer* checkpointer, int64_t step,
   }
   return checkpointer->SaveStreaming(
       step, state_->tables->num_tables(),
-      [this, step](SaveSink* sink) { return BeginSave(step, sink); },
+      [this, step](SaveSink* sink, int64_t delta_base, bool track) {
+        return BeginSave(step, sink, delta_base, track);
+      },
       [state = state_]() { StoreSnapshots::WriteRestOf(state); }, previous);
 }
 
 absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,
                                      uint64_t generation) {
-  const CheckpointInfo& info = snap.info;
+  return RestoreChain({&snap}, generation);
+}
+
+absl::Status StoreSnapshots::RestoreChain(
+    absl::Span<const StoreSnapshot* const> chain, uint64_t generation) {
+  if (chain.empty() || chain[0]->info.delta()) {
+    return absl::DataLossError(
+        "checkpoint: a chain must start with a full one");
+  }
+  const CheckpointInfo& full = chain[0]->info;
+  const CheckpointInfo& info = chain.back()->info;
   std::vector<BlockId> ids;
-  for (const BlockRef& r : info.blocks()) {
+  for (const BlockRef& r : full.blocks()) {
     ids.push_back(BlockId{r.table_id(), r.block()});
   }
   const bool running = state_->is_ready();
   if (!running) {
-    auto st = state_->InitJob(info.job(), ids, {});
+    auto st = state_->InitJob(full.job(), ids, {});
     if (!st.ok()) {
       // A spec no chief could send is a damaged checkpoint (DATA_LOSS); one
       // this pserver's flags refuse (--num_gradient_servers,
@@ -127,21 +173,28 @@ absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,
       return absl::Status(code,
                           absl::StrCat("checkpoint: ", st.status().message()));
     }
-  } else if (!google::protobuf::util::MessageDifferencer::Equals(info.job(),
+  } else if (!google::protobuf::util::MessageDifferencer::Equals(full.job(),
                                                                  state_->job) ||
              ids.size() != state_->tables->blocks().size()) {
     return absl::FailedPreconditionError(
         "rollback: the checkpoint holds another job or other blocks than "
         "this pserver");
   }
-  RETURN_IF_ERROR(state_->AdoptPlacement(info.placement()));
+  RETURN_IF_ERROR(state_->AdoptPlacement(full.placement()));
   // Parse and check every blob before changing anything.
-  ASSIGN_OR_RETURN(ParsedSnapshot parsed, ParseSnapshot(snap, *state_->tables));
+  ASSIGN_OR_RETURN(ParsedSnapshot parsed,
+                   ParseSnapshot(*chain[0], *state_->tables));
+  std::vector<ParsedDelta> deltas;
+  for (size_t i = 1; i < chain.size(); ++i) {
+    ASSIGN_OR_RETURN(ParsedDelta d, ParseDelta(*chain[i]));
+    deltas.push_back(std::move(d));
+  }
   std::vector<WaiterPtr> aborted;
   absl::Status st;
   {
     absl::MutexLock g(&state_->gate);
     RestoreLocked(info, running, std::move(parsed), generation, &aborted, &st);
+    for (ParsedDelta& d : deltas) ApplyDeltaLocked(std::move(d), &aborted, &st);
   }
   if (!running) {
     state_->ready.store(true, std::memory_order_release);
@@ -155,8 +208,62 @@ absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,
   LOG(WARNING) << (running ? "rolled back" : "restored") << " to step "
                << info.step() << " (generation " << generation
                << "): " << parsed.dense_blocks << " dense blocks"
+               << (deltas.empty()
+                       ? std::string()
+                       : absl::StrCat(", from the full checkpoint of step ",
+                                      full.step(), " and ", deltas.size(),
+                                      " delta(s)"))
                << (st.ok() ? "" : absl::StrCat("; ", st.message()));
   return st;
+}
+
+absl::StatusOr<StoreSnapshots::ParsedDelta> StoreSnapshots::ParseDelta(
+    const StoreSnapshot& snap) const {
+  const JobTables& tables = *state_->tables;
+  ParsedDelta d;
+  d.dense.resize(tables.num_tables());
+  d.sparse.assign(tables.num_tables(), nullptr);
+  const std::string where =
+      absl::StrCat("checkpoint: the delta of step ", snap.info.step(), ": ");
+  for (const auto& [name, blob] : snap.files) {
+    size_t id = 0;
+    while (id < tables.num_tables() && name != TableFileName(id)) ++id;
+    if (id == tables.num_tables()) {
+      return absl::DataLossError(absl::StrCat(where, "unexpected file ", name));
+    }
+    if (auto shard = tables.FindSparse(id); shard.ok()) {
+      if (absl::Status v = SparseDeltas::Verify((*shard)->rows(), blob);
+          !v.ok()) {
+        return absl::DataLossError(
+            absl::StrCat(where, name, ": ", v.message()));
+      }
+      d.sparse[id] = &blob;
+      continue;
+    }
+    ASSIGN_OR_RETURN(d.dense[id],
+                     ParseDenseBlob(name, blob, tables.BlockSizes(id),
+                                    tables.num_slots(id)));
+  }
+  return d;
+}
+
+void StoreSnapshots::ApplyDeltaLocked(ParsedDelta delta,
+                                      std::vector<WaiterPtr>* aborted,
+                                      absl::Status* error) {
+  for (uint32_t t = 0; t < delta.dense.size(); ++t) {
+    for (DenseBlockImage& image : delta.dense[t]) {
+      DenseTableBlock* b = *state_->tables->FindBlock(t, image.index);
+      absl::MutexLock l(&b->mu);
+      b->Restore(image.version, std::move(image.value), std::move(image.slots),
+                 aborted);
+    }
+  }
+  for (SparseShard* s : state_->tables->sparse()) {
+    if (delta.sparse[s->table_id()] == nullptr) continue;
+    absl::Status st =
+        SparseDeltas::Apply(&s->rows(), *delta.sparse[s->table_id()]);
+    if (!st.ok() && error->ok()) *error = st;
+  }
 }
 
 void StoreSnapshots::RestoreLocked(const CheckpointInfo& info, bool running,

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "pserver/checkpoint/checkpointer.h"
 #include "pserver/store/parameter_store.h"
 #include "pserver/store/table_snapshot.h"
@@ -36,7 +37,14 @@ class StoreSnapshots {
                       absl::Status* previous);
   // SaveTo's two halves: the instant (checks, metadata, headers, marks),
   // and the units no change has written yet.
-  absl::StatusOr<CheckpointInfo> BeginSave(int64_t step, SaveSink* sink);
+  // With `delta_base` >= 0 the save is a delta on this pserver's
+  // checkpoint of that step (docs/checkpoint_format.md, "Deltas"): only the
+  // dense blocks that moved since, and the sparse keys changed since.
+  // `track_changes`: the sparse tables keep the keys changed from now on,
+  // for deltas on this save.
+  absl::StatusOr<CheckpointInfo> BeginSave(int64_t step, SaveSink* sink,
+                                           int64_t delta_base = -1,
+                                           bool track_changes = false);
   void WriteRest();
 
   // Loads a snapshot as timeline `generation`. On a store without a job it
@@ -45,8 +53,27 @@ class StoreSnapshots {
   // and blocks must be the same; every waiting pull is answered ABORTED.
   // DataLoss for a malformed table blob, with nothing changed.
   absl::Status Restore(const StoreSnapshot& snapshot, uint64_t generation);
+  // The same for a chain (Checkpointer::LoadChain): the full checkpoint,
+  // then each delta applied in order; every blob of every link is parsed
+  // before anything changes. The membership, clocks and step are the last
+  // link's.
+  absl::Status RestoreChain(absl::Span<const StoreSnapshot* const> chain,
+                            uint64_t generation);
+  // A chain as one full snapshot of its last step (what the shard holds
+  // then), through a scratch store: for tools that read checkpoints.
+  static absl::StatusOr<StoreSnapshot> Materialize(
+      const std::vector<StoreSnapshot>& chain);
 
  private:
+  // A delta's blobs, checked against the tables.
+  struct ParsedDelta {
+    std::vector<std::vector<DenseBlockImage>> dense;  // per table
+    std::vector<const std::string*> sparse;  // per table, SPD1; or null
+  };
+  absl::StatusOr<ParsedDelta> ParseDelta(const StoreSnapshot& snap) const;
+  void ApplyDeltaLocked(ParsedDelta delta, std::vector<WaiterPtr>* aborted,
+                        absl::Status* error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);
   // Restore's half that changes the store, after every blob was parsed.
   void RestoreLocked(const CheckpointInfo& info, bool running,
                      ParsedSnapshot parsed, uint64_t generation,

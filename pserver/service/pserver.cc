@@ -41,6 +41,12 @@ absl::StatusOr<std::unique_ptr<Pserver>> Pserver::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "--keep_checkpoints must be >= 1, got ", options.keep_checkpoints));
   }
+  if (options.full_checkpoint_every < 1 ||
+      options.full_checkpoint_every > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--full_checkpoint_every must be in [1, 100000], got ",
+                     options.full_checkpoint_every));
+  }
   if (options.max_jobs < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_jobs must be >= 1, got ", options.max_jobs));
@@ -107,7 +113,7 @@ absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
   if (!options_.checkpoint_dir.empty()) {
     job->checkpointer = std::make_unique<Checkpointer>(
         env_, JoinPath(options_.checkpoint_dir, job_id),
-        options_.keep_checkpoints);
+        options_.keep_checkpoints, options_.full_checkpoint_every);
     if (!options_.shared_checkpoint_root.empty()) {
       job->checkpointer->set_on_written([env = env_,
                                          root = options_.shared_checkpoint_root,

@@ -45,6 +45,10 @@ struct PserverOptions {
   std::string shared_checkpoint_root;
   // Complete checkpoints kept per job. Default: 2.
   int keep_checkpoints = 2;
+  // Of every this many checkpoints the first is full and the others deltas
+  // (--full_checkpoint_every); keep_checkpoints then counts full ones,
+  // each with its deltas. Default: 1 (every one full).
+  int full_checkpoint_every = 1;
   // The file-system seam for checkpoints; null means Env::Default(). Must
   // outlive the pserver.
   Env* env = nullptr;

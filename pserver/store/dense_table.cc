@@ -26,6 +26,7 @@ void DenseTableBlock::SaveIfPending() {
   AppendDenseRecord(&record, index(), barrier.version(), value, slots);
   pending_save_->Append(table_id(), record);
   pending_save_ = nullptr;
+  saved_version_ = barrier.version();
 }
 
 void DenseTableBlock::SetInitialValue(absl::Span<const float> values) {
@@ -46,6 +47,7 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
   accum_.clear();
   norms_step_ = -1;
   barrier.Reset(version, dropped);
+  saved_version_ = version;
 }
 
 std::optional<AppliedUpdate> DenseTableBlock::Apply(

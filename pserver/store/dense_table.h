@@ -91,6 +91,11 @@ class DenseTableBlock final : public BarrierUnit {
   }
   // Writes the block's DSN1 record to the pending save, if any.
   void SaveIfPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The version the last save wrote, or that a restore loaded; -1 before
+  // either. A delta writes the block only when it has moved since.
+  int64_t saved_version() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return saved_version_;
+  }
 
   bool has_value ABSL_GUARDED_BY(mu) = false;
   std::vector<float> value ABSL_GUARDED_BY(mu);
@@ -109,6 +114,7 @@ class DenseTableBlock final : public BarrierUnit {
   const int64_t size_;
   const Optimizer* const optimizer_;
   SaveSink* pending_save_ ABSL_GUARDED_BY(mu) = nullptr;
+  int64_t saved_version_ ABSL_GUARDED_BY(mu) = -1;
   const bool single_trainer_;
   std::vector<float> accum_ ABSL_GUARDED_BY(mu);
   // LARS: the assembled step's gradient scale (1 / trainers), and the

@@ -8,6 +8,7 @@
 #include "common/placement/shard_map.h"
 #include "common/storage/blob_io.h"
 #include "glog/logging.h"
+#include "pserver/store/sparse_deltas.h"
 
 namespace shardps {
 namespace {
@@ -158,6 +159,7 @@ void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
   } else {
     const int64_t admit_after = std::max<int64_t>(1, options_.admit_after());
     if (admit_after > 1) {
+      Changed(s, key);
       Sighting& seen = s.sightings[key];
       seen.last_step = step;
       if (++seen.count < admit_after) {
@@ -201,6 +203,7 @@ void SparseTable::UpdateRow(Stripe& s, uint32_t slot, int64_t step,
   }
   ++meta.updates;
   meta.last_step = step;
+  Changed(s, meta.key);
 }
 
 void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
@@ -324,6 +327,7 @@ int64_t SparseTable::Evict(int64_t current_step) {
     for (auto it = s.index.begin(); it != s.index.end();) {
       auto cur = it++;
       if (s.meta[cur->second].last_step < oldest) {
+        Changed(s, cur->first);
         s.free_slots.push_back(cur->second);
         s.index.erase(cur);
         ++removed;
@@ -332,7 +336,10 @@ int64_t SparseTable::Evict(int64_t current_step) {
     }
     for (auto it = s.sightings.begin(); it != s.sightings.end();) {
       auto cur = it++;
-      if (cur->second.last_step < oldest) s.sightings.erase(cur);
+      if (cur->second.last_step < oldest) {
+        Changed(s, cur->first);
+        s.sightings.erase(cur);
+      }
     }
   }
   return removed;
@@ -367,6 +374,7 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.meta.clear();
   s.free_slots.clear();
   s.sightings.clear();
+  s.changed.clear();
 }
 
 std::string SparseTable::SaveHeader() const {
@@ -403,20 +411,27 @@ void SparseTable::Serialize(std::string* out) const {
   }
 }
 
-void SparseTable::MarkForSave(SaveSink* sink, uint32_t table_id) {
+void SparseTable::MarkForSave(SaveSink* sink, uint32_t table_id, bool delta) {
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     s.pending_save = sink;
     s.pending_table = table_id;
+    s.pending_delta = delta;
   }
 }
 
 void SparseTable::SaveIfPending(Stripe& s) const {
   if (s.pending_save == nullptr) return;
   std::string group;
-  group.reserve(16 + s.index.size() * (24 + sizeof(float) * row_floats_) +
-                s.sightings.size() * 24);
-  AppendGroup(s, &group);
+  if (s.pending_delta) {
+    SparseDeltas::AppendGroup(*this, s, &group);
+  } else {
+    group.reserve(16 + s.index.size() * (24 + sizeof(float) * row_floats_) +
+                  s.sightings.size() * 24);
+    AppendGroup(s, &group);
+  }
+  // Every save, whole or not, is the base of the next delta.
+  s.changed.clear();
   s.pending_save->Append(s.pending_table, group);
   s.pending_save = nullptr;
 }

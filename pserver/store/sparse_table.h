@@ -1,6 +1,7 @@
 #ifndef SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
 #define SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -40,6 +42,8 @@ struct SparseCounters {
 // live in chunks of kRowsPerChunk, indexed by an absl::flat_hash_map.
 // Keys are split over stripes by Mix64(key), each with its own mutex; no lock
 // covers the whole table. Thread-safe.
+class SparseDeltas;
+
 class SparseTable {
  public:
   static constexpr int kDefaultStripes = 64;
@@ -118,8 +122,16 @@ class SparseTable {
   // whose groups are then the stripes' records, one each, in any order.
   std::string SaveHeader() const;
   // Marks every stripe as not yet written by the save to `sink` (as table
-  // `table_id`): the next change of a stripe writes it first.
-  void MarkForSave(SaveSink* sink, uint32_t table_id);
+  // `table_id`): the next change of a stripe writes it first. With
+  // `delta`, a stripe writes only the keys changed since the last save
+  // (SparseDeltas; REQUIRES: TrackChanges(true) since that save).
+  void MarkForSave(SaveSink* sink, uint32_t table_id, bool delta = false);
+
+  // Incremental checkpoints: remember which keys each change touches (a
+  // row updated, created or evicted, a sighting counted or forgotten),
+  // until the next save writes them. Off by default (it costs a hash
+  // insert per change).
+  void TrackChanges(bool on) { track_changes_ = on; }
   // Writes every stripe still marked.
   void SaveRemaining();
 
@@ -160,8 +172,16 @@ class SparseTable {
     // A streaming save that has not written this stripe yet.
     SaveSink* pending_save ABSL_GUARDED_BY(mu) = nullptr;
     uint32_t pending_table ABSL_GUARDED_BY(mu) = 0;
+    bool pending_delta ABSL_GUARDED_BY(mu) = false;
+    // With TrackChanges: the keys changed since the last save.
+    absl::flat_hash_set<uint64_t> changed ABSL_GUARDED_BY(mu);
   };
   static constexpr uint32_t kNoRow = UINT32_MAX;
+  friend class SparseDeltas;  // reads and writes stripes for deltas
+  // Notes a change of `key` in `s` for the next delta.
+  void Changed(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    if (track_changes_) s.changed.insert(key);
+  }
 
   Stripe& StripeOf(uint64_t key) const;
   size_t StripeIndex(uint64_t key) const;
@@ -212,6 +232,7 @@ class SparseTable {
   const SparseTableOptions options_;
   const Optimizer* const optimizer_;
   mutable std::vector<Stripe> stripes_;
+  std::atomic<bool> track_changes_{false};
 };
 
 }  // namespace shardps
