@@ -289,6 +289,40 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertIn("restored step 100", self.log(1))
         self.stop(ps0, ps1)
 
+    def test_pserver_killed_while_writing_a_delta(self):
+        """With --full_checkpoint_every=3 the second checkpoint (step 200)
+        is a delta on the first; pserver 1 dies halfway through writing it.
+        After the restart the job goes back to the full checkpoint of step
+        100, and its next checkpoint is full again."""
+        env = testlib.clean_env(SHARDPS_TEST_CHECKPOINT_FAULT="crash_mid_write:2")
+        extra = ["--full_checkpoint_every=3"]
+        ps0, p0 = self.start_ps(0, extra=extra)
+        ps1, p1 = self.start_ps(1, extra=extra, env=env)
+        args = ["--num_passes=1", "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        self.assertEqual(self.wait_exit(ps1, 120, "pserver 1"), 1)
+        leftovers = os.listdir(self.job_ckpt(1))
+        self.assertIn(ckpt_dir_name(100), leftovers)
+        self.assertIn(ckpt_dir_name(200) + ".tmp", leftovers)
+        ps1, _ = self.start_ps(1, port=p1, extra=extra)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            self.assertEqual([r["to_step"] for r in self.recoveries(k)],
+                             [100])
+            self.assertEqual(final_eval(self.metrics(k), k)["step"],
+                             STEPS_PER_PASS)
+        self.stop(ps0, ps1)
+        r = subprocess.run(
+            [os.path.join(testlib.BIN_DIR, "tools", "ps_checkpoint"), "info",
+             "--from", self.tmp], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+        # Pserver 0's chain went on; pserver 1's started again with a full
+        # checkpoint after the restart.
+        self.assertIn("restored step 100", self.log(1))
+        self.assertRegex(r.stdout, r"step %d: complete, 2 pserver\(s\)" %
+                         STEPS_PER_PASS)
+
     def test_corrupted_checkpoint_and_final_checkpoint(self):
         """SIGTERM on a pserver writes a final checkpoint. A flipped byte in
         the newest checkpoint makes the restarted pserver skip it and load

@@ -68,7 +68,7 @@ std::vector<std::string> CandidateFolders(Env* env, const std::string& root,
   if (env->GetChildren(root, &children).ok()) {
     std::sort(children.begin(), children.end());
     for (const std::string& c : children) {
-      if (c == job_id || IsSingleJobLayoutName(c)) continue;
+      if (c == job_id) continue;
       const std::string f = JoinPath(JoinPath(root, c), job_id);
       if (env->FileExists(f).ok()) out.push_back(f);
     }
