@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "common/storage/checkpoint.h"
 #include "common/storage/env.h"
-#include "pserver/store/save_sink.h"
+#include "pserver/store/step_barrier.h"
 #include "pserver/store/table_snapshot.h"
 
 namespace shardps {

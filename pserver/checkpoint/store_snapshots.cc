@@ -6,7 +6,6 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "pserver/store/sparse_deltas.h"
 
 namespace shardps {
 

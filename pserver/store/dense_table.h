@@ -10,7 +10,6 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "optimizer/optimizer.h"
-#include "pserver/store/save_sink.h"
 #include "pserver/store/step_barrier.h"
 
 namespace shardps {

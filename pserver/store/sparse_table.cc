@@ -8,7 +8,6 @@
 #include "common/placement/shard_map.h"
 #include "common/storage/blob_io.h"
 #include "glog/logging.h"
-#include "pserver/store/sparse_deltas.h"
 
 namespace shardps {
 namespace {

@@ -1,5 +1,3 @@
-#include "pserver/store/sparse_deltas.h"
-
 #include <cstring>
 #include <functional>
 
@@ -7,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "common/storage/blob_io.h"
+#include "pserver/store/sparse_table.h"
 
 namespace shardps {
 namespace {
