@@ -256,6 +256,11 @@ class SparseDeltas {
   // row), removed keys lose both. RESOURCE_EXHAUSTED when new rows do not
   // fit the budget.
   static absl::Status Apply(SparseTable* t, absl::string_view blob);
+
+ private:
+  // Frees `key`'s row in `s`, if it has one.
+  static void DropRow(SparseTable::Stripe& s, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 };
 
 }  // namespace shardps

@@ -123,14 +123,14 @@ absl::Status SparseDeltas::Verify(const SparseTable& t,
       [&](uint64_t key, int64_t, int64_t) { return once(key); }, once);
 }
 
+void SparseDeltas::DropRow(SparseTable::Stripe& s, uint64_t key) {
+  auto it = s.index.find(key);
+  if (it == s.index.end()) return;
+  s.free_slots.push_back(it->second);
+  s.index.erase(it);
+}
+
 absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob) {
-  auto drop_row = [t](SparseTable::Stripe& s, uint64_t key)
-                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-                        auto it = s.index.find(key);
-                        if (it == s.index.end()) return;
-                        s.free_slots.push_back(it->second);
-                        s.index.erase(it);
-                      };
   auto row = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
@@ -158,14 +158,14 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob) {
                       int64_t last) -> absl::Status {
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
-    drop_row(s, key);
+    DropRow(s, key);
     s.sightings[key] = SparseTable::Sighting{count, last};
     return absl::OkStatus();
   };
   auto removed = [&](uint64_t key) -> absl::Status {
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
-    drop_row(s, key);
+    DropRow(s, key);
     s.sightings.erase(key);
     return absl::OkStatus();
   };
