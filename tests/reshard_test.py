@@ -164,17 +164,26 @@ class ReshardTest(testlib.ProcessTestCase):
 
     def test_mlp_three_to_two_at_start(self):
         """The MLP (dense tables only): 3 pservers for 150 steps, then 2
-        pservers from --restore_from to step 300; equals 300 steps on 2."""
+        pservers from --restore_from to step 300; equals 300 steps on 2.
+        The same checkpoints given in another order are refused."""
         ref_ps = self.start_pservers("ref", 2)
         ref = self.train("ref", ref_ps, ["--config=" + testlib.CONFIG,
                                          "--max_steps=300"])
         self.stop(ref_ps)
+        # A shared folder, and a job that ends on a checkpoint step: step
+        # 150 is written again at the end (with the trainers gone), and its
+        # job manifest with it.
         ckpt3 = os.path.join(self.tmp, "ckpt3")
         first = self.start_pservers(
-            "three", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i)])
+            "three", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i),
+                                   "--shared_checkpoint_root=" + ckpt3])
         self.train("three", first, ["--config=" + testlib.CONFIG,
-                                    "--max_steps=150"])
+                                    "--max_steps=150",
+                                    "--checkpoint_every_steps=50"])
         self.stop(first)
+        info = self.ps_checkpoint("info", "--from", ckpt3)
+        self.assertIn("step 150: complete, 3 pserver(s)", info.stdout)
+        self.assertIn("JOB-000000000150", info.stdout)
         two = self.start_pservers(
             "two", 2, lambda i: ["--checkpoint_dir=%s/two-%d" % (self.tmp, i),
                                  "--restore_from=" + ckpt3])

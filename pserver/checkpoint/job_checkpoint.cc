@@ -20,7 +20,9 @@
 #include "base/status_macros.h"
 #include "common/placement/shard_map.h"
 #include "common/storage/checkpoint.h"
+#include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "pserver/store/job_tables.h"
 
 namespace shardps {
 namespace {
@@ -137,6 +139,11 @@ absl::StatusOr<JobCheckpoint> Assemble(absl::string_view job_id, int64_t step,
     return incomplete(absl::StrCat(found[0].folder, ": placement scheme ",
                                    first.scheme(), " of ", p,
                                    " pservers is not one this build knows"));
+  }
+  if (absl::Status v = ValidateJob(found[0].info.job(), 0); !v.ok()) {
+    return incomplete(absl::StrCat(found[0].folder,
+                                   " holds a job spec no chief could send (",
+                                   v.message(), ")"));
   }
   JobCheckpoint job;
   job.job_id = std::string(job_id);
@@ -335,7 +342,8 @@ absl::Status WriteJobManifest(Env* env, const std::string& root,
 }
 
 absl::StatusOr<JobCheckpointSurvey> SurveyJobCheckpoints(
-    Env* env, const std::string& root, absl::string_view job_id) {
+    Env* env, const std::string& root, absl::string_view job_id,
+    bool trust_shards) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   if (absl::Status s = env->FileExists(root); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(root, ": ", s.message()));
@@ -352,8 +360,17 @@ absl::StatusOr<JobCheckpointSurvey> SurveyJobCheckpoints(
     }
     const std::string manifest = JobManifestPath(root, job_id, step);
     if (env->FileExists(manifest).ok()) {
-      RETURN_IF_ERROR(CheckAgainstManifest(env, root, manifest, *job));
-      job->manifest_path = manifest;
+      absl::Status m = CheckAgainstManifest(env, root, manifest, *job);
+      if (!m.ok()) {
+        survey.damaged_manifests.push_back(manifest);
+        if (!trust_shards) {
+          survey.incomplete.push_back(
+              absl::StrCat("step ", step, ": ", m.message()));
+          continue;
+        }
+      } else {
+        job->manifest_path = manifest;
+      }
     }
     survey.complete.push_back(std::move(*job));
   }
@@ -362,8 +379,12 @@ absl::StatusOr<JobCheckpointSurvey> SurveyJobCheckpoints(
 
 absl::StatusOr<bool> UpdateJobManifest(Env* env, const std::string& root,
                                        absl::string_view job_id, int64_t step) {
+  // The shards are this job's own, just written: a manifest that no longer
+  // matches them (the step written again at the job's end, or on a new
+  // timeline after a rollback) is replaced.
   ASSIGN_OR_RETURN(JobCheckpointSurvey survey,
-                   SurveyJobCheckpoints(env, root, job_id));
+                   SurveyJobCheckpoints(env, root, job_id,
+                                        /*trust_shards=*/true));
   bool wrote = false;
   std::set<std::string> keep;
   for (const JobCheckpoint& job : survey.complete) {
@@ -382,9 +403,14 @@ absl::StatusOr<bool> UpdateJobManifest(Env* env, const std::string& root,
       absl::string_view rest = c;
       int64_t s = 0;
       if (!absl::ConsumePrefix(&rest, kManifestPrefix) || rest.size() < 12 ||
-          !absl::SimpleAtoi(rest.substr(0, 12), &s) || s >= step) {
+          !absl::SimpleAtoi(rest.substr(0, 12), &s)) {
         continue;
       }
+      // Another pserver may be writing a temporary file of this step or a
+      // later one; a whole manifest of a step that is not complete here
+      // any more goes, whichever step.
+      const bool temporary = rest.size() > 12;
+      if (temporary && s >= step) continue;
       const std::string path = JoinPath(dir, c);
       if (keep.count(path) == 0) env->DeleteFile(path).IgnoreError();
     }
@@ -399,7 +425,12 @@ absl::StatusOr<JobCheckpoint> FindJobCheckpoint(Env* env,
   ASSIGN_OR_RETURN(JobCheckpointSurvey survey,
                    SurveyJobCheckpoints(env, root, job_id));
   for (auto it = survey.complete.rbegin(); it != survey.complete.rend(); ++it) {
-    if (step < 0 || it->step == step) return std::move(*it);
+    if (step >= 0 && it->step != step) continue;
+    for (const std::string& why : survey.incomplete) {
+      LOG(WARNING) << "job " << job_id << " under " << root
+                   << ": not complete, not used: " << why;
+    }
+    return std::move(*it);
   }
   std::vector<std::string> seen = survey.incomplete;
   seen.insert(seen.end(), survey.unreadable.begin(), survey.unreadable.end());

@@ -45,6 +45,8 @@ struct JobCheckpointSurvey {
   std::vector<std::string> incomplete;
   // Shard folders that could not be read, and why.
   std::vector<std::string> unreadable;
+  // Job manifests that do not match the shards of their step.
+  std::vector<std::string> damaged_manifests;
 };
 
 // Looks for the checkpoints of job `job_id` under `root`, which may be
@@ -55,14 +57,18 @@ struct JobCheckpointSurvey {
 // when every shard 0..P-1 of one P is there once, with the same job and
 // placement scheme. A job manifest (WriteJobManifest) for a step is
 // checked against the shards it names: a manifest that does not verify, or
-// names a shard that is missing or not the one it recorded, is DATA_LOSS
-// naming the file. Shards of one index in two folders, or of other jobs
-// specs, leave the step incomplete, saying which.
+// names a shard that is missing or not the one it recorded, leaves the step
+// incomplete, naming the file (with `trust_shards`, for the pserver that
+// just wrote its own shard, the step stays complete, without a manifest).
+// Shards of one index in two folders, of other job specs, or of a spec no
+// chief could send leave the step incomplete, saying which.
 absl::StatusOr<JobCheckpointSurvey> SurveyJobCheckpoints(
-    Env* env, const std::string& root, absl::string_view job_id);
+    Env* env, const std::string& root, absl::string_view job_id,
+    bool trust_shards = false);
 
-// The newest complete checkpoint, or the one of `step` (>= 0). NOT_FOUND
-// naming `root` and what is there when there is none.
+// The newest complete checkpoint, or the one of `step` (>= 0); the steps
+// passed over as incomplete are logged. NOT_FOUND naming `root` and what is
+// there when there is none.
 absl::StatusOr<JobCheckpoint> FindJobCheckpoint(Env* env,
                                                 const std::string& root,
                                                 absl::string_view job_id,

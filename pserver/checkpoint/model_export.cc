@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -54,6 +55,11 @@ absl::Status GatherShard(Env* env, const JobCheckpoint& from, int s,
       RETURN_IF_ERROR(ForEachSparseRecord(
           name, data,
           [&](int32_t dim, int32_t) {
+            if (dim != spec.sparse().dim()) {
+              return absl::DataLossError(
+                  absl::StrCat(name, ": rows of dim ", dim, "; table ",
+                               spec.name(), " has dim ", spec.sparse().dim()));
+            }
             g.dim = dim;
             return absl::OkStatus();
           },
@@ -103,6 +109,18 @@ absl::Status WriteTables(Env* env, const JobSpec& job,
       ++summary->dense_tables;
       summary->dense_values += static_cast<int64_t>(g.values.size());
       continue;
+    }
+    // Its name becomes a file name.
+    bool plain = !spec.name().empty() && spec.name().size() <= 200 &&
+                 spec.name()[0] != '.';
+    for (char c : spec.name()) {
+      plain = plain && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                        c == '.' || c == '_' || c == '-');
+    }
+    if (!plain) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "export: sparse table '", spec.name().substr(0, 80),
+          "': a name of 1 to 200 of A-Z a-z 0-9 . _ - is needed for its file"));
     }
     // By ascending key: a permutation, then the rows in that order.
     std::vector<uint32_t> order(g.keys.size());

@@ -79,9 +79,13 @@ absl::Status TakeDense(absl::string_view name, absl::string_view blob,
 // Takes from the SPT2 blob `blob` of source shard `source` the rows and
 // sightings whose keys land on `server` of `num_servers`.
 absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
-                        int source, int from_servers, int server,
+                        int want_dim, int source, int from_servers, int server,
                         int num_servers, TableOut* out) {
   auto header = [&](int32_t dim, int32_t row_floats) -> absl::Status {
+    if (dim != want_dim) {
+      return absl::DataLossError(absl::StrCat(
+          name, ": rows of dim ", dim, "; the job's table has dim ", want_dim));
+    }
     if (out->dim < 0) {
       out->dim = dim;
       out->row_floats = row_floats;
@@ -218,8 +222,9 @@ absl::Status TakeFromShard(Env* env, const JobCheckpoint& from, int s,
     seen[t] = true;
     const TableSpec& spec = job.tables(t);
     if (spec.kind() == TableSpec::SPARSE) {
-      RETURN_IF_ERROR(TakeSparse(name, data, s, from.num_servers, index,
-                                 num_servers, &(*tables)[t]));
+      RETURN_IF_ERROR(TakeSparse(name, data, spec.sparse().dim(), s,
+                                 from.num_servers, index, num_servers,
+                                 &(*tables)[t]));
     } else {
       RETURN_IF_ERROR(TakeDense(name, data, spec, s, from.num_servers,
                                 Replication(job), &(*tables)[t]));

@@ -266,19 +266,23 @@ TEST_F(JobManifestTest, RoundTrips) {
   EXPECT_EQ(job->manifest_path, manifest_);
 }
 
-TEST_F(JobManifestTest, AFlippedByteIsDataLossNamingTheFile) {
+TEST_F(JobManifestTest, AFlippedByteLeavesTheStepOutNamingTheFile) {
   std::string text = ReadFile(manifest_);
   text[30] ^= 1;
   WriteFile(manifest_, text);
   absl::Status s = Find();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr(manifest_));
   EXPECT_THAT(s.message(), HasSubstr("checksum"));
   // Truncated.
   WriteFile(manifest_, ReadFile(manifest_).substr(0, 40));
   s = Find();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr(manifest_));
+  auto survey =
+      SurveyJobCheckpoints(Env::Default(), tmp_.Path("two"), "default");
+  ASSERT_TRUE(survey.ok());
+  EXPECT_EQ(survey->damaged_manifests, std::vector<std::string>{manifest_});
 }
 
 TEST_F(JobManifestTest, HostileFoldersAreRefused) {
@@ -312,7 +316,7 @@ TEST_F(JobManifestTest, HostileFoldersAreRefused) {
   }
 }
 
-TEST_F(JobManifestTest, AReplacedShardIsDataLoss) {
+TEST_F(JobManifestTest, AReplacedShardLeavesTheStepOutUntilRewritten) {
   // Shard 1 rewritten (another step's bytes under the same name): its
   // MANIFEST no longer has the CRC the job manifest recorded.
   auto job = FindJobCheckpoint(Env::Default(), tmp_.Path("two"), "default");
@@ -326,9 +330,16 @@ TEST_F(JobManifestTest, AReplacedShardIsDataLoss) {
                   .Write(3, snap->info.SerializeAsString(), files)
                   .ok());
   absl::Status s = Find();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("shard 1 is"));
   EXPECT_THAT(s.message(), HasSubstr(manifest_));
+  // The pserver that wrote the step again (its final checkpoint, a new
+  // timeline) writes the manifest again: the step is whole once more.
+  auto wrote =
+      UpdateJobManifest(Env::Default(), tmp_.Path("two"), "default", 3);
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  EXPECT_TRUE(*wrote);
+  EXPECT_TRUE(Find().ok());
 }
 
 TEST_F(ReshardTest, TheLastPserverOfAStepWritesItsJobManifest) {

@@ -196,7 +196,10 @@ absl::Status StoreSnapshots::RestoreChain(
     for (ParsedDelta& d : deltas) ApplyDeltaLocked(std::move(d), &aborted, &st);
   }
   if (!running) {
-    state_->ready.store(true, std::memory_order_release);
+    // A table that did not load leaves the job unready: a later try (the
+    // chief's InitJob again, a restart) restores again, never serving
+    // partial tables.
+    if (st.ok()) state_->ready.store(true, std::memory_order_release);
   } else {
     ++state_->rollbacks;
   }
