@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -177,11 +178,13 @@ absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
     stream = std::move(*begun);
   }
   int64_t delta_base = -1;
+  uint32_t base_crc = 0;
   {
     absl::MutexLock w(&write_mu_);
     if (full_every_ > 1 && chain_base_ >= 0 && chain_base_ < step &&
         chain_deltas_ < full_every_ - 1) {
       delta_base = chain_base_;
+      base_crc = chain_base_crc_;
     }
   }
   auto sink = std::make_unique<StreamSink>(stream.get());
@@ -193,6 +196,7 @@ absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
     writer_.AbortStream(std::move(stream));
     return info.status();
   }
+  if (delta_base >= 0) info->set_delta_base_manifest_crc(base_crc);
   thread_ = std::thread([this, step, start, delta_base, info = std::move(*info),
                          stream = std::move(stream), sink = std::move(sink),
                          write_rest = std::move(write_rest)]() mutable {
@@ -204,6 +208,14 @@ absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
     Finished(step, s, bytes, start);
     // A failed save took the store's changes with it: the next is full.
     chain_base_ = s.ok() ? step : -1;
+    if (s.ok()) {
+      auto header = CheckpointReader(env_, dir_).LoadHeader(step);
+      if (header.ok()) {
+        chain_base_crc_ = header->manifest_crc;
+      } else {
+        chain_base_ = -1;
+      }
+    }
     chain_deltas_ = delta_base >= 0 ? chain_deltas_ + 1 : 0;
     if (s.ok() && full_every_ > 1 && delta_base < 0) PruneChains(step);
   });
@@ -222,23 +234,42 @@ void Checkpointer::PruneChains(int64_t step) {
   auto steps = reader.ListComplete();
   if (!steps.ok()) return;
   std::vector<int64_t> fulls;
+  std::map<int64_t, int64_t> base_of;  // delta -> the step it builds on
   for (int64_t s : *steps) {
     if (s > step) continue;
     auto header = reader.LoadHeader(s);
     CheckpointInfo info;
-    if (header.ok() && info.ParseFromString(header->metadata) &&
-        !info.delta()) {
+    if (!header.ok() || !info.ParseFromString(header->metadata)) continue;
+    if (info.delta()) {
+      base_of[s] = info.delta_base();
+    } else {
       fulls.push_back(s);
     }
   }
   if (static_cast<int>(fulls.size()) <= keep_) return;
   const int64_t oldest_kept = fulls[fulls.size() - keep_];
+  // What stays: the newest `keep_` full ones and everything after the
+  // oldest of them, with every checkpoint a kept delta builds on, however
+  // its steps are ordered.
+  std::set<int64_t> keep;
   for (int64_t s : *steps) {
-    if (s >= oldest_kept) continue;
+    if (s >= oldest_kept) keep.insert(s);
+  }
+  for (int64_t s : std::vector<int64_t>(keep.begin(), keep.end())) {
+    for (auto it = base_of.find(s); it != base_of.end();
+         it = base_of.find(it->second)) {
+      if (!keep.insert(it->second).second) break;
+    }
+  }
+  bool removed = false;
+  for (int64_t s : *steps) {
+    if (s > step || keep.count(s) != 0) continue;
     const std::string path = JoinPath(dir_, CheckpointDirName(s));
     absl::Status d = env_->DeleteDir(path);
     if (!d.ok()) LOG(WARNING) << "checkpoint retention: " << d;
+    removed = true;
   }
+  if (!removed) return;
   if (absl::Status d = env_->SyncDir(dir_); !d.ok()) {
     LOG(WARNING) << "checkpoint retention: " << d;
   }
@@ -248,6 +279,7 @@ absl::StatusOr<std::vector<StoreSnapshot>> Checkpointer::LoadChain(
     int64_t step) const {
   std::vector<StoreSnapshot> chain;
   int64_t at = step;
+  uint32_t want_crc = 0;  // the MANIFEST CRC the link at `at` must have
   for (;;) {
     auto snap = Load(at);
     if (!snap.ok()) {
@@ -256,8 +288,19 @@ absl::StatusOr<std::vector<StoreSnapshot>> Checkpointer::LoadChain(
           absl::StrCat("the checkpoint of step ", step, " is a delta on step ",
                        at, ", which does not load: ", snap.status().message()));
     }
+    if (want_crc != 0) {
+      auto header = CheckpointReader(env_, dir_).LoadHeader(at);
+      if (!header.ok() || header->manifest_crc != want_crc) {
+        return absl::DataLossError(absl::StrCat(
+            "the checkpoint of step ", step, " is a delta on step ", at,
+            ", and the checkpoint of step ", at,
+            " there is not the one it "
+            "was built on (renamed back or written again)"));
+      }
+    }
     const bool delta = snap->info.delta();
     const int64_t base = snap->info.delta_base();
+    want_crc = snap->info.delta_base_manifest_crc();
     chain.push_back(std::move(*snap));
     if (!delta) break;
     if (base < 0 || base >= at) {

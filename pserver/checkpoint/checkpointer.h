@@ -169,6 +169,7 @@ class Checkpointer {
   // Deltas: the step of the last streaming save that succeeded, which the
   // next may build on (-1: the next is full), and deltas since its full.
   int64_t chain_base_ ABSL_GUARDED_BY(write_mu_) = -1;
+  uint32_t chain_base_crc_ ABSL_GUARDED_BY(write_mu_) = 0;  // its MANIFEST's
   int chain_deltas_ ABSL_GUARDED_BY(write_mu_) = 0;
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);

@@ -139,6 +139,27 @@ TEST_F(DeltaTest, AFailedWriteMakesTheNextOneFull) {
   EXPECT_FALSE(three->info.delta());
 }
 
+TEST_F(DeltaTest, ADeltaOnAnotherCheckpointOfItsBaseStepIsRefused) {
+  ASSERT_TRUE(RunStep(store_.get(), 0).ok());
+  Save(1);
+  ASSERT_TRUE(RunStep(store_.get(), 1).ok());
+  Save(2);
+  ASSERT_TRUE(checkpointer_.LoadChain(2).ok());
+  // Step 1 written again from another store (a checkpoint renamed back, a
+  // timeline written anew): step 2 no longer builds on it.
+  auto other = NewStore();
+  ASSERT_TRUE(RunStep(other.get(), 0).ok());
+  auto snap = StoreSnapshots(other.get()).Snapshot(1);
+  ASSERT_TRUE(snap.ok());
+  snap->info.set_generation(9);
+  ASSERT_TRUE(checkpointer_.Save(std::move(*snap)).ok());
+  ASSERT_TRUE(checkpointer_.Flush().ok());
+  auto chain = checkpointer_.LoadChain(2);
+  EXPECT_EQ(chain.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(chain.status().message(),
+              HasSubstr("is not the one it was built on"));
+}
+
 TEST(SparseDeltasTest, EvictedRowsAndForgottenSightingsAreRemoved) {
   SparseTableOptions o;
   o.set_dim(2);

@@ -108,7 +108,12 @@ absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
     }
     return absl::OkStatus();
   };
-  auto sighting = [&](uint64_t key, absl::string_view raw) {
+  auto sighting = [&](uint64_t key, absl::string_view raw) -> absl::Status {
+    if (SparseKeyServer(key, from_servers) != source) {
+      return absl::DataLossError(absl::StrCat(name, ": the sighting of key ",
+                                              key, " is in shard ", source,
+                                              ", which does not hold it"));
+    }
     if (SparseKeyServer(key, num_servers) == server) {
       out->sightings.append(raw.data(), raw.size());
       ++out->num_sightings;

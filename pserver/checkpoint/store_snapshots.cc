@@ -124,7 +124,13 @@ absl::StatusOr<StoreSnapshot> StoreSnapshots::Materialize(
       links, chain.back().info.generation()));
   ASSIGN_OR_RETURN(StoreSnapshot snap,
                    StoreSnapshots(&scratch).Snapshot(chain.back().info.step()));
-  snap.info.set_generation(chain.back().info.generation());
+  // The chain's own record of trainers and clocks, not the scratch store's
+  // reading of it.
+  const CheckpointInfo& last = chain.back().info;
+  snap.info.set_generation(last.generation());
+  *snap.info.mutable_clocks() = last.clocks();
+  *snap.info.mutable_left_trainers() = last.left_trainers();
+  *snap.info.mutable_dropped_trainers() = last.dropped_trainers();
   return snap;
 }
 

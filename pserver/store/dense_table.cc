@@ -47,7 +47,10 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
   accum_.clear();
   norms_step_ = -1;
   barrier.Reset(version, dropped);
-  saved_version_ = version;
+  // Not known to be on disk as this checkpoint's base (a replica's install,
+  // or a restore after which the next save is full anyway): the next delta
+  // writes it.
+  saved_version_ = -1;
 }
 
 std::optional<AppliedUpdate> DenseTableBlock::Apply(

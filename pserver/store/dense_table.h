@@ -90,8 +90,8 @@ class DenseTableBlock final : public BarrierUnit {
   }
   // Writes the block's DSN1 record to the pending save, if any.
   void SaveIfPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // The version the last save wrote, or that a restore loaded; -1 before
-  // either. A delta writes the block only when it has moved since.
+  // The version the last save wrote; -1 before one, and after a restore.
+  // A delta writes the block only when it has moved since.
   int64_t saved_version() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return saved_version_;
   }

@@ -168,6 +168,7 @@ void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
       s.sightings.erase(key);
     }
     slot = NewRow(s, key);
+    Changed(s, key);  // a row now, whatever its first update does
     if (slot == kNoRow) {
       ++s.refused;
       LOG_EVERY_T(WARNING, 60)

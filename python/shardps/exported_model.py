@@ -63,7 +63,13 @@ def read_params(path):
             pos += 8 * ndims
             (count,) = struct.unpack_from("<Q", data, pos)
             pos += 8
-            if pos + 4 * count > len(data) or count != int(np.prod(shape)):
+            size = 1
+            for d in shape:
+                if d < 0:
+                    raise ValueError("%s: table %s has a negative dimension"
+                                     % (path, name))
+                size *= d
+            if pos + 4 * count > len(data) or count != size:
                 raise ValueError("%s: table %s is truncated" % (path, name))
             tables[name] = np.frombuffer(
                 data, dtype="<f4", count=count, offset=pos).reshape(shape)
@@ -164,7 +170,8 @@ def read_sparse(path):
     except struct.error:
         raise ValueError("%s: truncated header" % path)
     width = {0: 4, 1: 2}.get(dtype)
-    if width is None or dim == 0:
+    if width is None or not 0 < dim <= (1 << 20) or \
+            init_type not in (ZERO, UNIFORM, CONSTANT):
         raise ValueError("%s: bad header" % path)
     if len(data) - pos != rows * (8 + width * dim):
         raise ValueError("%s: %s" % (path, "truncated" if len(data) - pos <
