@@ -321,9 +321,6 @@ class CliTest(testlib.ProcessTestCase):
                            "--heartbeat_interval_s", prefix="trainer")
         self.assertRefused(trainer("--replicas_to_aggregate=3"),
                            "--replicas_to_aggregate", prefix="trainer")
-        self.assertRefused(trainer("--replicas_to_aggregate=1",
-                                   "--checkpoint_every_steps=100"),
-                           "cannot be combined", prefix="trainer")
         self.assertRefused(trainer("--mode=async",
                                    "--replicas_to_aggregate=1"),
                            "--replicas_to_aggregate", "sync",

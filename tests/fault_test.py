@@ -447,6 +447,55 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(
             final_eval(self.metrics(0), 0)["test_accuracy"], 0.78)
 
+    def checkpoint_steps(self, i):
+        """Steps of pserver i's complete checkpoints of the default job."""
+        try:
+            names = os.listdir(self.job_ckpt(i))
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for m in
+                      (re.fullmatch(r"ckpt-(\d{12})", n) for n in names) if m)
+
+    def test_kofn_pserver_killed_and_restarted(self):
+        """3 sync trainers with --replicas_to_aggregate=2 and a checkpoint
+        every 100 steps: the units are at different versions, so the chief
+        asks for one a little past the newest, and each pserver takes each
+        unit when it gets there. Kill -9 pserver 1 after its second
+        checkpoint and restart it: the job rolls back to a checkpoint both
+        pservers hold, and all three trainers finish."""
+        extra = ["--num_gradient_servers=3"]
+        ps0, p0 = self.start_ps(0, extra=extra)
+        ps1, p1 = self.start_ps(1, extra=extra)
+        args = ["--num_gradient_servers=3", "--replicas_to_aggregate=2",
+                "--num_passes=2", "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1, 2)]
+        self.assertTrue(wait_for(lambda: len(self.checkpoint_steps(1)) >= 2,
+                                 120), self.trainer_log(0))
+        ps1.kill()
+        ps1.wait()
+        time.sleep(1)
+        ps1, _ = self.start_ps(1, port=p1, extra=extra)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+        self.stop(ps0, ps1)
+        rec = self.recoveries(0)
+        self.assertGreaterEqual(len(rec), 1, rec)
+        # Rolled back to a checkpoint both pservers wrote, of a version
+        # past the chief's step 100.
+        to = rec[0]["to_step"]
+        self.assertGreater(to, 100)
+        self.assertIn("rolled back to step %d " % to, self.log(0))
+        for i in (0, 1):
+            self.assertIn("checkpoint of step %d written" % to, self.log(i))
+        self.assertIn("restored step", self.log(1))
+        self.assertNotIn("not a step boundary", self.log(0) + self.log(1))
+        self.assertNotRegex(self.trainer_log(0),
+                            r"checkpoint of step \d+ (failed|not taken)")
+        for k in (0, 1, 2):
+            self.assertGreaterEqual(
+                final_eval(self.metrics(k), k)["test_accuracy"], 0.78)
+
     def test_a_finished_job_started_again_reports_its_parameters(self):
         """Trainers started again on the checkpoints of a job that ran all its
         steps train nothing and report the final parameters, with a line

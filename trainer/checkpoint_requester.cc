@@ -1,5 +1,6 @@
 #include "trainer/checkpoint_requester.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,30 @@
 namespace shardps {
 
 CheckpointRequester::CheckpointRequester(JobClient* client, int64_t every_steps,
-                                         bool chief, TrainingObserver* observer)
-    : client_(client), every_(chief ? every_steps : 0), observer_(observer) {}
+                                         bool chief, TrainingObserver* observer,
+                                         bool k_of_n)
+    : client_(client),
+      every_(chief ? every_steps : 0),
+      observer_(observer),
+      k_of_n_(k_of_n) {}
+
+absl::Status CheckpointRequester::AskAhead(
+    std::vector<std::string>* write_errors, int64_t* label) {
+  absl::Status c;
+  for (int t = 0; t < kTries; ++t) {
+    ASSIGN_OR_RETURN(std::vector<GetStatusResponse> st, client_->Statuses());
+    int64_t newest = *label;
+    for (const GetStatusResponse& r : st) {
+      newest = std::max(newest, r.max_version());
+    }
+    *label = newest + kLeadSteps * (t + 1);
+    c = client_->Checkpoint(*label, write_errors);
+    if (!absl::IsFailedPrecondition(c)) break;
+    LOG(INFO) << "K of N: checkpoint of step " << *label << " asked too late ("
+              << c.message() << "); asking further ahead";
+  }
+  return c;
+}
 
 void CheckpointRequester::Failed(int64_t n) {
   write_failures_ += n;
@@ -37,7 +60,9 @@ absl::Status CheckpointRequester::AtStep(int64_t step) {
     return absl::OkStatus();
   }
   std::vector<std::string> write_errors;
-  absl::Status c = client_->Checkpoint(step, &write_errors);
+  const int64_t due = step;
+  absl::Status c = k_of_n_ ? AskAhead(&write_errors, &step)
+                           : client_->Checkpoint(step, &write_errors);
   // A write that failed after its request was taken (a full or read-only
   // disk): said here, at the next request, so that it never goes unseen,
   // even when another pserver refused this one (those that took it have
@@ -64,7 +89,7 @@ absl::Status CheckpointRequester::AtStep(int64_t step) {
                 << " taken: the pservers have room again";
     }
     no_room_ = false;
-    last_ = step;
+    last_ = due;
   } else {
     LOG(WARNING) << "checkpoint of step " << step << " failed: " << c;
   }

@@ -19,15 +19,26 @@ class CheckpointServer : public testing::FakePsClient {
                        StatusCallback done) override {
     steps.push_back(req.step());
     resp->set_previous_write_error(write_error);
+    if (!replies.empty()) {
+      absl::Status r = replies.front();
+      replies.erase(replies.begin());
+      done(r);
+      return;
+    }
     done(reply);
   }
   void GetStatusAsync(const GetStatusRequest&, GetStatusResponse* resp,
                       StatusCallback done) override {
     resp->set_checkpoints_enabled(enabled);
+    resp->set_max_version(max_version);
+    max_version += versions_per_status;
     done(absl::OkStatus());
   }
   std::vector<int64_t> steps;
   absl::Status reply;
+  std::vector<absl::Status> replies;  // answered first, in order
+  int64_t max_version = 0;
+  int64_t versions_per_status = 0;  // the job moves on between two looks
   std::string write_error;
   bool enabled = true;
 };
@@ -130,6 +141,42 @@ TEST(CheckpointRequesterTest, PserversWithoutACheckpointDirAreNamed) {
   absl::Status s = r.CheckPservers();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("pserver fake has none"), std::string::npos) << s;
+}
+
+// K of N: the chief asks for a version past the newest any pserver holds,
+// and further ahead when a unit got past it meanwhile.
+TEST(CheckpointRequesterTest, KofNAsksAheadOfTheNewestVersion) {
+  CheckpointServer a, b;
+  a.max_version = 103;
+  b.max_version = 107;
+  RequestStamp stamp(0);
+  JobClient client({&a, &b}, &stamp);
+  CheckpointRequester r(&client, 100, true, nullptr, /*k_of_n=*/true);
+  ASSERT_TRUE(r.AtStep(100).ok());
+  EXPECT_EQ(a.steps, (std::vector<int64_t>{109}));
+  EXPECT_EQ(b.steps, (std::vector<int64_t>{109}));
+  EXPECT_FALSE(r.DueAt(100));  // taken for the chief's step 100
+
+  // Pserver b's units pass the version asked for twice; the third try
+  // (6 steps past the newest) is taken.
+  b.versions_per_status = 5;
+  const absl::Status past = absl::FailedPreconditionError(
+      "checkpoint of step 209: table w block 0 is at version 210 already");
+  b.replies = {past, past};
+  a.max_version = b.max_version = 200;
+  a.steps.clear();
+  b.steps.clear();
+  ASSERT_TRUE(r.AtStep(200).ok());
+  EXPECT_EQ(b.steps, (std::vector<int64_t>{202, 209, 216}));
+  EXPECT_EQ(r.write_failures(), 0);
+  EXPECT_FALSE(r.DueAt(200));
+
+  // Never taken in kTries: logged, and asked again at the next interval.
+  b.replies = {past, past, past};
+  b.steps.clear();
+  ASSERT_TRUE(r.AtStep(300).ok());
+  EXPECT_EQ(b.steps.size(), static_cast<size_t>(CheckpointRequester::kTries));
+  EXPECT_TRUE(r.DueAt(300));
 }
 
 }  // namespace

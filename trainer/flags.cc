@@ -424,12 +424,6 @@ absl::Status FaultToleranceFromFlags(TrainerOptions* o) {
     return Bad("--pserver_lease_ms must be in [100, 600000]");
   }
   o->pserver_lease = absl::Milliseconds(FLAGS_pserver_lease_ms);
-  if (o->replicas_to_aggregate > 0 && o->checkpoint_every_steps > 0) {
-    return Bad(
-        "--replicas_to_aggregate and --checkpoint_every_steps cannot be "
-        "combined yet: with backup workers the pservers share no step "
-        "boundary to checkpoint at (docs/fault_tolerance.md)");
-  }
   return absl::OkStatus();
 }
 

@@ -320,7 +320,8 @@ absl::Status Trainer::Connect() {
               << step_ % steps_per_pass_ << ")";
   }
   checkpoints_ = std::make_unique<CheckpointRequester>(
-      job_client_.get(), o.checkpoint_every_steps, k == 0, o.observer);
+      job_client_.get(), o.checkpoint_every_steps, k == 0, o.observer,
+      /*k_of_n=*/o.replicas_to_aggregate > 0);
   RETURN_IF_ERROR(checkpoints_->CheckPservers());
   checkpoints_->ResumedAt(step_);
   if (router_ != nullptr && k == 0) {

@@ -156,10 +156,9 @@ class StreamSink : public SaveSink {
 
 }  // namespace
 
-absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
-                                         const BeginFn& begin,
-                                         std::function<void()> write_rest,
-                                         absl::Status* previous) {
+absl::Status Checkpointer::SaveStreaming(
+    int64_t step, size_t num_tables, const BeginFn& begin,
+    std::function<absl::Status()> write_rest, absl::Status* previous) {
   absl::MutexLock l(&mu_);
   *previous = WaitForWriter(step);
   std::vector<std::string> names;
@@ -200,12 +199,22 @@ absl::Status Checkpointer::SaveStreaming(int64_t step, size_t num_tables,
   thread_ = std::thread([this, step, start, delta_base, info = std::move(*info),
                          stream = std::move(stream), sink = std::move(sink),
                          write_rest = std::move(write_rest)]() mutable {
-    write_rest();  // every unit written: nothing refers to the sink now
+    // Every unit written or disarmed: nothing refers to the sink now.
+    absl::Status s = write_rest();
     const int64_t bytes = stream->bytes();
     absl::MutexLock w(&write_mu_);
-    absl::Status s =
-        writer_.CommitStream(std::move(stream), info.SerializeAsString());
-    Finished(step, s, bytes, start);
+    if (s.ok()) {
+      s = writer_.CommitStream(std::move(stream), info.SerializeAsString());
+    } else {
+      writer_.AbortStream(std::move(stream));
+    }
+    if (absl::IsAborted(s)) {
+      // Called off (a K-of-N save that a rollback, a newer request or the
+      // job's end overtook): not a failed write, and nothing to tell.
+      LOG(WARNING) << s.message();
+    } else {
+      Finished(step, s, bytes, start);
+    }
     // A failed save took the store's changes with it: the next is full.
     chain_base_ = s.ok() ? step : -1;
     if (s.ok()) {

@@ -55,9 +55,11 @@ class Checkpointer {
   // and whether the store must keep its changes for deltas on this save.
   using BeginFn = std::function<absl::StatusOr<CheckpointInfo>(
       SaveSink*, int64_t delta_base, bool track_changes)>;
+  // A `write_rest` that fails (a K-of-N save called off) fails the write:
+  // nothing of it is committed.
   absl::Status SaveStreaming(int64_t step, size_t num_tables,
                              const BeginFn& begin,
-                             std::function<void()> write_rest,
+                             std::function<absl::Status()> write_rest,
                              absl::Status* previous);
   // Waits until no write is in progress; returns the status of the last.
   absl::Status Flush();

@@ -55,6 +55,7 @@ absl::StatusOr<int64_t> RecoverFromCheckpoint(Checkpointer* checkpointer,
                                               ParameterStore* store,
                                               const RecoveryTarget& target) {
   const bool start = target.kind == Kind::kNewestAtStart;
+  StoreSnapshots(store).CallOffSaves("a rollback");
   if (absl::Status s = checkpointer->Flush(); !s.ok()) {
     LOG(WARNING) << (start ? "" : "rollback: ")
                  << "the last checkpoint write had failed: " << s;

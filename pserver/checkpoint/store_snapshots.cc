@@ -9,6 +9,36 @@
 
 namespace shardps {
 
+namespace {
+
+// How far ahead of a unit a K-of-N save may be asked for: the chief asks a
+// couple of steps past the newest version any pserver holds.
+constexpr int64_t kMaxCheckpointLead = 1000;
+
+// K of N (docs/checkpoint_format.md, "Checkpoints of K-of-N jobs"): a step
+// completes without the trainers that are late, so the units here are at
+// different versions, and a save of `step` takes each when it gets there.
+// None may be past it.
+absl::Status CheckReachable(const JobTables& tables, int64_t step) {
+  for (BarrierUnit* u : tables.units()) {
+    absl::MutexLock l(&u->mu);
+    const int64_t v = u->barrier.version();
+    if (v > step) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint of step ", step, ": ", u->name(),
+                       " is at version ", v, " already"));
+    }
+    if (step - v > kMaxCheckpointLead) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint of step ", step, ": ", u->name(), " is at version ", v,
+          ", more than ", kMaxCheckpointLead, " steps behind; refused"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointInfo> StoreSnapshots::Describe(int64_t step) const {
   CheckpointInfo info;
   if (state_->tables->sharded_sparse()) {
@@ -27,7 +57,9 @@ absl::StatusOr<CheckpointInfo> StoreSnapshots::Describe(int64_t step) const {
   state_->staleness->AddTo(&info);
   state_->membership->AddTo(&info);
   *info.mutable_placement() = state_->current_placement();
-  if (state_->sync) {
+  if (state_->sync && state_->job.replicas_to_aggregate() > 0) {
+    RETURN_IF_ERROR(CheckReachable(*state_->tables, step));
+  } else if (state_->sync) {
     RETURN_IF_ERROR(CheckStepBoundary(*state_->tables, step));
   } else if (const int64_t fastest = state_->staleness->FastestClock();
              step > fastest + 1) {
@@ -72,11 +104,17 @@ absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
   }
   // No push runs while the gate is held: the headers go first, and every
   // unit is marked at this one instant (a delta's dense blocks: those that
-  // moved since the last save).
+  // moved since the last save). K of N: a unit below `step` is armed
+  // instead, and marks itself when it gets there.
+  for (BarrierUnit* u : tables->units()) {
+    absl::MutexLock l(&u->mu);
+    u->ForgetCalledOff();
+  }
   std::vector<DenseTableBlock*> marked;
   for (DenseTableBlock* b : tables->blocks()) {
     absl::MutexLock l(&b->mu);
-    if (!delta || b->barrier.version() != b->saved_version()) {
+    if (!delta || b->barrier.version() != b->saved_version() ||
+        b->barrier.version() < step) {
       marked.push_back(b);
     }
   }
@@ -90,26 +128,72 @@ absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
     for (const DenseTableBlock* b : marked) n += b->table_id() == t;
     sink->Append(t, DenseBlobHeader(n));
   }
-  for (DenseTableBlock* b : marked) {
-    absl::MutexLock l(&b->mu);
-    b->MarkForSave(sink);
-  }
+  std::vector<BarrierUnit*> units(marked.begin(), marked.end());
   for (SparseShard* s : tables->sparse()) {
     if (track_changes || delta) s->rows().TrackChanges(true);
-    s->rows().MarkForSave(sink, s->table_id(), delta);
+    units.push_back(s);
+  }
+  for (BarrierUnit* u : units) {
+    absl::MutexLock l(&u->mu);
+    if (u->barrier.version() < step) {
+      u->ArmSave(step, sink, delta);
+    } else {
+      u->MarkForSave(sink, delta);
+    }
   }
   return info;
 }
 
-void StoreSnapshots::WriteRest() { WriteRestOf(state_); }
+absl::Status StoreSnapshots::WriteRest(int64_t step) {
+  return WriteRestOf(state_, step);
+}
 
-void StoreSnapshots::WriteRestOf(StoreState* state) {
+absl::Status StoreSnapshots::WriteRestOf(StoreState* state, int64_t step) {
   JobTables* tables = state->tables.get();
+  // K of N: the units armed at the save's instant, each until it gets to
+  // `step`; a save that waits longer than a pull would (--max_pull_wait)
+  // for a unit, or is called off, writes nothing.
+  absl::Status status;
+  for (BarrierUnit* u : tables->units()) {
+    absl::MutexLock l(&u->mu);
+    if (status.ok() && !u->save_unarmed() &&
+        !u->mu.AwaitWithTimeout(absl::Condition(u, &BarrierUnit::save_unarmed),
+                                state->options.max_pull_wait)) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat("checkpoint of step ", step, ": ", u->name(),
+                       " was at version ", u->barrier.version(), " after ",
+                       absl::FormatDuration(state->options.max_pull_wait),
+                       " (--max_pull_wait); not written"));
+    } else if (status.ok() && u->save_called_off()) {
+      status = absl::AbortedError(absl::StrCat(
+          "checkpoint of step ", step, ": called off with ", u->name(),
+          " at version ", u->barrier.version(),
+          " (a rollback, a newer checkpoint or the job's end); not written"));
+    }
+    // Once the save failed, no unit marks itself for it any more.
+    if (!status.ok()) u->DisarmSave();
+  }
   for (DenseTableBlock* b : tables->blocks()) {
     absl::MutexLock l(&b->mu);
     b->SaveIfPending();
   }
   for (SparseShard* s : tables->sparse()) s->rows().SaveRemaining();
+  return status;
+}
+
+void StoreSnapshots::CallOffSaves(absl::string_view why) {
+  if (!state_->is_ready()) return;
+  int called_off = 0;
+  for (BarrierUnit* u : state_->tables->units()) {
+    absl::MutexLock l(&u->mu);
+    if (u->save_unarmed()) continue;
+    u->DisarmSave();
+    ++called_off;
+  }
+  if (called_off > 0) {
+    LOG(WARNING) << "a checkpoint in progress is called off (" << why
+                 << "): " << called_off << " unit(s) had not got to its step";
+  }
 }
 
 absl::StatusOr<StoreSnapshot> StoreSnapshots::Materialize(
@@ -145,7 +229,10 @@ absl::Status StoreSnapshots::SaveTo(Checkpointer* checkpointer, int64_t step,
       [this, step](SaveSink* sink, int64_t delta_base, bool track) {
         return BeginSave(step, sink, delta_base, track);
       },
-      [state = state_]() { StoreSnapshots::WriteRestOf(state); }, previous);
+      [state = state_, step]() {
+        return StoreSnapshots::WriteRestOf(state, step);
+      },
+      previous);
 }
 
 absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,
@@ -292,6 +379,7 @@ void StoreSnapshots::RestoreLocked(const CheckpointInfo& info, bool running,
     absl::MutexLock l(&s->mu);
     absl::Status st = s->rows().Deserialize(*parsed.sparse[s->table_id()]);
     if (!st.ok() && sparse_error->ok()) *sparse_error = st;
+    s->DisarmSave();
     s->barrier.Reset(info.step(), aborted);
   }
   state_->staleness->Restore(info, aborted);

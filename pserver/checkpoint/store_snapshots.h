@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "pserver/checkpoint/checkpointer.h"
 #include "pserver/store/parameter_store.h"
@@ -36,7 +37,12 @@ class StoreSnapshots {
   absl::Status SaveTo(Checkpointer* checkpointer, int64_t step,
                       absl::Status* previous);
   // SaveTo's two halves: the instant (checks, metadata, headers, marks),
-  // and the units no change has written yet.
+  // and the units no change has written yet. K-of-N jobs
+  // (--replicas_to_aggregate; docs/checkpoint_format.md, "Checkpoints of
+  // K-of-N jobs"): units below `step` are armed at the instant and taken
+  // when they get there, and WriteRest waits for them: DEADLINE_EXCEEDED
+  // when one does not within --max_pull_wait, ABORTED when CallOffSaves
+  // called the save off; nothing of it is committed then.
   // With `delta_base` >= 0 the save is a delta on this pserver's
   // checkpoint of that step (docs/checkpoint_format.md, "Deltas"): only the
   // dense blocks that moved since, and the sparse keys changed since.
@@ -45,7 +51,11 @@ class StoreSnapshots {
   absl::StatusOr<CheckpointInfo> BeginSave(int64_t step, SaveSink* sink,
                                            int64_t delta_base = -1,
                                            bool track_changes = false);
-  void WriteRest();
+  absl::Status WriteRest(int64_t step);
+  // Calls off a save whose armed units have not got to its step yet (a
+  // rollback, a newer checkpoint request, the job's end): its WriteRest
+  // returns ABORTED. `why` goes to the log.
+  void CallOffSaves(absl::string_view why);
 
   // Loads a snapshot as timeline `generation`. On a store without a job it
   // creates the job from the snapshot and makes it ready (a pserver
@@ -83,7 +93,7 @@ class StoreSnapshots {
 
   // WriteRest of the store `state` belongs to (SaveTo's thread outlives
   // this object).
-  static void WriteRestOf(StoreState* state);
+  static absl::Status WriteRestOf(StoreState* state, int64_t step);
   // The checks and metadata of a checkpoint of `step`, under the gate.
   absl::StatusOr<CheckpointInfo> Describe(int64_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);

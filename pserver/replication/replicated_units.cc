@@ -118,7 +118,10 @@ absl::Status ReplicatedUnits::Install(uint32_t table_id, uint32_t unit,
     absl::MutexLock l(&s->mu);
     st =
         s->rows().Deserialize(absl::string_view(image).substr(sizeof(version)));
-    if (st.ok()) s->barrier.Reset(version, &dropped);
+    if (st.ok()) {
+      s->DisarmSave();
+      s->barrier.Reset(version, &dropped);
+    }
   }
   if (st.ok() && generation != state_->membership->generation()) {
     state_->membership->AdoptGeneration(generation);

@@ -478,6 +478,7 @@ void Pserver::FinalCheckpoint(JobSlot& job) {
                  << "); the newest complete checkpoint stays";
     return;
   }
+  StoreSnapshots(&store).CallOffSaves("the job's end");
   // A write before it that failed was logged when it did.
   absl::Status previous;
   absl::Status begun = StoreSnapshots(&store).SaveTo(

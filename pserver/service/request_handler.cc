@@ -321,6 +321,12 @@ absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
       !s.ok()) {
     return s;
   }
+  if (store_->ready() && store_->job().replicas_to_aggregate() > 0) {
+    // K of N: a save still waiting for a unit to get to its step (a lagging
+    // unit) gives way to this one, rather than hold it up.
+    StoreSnapshots(store_).CallOffSaves(
+        absl::StrCat("the chief asks for step ", req.step()));
+  }
   // A full disk: refused before the store is copied (the chief logs it and
   // counts it, and asks again at its next interval).
   RETURN_IF_ERROR(checkpointer_->CheckRoom());

@@ -46,6 +46,7 @@ void DenseTableBlock::Restore(int64_t version, std::vector<float> new_value,
   has_value = true;
   accum_.clear();
   norms_step_ = -1;
+  DisarmSave();  // an armed save waits for a version of the old timeline
   barrier.Reset(version, dropped);
   // Not known to be on disk as this checkpoint's base (a replica's install,
   // or a restore after which the next save is full anyway): the next delta
@@ -115,6 +116,7 @@ std::optional<AppliedUpdate> DenseTableBlock::ApplyStep(
     u = Apply(step, 1.0f / barrier.num_done(), accum_, /*sync=*/true);
   }
   barrier.Advance(ready);
+  Reached();
   return u;
 }
 
@@ -153,6 +155,7 @@ absl::Status DenseTableBlock::ApplyReplicated(const AppliedUpdate& update,
         update.trust_ratio, /*record=*/false);
   if (update.sync) {
     barrier.Advance(ready);
+    Reached();
   } else {
     barrier.Bump();
   }
@@ -189,6 +192,7 @@ std::optional<AppliedUpdate> DenseTableBlock::ApplyTrust(
   std::optional<AppliedUpdate> u =
       Apply(step, assembled_scale_, accum_, /*sync=*/true, trust_ratio);
   barrier.Advance(ready);
+  Reached();
   return u;
 }
 

@@ -83,9 +83,10 @@ class DenseTableBlock final : public BarrierUnit {
                                std::vector<WaiterPtr>* ready) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  // Streaming saves (SaveSink): marks the block as not yet written by the
-  // save to `sink`; the next change, or SaveIfPending, writes it first.
-  void MarkForSave(SaveSink* sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // Streaming saves (BarrierUnit::MarkForSave): the next change, or
+  // SaveIfPending, writes the block to `sink` first (whole, delta or not).
+  void MarkForSave(SaveSink* sink, bool delta) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     pending_save_ = sink;
   }
   // Writes the block's DSN1 record to the pending save, if any.

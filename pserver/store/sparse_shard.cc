@@ -44,6 +44,7 @@ std::optional<AppliedUpdate> SparseShard::ApplyStep(
                          u.has_value() ? &*u : nullptr);
   barrier.Advance(ready);
   Evict(barrier.version());
+  Reached();
   return u;
 }
 
@@ -88,6 +89,7 @@ absl::Status SparseShard::ApplyReplicated(const AppliedUpdate& update,
   if (update.sync) {
     barrier.Advance(ready);
     Evict(barrier.version());
+    Reached();
   } else {
     barrier.Bump();
     PaceEviction(update.job_step);

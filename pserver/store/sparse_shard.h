@@ -55,6 +55,11 @@ class SparseShard final : public BarrierUnit {
   // (under the stripes' locks; a replicated table's also under `mu`, shared,
   // once it is settled).
   void Read(const PullTarget& target, const PullSink& sink) const override;
+  // Streaming saves: every stripe of the rows (SparseTable::MarkForSave).
+  void MarkForSave(SaveSink* sink, bool delta) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    rows_.MarkForSave(sink, table_id(), delta);
+  }
   // A backup's table (BarrierUnit::ApplyReplicated): keys.size() rows of
   // gradient, one scale or one per key; the keys must be distinct. Evicts
   // as the primary did.

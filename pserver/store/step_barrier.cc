@@ -158,6 +158,20 @@ std::optional<AppliedUpdate> BarrierUnit::UpdateRecord(int64_t step,
   return u;
 }
 
+void BarrierUnit::ArmSave(int64_t version, SaveSink* sink, bool delta) {
+  CHECK_LT(barrier.version(), version) << name_ << ": armed at its version";
+  armed_sink_ = sink;
+  armed_version_ = version;
+  armed_delta_ = delta;
+  save_called_off_ = false;
+}
+
+void BarrierUnit::Reached() {
+  if (armed_sink_ == nullptr || barrier.version() != armed_version_) return;
+  MarkForSave(armed_sink_, armed_delta_);
+  armed_sink_ = nullptr;
+}
+
 void BarrierUnit::Settle() {
   absl::MutexLock l(&mu);
   CHECK_GT(in_flight_, 0) << name_ << ": settled with no update in flight";

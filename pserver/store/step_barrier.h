@@ -253,6 +253,44 @@ class BarrierUnit {
                                        std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
+  // Checkpoints of K-of-N jobs (docs/checkpoint_format.md, "Checkpoints of
+  // K-of-N jobs"): a save of version `version` takes a unit still below it
+  // when it gets there. ArmSave keeps the save's `sink` (and whether it is
+  // a delta) until the unit's version reaches `version`; the unit then
+  // marks itself for the save (MarkForSave), before anything changes it
+  // again. REQUIRES: the unit is below `version`.
+  void ArmSave(int64_t version, SaveSink* sink, bool delta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether a save armed here still waits for the unit's version.
+  bool save_armed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return armed_sink_ != nullptr;
+  }
+  // Whether no save is armed here (the unit got to the version, or the
+  // save was called off): the condition a save waits for.
+  bool save_unarmed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return armed_sink_ == nullptr;
+  }
+  // Forgets an armed save (it was called off, or gave up waiting): the
+  // unit no longer refers to its sink, and save_called_off() says so.
+  void DisarmSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (armed_sink_ != nullptr) save_called_off_ = true;
+    armed_sink_ = nullptr;
+  }
+  // Whether the last save armed here was called off before the unit got
+  // to its version; a new save forgets it (ForgetCalledOff).
+  bool save_called_off() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return save_called_off_;
+  }
+  void ForgetCalledOff() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    save_called_off_ = false;
+  }
+  // Marks the unit as not yet written by the save to `sink` (a streaming
+  // save, SaveSink): the next change, or the save's own pass, writes it
+  // first. `delta`: the save is a delta (a sparse table writes its changed
+  // keys only).
+  virtual void MarkForSave(SaveSink* sink, bool delta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+
   mutable absl::Mutex mu;
   StepBarrier barrier ABSL_GUARDED_BY(mu);
   // Updates not applied because they would have made a value or optimizer
@@ -270,11 +308,19 @@ class BarrierUnit {
   // The checks every ApplyReplicated makes: this unit, this version.
   absl::Status CheckReplicated(const AppliedUpdate& update) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Called by a unit once a change of its version is whole (the step
+  // applied, its rows evicted): marks it for an armed save that waited
+  // for this version (ArmSave).
+  void Reached() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set once, before the unit serves (a replicated job's primary).
   std::atomic<bool> replicated_{false};
   int in_flight_ ABSL_GUARDED_BY(mu) = 0;
 
  private:
+  SaveSink* armed_sink_ ABSL_GUARDED_BY(mu) = nullptr;
+  int64_t armed_version_ ABSL_GUARDED_BY(mu) = -1;
+  bool armed_delta_ ABSL_GUARDED_BY(mu) = false;
+  bool save_called_off_ ABSL_GUARDED_BY(mu) = false;
   const std::string name_;
   const uint32_t table_id_;
   const uint32_t index_;

@@ -6,16 +6,19 @@
 #define SHARDPS_PSERVER_TESTING_CHECKPOINT_JOB_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "pserver/store/parameter_store.h"
+#include "pserver/store/table_snapshot.h"
 
 namespace shardps {
 namespace testing {
@@ -70,8 +73,8 @@ inline StoreOptions Options() {
 }
 
 inline std::unique_ptr<ParameterStore> NewStore(
-    const JobSpec& job = CheckpointJob()) {
-  auto store = std::make_unique<ParameterStore>(Options());
+    const JobSpec& job = CheckpointJob(), StoreOptions options = Options()) {
+  auto store = std::make_unique<ParameterStore>(options);
   EXPECT_TRUE(store->InitJob(job, kBlocks).ok());
   std::vector<float> w0 = {1, 2, 3, 4}, w1 = {5, 6, 7, 8}, b0 = {0.5f, -0.5f};
   std::vector<BlockData> data = {{0, 0, w0}, {0, 1, w1}, {1, 0, b0}};
@@ -231,6 +234,34 @@ inline void ExpectSameSnapshot(const StoreSnapshot& a, const StoreSnapshot& b) {
     EXPECT_TRUE(a.files[i].second == b.files[i].second) << a.files[i].first;
   }
 }
+
+// Keeps each table's bytes in memory, and how many records came.
+class MemorySink : public SaveSink {
+ public:
+  void Append(uint32_t table_id, absl::string_view record) override {
+    absl::MutexLock l(&mu_);
+    blobs_[table_id].append(record.data(), record.size());
+    ++appends_;
+  }
+  StoreSnapshot ToSnapshot(const CheckpointInfo& info) {
+    absl::MutexLock l(&mu_);
+    StoreSnapshot snap;
+    snap.info = info;
+    for (auto& [t, bytes] : blobs_) {
+      snap.files.emplace_back(TableFileName(t), bytes);
+    }
+    return snap;
+  }
+  int appends() {
+    absl::MutexLock l(&mu_);
+    return appends_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uint32_t, std::string> blobs_ ABSL_GUARDED_BY(mu_);
+  int appends_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace testing
 }  // namespace shardps

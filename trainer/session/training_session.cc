@@ -182,7 +182,8 @@ absl::Status TrainingSession::Start(const std::vector<const float*>& initial,
   if (step_ > 0)
     LOG(INFO) << "trainer " << k << " joins the job at step " << step_;
   checkpoints_ = std::make_unique<CheckpointRequester>(
-      job_client_.get(), o.checkpoint_every_steps, k == 0, o.observer);
+      job_client_.get(), o.checkpoint_every_steps, k == 0, o.observer,
+      /*k_of_n=*/o.replicas_to_aggregate > 0);
   RETURN_IF_ERROR(checkpoints_->CheckPservers());
   checkpoints_->ResumedAt(step_);
   StepExchange::Tables tables{names_, lars_tables_, {}, {}};
