@@ -38,9 +38,14 @@ class ExportTest(testlib.ProcessTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout.strip().splitlines()[-1])
 
+    def saved(self):
+        """Where trainer 0 saves the model (--save_dir)."""
+        return os.path.join(self.tmp, "saved")
+
     def train_ctr_dnn(self):
-        """2 pservers with checkpoints, 2 trainers, 1 pass; returns
-        (checkpoint folder, test file, trainer 0's final eval)."""
+        """2 pservers with checkpoints, 2 trainers, 1 pass, trainer 0 with
+        --save_dir; returns (checkpoint folder, test file, trainer 0's final
+        eval)."""
         train = os.path.join(self.tmp, "train")
         test = os.path.join(self.tmp, "test")
         subprocess.run(
@@ -63,7 +68,8 @@ class ExportTest(testlib.ProcessTestCase):
                      "--trainer_id=%d" % k, "--num_gradient_servers=2",
                      "--config=" + CTR_CONFIG, "--train_data=" + train,
                      "--test_data=" + test, "--progress=off",
-                     "--metrics_file=" + metrics.replace("-0", "-%d" % k)],
+                     "--metrics_file=" + metrics.replace("-0", "-%d" % k)] +
+                    (["--save_dir=" + self.saved()] if k == 0 else []),
                     stdout=f, stderr=subprocess.STDOUT), log))
         for t, log in trainers:
             rc = t.wait(300)
@@ -93,6 +99,18 @@ class ExportTest(testlib.ProcessTestCase):
         self.assertEqual(got["records"], 10000)
         self.assertAlmostEqual(got["auc"], ev["test_auc"], delta=1e-6)
         self.assertAlmostEqual(got["logloss"], ev["test_logloss"], delta=1e-5)
+
+        # trainer --save_dir wrote the same model, sparse table included,
+        # from the pservers' rows at the last step.
+        self.assertEqual(sorted(os.listdir(self.saved())),
+                         ["model.pbtxt", "params.bin",
+                          "sparse-embeddings.bin"])
+        for name in ("params.bin", "sparse-embeddings.bin"):
+            with open(os.path.join(out, name), "rb") as a, \
+                    open(os.path.join(self.saved(), name), "rb") as b:
+                self.assertTrue(a.read() == b.read(), name)
+        saved = self.serve(self.saved(), test)
+        self.assertAlmostEqual(saved["auc"], ev["test_auc"], delta=1e-6)
 
         # Half precision: half the bytes of each value (keys stay 8),
         # nearly the same AUC.

@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
+#include "trainer/client/sparse_export.h"
 #include "trainer/data/data_shard.h"
 #include "trainer/evaluator.h"
 #include "trainer/model/saved_model.h"
@@ -172,11 +173,6 @@ absl::Status Trainer::Setup() {
   config_ = o.config;
   ASSIGN_OR_RETURN(
       input_, InputPipeline::Create(&config_, k, o.num_trainers, o.batch_size));
-  if (input_->has_sparse_table() && !o.save_dir.empty()) {
-    return absl::InvalidArgumentError(
-        "--save_dir saves dense tables only; a model with a sparse input "
-        "keeps its rows on the pservers");
-  }
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(o));
   ASSIGN_OR_RETURN(model_,
                    Model::Create(config_, input_->model_input_dim(),
@@ -549,6 +545,10 @@ absl::Status Trainer::Finish(absl::Time train_start) {
   if (options_.trainer_id == 0 && !options_.save_dir.empty()) {
     RETURN_IF_ERROR(
         SaveModel(options_.save_dir, model_->config(), model_->tables()));
+    // Sync: every pserver's rows at the job's last step (the final
+    // evaluation waited for it); async: as they are now.
+    RETURN_IF_ERROR(SaveSparseTables(job_client_.get(), job_,
+                                     sync() ? step_ : 0, options_.save_dir));
     LOG(INFO) << "model saved to " << options_.save_dir;
   }
   return absl::OkStatus();

@@ -117,6 +117,11 @@ class PsClientInterface {
     CallAsync(PsRpc::kOpenTcpLane, req, resp, std::move(done));
   }
 
+  virtual void ExportRowsAsync(const ExportRowsRequest& req,
+                               ExportRowsResponse* resp, StatusCallback done) {
+    CallAsync(PsRpc::kExportRows, req, resp, std::move(done));
+  }
+
   virtual void ChangeViewAsync(const ChangeViewRequest& req,
                                ChangeViewResponse* resp, StatusCallback done) {
     CallAsync(PsRpc::kChangeView, req, resp, std::move(done));
@@ -125,6 +130,10 @@ class PsClientInterface {
   absl::Status ChangeView(const ChangeViewRequest& req,
                           ChangeViewResponse* resp) {
     return CallAndWait(&PsClientInterface::ChangeViewAsync, req, resp);
+  }
+  absl::Status ExportRows(const ExportRowsRequest& req,
+                          ExportRowsResponse* resp) {
+    return CallAndWait(&PsClientInterface::ExportRowsAsync, req, resp);
   }
   absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
     return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);

@@ -34,6 +34,7 @@ enum class PsRpc {
   kOpenSharedMemory,
   kChangeView,
   kOpenTcpLane,
+  kExportRows,
   // The Replication service, between pservers (docs/replication.md).
   kForward,
   kViewPrepare,
@@ -42,8 +43,8 @@ enum class PsRpc {
   kInstallUnit,
   kViewInspect,
 };
-inline constexpr int kNumPsRpcs = 20;
-inline constexpr int kFirstReplicationRpc = 14;  // PsRpc::kForward
+inline constexpr int kNumPsRpcs = 21;
+inline constexpr int kFirstReplicationRpc = 15;  // PsRpc::kForward
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.

@@ -26,6 +26,7 @@ TEST(PsRpcTest, EnumFollowsTheService) {
       {PsRpc::kOpenSharedMemory, "OpenSharedMemory"},
       {PsRpc::kChangeView, "ChangeView"},
       {PsRpc::kOpenTcpLane, "OpenTcpLane"},
+      {PsRpc::kExportRows, "ExportRows"},
       {PsRpc::kForward, "Forward"},
       {PsRpc::kViewPrepare, "ViewPrepare"},
       {PsRpc::kViewAccept, "ViewAccept"},

@@ -158,6 +158,7 @@ const std::array<CallEntry, kNumPsRpcs> kTable = {{
     {PsRpc::kOpenSharedMemory, kCaller, &Unary<&SharedRegions::Open>},
     {PsRpc::kChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>},
     {PsRpc::kOpenTcpLane, kCaller, &Unary<&RH::OpenTcpLane>},
+    {PsRpc::kExportRows, kIfReplicated, &Unary<&RH::ExportRows>},
     {PsRpc::kForward, kPeer, &PeerUnary<&RepH::Forward>},
     {PsRpc::kViewPrepare, kPeer, &PeerUnary<&RepH::ViewPrepare>},
     {PsRpc::kViewAccept, kPeer, &PeerUnary<&RepH::ViewAccept>},

@@ -198,4 +198,10 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenTcpLane(
       });
 }
 
+grpc::ServerUnaryReactor* GrpcPsService::ExportRows(
+    grpc::CallbackServerContext* ctx, const ExportRowsRequest* req,
+    ExportRowsResponse* resp) {
+  return Bind(&dispatcher_, ctx, PsRpc::kExportRows, *req, resp);
+}
+
 }  // namespace shardps

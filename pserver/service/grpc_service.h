@@ -89,6 +89,9 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* ChangeView(grpc::CallbackServerContext* ctx,
                                        const ChangeViewRequest* req,
                                        ChangeViewResponse* resp) override;
+  grpc::ServerUnaryReactor* ExportRows(grpc::CallbackServerContext* ctx,
+                                       const ExportRowsRequest* req,
+                                       ExportRowsResponse* resp) override;
   // Issues a ticket of the TCP lane (SetTcpLane) to a trainer the job's
   // handler accepts; FAILED_PRECONDITION, with the reason, without a lane.
   grpc::ServerUnaryReactor* OpenTcpLane(grpc::CallbackServerContext* ctx,

@@ -363,6 +363,52 @@ TEST_F(HostileRequestTest, SparseRowsPastTheLimitAreRefused) {
   ASSERT_TRUE(push_rows(100, 16, 0, 1).ok());
 }
 
+// ExportRows reads every row's value: the chief's alone, in a ready job, at
+// most 4 MiB of values a page however many rows are asked for.
+TEST_F(HostileRequestTest, ExportRowsIsTheChiefsAndPagesAreBounded) {
+  ExportRowsRequest req;
+  req.set_table_id(2);
+  req.set_max_rows(65536);
+  ExportRowsResponse resp;
+  ExpectCode(handler_->ExportRows(req, &resp),
+             absl::StatusCode::kFailedPrecondition, "not initialized");
+  StartJob();
+  req.set_trainer_id(1);
+  ExpectCode(handler_->ExportRows(req, &resp),
+             absl::StatusCode::kPermissionDenied, "only the chief");
+  req.set_trainer_id(0);
+  // 40 rows of 65536 floats (10 MiB): pages of 16 rows.
+  for (int step = 0; step < 10; ++step) {
+    PushRequest push;
+    push.set_step(step);
+    SparseRows* rows = push.add_sparse();
+    rows->set_table_id(2);
+    rows->set_num_chunks(1);
+    std::vector<uint64_t> keys = {4u * step, 4u * step + 1, 4u * step + 2,
+                                  4u * step + 3};
+    rows->set_keys(KeyBytes(keys));
+    rows->set_values(FloatBytes(std::vector<float>(4 << 16, 1.0f)));
+    PushResponse presp;
+    for (int k = 0; k < 2; ++k) {
+      push.set_trainer_id(k);
+      push.set_request_id(1 + step + 1000 * k);
+      const absl::Status s = handler_->Push(push, &presp);
+      ASSERT_TRUE(s.ok()) << s;
+    }
+  }
+  int rows = 0;
+  std::vector<int> pages;
+  do {
+    ASSERT_TRUE(handler_->ExportRows(req, &resp).ok());
+    EXPECT_LE(resp.values().size(), size_t{4} << 20);
+    pages.push_back(resp.keys_size());
+    rows += resp.keys_size();
+    req.set_cursor(resp.next_cursor());
+  } while (req.cursor() != 0 && pages.size() < 10);
+  EXPECT_EQ(rows, 40);
+  EXPECT_EQ(pages, (std::vector<int>{16, 16, 8}));
+}
+
 // Finding: "pulls that time out are removed from one list but not from
 // their blocks' waiter lists: 12 such pulls took the pserver from 16 to 399
 // MiB for good". A thousand pulls time out; the blocks hold none of them.

@@ -15,6 +15,7 @@
 #include "compression/value_encoding.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/recovery.h"
+#include "pserver/checkpoint/row_export.h"
 #include "pserver/checkpoint/store_snapshots.h"
 
 namespace shardps {
@@ -683,6 +684,20 @@ absl::Status RequestHandler::OpenTcpLane(const TcpLaneRequest& req,
         "move between pservers)");
   }
   return store_->CheckIncarnation(k, req.incarnation());
+}
+
+absl::Status RequestHandler::ExportRows(const ExportRowsRequest& req,
+                                        ExportRowsResponse* resp) {
+  if (req.trainer_id() != 0) {
+    return absl::PermissionDeniedError(
+        "only the chief (trainer 0) reads a sparse table's rows (--save_dir)");
+  }
+  if (!store_->ready()) {
+    return absl::FailedPreconditionError(
+        "ExportRows: the job is not initialized on this pserver");
+  }
+  RETURN_IF_ERROR(store_->CheckGeneration("ExportRows", req.generation()));
+  return ExportRowsPage(store_, req, resp);
 }
 
 absl::Status RequestHandler::PushSparse(const PushRequest& req) {

@@ -76,6 +76,11 @@ class RequestHandler {
   absl::Status Checkpoint(const CheckpointRequest& req,
                           CheckpointResponse* resp);
   absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp);
+  // `trainer --save_dir`: a page of a sparse table's rows held here
+  // (ExportRowsPage), for the chief only (PERMISSION_DENIED), in its
+  // generation.
+  absl::Status ExportRows(const ExportRowsRequest& req,
+                          ExportRowsResponse* resp);
   // --restore_from: configured by the Pserver before the first request.
   StartRestore& start_restore() { return restorer_; }
   // The calls of replicated jobs (docs/replication.md).

@@ -177,6 +177,7 @@ class SparseTable {
   };
   static constexpr uint32_t kNoRow = UINT32_MAX;
   friend class SparseDeltas;  // reads and writes stripes for deltas
+  friend class SparseRowExport;  // reads rows a page at a time
   // Notes a change of `key` in `s` for the next delta.
   void Changed(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     if (track_changes_) s.changed.insert(key);

@@ -1,6 +1,7 @@
 #include "trainer/client/job_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -89,6 +90,57 @@ absl::Status JobClient::Checkpoint(int64_t step,
     }
   }
   return status;
+}
+
+absl::StatusOr<JobClient::SparseRows> JobClient::ReadSparseTable(
+    uint32_t table_id, int64_t min_version) {
+  SparseRows read;
+  for (PsClientInterface* server : servers_) {
+    ExportRowsRequest req;
+    req.set_trainer_id(stamp_->trainer_id());
+    req.set_generation(stamp_->generation());
+    req.set_table_id(table_id);
+    req.set_max_rows(65536);
+    req.set_min_version(min_version);
+    do {
+      ExportRowsResponse resp;
+      if (absl::Status s = server->ExportRows(req, &resp); !s.ok()) {
+        return absl::Status(
+            s.code(),
+            absl::StrCat("pserver ", server->address(), ": ", s.message()));
+      }
+      const size_t n = static_cast<size_t>(resp.keys_size());
+      if (resp.dim() <= 0 || (read.dim != 0 && resp.dim() != read.dim) ||
+          resp.values().size() != n * resp.dim() * sizeof(float)) {
+        return absl::DataLossError(
+            absl::StrCat("pserver ", server->address(),
+                         ": ExportRows answered ", n, " keys, dim ", resp.dim(),
+                         " and ", resp.values().size(), " bytes of values"));
+      }
+      read.dim = resp.dim();
+      read.keys.insert(read.keys.end(), resp.keys().begin(), resp.keys().end());
+      const size_t at = read.values.size();
+      read.values.resize(at + n * read.dim);
+      std::memcpy(read.values.data() + at, resp.values().data(),
+                  resp.values().size());
+      req.set_cursor(resp.next_cursor());
+    } while (req.cursor() != 0);
+  }
+  // Ascending, each key once.
+  std::vector<uint32_t> order(read.keys.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return read.keys[a] < read.keys[b];
+  });
+  SparseRows out;
+  out.dim = read.dim;
+  for (uint32_t i : order) {
+    if (!out.keys.empty() && out.keys.back() == read.keys[i]) continue;
+    out.keys.push_back(read.keys[i]);
+    const float* row = read.values.data() + size_t{i} * read.dim;
+    out.values.insert(out.values.end(), row, row + read.dim);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<GetStatusResponse>> JobClient::Statuses() {

@@ -67,6 +67,18 @@ class JobClient {
   // (when given): the request was taken all the same.
   absl::Status Checkpoint(int64_t step,
                           std::vector<std::string>* write_errors = nullptr);
+  // Chief, `--save_dir` (docs/saved_model.md): every row of sparse table
+  // `table_id` on the pservers (ExportRows, a page at a time): keys
+  // ascending, each once (a replicated table's backups hold copies), and
+  // their values, dim floats each. Each pserver's rows must be at
+  // `min_version` (sync: the job's last step).
+  struct SparseRows {
+    int dim = 0;
+    std::vector<uint64_t> keys;
+    std::vector<float> values;
+  };
+  absl::StatusOr<SparseRows> ReadSparseTable(uint32_t table_id,
+                                             int64_t min_version);
   // Every pserver's status, in --pservers order.
   absl::StatusOr<std::vector<GetStatusResponse>> Statuses();
   // Every pserver rolls back to its checkpoint of `step` as `generation`.

@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "common/transport/wire_limits.h"
 #include "glog/logging.h"
+#include "trainer/client/sparse_export.h"
 #include "trainer/model/saved_model.h"
 #include "trainer/recovery_planner.h"
 #include "trainer/session/step_exchange.h"
@@ -438,6 +439,8 @@ absl::Status TrainingSession::Save(
   ModelConfig config;
   config.set_name("python");
   RETURN_IF_ERROR(SaveModel(options_.save_dir, config, SavedTables(values)));
+  RETURN_IF_ERROR(SaveSparseTables(job_client_.get(), job_, sync() ? step_ : 0,
+                                   options_.save_dir));
   LOG(INFO) << "model saved to " << options_.save_dir;
   return absl::OkStatus();
 }
