@@ -274,6 +274,58 @@ class ReplicationTest(testlib.ProcessTestCase):
                 mode, base["test_auc"],
                 final_eval(self.metrics("c%skill" % mode, 0), 0)["test_auc"]))
 
+    def test_sparse_checkpoints_export_and_reshard(self):
+        """Checkpoints of a replicated job with a sparse table
+        (configs/ctr_lr.pbtxt, sync, 3 pservers, --replication=2): each
+        pserver's checkpoint holds the rows of both shards it holds. The
+        job's final checkpoint exported, the same resharded onto 2
+        pservers and exported, and the chief's --save_dir all hold the
+        same sparse table, byte for byte (each row once, from its
+        primary)."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        saved = os.path.join(self.tmp, "saved")
+        servers = []
+        for i in range(3):
+            p, port, _ = self.start_pserver(
+                "ck-ps%d" % i, ["--checkpoint_dir=%s/ps-%d" % (ckpt, i)],
+                num_trainers=2)
+            servers.append((p, port))
+        args = self.ctr_data() + ["--replication=2", "--mode=sync",
+                                  "--checkpoint_every_steps=200"]
+        # --save_dir: only the chief saves.
+        trainers = self.start_trainers("ck", [p for _, p in servers],
+                                       args + ["--save_dir=" + saved],
+                                       config=CTR_LR)
+        self.wait_trainers("ck", trainers)
+        for p, _ in servers:  # final checkpoints
+            p.send_signal(signal.SIGTERM)
+        for p, _ in servers:
+            self.assertEqual(p.wait(60), 0)
+        for i in range(3):
+            self.assertIn("checkpoint of step 200 written",
+                          self.ps_log("ck", i))
+
+        def tool(*a):
+            r = subprocess.run(
+                [os.path.join(testlib.BIN_DIR, "tools", "ps_checkpoint")] +
+                list(a), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                universal_newlines=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout)
+            return r.stdout
+
+        tool("export", "--from", ckpt, "--out", os.path.join(self.tmp, "m3"))
+        tool("reshard", "--from", ckpt, "--to", os.path.join(self.tmp, "two"),
+             "--pservers", "2")
+        tool("export", "--from", os.path.join(self.tmp, "two"), "--out",
+             os.path.join(self.tmp, "m2"))
+        tables = sorted(f for f in os.listdir(saved) if f.startswith("sparse-"))
+        self.assertEqual(len(tables), 1, os.listdir(saved))
+        with open(os.path.join(saved, tables[0]), "rb") as f:
+            want = f.read()
+        for m in ("m3", "m2"):
+            with open(os.path.join(self.tmp, m, tables[0]), "rb") as f:
+                self.assertTrue(f.read() == want, m)
+
     def test_refusals(self):
         """More copies than pservers, and no copy at all, are refused with
         messages that say so."""

@@ -64,6 +64,12 @@ absl::Status GatherShard(Env* env, const JobCheckpoint& from, int s,
             return absl::OkStatus();
           },
           [&](const SparseRecord& r) {
+            // Replication: a row is in its shard's primary and backups;
+            // the primary's copy is the one taken.
+            if (job.replication() > 1 &&
+                SparseKeyServer(r.key, from.num_servers) != s) {
+              return absl::OkStatus();
+            }
             g.keys.push_back(r.key);
             const size_t at = g.rows.size();
             g.rows.resize(at + g.dim);

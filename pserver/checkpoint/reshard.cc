@@ -26,15 +26,21 @@ constexpr uint32_t kSparseMagic = 0x53505432;  // "SPT2"
 
 int Replication(const JobSpec& job) { return std::max(1, job.replication()); }
 
-// Whether pserver `server` of `num_servers` holds block `block` of dense
-// table `t`: its primary's shard or one it backs.
-bool HoldsBlock(const TableSpec& t, int64_t block, int server, int num_servers,
-                int replication) {
-  const int shard = DenseBlockServer(TableHash(t.name()), block, num_servers);
+// Whether pserver `server` of `num_servers` holds shard `shard`: as its
+// primary, or as one of its backups.
+bool HoldsShard(int shard, int server, int num_servers, int replication) {
   for (int s : ReplicaServers(shard, replication, num_servers)) {
     if (s == server) return true;
   }
   return false;
+}
+
+// Whether pserver `server` of `num_servers` holds block `block` of dense
+// table `t`.
+bool HoldsBlock(const TableSpec& t, int64_t block, int server, int num_servers,
+                int replication) {
+  return HoldsShard(DenseBlockServer(TableHash(t.name()), block, num_servers),
+                    server, num_servers, replication);
 }
 
 // One table of the shard being built: the records taken so far.
@@ -77,10 +83,13 @@ absl::Status TakeDense(absl::string_view name, absl::string_view blob,
 }
 
 // Takes from the SPT2 blob `blob` of source shard `source` the rows and
-// sightings whose keys land on `server` of `num_servers`.
+// sightings whose keys land on `server` of `num_servers`. With
+// replication a key is in its shard's primary and backups, on both sides:
+// the primary's copy is taken, for every pserver that holds the key's new
+// shard.
 absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
                         int want_dim, int source, int from_servers, int server,
-                        int num_servers, TableOut* out) {
+                        int num_servers, int replication, TableOut* out) {
   auto header = [&](int32_t dim, int32_t row_floats) -> absl::Status {
     if (dim != want_dim) {
       return absl::DataLossError(absl::StrCat(
@@ -96,25 +105,29 @@ absl::Status TakeSparse(absl::string_view name, absl::string_view blob,
     }
     return absl::OkStatus();
   };
-  auto row = [&](const SparseRecord& r) -> absl::Status {
-    if (SparseKeyServer(r.key, from_servers) != source) {
-      return absl::DataLossError(absl::StrCat(name, ": the row of key ", r.key,
-                                              " is in shard ", source,
+  // Whether the source holds `key` (DATA_LOSS otherwise), and whether its
+  // copy goes to `server`.
+  auto take = [&](uint64_t key, const char* what) -> absl::StatusOr<bool> {
+    const int from_shard = SparseKeyServer(key, from_servers);
+    if (!HoldsShard(from_shard, source, from_servers, replication)) {
+      return absl::DataLossError(absl::StrCat(name, ": the ", what, " of key ",
+                                              key, " is in shard ", source,
                                               ", which does not hold it"));
     }
-    if (SparseKeyServer(r.key, num_servers) == server) {
+    return from_shard == source && HoldsShard(SparseKeyServer(key, num_servers),
+                                              server, num_servers, replication);
+  };
+  auto row = [&](const SparseRecord& r) -> absl::Status {
+    ASSIGN_OR_RETURN(const bool wanted, take(r.key, "row"));
+    if (wanted) {
       out->rows.append(r.raw.data(), r.raw.size());
       ++out->num_rows;
     }
     return absl::OkStatus();
   };
   auto sighting = [&](uint64_t key, absl::string_view raw) -> absl::Status {
-    if (SparseKeyServer(key, from_servers) != source) {
-      return absl::DataLossError(absl::StrCat(name, ": the sighting of key ",
-                                              key, " is in shard ", source,
-                                              ", which does not hold it"));
-    }
-    if (SparseKeyServer(key, num_servers) == server) {
+    ASSIGN_OR_RETURN(const bool wanted, take(key, "sighting"));
+    if (wanted) {
       out->sightings.append(raw.data(), raw.size());
       ++out->num_sightings;
     }
@@ -179,8 +192,10 @@ CheckpointInfo PlanShard(const JobCheckpoint& from, int index, int num_servers,
   pl->set_num_servers(num_servers);
   pl->set_scheme(kPlacementScheme);
   tables->assign(job.tables_size(), TableOut());
+  bool sparse = false;
   for (int t = 0; t < job.tables_size(); ++t) {
     const TableSpec& spec = job.tables(t);
+    sparse = sparse || spec.kind() == TableSpec::SPARSE;
     if (spec.kind() == TableSpec::SPARSE) continue;
     const int64_t nb = NumBlocks(NumValues(spec), spec.block_size());
     for (int64_t b = 0; b < nb; ++b) {
@@ -189,6 +204,15 @@ CheckpointInfo PlanShard(const JobCheckpoint& from, int index, int num_servers,
         BlockRef* r = info.add_blocks();
         r->set_table_id(t);
         r->set_block(static_cast<uint32_t>(b));
+      }
+    }
+  }
+  // A replicated job's sparse shards held (its primary's and those it
+  // backs), as the pserver records them (CheckpointInfo.sparse_shards).
+  if (sparse && Replication(job) > 1) {
+    for (int s = 0; s < num_servers; ++s) {
+      if (HoldsShard(s, index, num_servers, Replication(job))) {
+        info.add_sparse_shards(s);
       }
     }
   }
@@ -229,7 +253,7 @@ absl::Status TakeFromShard(Env* env, const JobCheckpoint& from, int s,
     if (spec.kind() == TableSpec::SPARSE) {
       RETURN_IF_ERROR(TakeSparse(name, data, spec.sparse().dim(), s,
                                  from.num_servers, index, num_servers,
-                                 &(*tables)[t]));
+                                 Replication(job), &(*tables)[t]));
     } else {
       RETURN_IF_ERROR(TakeDense(name, data, spec, s, from.num_servers,
                                 Replication(job), &(*tables)[t]));

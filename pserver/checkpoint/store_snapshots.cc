@@ -1,9 +1,11 @@
 #include "pserver/checkpoint/store_snapshots.h"
 
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "common/placement/shard_map.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -37,15 +39,34 @@ absl::Status CheckReachable(const JobTables& tables, int64_t step) {
   return absl::OkStatus();
 }
 
+// A replicated job's sparse tables have a unit per shard, whose rows share
+// the table's blob: the keys of unit `s`'s shard, of `num_servers`; null
+// (every key) without replication.
+SparseTable::KeyFilter KeysOf(const SparseShard& s, bool sharded,
+                              int num_servers) {
+  if (!sharded) return nullptr;
+  const int shard = static_cast<int>(s.index());
+  return [shard, num_servers](uint64_t key) {
+    return SparseKeyServer(key, num_servers) == shard;
+  };
+}
+
+// The shards of the sparse tables held here, ascending (replication);
+// empty without.
+std::vector<int> HeldSparseShards(const JobTables& tables) {
+  std::set<int> shards;
+  if (tables.sharded_sparse()) {
+    for (const SparseShard* s : tables.sparse()) {
+      shards.insert(static_cast<int>(s->index()));
+    }
+  }
+  return {shards.begin(), shards.end()};
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointInfo> StoreSnapshots::Describe(int64_t step) const {
   CheckpointInfo info;
-  if (state_->tables->sharded_sparse()) {
-    return absl::UnimplementedError(
-        "checkpoints of replicated sparse tables are not built yet "
-        "(docs/replication.md, \"Limits\")");
-  }
   info.set_step(step);
   info.set_generation(state_->membership->generation());
   *info.mutable_job() = state_->job;
@@ -57,6 +78,7 @@ absl::StatusOr<CheckpointInfo> StoreSnapshots::Describe(int64_t step) const {
   state_->staleness->AddTo(&info);
   state_->membership->AddTo(&info);
   *info.mutable_placement() = state_->current_placement();
+  for (int s : HeldSparseShards(*state_->tables)) info.add_sparse_shards(s);
   if (state_->sync && state_->job.replicas_to_aggregate() > 0) {
     RETURN_IF_ERROR(CheckReachable(*state_->tables, step));
   } else if (state_->sync) {
@@ -120,8 +142,14 @@ absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
   }
   for (uint32_t t = 0; t < tables->num_tables(); ++t) {
     if (auto shard = tables->FindSparse(t); shard.ok()) {
+      // A replicated job's shards of the table held here share its blob.
+      int copies = 0;
+      for (const SparseShard* s : tables->sparse()) {
+        copies += s->table_id() == t;
+      }
       SparseTable& rows = (*shard)->rows();
-      sink->Append(t, delta ? SparseDeltas::Header(rows) : rows.SaveHeader());
+      sink->Append(t, delta ? SparseDeltas::Header(rows, copies)
+                            : rows.SaveHeader(copies));
       continue;
     }
     uint32_t n = 0;
@@ -253,8 +281,14 @@ absl::Status StoreSnapshots::RestoreChain(
     ids.push_back(BlockId{r.table_id(), r.block()});
   }
   const bool running = state_->is_ready();
+  const std::vector<int> shards(full.sparse_shards().begin(),
+                                full.sparse_shards().end());
+  if (!shards.empty() && full.placement().num_servers() <= 0) {
+    return absl::DataLossError(
+        "checkpoint: sparse shards without the job's placement");
+  }
   if (!running) {
-    auto st = state_->InitJob(full.job(), ids, {});
+    auto st = state_->InitJob(full.job(), ids, shards);
     if (!st.ok()) {
       // A spec no chief could send is a damaged checkpoint (DATA_LOSS); one
       // this pserver's flags refuse (--num_gradient_servers,
@@ -267,7 +301,8 @@ absl::Status StoreSnapshots::RestoreChain(
     }
   } else if (!google::protobuf::util::MessageDifferencer::Equals(full.job(),
                                                                  state_->job) ||
-             ids.size() != state_->tables->blocks().size()) {
+             ids.size() != state_->tables->blocks().size() ||
+             shards != HeldSparseShards(*state_->tables)) {
     return absl::FailedPreconditionError(
         "rollback: the checkpoint holds another job or other blocks than "
         "this pserver");
@@ -353,10 +388,13 @@ void StoreSnapshots::ApplyDeltaLocked(ParsedDelta delta,
                  aborted);
     }
   }
-  for (SparseShard* s : state_->tables->sparse()) {
+  const JobTables& tables = *state_->tables;
+  const int servers = state_->current_placement().num_servers();
+  for (SparseShard* s : tables.sparse()) {
     if (delta.sparse[s->table_id()] == nullptr) continue;
     absl::Status st =
-        SparseDeltas::Apply(&s->rows(), *delta.sparse[s->table_id()]);
+        SparseDeltas::Apply(&s->rows(), *delta.sparse[s->table_id()],
+                            KeysOf(*s, tables.sharded_sparse(), servers));
     if (!st.ok() && error->ok()) *error = st;
   }
 }
@@ -375,9 +413,12 @@ void StoreSnapshots::RestoreLocked(const CheckpointInfo& info, bool running,
                  aborted);
     }
   }
+  const bool sharded = state_->tables->sharded_sparse();
+  const int servers = info.placement().num_servers();
   for (SparseShard* s : state_->tables->sparse()) {
     absl::MutexLock l(&s->mu);
-    absl::Status st = s->rows().Deserialize(*parsed.sparse[s->table_id()]);
+    absl::Status st = s->rows().Deserialize(*parsed.sparse[s->table_id()],
+                                            KeysOf(*s, sharded, servers));
     if (!st.ok() && sparse_error->ok()) *sparse_error = st;
     s->DisarmSave();
     s->barrier.Reset(info.step(), aborted);

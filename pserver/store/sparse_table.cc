@@ -377,12 +377,12 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.changed.clear();
 }
 
-std::string SparseTable::SaveHeader() const {
+std::string SparseTable::SaveHeader(int copies) const {
   std::string out;
   AppendPod(&out, kSparseMagic);
   AppendPod<int32_t>(&out, dim_);
   AppendPod<int32_t>(&out, row_floats_);
-  AppendPod<uint64_t>(&out, stripes_.size());
+  AppendPod<uint64_t>(&out, stripes_.size() * copies);
   return out;
 }
 
@@ -443,7 +443,8 @@ void SparseTable::SaveRemaining() {
   }
 }
 
-absl::Status SparseTable::Deserialize(absl::string_view data) {
+absl::Status SparseTable::Deserialize(absl::string_view data,
+                                      const KeyFilter& keep) {
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     ClearStripe(s);
@@ -482,6 +483,7 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
           !r.GetFloats(row.data(), row.size())) {
         return fail("truncated row");
       }
+      if (keep && !keep(key)) continue;
       Stripe& s = StripeOf(key);
       absl::MutexLock l(&s.mu);
       if (s.index.contains(key)) return fail("a key appears twice");
@@ -503,6 +505,7 @@ absl::Status SparseTable::Deserialize(absl::string_view data) {
       if (!r.Get(&key) || !r.Get(&seen.count) || !r.Get(&seen.last_step)) {
         return fail("truncated sighting");
       }
+      if (keep && !keep(key)) continue;
       Stripe& s = StripeOf(key);
       absl::MutexLock l(&s.mu);
       s.sightings[key] = seen;

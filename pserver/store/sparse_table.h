@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,12 +115,17 @@ class SparseTable {
   // a table with the same dim and optimizer) and clears the accumulators.
   // DataLoss when `data` is malformed or its dim or state width differs,
   // RESOURCE_EXHAUSTED when its rows do not fit in the budget; the table is
-  // then left empty.
-  absl::Status Deserialize(absl::string_view data);
+  // then left empty. With `keep`, only the rows and sightings of the keys
+  // it accepts (one shard's, of a blob holding several).
+  using KeyFilter = std::function<bool(uint64_t key)>;
+  absl::Status Deserialize(absl::string_view data,
+                           const KeyFilter& keep = nullptr);
 
   // Streaming saves (SaveSink): the header of the blob Serialize writes,
-  // whose groups are then the stripes' records, one each, in any order.
-  std::string SaveHeader() const;
+  // whose groups are then the stripes' records, one each, in any order;
+  // `copies` tables of this shape write into one blob (a replicated job's
+  // shards of a table on one pserver).
+  std::string SaveHeader(int copies = 1) const;
   // Marks every stripe as not yet written by the save to `sink` (as table
   // `table_id`): the next change of a stripe writes it first. With
   // `delta`, a stripe writes only the keys changed since the last save
@@ -176,7 +182,7 @@ class SparseTable {
     absl::flat_hash_set<uint64_t> changed ABSL_GUARDED_BY(mu);
   };
   static constexpr uint32_t kNoRow = UINT32_MAX;
-  friend class SparseDeltas;  // reads and writes stripes for deltas
+  friend class SparseDeltas;     // reads and writes stripes for deltas
   friend class SparseRowExport;  // reads rows a page at a time
   // Notes a change of `key` in `s` for the next delta.
   void Changed(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
@@ -243,8 +249,9 @@ class SparseTable {
 // save, it gives the table as it was at this one.
 class SparseDeltas {
  public:
-  // Magic "SPD1", dim, floats per row, and the group (stripe) count.
-  static std::string Header(const SparseTable& t);
+  // Magic "SPD1", dim, floats per row, and the group (stripe) count, of
+  // `copies` tables like `t` (SparseTable::SaveHeader).
+  static std::string Header(const SparseTable& t, int copies = 1);
   // Stripe `s`'s group: rows, sightings and removed keys of its changed
   // keys.
   static void AppendGroup(const SparseTable& t, const SparseTable::Stripe& s,
@@ -256,7 +263,9 @@ class SparseDeltas {
   // (and drop its sighting), sightings replace the key's (and drop its
   // row), removed keys lose both. RESOURCE_EXHAUSTED when new rows do not
   // fit the budget.
-  static absl::Status Apply(SparseTable* t, absl::string_view blob);
+  // With `keep`, only the keys it accepts (SparseTable::Deserialize).
+  static absl::Status Apply(SparseTable* t, absl::string_view blob,
+                            const SparseTable::KeyFilter& keep = nullptr);
 
  private:
   // Frees `key`'s row in `s`, if it has one.

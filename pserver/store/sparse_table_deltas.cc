@@ -68,12 +68,12 @@ absl::Status Walk(
 
 }  // namespace
 
-std::string SparseDeltas::Header(const SparseTable& t) {
+std::string SparseDeltas::Header(const SparseTable& t, int copies) {
   std::string out;
   AppendPod(&out, kDeltaMagic);
   AppendPod<int32_t>(&out, t.dim_);
   AppendPod<int32_t>(&out, t.row_floats_);
-  AppendPod<uint64_t>(&out, t.stripes_.size());
+  AppendPod<uint64_t>(&out, t.stripes_.size() * copies);
   return out;
 }
 
@@ -130,8 +130,10 @@ void SparseDeltas::DropRow(SparseTable::Stripe& s, uint64_t key) {
   s.index.erase(it);
 }
 
-absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob) {
+absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
+                                 const SparseTable::KeyFilter& keep) {
   auto row = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
+    if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
     s.sightings.erase(key);
@@ -156,6 +158,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob) {
   };
   auto sighting = [&](uint64_t key, int64_t count,
                       int64_t last) -> absl::Status {
+    if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
     DropRow(s, key);
@@ -163,6 +166,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob) {
     return absl::OkStatus();
   };
   auto removed = [&](uint64_t key) -> absl::Status {
+    if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
     DropRow(s, key);

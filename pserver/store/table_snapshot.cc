@@ -105,7 +105,20 @@ absl::Status CheckStepBoundary(const JobTables& tables, int64_t step) {
 std::string EncodeTable(const JobTables& tables, uint32_t table_id) {
   std::string blob;
   if (auto shard = tables.FindSparse(table_id); shard.ok()) {
-    (*shard)->rows().Serialize(&blob);
+    // A replicated job's shards of the table share its blob: one header
+    // for all, then each shard's groups.
+    std::vector<const SparseShard*> shards;
+    for (const SparseShard* s : tables.sparse()) {
+      if (s->table_id() == table_id) shards.push_back(s);
+    }
+    const std::string header =
+        (*shard)->rows().SaveHeader(static_cast<int>(shards.size()));
+    blob = header;
+    for (const SparseShard* s : shards) {
+      std::string one;
+      s->rows().Serialize(&one);
+      blob.append(one, header.size(), std::string::npos);
+    }
     return blob;
   }
   uint32_t n = 0;
