@@ -29,16 +29,9 @@ using testing::GetState;
 using ::testing::HasSubstr;
 using testing::NewStore;
 using testing::Options;
+using testing::Place;
 using testing::RunStep;
 using testing::State;
-
-ShardPlacement Place(int index, int num_servers) {
-  ShardPlacement p;
-  p.set_server_index(index);
-  p.set_num_servers(num_servers);
-  p.set_scheme(kPlacementScheme);
-  return p;
-}
 
 // Writes `snap` as the checkpoint of a pserver whose --checkpoint_dir is
 // `dir` (job "default").

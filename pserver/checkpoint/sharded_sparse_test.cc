@@ -54,11 +54,8 @@ std::unique_ptr<ParameterStore> NewStore(int index = 1) {
                             {std::min(before, index), std::max(before, index)})
                   .ok());
   EXPECT_TRUE(store->CommitInit().ok());
-  ShardPlacement p;
-  p.set_server_index(index);
-  p.set_num_servers(kServers);
-  p.set_scheme(kPlacementScheme);
-  EXPECT_TRUE(store->state()->AdoptPlacement(p).ok());
+  EXPECT_TRUE(
+      store->state()->AdoptPlacement(testing::Place(index, kServers)).ok());
   return store;
 }
 

@@ -21,15 +21,8 @@ using testing::CheckpointJob;
 using ::testing::HasSubstr;
 using testing::NewStore;
 using testing::Options;
+using testing::Place;
 using testing::RunStep;
-
-ShardPlacement Place(int index, int num_servers) {
-  ShardPlacement p;
-  p.set_server_index(index);
-  p.set_num_servers(num_servers);
-  p.set_scheme(kPlacementScheme);
-  return p;
-}
 
 InitJobRequest Init(int index, int num_servers) {
   InitJobRequest req;

@@ -377,17 +377,23 @@ absl::StatusOr<StoreSnapshots::ParsedDelta> StoreSnapshots::ParseDelta(
   return d;
 }
 
-void StoreSnapshots::ApplyDeltaLocked(ParsedDelta delta,
-                                      std::vector<WaiterPtr>* aborted,
-                                      absl::Status* error) {
-  for (uint32_t t = 0; t < delta.dense.size(); ++t) {
-    for (DenseBlockImage& image : delta.dense[t]) {
+void StoreSnapshots::RestoreDense(
+    std::vector<std::vector<DenseBlockImage>>* dense,
+    std::vector<WaiterPtr>* aborted) {
+  for (uint32_t t = 0; t < dense->size(); ++t) {
+    for (DenseBlockImage& image : (*dense)[t]) {
       DenseTableBlock* b = *state_->tables->FindBlock(t, image.index);
       absl::MutexLock l(&b->mu);
       b->Restore(image.version, std::move(image.value), std::move(image.slots),
                  aborted);
     }
   }
+}
+
+void StoreSnapshots::ApplyDeltaLocked(ParsedDelta delta,
+                                      std::vector<WaiterPtr>* aborted,
+                                      absl::Status* error) {
+  RestoreDense(&delta.dense, aborted);
   const JobTables& tables = *state_->tables;
   const int servers = state_->current_placement().num_servers();
   for (SparseShard* s : tables.sparse()) {
@@ -405,14 +411,7 @@ void StoreSnapshots::RestoreLocked(const CheckpointInfo& info, bool running,
                                    absl::Status* sparse_error) {
   state_->membership->Restore(info, generation, /*restarted=*/!running,
                               state_->clock->Now());
-  for (uint32_t t = 0; t < parsed.dense.size(); ++t) {
-    for (DenseBlockImage& image : parsed.dense[t]) {
-      DenseTableBlock* b = *state_->tables->FindBlock(t, image.index);
-      absl::MutexLock l(&b->mu);
-      b->Restore(image.version, std::move(image.value), std::move(image.slots),
-                 aborted);
-    }
-  }
+  RestoreDense(&parsed.dense, aborted);
   const bool sharded = state_->tables->sharded_sparse();
   const int servers = info.placement().num_servers();
   for (SparseShard* s : state_->tables->sparse()) {

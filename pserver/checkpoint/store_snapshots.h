@@ -84,6 +84,11 @@ class StoreSnapshots {
   void ApplyDeltaLocked(ParsedDelta delta, std::vector<WaiterPtr>* aborted,
                         absl::Status* error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);
+  // Puts each table's dense block images (every block held, or a delta's)
+  // into their blocks.
+  void RestoreDense(std::vector<std::vector<DenseBlockImage>>* dense,
+                    std::vector<WaiterPtr>* aborted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->gate);
   // Restore's half that changes the store, after every blob was parsed.
   void RestoreLocked(const CheckpointInfo& info, bool running,
                      ParsedSnapshot parsed, uint64_t generation,

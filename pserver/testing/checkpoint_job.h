@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/placement/shard_map.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "pserver/store/parameter_store.h"
@@ -65,6 +66,15 @@ inline const std::vector<BlockId> kBlocks = {{0, 0}, {0, 1}, {1, 0}};
 // (a pending sighting); 7 is never pushed.
 inline const std::vector<uint64_t> kKeys = {1,    2,    50,   51, 1000,
                                             1001, 1002, 1003, 7};
+
+// Pserver `index` of `num_servers` in the job's placement.
+inline ShardPlacement Place(int index, int num_servers) {
+  ShardPlacement p;
+  p.set_server_index(index);
+  p.set_num_servers(num_servers);
+  p.set_scheme(kPlacementScheme);
+  return p;
+}
 
 inline StoreOptions Options() {
   StoreOptions o;
