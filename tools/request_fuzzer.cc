@@ -228,7 +228,13 @@ void RequestFuzzer::Fill(Message* m, int depth) {
       if (same && k > 0) {
         const Reflection* r = m->GetReflection();
         if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-          r->AddMessage(m, f)->CopyFrom(r->GetRepeatedMessage(*m, f, 0));
+          // Copies count against the request's bytes too: 3000 copies of a
+          // message with a megabyte of values would be gigabytes.
+          const Message& first = r->GetRepeatedMessage(*m, f, 0);
+          const size_t size = first.ByteSizeLong();
+          if (size > budget_) break;
+          budget_ -= size;
+          r->AddMessage(m, f)->CopyFrom(first);
           continue;
         }
       }
