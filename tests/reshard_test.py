@@ -162,14 +162,20 @@ class ReshardTest(testlib.ProcessTestCase):
                              r"from the checkpoint of 3 pserver\(s\)")
         self.stop(two)
 
-    def test_mlp_three_to_two_at_start(self):
+    def test_mlp_three_to_two_at_start_and_two_to_three_offline(self):
         """The MLP (dense tables only): 3 pservers for 150 steps, then 2
         pservers from --restore_from to step 300; equals 300 steps on 2.
-        The same checkpoints given in another order are refused."""
-        ref_ps = self.start_pservers("ref", 2)
-        ref = self.train("ref", ref_ps, ["--config=" + testlib.CONFIG,
-                                         "--max_steps=300"])
-        self.stop(ref_ps)
+        Those 2 pservers' final checkpoint resharded offline onto 3, which
+        go on to step 450: equals 450 steps on 2. The same checkpoints
+        given in another order are refused."""
+        refs = {}
+        for steps in (300, 450):
+            ref_ps = self.start_pservers("ref%d" % steps, 2)
+            refs[steps] = self.train("ref%d" % steps, ref_ps,
+                                     ["--config=" + testlib.CONFIG,
+                                      "--max_steps=%d" % steps])
+            self.stop(ref_ps)
+        ref = refs[300]
         # A shared folder, and a job that ends on a checkpoint step: step
         # 150 is written again at the end (with the trainers gone), and its
         # job manifest with it.
@@ -184,19 +190,34 @@ class ReshardTest(testlib.ProcessTestCase):
         info = self.ps_checkpoint("info", "--from", ckpt3)
         self.assertIn("step 150: complete, 3 pserver(s)", info.stdout)
         self.assertIn("JOB-000000000150", info.stdout)
+        ckpt2 = os.path.join(self.tmp, "ckpt2")
         two = self.start_pservers(
-            "two", 2, lambda i: ["--checkpoint_dir=%s/two-%d" % (self.tmp, i),
+            "two", 2, lambda i: ["--checkpoint_dir=%s/two-%d" % (ckpt2, i),
                                  "--restore_from=" + ckpt3])
         end = self.train("two", two, ["--config=" + testlib.CONFIG,
                                       "--max_steps=300"])
         self.assertSameEnd(end, ref, ("test_accuracy", "test_loss"))
         self.stop(two)
 
+        # 2 -> 3, offline, from the final checkpoint of step 300.
+        to3 = os.path.join(self.tmp, "to3")
+        r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
+                               "--pservers", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("from 2 pserver(s) to 3", r.stdout)
+        three = self.start_pservers(
+            "again3", 3,
+            lambda i: ["--checkpoint_dir=%s/pserver-%d" % (to3, i)])
+        end = self.train("again3", three, ["--config=" + testlib.CONFIG,
+                                           "--max_steps=450"])
+        self.assertSameEnd(end, refs[450], ("test_accuracy", "test_loss"))
+        self.stop(three)
+
         # The same checkpoints given to the trainers in the other order: the
         # chief is told, rather than training on misplaced blocks.
         swapped = self.start_pservers(
             "swapped", 2,
-            lambda i: ["--checkpoint_dir=%s/two-%d" % (self.tmp, 1 - i)])
+            lambda i: ["--checkpoint_dir=%s/two-%d" % (ckpt2, 1 - i)])
         r = subprocess.run(
             [testlib.trainer_bin(), "--pservers=" + ",".join(
                 "127.0.0.1:%d" % port for _, port in swapped),
