@@ -61,11 +61,11 @@ class ReshardTest(testlib.ProcessTestCase):
     def metrics(self, name, k):
         return os.path.join(self.tmp, "%s-metrics-%d.jsonl" % (name, k))
 
-    def ps_checkpoint(self, *args):
+    def ps_checkpoint(self, *args, env=None):
         r = subprocess.run(
             [os.path.join(testlib.BIN_DIR, "tools", "ps_checkpoint")] +
             list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            universal_newlines=True, timeout=300)
+            universal_newlines=True, timeout=300, env=env)
         return r
 
     def ctr_args(self):
@@ -199,8 +199,21 @@ class ReshardTest(testlib.ProcessTestCase):
         self.assertSameEnd(end, ref, ("test_accuracy", "test_loss"))
         self.stop(two)
 
-        # 2 -> 3, offline, from the final checkpoint of step 300.
+        # 2 -> 3, offline, from the final checkpoint of step 300; a first
+        # run killed (_exit) in the middle of writing its second pserver
+        # leaves nothing that looks whole, and the next run replaces it.
         to3 = os.path.join(self.tmp, "to3")
+        env = dict(testlib.clean_env(),
+                   SHARDPS_TEST_CHECKPOINT_FAULT="crash_mid_write:2")
+        r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
+                               "--pservers", "3", env=env)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(to3))
+        info = self.ps_checkpoint("info", "--from", to3 + ".tmp")
+        self.assertNotEqual(info.returncode, 0)
+        self.assertIn("incomplete: step 300: no shard 1, 2 of 3\n"
+                      "no complete checkpoint of job default under " + to3 +
+                      ".tmp", info.stdout + info.stderr)
         r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
                                "--pservers", "3")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -22,7 +22,9 @@
 // Exit status: 0 done, 1 failed (one line on stderr saying why), 2 bad
 // usage.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/storage/env.h"
+#include "common/storage/fault_injection_env.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/job_checkpoint.h"
@@ -97,13 +100,32 @@ int Info() {
   return 0;
 }
 
+// The Env the tool writes through: the default one, or, for the tests,
+// one that crashes or fails where SHARDPS_TEST_CHECKPOINT_FAULT says
+// (common/storage/fault_injection_env.h; null and *status set when the
+// variable is malformed).
+shardps::Env* WritingEnv(absl::Status* status) {
+  static auto* const faults =
+      new auto(shardps::CheckpointFaultEnvFromEnvironment(
+          shardps::Env::Default(),
+          [](const char* name) { return std::getenv(name); }));
+  if (!faults->ok()) {
+    *status = faults->status();
+    return nullptr;
+  }
+  if (**faults != nullptr) return (*faults)->get();
+  return shardps::Env::Default();
+}
+
 int Reshard() {
   if (FLAGS_to.empty() || FLAGS_pservers < 1) {
     std::cerr << "ps_checkpoint reshard: needs --to and --pservers >= 1\n"
               << "usage: " << kUsage << "\n";
     return 2;
   }
-  shardps::Env* env = shardps::Env::Default();
+  absl::Status armed;
+  shardps::Env* env = WritingEnv(&armed);
+  if (env == nullptr) return Fail(armed);
   const absl::Time t0 = absl::Now();
   auto from =
       shardps::FindJobCheckpoint(env, FLAGS_from, FLAGS_job_id, FLAGS_step);
