@@ -226,8 +226,12 @@ class ReshardTest(testlib.ProcessTestCase):
         self.assertSameEnd(end, refs[450], ("test_accuracy", "test_loss"))
         self.stop(three)
 
-        # The same checkpoints given to the trainers in the other order: the
-        # chief is told, rather than training on misplaced blocks.
+        self.check_swapped_order_refused(ckpt2)
+
+    def check_swapped_order_refused(self, ckpt2):
+        """The checkpoints of 2 pservers in `ckpt2` given to the trainers in
+        the other order: the chief is told, rather than training on
+        misplaced blocks."""
         swapped = self.start_pservers(
             "swapped", 2,
             lambda i: ["--checkpoint_dir=%s/two-%d" % (ckpt2, 1 - i)])
