@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/model_export/initial_row.h"
 #include "common/storage/checkpoint.h"
@@ -200,8 +201,13 @@ TEST(StreamingSaveTest, AsyncSavesAreConsistentRowByRow) {
   ASSERT_TRUE(store.InitJob(AsyncLog::Job(), {}).ok());
   ASSERT_TRUE(store.CommitInit().ok());
   std::atomic<int> pushed{0};
+  // The pusher stops at a third of its log until the save has begun, then
+  // goes on while the save is written (without the wait, a loaded machine
+  // can let it finish before the save starts).
+  absl::Notification save_begun;
   std::thread pusher([&] {
     for (int i = 0; i < AsyncLog::kPushes; ++i) {
+      if (i == AsyncLog::kPushes / 3) save_begun.WaitForNotification();
       const std::vector<uint64_t> keys = AsyncLog::Keys(i);
       const std::vector<float> g = AsyncLog::Grads(i, keys.size());
       std::vector<SparseGrads> rows = {{0, keys, g, 1}};
@@ -215,9 +221,12 @@ TEST(StreamingSaveTest, AsyncSavesAreConsistentRowByRow) {
   Checkpointer checkpointer(Env::Default(), tmp.Path("ckpt"));
   const int64_t step = pushed.load();
   absl::Status previous;
-  ASSERT_TRUE(
-      StoreSnapshots(&store).SaveTo(&checkpointer, step, &previous).ok());
+  const absl::Status begun =
+      StoreSnapshots(&store).SaveTo(&checkpointer, step, &previous);
+  save_begun.Notify();
   pusher.join();
+  ASSERT_TRUE(begun.ok()) << begun;
+  EXPECT_EQ(step, AsyncLog::kPushes / 3);
   ASSERT_TRUE(checkpointer.Flush().ok());
   auto snap = checkpointer.Load(step);
   ASSERT_TRUE(snap.ok()) << snap.status();
