@@ -68,6 +68,17 @@ class ReshardTest(testlib.ProcessTestCase):
             universal_newlines=True, timeout=300, env=env)
         return r
 
+    def reshard_and_start(self, name, source, to, n, m):
+        """Reshards the job checkpoint of n pservers in `source` onto m at
+        `to` (ps_checkpoint reshard), and starts m pservers NAME-i on it;
+        returns them."""
+        r = self.ps_checkpoint("reshard", "--from", source, "--to", to,
+                               "--pservers", str(m))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("from %d pserver(s) to %d" % (n, m), r.stdout)
+        return self.start_pservers(
+            name, m, lambda i: ["--checkpoint_dir=%s/pserver-%d" % (to, i)])
+
     def ctr_args(self):
         if not hasattr(self, "_ctr"):
             train = os.path.join(self.tmp, "train")
@@ -120,13 +131,7 @@ class ReshardTest(testlib.ProcessTestCase):
             self.assertRegex(info.stdout, r"step %d: complete, 2 pserver\(s\)"
                              r", [0-9.]+ MB, %s," % (step, kind))
         to3 = os.path.join(self.tmp, "to3")
-        r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
-                               "--pservers", "3")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("from 2 pserver(s) to 3", r.stdout)
-        three = self.start_pservers(
-            "three", 3,
-            lambda i: ["--checkpoint_dir=%s/pserver-%d" % (to3, i)])
+        three = self.reshard_and_start("three", ckpt2, to3, 2, 3)
         end = self.train("three", three, args + ["--num_passes=3"])
         self.assertSameEnd(end, ref, keys)
 
@@ -214,13 +219,7 @@ class ReshardTest(testlib.ProcessTestCase):
         self.assertIn("incomplete: step 300: no shard 1, 2 of 3\n"
                       "no complete checkpoint of job default under " + to3 +
                       ".tmp", info.stdout + info.stderr)
-        r = self.ps_checkpoint("reshard", "--from", ckpt2, "--to", to3,
-                               "--pservers", "3")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("from 2 pserver(s) to 3", r.stdout)
-        three = self.start_pservers(
-            "again3", 3,
-            lambda i: ["--checkpoint_dir=%s/pserver-%d" % (to3, i)])
+        three = self.reshard_and_start("again3", ckpt2, to3, 2, 3)
         end = self.train("again3", three, ["--config=" + testlib.CONFIG,
                                            "--max_steps=450"])
         self.assertSameEnd(end, refs[450], ("test_accuracy", "test_loss"))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -127,17 +128,18 @@ absl::StatusOr<JobClient::SparseRows> JobClient::ReadSparseTable(
     } while (req.cursor() != 0);
   }
   // Ascending, each key once.
-  std::vector<uint32_t> order(read.keys.size());
-  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+  // size_t: a table may hold more than 2^32 rows.
+  std::vector<size_t> order(read.keys.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return read.keys[a] < read.keys[b];
   });
   SparseRows out;
   out.dim = read.dim;
-  for (uint32_t i : order) {
+  for (size_t i : order) {
     if (!out.keys.empty() && out.keys.back() == read.keys[i]) continue;
     out.keys.push_back(read.keys[i]);
-    const float* row = read.values.data() + size_t{i} * read.dim;
+    const float* row = read.values.data() + i * read.dim;
     out.values.insert(out.values.end(), row, row + read.dim);
   }
   return out;
