@@ -20,7 +20,7 @@ One trainer of a job (the pservers already running), or all of them:
 
   ~/.cache/shardps/torch-venv/bin/python examples/torch_deepfm.py \\
       --pservers=127.0.0.1:7164 --trainer_id=0 --num_trainers=2
-  python3 scripts/local_cluster.py --python examples/torch_deepfm.py
+  python3 scripts/cluster/local_cluster.py --python examples/torch_deepfm.py
 
 --plain trains the same model in this one process with
 torch.nn.Embedding(sparse=True), torch.optim.Adagrad and torch.optim.Adam

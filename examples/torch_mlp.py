@@ -27,7 +27,6 @@ Prints a line per pass (test accuracy, samples/s) and, at the end, one line
 and samples/s.
 """
 
-import gzip
 import json
 import os
 import sys
@@ -37,8 +36,8 @@ import torch
 from torch import nn
 
 import example_args
+import fashion_mnist
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"  # dataset-fashion-mnist
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "configs", "fmnist_mlp.pbtxt")
 
@@ -55,32 +54,8 @@ def parse_args(argv):
                         "it (DistributedOptimizer's push_in_backward)")
     p.add_argument("--save_params", default="",
                    help="write the final parameters here (torch.save)")
-    p.add_argument("--data_dir", default=DATA_DIR)
+    p.add_argument("--data_dir", default=fashion_mnist.DATA_DIR)
     return example_args.parse(p, argv)
-
-
-def read_idx(path):
-    """An IDX file (gzip) as a uint8 tensor of its dimensions."""
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big")
-            for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]),
-                            dtype=torch.uint8).reshape(dims)
-
-
-def load_data(d):
-    def images(name):
-        return read_idx(os.path.join(d, name)).reshape(-1, 784).float() / 255
-
-    def labels(name):
-        return read_idx(os.path.join(d, name)).long()
-
-    return (images("train-images-idx3-ubyte.gz"),
-            labels("train-labels-idx1-ubyte.gz"),
-            images("t10k-images-idx3-ubyte.gz"),
-            labels("t10k-labels-idx1-ubyte.gz"))
 
 
 def make_model(a):
@@ -109,53 +84,65 @@ def evaluate(model, x, y):
     return loss, acc
 
 
-def main(argv):
-    a, flags = parse_args(argv)
-    x, y, tx, ty = (t.to(a.device) for t in load_data(a.data_dir))
-    model = make_model(a).to(a.device)
+def start(a, flags, model, records):
+    """(the job, None with --plain; the optimizer; steps a pass)."""
     if a.plain:
-        job = None
-        k, n = 0, 1
         opt = torch.optim.SGD(model.parameters(), lr=a.lr,
                               momentum=a.momentum)
-    else:
-        import shardps
-        import shardps.torch
-        job = example_args.job_of(a, flags)
-        k, n = job.trainer_id, job.num_trainers
-    mine_x, mine_y = x[k::n], y[k::n]
+        return None, opt, records // a.batch_size
+    import shardps
+    import shardps.torch
+    job = example_args.job_of(a, flags)
     # Every trainer takes as many steps: the fewest records' worth.
-    steps_per_pass = (x.shape[0] // n) // a.batch_size
-    if not a.plain:
-        opt = shardps.torch.DistributedOptimizer(
-            model, job, shardps.optim.Momentum(lr=a.lr, momentum=a.momentum),
-            steps_per_pass=steps_per_pass, stage_on_host=a.stage_on_host,
-            push_in_backward=a.push_in_backward)
+    steps_per_pass = (records // job.num_trainers) // a.batch_size
+    opt = shardps.torch.DistributedOptimizer(
+        model, job, shardps.optim.Momentum(lr=a.lr, momentum=a.momentum),
+        steps_per_pass=steps_per_pass, stage_on_host=a.stage_on_host,
+        push_in_backward=a.push_in_backward)
+    return job, opt, steps_per_pass
+
+
+def train_pass(a, model, opt, job, data, step, last, steps_per_pass):
+    """Trains from `step` to the end of its pass, or to step `last`;
+    returns (the step reached, samples trained). A rolled-back job's step
+    goes back."""
+    mine_x, mine_y = data
+    p = step // steps_per_pass
+    samples = 0
+    while step < last and step // steps_per_pass == p:
+        i = (step % steps_per_pass) * a.batch_size
+        bx, by = mine_x[i:i + a.batch_size], mine_y[i:i + a.batch_size]
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(bx), by)
+        loss.backward()
+        if job is None:
+            opt.step()
+            step += 1
+        else:
+            opt.step(loss=loss)
+            step = job.step
+        samples += a.batch_size
+    return step, samples
+
+
+def main(argv):
+    a, flags = parse_args(argv)
+    x, y, tx, ty = (t.to(a.device) for t in fashion_mnist.load(a.data_dir))
+    model = make_model(a).to(a.device)
+    job, opt, steps_per_pass = start(a, flags, model, x.shape[0])
+    k, n = (job.trainer_id, job.num_trainers) if job else (0, 1)
     total = steps_per_pass * a.num_passes
     if a.max_steps:
         total = min(total, a.max_steps)
+    mine = (x[k::n], y[k::n])
     step = job.step if job is not None else 0
     passes = []
-    train_s = 0.0
     while step < total:
         p = step // steps_per_pass
         t0 = time.perf_counter()
-        samples = 0
-        while step < total and step // steps_per_pass == p:
-            i = (step % steps_per_pass) * a.batch_size
-            bx, by = mine_x[i:i + a.batch_size], mine_y[i:i + a.batch_size]
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(bx), by)
-            loss.backward()
-            if job is None:
-                opt.step()
-                step += 1
-            else:
-                opt.step(loss=loss)
-                step = job.step  # a rolled-back job goes back
-            samples += a.batch_size
+        step, samples = train_pass(a, model, opt, job, mine, step, total,
+                                   steps_per_pass)
         secs = time.perf_counter() - t0
-        train_s += secs
         test_loss, test_acc = evaluate(model, tx, ty)
         if job is not None:
             job.evaluated(p, test_loss, test_acc, final=step >= total)
@@ -172,7 +159,8 @@ def main(argv):
         torch.save({n_: p_.detach().cpu().clone()
                     for n_, p_ in model.named_parameters()}, a.save_params)
     example_args.say("RESULT " + json.dumps(
-        {"trainer_id": k, "passes": passes, "train_seconds": train_s}))
+        {"trainer_id": k, "passes": passes,
+         "train_seconds": sum(q["train_seconds"] for q in passes)}))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""pip install ./python: builds shardps._native with this repository's
-CMake build (the target shardps_native only, no tests, benchmarks or CUDA)
-and installs the shardps package. Needs the build dependencies that
-scripts/setup.sh installs (gRPC, protobuf, Abseil, pybind11-dev, ...), and
-takes as long as that part of the build (about 10 minutes on 2 cores).
+"""pip install ./python: builds shardps._native with this repository's CMake
+build (the target shardps_native only, no tests, benchmarks or CUDA) and
+installs the shardps package. Needs the build dependencies that
+scripts/setup/setup.sh installs (gRPC, protobuf, Abseil, pybind11-dev, ...),
+and takes as long as that part of the build (about 10 minutes on 2 cores).
 SHARDPS_BUILD_JOBS sets the parallel jobs (default: the CPU count)."""
 
 import os

@@ -13,7 +13,8 @@ BUILD_DIR=${1:-build-clang}
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 cc=$(command -v clang-14 || command -v clang || true)
 if [ -z "$cxx" ] || [ -z "$cc" ]; then
-  echo "check_thread_safety: clang is missing (bash scripts/setup.sh installs clang-14)" >&2
+  echo "check_thread_safety: clang is missing" \
+    "(bash scripts/setup/setup.sh installs clang-14)" >&2
   exit 1
 fi
 start=$(date +%s)

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# One command on a new machine: installs what is missing (scripts/setup.sh),
-# builds pserver and trainer, then trains the Fashion-MNIST MLP for one pass
-# on 2 pservers and 2 synchronous trainers on this machine, and prints the
-# test accuracy. Works from any directory:
+# One command on a new machine: installs what the demo needs and is missing
+# (scripts/setup/setup.sh --demo: the build's libraries, the Fashion-MNIST
+# data, python3, matplotlib; not the tests' packages nor PyTorch), builds
+# pserver and trainer, then trains the Fashion-MNIST MLP for one pass on 2
+# pservers and 2 synchronous trainers on this machine, prints the test
+# accuracy and draws the curves. Works from any directory:
 #
 #   bash scripts/demo.sh [extra trainer flags, e.g. --num_passes=3]
 #
-# BUILD_DIR (default build/ of this repository) picks the build folder;
+# BUILD_DIR (default build/ of this repository) picks the build folder: a
+# new one is configured without tests and benchmarks (scripts/test.sh turns
+# them on in the same folder), an existing one keeps its settings.
 # LOG_DIR (default a fresh /tmp/shardps-demo-XXXX) the folder for the logs.
 set -euo pipefail
 
@@ -15,8 +19,9 @@ BUILD_DIR="${BUILD_DIR:-$REPO/build}"
 cd "$REPO"
 
 say() { echo "demo: $*" >&2; }
+start=$(date +%s)
 
-bash "$REPO/scripts/setup.sh"
+bash "$REPO/scripts/setup/setup.sh" --demo
 
 PYTHON="$(command -v python3 || true)"
 if [ -z "$PYTHON" ] && [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; fi
@@ -25,9 +30,14 @@ if [ -z "$PYTHON" ]; then
   exit 1
 fi
 
-# RelWithDebInfo, as scripts/test.sh builds.
+# RelWithDebInfo, as scripts/test.sh builds. GoogleTest and Google
+# Benchmark are not installed by --demo: a new folder builds neither.
+options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  options+=(-DPS_BUILD_TESTS=OFF -DPS_BUILD_BENCHMARKS=OFF)
+fi
 say "configuring $BUILD_DIR"
-if ! out="$(cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo 2>&1)"; then
+if ! out="$(cmake -S "$REPO" -B "$BUILD_DIR" "${options[@]}" 2>&1)"; then
   echo "$out" >&2
   say "cmake could not configure $BUILD_DIR"
   exit 1
@@ -38,7 +48,7 @@ cmake --build "$BUILD_DIR" -j2 --target pserver trainer
 LOG_DIR="${LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/shardps-demo-XXXX")}"
 say "training: 2 pservers, 2 sync trainers, 1 pass of configs/fmnist_mlp.pbtxt"
 status=0
-"$PYTHON" "$REPO/scripts/local_cluster.py" \
+"$PYTHON" "$REPO/scripts/cluster/local_cluster.py" \
   --pservers 2 --trainers 2 \
   --config "$REPO/configs/fmnist_mlp.pbtxt" \
   --bin_dir "$BUILD_DIR" --log_dir "$LOG_DIR" --timeout 1200 \
@@ -59,14 +69,15 @@ EOF
 
 # The curves: test loss and accuracy per pass, training loss, samples/s and
 # where the step time goes (scripts/plot_metrics.py, with Debian's
-# matplotlib, which setup.sh installs). The training result is printed
+# matplotlib, which setup.sh --demo installs). The training result is printed
 # above whatever happens here; a plot that fails says so on one line and the
 # demo exits 1, since with setup.sh done a missing picture is a defect.
 if ! compgen -G "$LOG_DIR/trainer-*.jsonl" >/dev/null; then
   say "no curves: no trainer-*.jsonl in $LOG_DIR (--metrics_file given?)"
 elif /usr/bin/python3 "$REPO/scripts/plot_metrics.py" \
     --out "$LOG_DIR/curves.png" "$LOG_DIR" >/dev/null; then
-  echo "demo: curves in $LOG_DIR/curves.png"
+  echo "demo: curves in $LOG_DIR/curves.png" \
+    "($(( $(date +%s) - start )) s in all)"
 else
   plot_status=$?
   say "training succeeded (above), but no curves: scripts/plot_metrics.py" \

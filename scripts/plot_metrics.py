@@ -3,11 +3,11 @@
 
     /usr/bin/python3 scripts/plot_metrics.py [--out PNG] FILE_OR_DIR...
 
-Each FILE is a metrics file of one trainer (trainer --metrics_file, JSON
-lines, docs/flags.md "Metrics lines"); a DIR stands for every trainer-*.jsonl
-in it, as scripts/local_cluster.py writes them into its log folder. The PNG
-(default DIR/curves.png, or curves.png next to the first FILE; 1400x900
-pixels) has six panels, one line per trainer ("trainer K"):
+Each FILE is a metrics file of one trainer (trainer --metrics_file, JSON lines,
+docs/flags.md "Metrics lines"); a DIR stands for every trainer-*.jsonl in it,
+as scripts/cluster/local_cluster.py writes them into its log folder. The PNG
+(default DIR/curves.png, or curves.png next to the first FILE; 1400x900 pixels)
+has six panels, one line per trainer ("trainer K"):
 
   top:    test loss and test accuracy per pass (eval lines; test AUC as
           dashed lines when the eval lines carry test_auc, as sparse CTR

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Sets everything up on a fresh machine, builds, runs every test, and checks
-# the lock annotations with clang (scripts/check_thread_safety.sh).
+# Sets everything up on a fresh machine (scripts/setup/setup.sh: every
+# package, and the Python virtualenvs, PyTorch's included), builds, runs
+# every test, and checks the lock annotations with clang
+# (scripts/check_thread_safety.sh).
 #   scripts/test.sh            # all tests
 #   BUILD_DIR=build-asan PS_SANITIZE=address scripts/test.sh
 #   PS_SKIP_CLANG_CHECK=1 scripts/test.sh   # without the clang build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
+bash scripts/setup/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
 start=$(date +%s)
+# Tests and benchmarks on, also in a folder scripts/demo.sh configured.
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPS_BUILD_TESTS=ON -DPS_BUILD_BENCHMARKS=ON \
   -DPS_SANITIZE="${PS_SANITIZE:-}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 built=$(date +%s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A stand-in for kubectl, for tests/sweep_test.py: the calls that
-scripts/sweep_k8s.py makes, answered by running each Job's pods as local
+scripts/sweep/sweep_k8s.py makes, answered by running each Job's pods as local
 processes. State in $FAKE_KUBE_DIR; a container's program is
 $FAKE_KUBE_TRAINER whatever its image says.
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The device check's parts that run without a GPU (docs/cuda.md):
 
-- scripts/gpu_check_summary.py on synthetic logs folders: the agreement
+- scripts/gpu/gpu_check_summary.py on synthetic logs folders: the agreement
   verdicts, the ratios against PyTorch, the per-call table, --one_run;
-- scripts/gpu_check.sh's refusals: an unknown argument, a missing bundle or
+- scripts/gpu/gpu_check.sh's refusals: an unknown argument, a missing bundle or
   data (status 2, saying what is missing, console.log written);
-- scripts/torch_step_bench.py's config reader on the shipped configs, and
+- scripts/bench/torch_step_bench.py's config reader on the shipped configs, and
   its refusal without PyTorch.
 
-The bundle itself is tested by scripts/gpu_bundle_test.sh (gpu_bundle.sh
+The bundle itself is tested by scripts/gpu/gpu_bundle_test.sh (gpu_bundle.sh
 runs it), which needs the CUDA build.
 
     python3 tests/gpu_check_test.py [--bin_dir build]   (ignored)
@@ -23,8 +23,9 @@ import tempfile
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = os.path.join(REPO, "scripts")
-sys.path.insert(0, SCRIPTS)
+GPU_SCRIPTS = os.path.join(REPO, "scripts", "gpu")
+BENCH_SCRIPTS = os.path.join(REPO, "scripts", "bench")
+sys.path[:0] = [GPU_SCRIPTS, BENCH_SCRIPTS]
 import gpu_check_summary  # noqa: E402
 import torch_step_bench  # noqa: E402
 
@@ -133,7 +134,8 @@ class SummaryTest(unittest.TestCase):
         md_path = os.path.join(self.logs, "summary.md")
         json_path = os.path.join(self.logs, "summary.json")
         out = subprocess.run(
-            [sys.executable, os.path.join(SCRIPTS, "gpu_check_summary.py"),
+            [sys.executable,
+             os.path.join(GPU_SCRIPTS, "gpu_check_summary.py"),
              self.logs, "--md", md_path, "--json", json_path],
             capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -168,7 +170,7 @@ class SummaryTest(unittest.TestCase):
 class CheckScriptTest(unittest.TestCase):
     def run_check(self, *args):
         return subprocess.run(
-            ["bash", os.path.join(SCRIPTS, "gpu_check.sh")] + list(args),
+            ["bash", os.path.join(GPU_SCRIPTS, "gpu_check.sh")] + list(args),
             capture_output=True, text=True, timeout=60)
 
     def test_unknown_argument(self):
@@ -185,7 +187,7 @@ class CheckScriptTest(unittest.TestCase):
         self.assertEqual(out.returncode, 2, out.stdout + out.stderr)
         self.assertIn("[FAIL] preflight", out.stdout)
         self.assertIn("the bundle %s/none.tar.xz (build it with bash "
-                      "scripts/gpu_bundle.sh" % tmp, out.stdout)
+                      "scripts/gpu/gpu_bundle.sh" % tmp, out.stdout)
         self.assertIn("%s/nodata/train-images-idx3-ubyte.gz" % tmp,
                       out.stdout)
         for f in ("console.log", "summary.md", "summary.json",
@@ -227,7 +229,8 @@ class TorchBenchTest(unittest.TestCase):
         except ImportError:
             pass
         out = subprocess.run(
-            [sys.executable, os.path.join(SCRIPTS, "torch_step_bench.py"),
+            [sys.executable,
+             os.path.join(BENCH_SCRIPTS, "torch_step_bench.py"),
              "--config", os.path.join(REPO, "configs", "fmnist_mlp.pbtxt")],
             capture_output=True, text=True)
         self.assertEqual(out.returncode, 2)

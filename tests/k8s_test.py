@@ -7,7 +7,8 @@
   is GA: podFailurePolicy, unhealthyPodEvictionPolicy, gRPC probes) and
   1.37, in strict mode (an unknown field fails), with PyPI's
   kubernetes-validate. It runs in the virtualenv that
-  scripts/setup_python.sh makes (${SHARDPS_VENV:-~/.cache/shardps/venv});
+  scripts/setup/python_venv.sh k8s makes
+  (${SHARDPS_VENV:-~/.cache/shardps/venv});
   without it every test here is skipped, saying how to make it.
 - Flags: every --flag of a container's command and args, of an exec
   probe's command, and every SHARDPS_* variable must be a flag of that
@@ -444,7 +445,8 @@ class K8sManifestTest(unittest.TestCase):
         why = venv_missing()
         if why:
             raise unittest.SkipTest(
-                "%s; make it with: bash scripts/setup_python.sh" % why)
+                "%s; make it with: bash scripts/setup/python_venv.sh k8s" %
+                why)
         cls.files = sorted(glob.glob(os.path.join(K8S_DIR, "**", "*.yaml"),
                                      recursive=True) +
                            glob.glob(os.path.join(K8S_DIR, "**", "*.yml"),
@@ -578,9 +580,9 @@ class K8sManifestTest(unittest.TestCase):
         self.assertEqual(failures, [], "\n".join(failures))
 
     def test_sweep_trial_job(self):
-        """A trial Job of scripts/sweep.py --launcher=k8s, made from the
+        """A trial Job of scripts/sweep/sweep.py --launcher=k8s, made from the
         trainer Job here, passes the schemas and the flag check."""
-        sys.path.insert(0, os.path.join(testlib.REPO, "scripts"))
+        sys.path.insert(0, os.path.join(testlib.REPO, "scripts", "sweep"))
         import sweep_k8s
         job = sweep_k8s.render_job(
             self.one("Job"), sweep_k8s.job_name("lr-sweep", 3, 1),

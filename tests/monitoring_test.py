@@ -7,7 +7,7 @@ variables alone.
     python3 tests/monitoring_test.py [--bin_dir build] [-k pattern]
 
 About 40 s on 2 cores. The Prometheus test is skipped, saying why, where
-Debian's prometheus is not installed (scripts/setup.sh installs it).
+Debian's prometheus is not installed (scripts/setup/setup.sh installs it).
 """
 
 import http.client
@@ -140,7 +140,7 @@ class MonitoringTest(testlib.ProcessTestCase):
     def test_prometheus_scrapes_a_job(self):
         if not PROMETHEUS or not PROMTOOL:
             self.skipTest("Debian's prometheus is not installed "
-                          "(bash scripts/setup.sh installs it)")
+                          "(bash scripts/setup/setup.sh installs it)")
         ps = [self.start_pserver_monitored("ps%d" % i) for i in range(2)]
         pservers = ",".join("127.0.0.1:%d" % p[1] for p in ps)
         targets = os.path.join(self.tmp, "targets.json")
@@ -242,8 +242,9 @@ class MonitoringTest(testlib.ProcessTestCase):
         present a certificate signed by it; plain HTTP and certificate-less
         clients get nothing, half-sent requests do not block a scrape."""
         certs = os.path.join(self.tmp, "certs")
-        subprocess.run(["bash", os.path.join(testlib.REPO, "scripts",
-                                             "make_certs.sh"), certs],
+        script = os.path.join(testlib.REPO, "scripts", "cluster",
+                              "make_certs.sh")
+        subprocess.run(["bash", script, certs],
                        check=True, stdout=subprocess.DEVNULL)
         c = lambda name: os.path.join(certs, name)
         mport = os.path.join(self.tmp, "ps.mport")

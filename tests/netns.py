@@ -48,7 +48,8 @@ def unavailable(iptables=False):
         _ip("link", "del", name[:15])
         if iptables:
             if not os.path.exists(IPTABLES):
-                return "no `iptables` command (scripts/setup.sh installs it)"
+                return ("no `iptables` command (scripts/setup/setup.sh "
+                        "installs it)")
             _ip("netns", "exec", name, IPTABLES, "-w", "-A", "INPUT", "-m",
                 "statistic", "--mode", "random", "--probability", "0.5",
                 "-j", "DROP")

@@ -14,8 +14,8 @@ loopback, compared with plain PyTorch:
 - bad arguments raise a clear exception and change nothing on the
   pservers; torchrun's variables place the trainer.
 
-Runs in the PyTorch virtualenv of scripts/setup_torch.sh (it starts itself
-again there when the interpreter that ran it has no torch):
+Runs in the PyTorch virtualenv of scripts/setup/python_venv.sh torch (it
+starts itself again there when the interpreter that ran it has no torch):
 
     python3 tests/python_torch_test.py [--bin_dir build] [-k name]
 """
@@ -40,7 +40,7 @@ DEEPFM = os.path.join(testlib.REPO, "examples", "torch_deepfm.py")
 def _reexec_with_torch():
     """Starts this program again in the virtualenv when torch is missing
     here; exits 77 (skipped) naming the fix when there is none, or fails
-    under CI, where scripts/setup.sh must have made it."""
+    under CI, where scripts/setup/setup.sh must have made it."""
     try:
         import torch  # noqa: F401
         return
@@ -49,8 +49,8 @@ def _reexec_with_torch():
     if os.path.realpath(sys.prefix) != os.path.realpath(VENV) and \
             os.access(VENV_PYTHON, os.X_OK):
         os.execv(VENV_PYTHON, [VENV_PYTHON] + sys.argv)
-    sys.stderr.write("no PyTorch: run scripts/setup_torch.sh (it makes %s)\n"
-                     % VENV_PYTHON)
+    sys.stderr.write("no PyTorch: run scripts/setup/python_venv.sh torch "
+                     "(it makes %s)\n" % VENV_PYTHON)
     sys.exit(1 if os.environ.get("CI") else testlib.SKIPPED_ALL)
 
 

@@ -40,9 +40,9 @@ class SecurityTest(testlib.ProcessTestCase):
 
     def make_certs(self, name):
         out = os.path.join(self.tmp, name)
-        subprocess.run(["bash", os.path.join(REPO, "scripts", "make_certs.sh"),
-                        out, "127.0.0.1,localhost"], check=True,
-                       stdout=subprocess.DEVNULL)
+        script = os.path.join(REPO, "scripts", "cluster", "make_certs.sh")
+        subprocess.run(["bash", script, out, "127.0.0.1,localhost"],
+                       check=True, stdout=subprocess.DEVNULL)
         return out
 
     def start_trainers(self, ports, extra, n=2, tag=""):
@@ -361,11 +361,12 @@ class SecurityTest(testlib.ProcessTestCase):
         self.stop_pservers([p])
 
     def test_make_peer_tokens_writes_what_the_pservers_read(self):
-        """scripts/make_peer_tokens.sh: a secret per pserver (mode 600)
+        """scripts/cluster/make_peer_tokens.sh: a secret per pserver (mode 600)
         and the identities file with each one's SHA-256, which a pserver
         takes; --add adds a pserver; bad addresses and a second run over
         the same folder are refused."""
-        script = os.path.join(REPO, "scripts", "make_peer_tokens.sh")
+        script = os.path.join(REPO, "scripts", "cluster",
+                              "make_peer_tokens.sh")
         out = os.path.join(self.tmp, "peers")
 
         def run(*args):

@@ -42,7 +42,7 @@ import testlib
 from testlib import clean_env, final_eval, read_json_lines, wait_for
 
 SCRIPT = os.path.join(testlib.REPO, "configs", "slurm", "shardps.sbatch")
-SWEEP = os.path.join(testlib.REPO, "scripts", "sweep.py")
+SWEEP = os.path.join(testlib.REPO, "scripts", "sweep", "sweep.py")
 MLP = os.path.join(testlib.REPO, "configs", "fmnist_mlp.pbtxt")
 # The daemons live in sbin, which a user's PATH may lack.
 SEARCH_PATH = os.pathsep.join(
@@ -562,10 +562,10 @@ class SlurmTest(testlib.ProcessTestCase):
         sys.stderr.write("[job ended %.1f s after the kill] " % took)
 
     def test_sweep(self):
-        """scripts/sweep.py --launcher=slurm: the pservers as one srun step,
-        each trial's trainers as another (their id from SLURM_PROCID), two
-        trials at once; every trial finishes, the trainers of a trial agree,
-        and no step is left running afterwards."""
+        """scripts/sweep/sweep.py --launcher=slurm: the pservers as one srun
+        step, each trial's trainers as another (their id from SLURM_PROCID),
+        two trials at once; every trial finishes, the trainers of a trial
+        agree, and no step is left running afterwards."""
         out = os.path.join(self.tmp, "sweep")
         r = subprocess.run(
             ["/usr/bin/python3", SWEEP, "--bin_dir", testlib.BIN_DIR,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""scripts/sweep.py: its search space, stopping rule and leaderboard
-(scripts/sweep_space.py, imported), and whole sweeps of short Fashion-MNIST
-trials on pservers it starts: a diverging trial stopped early, the outputs,
-an interrupted sweep resumed, another sweep refused in the same folder, bad
-arguments, trials that all fail.
+"""scripts/sweep/sweep.py: its search space, stopping rule and leaderboard
+(scripts/sweep/sweep_space.py, imported), and whole sweeps of short
+Fashion-MNIST trials on pservers it starts: a diverging trial stopped early,
+the outputs, an interrupted sweep resumed, another sweep refused in the same
+folder, bad arguments, trials that all fail.
 
     python3 tests/sweep_test.py [--bin_dir build] [-k pattern]
 
@@ -26,11 +26,11 @@ import unittest
 import testlib
 from testlib import clean_env, wait_for
 
-sys.path.insert(0, os.path.join(testlib.REPO, "scripts"))
+sys.path.insert(0, os.path.join(testlib.REPO, "scripts", "sweep"))
 import sweep_space  # noqa: E402
 from sweep_space import SpaceError  # noqa: E402
 
-SCRIPT = os.path.join(testlib.REPO, "scripts", "sweep.py")
+SCRIPT = os.path.join(testlib.REPO, "scripts", "sweep", "sweep.py")
 PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) \
     else sys.executable
 HAS_MATPLOTLIB = subprocess.run(

@@ -22,7 +22,7 @@ import time
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOCAL_CLUSTER = os.path.join(REPO, "scripts", "local_cluster.py")
+LOCAL_CLUSTER = os.path.join(REPO, "scripts", "cluster", "local_cluster.py")
 CONFIG = os.path.join(REPO, "configs", "fmnist_mlp.pbtxt")
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -282,7 +282,7 @@ class ProcessTestCase(unittest.TestCase):
 
     def run_cluster(self, own_args=(), trainer_args=(), timeout=120,
                     log_dir=None):
-        """Runs scripts/local_cluster.py to the end. Returns (completed
+        """Runs scripts/cluster/local_cluster.py to the end. Returns (completed
         process, summary dict)."""
         log_dir = log_dir or os.path.join(self.tmp, "logs")
         argv = [sys.executable, LOCAL_CLUSTER, "--bin_dir", BIN_DIR,

@@ -22,7 +22,8 @@ except ImportError as _native_missing:  # not built: the readers still work
         if name == "Job":
             raise ImportError(
                 "shardps.Job needs the native module, which is not built "
-                "(pip install ./python, or scripts/setup_python.sh): %s"
+                "(pip install ./python, or cmake --build build --target "
+                "shardps_native): %s"
                 % _job_import_error)
         raise AttributeError(name)
 

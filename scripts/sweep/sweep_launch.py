@@ -1,5 +1,5 @@
-"""How scripts/sweep.py starts pservers and trials: as local processes, or
-with Slurm's srun (inside or outside an allocation).
+"""How scripts/sweep/sweep.py starts pservers and trials: as local processes,
+or with Slurm's srun (inside or outside an allocation).
 
 Standard library only; Python 3.6 or newer.
 """
@@ -8,10 +8,14 @@ import binascii
 import os
 import shlex
 import signal
+import sys
 import time
 
-from cluster_processes import (Child, ClusterError, UsageError,
-                               describe_exit)
+# scripts/cluster/'s processes.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "cluster"))
+from cluster_processes import (Child, ClusterError,  # noqa: E402
+                               UsageError, describe_exit)
 
 START_TIMEOUT_S = 60
 STOP_GRACE_S = 10

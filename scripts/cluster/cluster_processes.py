@@ -1,7 +1,7 @@
-"""Processes of a local ShardPS cluster, for scripts/local_cluster.py: the
-children (pservers and trainers) in process groups of their own that die
-with this script, their logs, the lines of theirs worth showing, and how
-their exit statuses are described.
+"""Processes of a local ShardPS cluster, for scripts/cluster/local_cluster.py:
+the children (pservers and trainers) in process groups of their own that die
+with this script, their logs, the lines of theirs worth showing, and how their
+exit statuses are described.
 
 Standard library only; Python 3.6 or newer.
 """

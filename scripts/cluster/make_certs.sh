@@ -3,7 +3,7 @@
 # certificate, with openssl (docs/security.md). For test clusters, and as a
 # starting point: a production CA belongs to whoever runs the cluster.
 #
-#   scripts/make_certs.sh OUT_DIR [NAMES]
+#   scripts/cluster/make_certs.sh OUT_DIR [NAMES]
 #
 # NAMES: comma-separated host names and IP addresses that trainers dial the
 # pservers by (they go into the pserver certificate's subjectAltName);

@@ -6,8 +6,9 @@ each a single-process Adagrad logistic regression (tools/lr_baseline) given
 its own best learning rate and initial accumulator from a grid, at the job's
 global batch.
 
-    /usr/bin/python3 scripts/ctr_tuning.py --phase tune [--bin_dir build]
-    /usr/bin/python3 scripts/ctr_tuning.py --phase check [--bin_dir build]
+    /usr/bin/python3 scripts/sweep/ctr_tuning.py --phase tune [--bin_dir build]
+    /usr/bin/python3 scripts/sweep/ctr_tuning.py --phase check \
+        [--bin_dir build]
 
 With sparse_input { gradient_mean: STEP_TRAINERS } ShardPS trains exactly as
 lr_baseline does at the same settings (tests/ctr_test.py), so --phase tune
@@ -24,7 +25,7 @@ lr and log accumulator), and prints the best rules with their leave-one-out
 gaps. configs/ctr_lr.pbtxt carries the chosen rule (b = c = -0.5, e = 1,
 f = -1: trainer/optimizer_adaptation.h) with k and A rounded.
 --phase check runs configs/ctr_lr.pbtxt as it is (2 pservers, 2 sync
-trainers of batch 256, through scripts/sweep.py) on the held-out settings
+trainers of batch 256, through scripts/sweep/sweep.py) on the held-out settings
 and prints its gap to the baseline's best there. Markdown tables on stdout;
 data, grids and sweeps stay in --work_dir (default
 /tmp/shardps-ctr-tuning), and what is done there is not run again.
@@ -32,7 +33,6 @@ data, grids and sweeps stay in --work_dir (default
 
 import argparse
 import concurrent.futures
-import csv
 import glob
 import hashlib
 import itertools
@@ -43,7 +43,9 @@ import re
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from sweep_results import read_csv
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIG = os.path.join(REPO, "configs", "ctr_lr.pbtxt")
 
 # name -> gen_ctr_data flags. They differ in field count, vocabulary, Zipf
@@ -222,7 +224,7 @@ def sweep(args, name, train, test, grid):
     with open(CONFIG, "rb") as f:
         tag = hashlib.sha1(f.read() + " ".join(grid).encode()).hexdigest()[:8]
     out = os.path.join(args.work_dir, "sweeps", "%s-%s" % (name, tag))
-    argv = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"),
+    argv = [sys.executable, os.path.join(REPO, "scripts", "sweep", "sweep.py"),
             "--bin_dir", args.bin_dir, "--config", CONFIG, "--out_dir", out,
             "--metric", "test_auc", "--trainers_per_trial", str(TRAINERS),
             "--parallel", "1", "--early_stopping", "none", "--no_plot"]
@@ -231,8 +233,8 @@ def sweep(args, name, train, test, grid):
     argv += ["--", "--train_data=" + train, "--test_data=" + test,
              "--batch_size=%d" % TRAINER_BATCH]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    with open(os.path.join(out, "trials.csv")) as f:
-        return out, [r for r in csv.DictReader(f) if r["status"] == "done"]
+    return out, [r for r in read_csv(os.path.join(out, "trials.csv"))
+                 if r["status"] == "done"]
 
 
 def tune(args):

@@ -3,12 +3,12 @@
 # library they need except CUDA's own, into one archive that runs on a GPU
 # machine which has none of the project's Debian libraries:
 #
-#   bash scripts/gpu_bundle.sh            # build, pack, self-test
-#   bash scripts/gpu_bundle.sh --no-test  # build and pack only
+#   bash scripts/gpu/gpu_bundle.sh            # build, pack, self-test
+#   bash scripts/gpu/gpu_bundle.sh --no-test  # build and pack only
 #
 # Writes out/gpu/shardps-gpu.tar.xz (out/ is ignored by git) and, beside it,
 # out/gpu/fashion-mnist/ (the Fashion-MNIST files the check trains on, from
-# Debian's dataset-fashion-mnist). scripts/gpu_check.sh unpacks and runs it
+# Debian's dataset-fashion-mnist). scripts/gpu/gpu_check.sh unpacks and runs it
 # (docs/cuda.md, "The device check"); carry out/gpu to the device machine.
 #
 # The archive holds shardps-gpu/:
@@ -30,7 +30,7 @@
 # folder; OUT_DIR (default out/gpu) where the archive goes.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$REPO/build-gpu}"
 OUT_DIR="${OUT_DIR:-$REPO/out/gpu}"
 SELF_TEST=1
@@ -52,7 +52,7 @@ PROGRAMS=(pserver/pserver trainer/trainer tools/step_timer
 # cuDNN (gpu_check.sh finds them, e.g. in PyTorch's nvidia/ packages).
 CUDA_LIBS='^lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nvrtc[-a-z_.0-9]*|nvJitLink|nvidia-[a-z-]*)\.so'
 
-bash "$REPO/scripts/setup.sh" >&2
+bash "$REPO/scripts/setup/setup.sh" >&2
 for tool in strip xz tar ldd; do
   command -v "$tool" >/dev/null || die "$tool is needed (apt-get install binutils xz-utils)"
 done
@@ -153,6 +153,6 @@ say "bundle $(mib "$packed") MiB ($(mib "$unpacked") MiB unpacked," \
     "with the working tree)"
 
 if [ "$SELF_TEST" = 1 ]; then
-  bash "$REPO/scripts/gpu_bundle_test.sh" "$archive"
+  bash "$REPO/scripts/gpu/gpu_bundle_test.sh" "$archive"
 fi
 echo "$archive"

@@ -1,5 +1,5 @@
-"""scripts/sweep.py --launcher=k8s: each trial is an Indexed Job made from
-the trainer Job of configs/k8s (or --k8s_job_template), on the pservers of
+"""scripts/sweep/sweep.py --launcher=k8s: each trial is an Indexed Job made
+from the trainer Job of configs/k8s (or --k8s_job_template), on the pservers of
 the StatefulSet (or --pservers), with kubectl.
 
 Per trial the Job gets its own name (shardps-<sweep>-t<id>a<attempt>), the
@@ -21,9 +21,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
-from cluster_processes import Child, UsageError
+# scripts/cluster/'s processes.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "cluster"))
+from cluster_processes import Child, UsageError  # noqa: E402
 
 POLL_S = 2.0  # between `kubectl get job` calls, per trial
 JOB_LABEL = "batch.kubernetes.io/job-name"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Tests a bundle of scripts/gpu_bundle.sh on this machine, as far as a
+# Tests a bundle of scripts/gpu/gpu_bundle.sh on this machine, as far as a
 # machine without a GPU allows (gpu_bundle.sh runs it after packing):
 #
-#   bash scripts/gpu_bundle_test.sh [out/gpu/shardps-gpu.tar.xz]
+#   bash scripts/gpu/gpu_bundle_test.sh [out/gpu/shardps-gpu.tar.xz]
 #
 #  1. unpacks it into a fresh temporary folder;
 #  2. every program starts there with an empty environment (no
@@ -11,17 +11,18 @@
 #     but CUDA's (/proc/PID/maps): the bundle's loader, C library and
 #     libstdc++, not the system's;
 #  4. a short CPU job of the bundled programs (1 pserver, 2 sync trainers,
-#     60 steps of configs/fmnist_mlp.pbtxt through scripts/local_cluster.py)
+#     60 steps of configs/fmnist_mlp.pbtxt through
+#     scripts/cluster/local_cluster.py)
 #     ends with a test accuracy;
 #  5. without a GPU, the bundled trainer's --use_gpu and step_timer's
 #     --describe refuse with CUDA's reason, and the CUDA tests skip;
-#  6. scripts/gpu_check.sh on this bundle checks steps 1 to 4 and stops at
+#  6. scripts/gpu/gpu_check.sh on this bundle checks steps 1 to 4 and stops at
 #     the GPU step with status 3 and its message.
 # Where this machine has a GPU, 5 and 6 are left to gpu_check.sh. Exit
 # status 0 when every check passed, 1 otherwise.
 set -uo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 ARCHIVE="${1:-$REPO/out/gpu/shardps-gpu.tar.xz}"
 DATA="$(dirname "$ARCHIVE")/fashion-mnist"
 FAILS=0
@@ -29,7 +30,7 @@ say() { echo "gpu_bundle_test: $*" >&2; }
 ok() { say "ok: $*"; }
 bad() { say "FAILED: $*"; FAILS=$((FAILS + 1)); }
 
-[ -f "$ARCHIVE" ] || { say "no bundle at $ARCHIVE (bash scripts/gpu_bundle.sh)"; exit 1; }
+[ -f "$ARCHIVE" ] || { say "no bundle at $ARCHIVE (bash scripts/gpu/gpu_bundle.sh)"; exit 1; }
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/shardps-bundle-test-XXXX")"
 PIDS=()
 cleanup() {
@@ -101,7 +102,7 @@ fi
 
 # 4: a short job of the bundled programs.
 PY="$(command -v python3 || echo /usr/bin/python3)"
-if out="$(cd "$TMP" && env -i PATH=/usr/bin:/bin HOME="$TMP" "$PY" "$REPO/scripts/local_cluster.py" \
+if out="$(cd "$TMP" && env -i PATH=/usr/bin:/bin HOME="$TMP" "$PY" "$REPO/scripts/cluster/local_cluster.py" \
     --pservers 1 --trainers 2 --config "$REPO/configs/fmnist_mlp.pbtxt" \
     --bin_dir "$B" --log_dir "$TMP/job" --timeout 300 -- --mode=sync \
     --max_steps=60 --progress=off \
@@ -115,7 +116,8 @@ fi
 
 # 5 and 6: no GPU here.
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-  say "this machine has a GPU: the refusals are not tested; run scripts/gpu_check.sh"
+  say "this machine has a GPU: the refusals are not tested;" \
+      "run scripts/gpu/gpu_check.sh"
 else
   out="$(clean "$B/bin/trainer" --use_gpu --pservers=127.0.0.1:1 --trainer_id=0 \
     --num_gradient_servers=1 --config="$REPO/configs/fmnist_mlp.pbtxt" 2>&1)"
@@ -133,7 +135,7 @@ else
       ok "$t skips: $(echo "$out" | grep -m1 'no CUDA device')" ||
       bad "$t without a GPU (status $rc): $(echo "$out" | tail -3)"
   done
-  out="$(bash "$REPO/scripts/gpu_check.sh" --bundle "$ARCHIVE" --data "$DATA" --out "$TMP/check" 2>&1)"
+  out="$(bash "$REPO/scripts/gpu/gpu_check.sh" --bundle "$ARCHIVE" --data "$DATA" --out "$TMP/check" 2>&1)"
   rc=$?
   if [ $rc = 3 ] && echo "$out" | grep -q "no usable GPU here: steps 1 to 4 passed" &&
       [ "$(grep -c $'\tPASS\t' <(tar -xzOf "$TMP/check/logs.tar.gz" logs/steps.tsv))" = 4 ]; then

@@ -9,21 +9,20 @@ and on 2 threads, interleaved over --repeats rounds; prints the medians as
 a markdown table. Makes the CTR data with build/tools/gen_ctr_data
 --field_in_high_bits when --data has none.
 
-    python3 scripts/bench_deepfm.py [--repeats 3] [--passes 1]
+    python3 scripts/bench/bench_deepfm.py [--repeats 3] [--passes 1]
         [--data /tmp/shardps-ctr-dnn] [--bin_dir build]
 """
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
 import bench_e2e
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(REPO, "examples", "torch_deepfm.py")
 # The PyTorch virtualenv's interpreter, found as bench_e2e.py finds it.
 VENV_PYTHON = bench_e2e.TORCH_VENV_PYTHON
@@ -41,8 +40,8 @@ def parse_args():
     if a.repeats < 1 or a.passes < 1:
         p.error("--repeats and --passes must be at least 1")
     if not os.access(VENV_PYTHON, os.X_OK):
-        p.error("no PyTorch virtualenv at %s (scripts/setup_torch.sh)" %
-                VENV_PYTHON)
+        p.error("no PyTorch virtualenv at %s (bash "
+                "scripts/setup/python_venv.sh torch)" % VENV_PYTHON)
     return a
 
 
@@ -77,7 +76,7 @@ def run_plain(a, threads):
 def run_shardps(a, tmp, flags):
     log_dir = tempfile.mkdtemp(dir=tmp)
     subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "local_cluster.py"),
+        [sys.executable, bench_e2e.LOCAL_CLUSTER,
          "--pservers", "2", "--trainers", "2", "--bin_dir", a.bin_dir,
          "--log_dir", log_dir, "--quiet", "--python", EXAMPLE, "--",
          "--progress=off", "--num_passes=%d" % a.passes,

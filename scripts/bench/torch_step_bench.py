@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Times a ShardPS config's model in PyTorch, for tools/step_timer.
 
-    python3 scripts/torch_step_bench.py --config configs/fmnist_cnn.pbtxt \\
-        [--device cuda] [--steps 200] [--warmup_steps 20]
+    python3 scripts/bench/torch_step_bench.py \\
+        --config configs/fmnist_cnn.pbtxt [--device cuda] [--steps 200] [--warmup_steps 20]
 
 Builds the config's dense layers (FULLY_CONNECTED, CONV2D, MAX_POOL,
 AVG_POOL, RELU, SIGMOID, TANH, FLATTEN, DROPOUT) as a torch.nn.Sequential
@@ -79,72 +79,82 @@ def parse_pbtxt(text):
 
 def build_model(torch, config, input_dim=784, num_classes=10):
     """(torch.nn.Sequential, input shape without the batch) of a config."""
-    nn = torch.nn
-    shape = config.get("input_shape")
-    image = any(l.get("type") in ("CONV2D", "MAX_POOL", "AVG_POOL")
-                for l in config.get("layers", []))
-    if shape:
-        cur = [shape["channels"], shape["height"], shape["width"]]
-    elif image:
-        side = int(round(input_dim ** 0.5))
-        cur = [1, side, side]
-    else:
-        cur = [input_dim]
+    cur = input_shape(config, input_dim)
     in_shape = tuple(cur)
     mods = []
     for layer in config.get("layers", []):
-        t = layer.get("type")
-        if t == "FULLY_CONNECTED":
-            n_in = 1
-            for d in cur:
-                n_in *= d
-            if len(cur) > 1:
-                mods.append(nn.Flatten())
-            mods.append(nn.Linear(n_in, layer["output_dim"]))
-            cur = [layer["output_dim"]]
-        elif t == "CONV2D":
-            k = layer["kernel_size"]
-            s = layer.get("stride", 1) or 1
-            p = layer.get("padding", 0)
-            mods.append(nn.Conv2d(cur[0], layer["filters"], k, stride=s,
-                                  padding=p))
-            cur = [layer["filters"], (cur[1] + 2 * p - k) // s + 1,
-                   (cur[2] + 2 * p - k) // s + 1]
-        elif t in ("MAX_POOL", "AVG_POOL"):
-            k = layer["pool_size"]
-            s = layer.get("stride", 0) or k
-            p = layer.get("padding", 0)
-            if t == "MAX_POOL":
-                mods.append(nn.MaxPool2d(k, stride=s, padding=p))
-            else:
-                mods.append(nn.AvgPool2d(k, stride=s, padding=p,
-                                         count_include_pad=True))
-            cur = [cur[0], (cur[1] + 2 * p - k) // s + 1,
-                   (cur[2] + 2 * p - k) // s + 1]
-        elif t == "RELU":
-            mods.append(nn.ReLU())
-        elif t == "SIGMOID":
-            mods.append(nn.Sigmoid())
-        elif t == "TANH":
-            mods.append(nn.Tanh())
-        elif t == "FLATTEN":
-            mods.append(nn.Flatten())
-            n = 1
-            for d in cur:
-                n *= d
-            cur = [n]
-        elif t == "DROPOUT":
-            mods.append(nn.Dropout(layer.get("dropout_rate", 0.0)))
-        else:
-            raise ValueError("layer %s: type %s has no PyTorch equivalent here"
-                             % (layer.get("name", "?"), t))
+        layer_mods, cur = layer_modules(torch.nn, layer, cur)
+        mods += layer_mods
     loss = config.get("loss", {}).get("type", "SOFTMAX_CROSS_ENTROPY")
     if loss != "SOFTMAX_CROSS_ENTROPY":
         raise ValueError("loss %s: only SOFTMAX_CROSS_ENTROPY here" % loss)
     if cur != [num_classes]:
         raise ValueError("the model ends in %s values, not %d classes" %
                          (cur, num_classes))
-    return nn.Sequential(*mods), in_shape
+    return torch.nn.Sequential(*mods), in_shape
+
+
+def input_shape(config, input_dim):
+    """The shape of one example, as the trainer reads it: the config's
+    input_shape, a square image for a model with image layers, else flat."""
+    shape = config.get("input_shape")
+    image = any(l.get("type") in ("CONV2D", "MAX_POOL", "AVG_POOL")
+                for l in config.get("layers", []))
+    if shape:
+        return [shape["channels"], shape["height"], shape["width"]]
+    if image:
+        side = int(round(input_dim ** 0.5))
+        return [1, side, side]
+    return [input_dim]
+
+
+def flat_size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def window_out(size, k, s, p):
+    """Output size of a convolution or pooling window along one side."""
+    return (size + 2 * p - k) // s + 1
+
+
+ACTIVATIONS = {"RELU": "ReLU", "SIGMOID": "Sigmoid", "TANH": "Tanh"}
+
+
+def layer_modules(nn, layer, cur):
+    """([torch.nn modules], output shape) of one config layer that takes
+    inputs of shape `cur`."""
+    t = layer.get("type")
+    if t == "FULLY_CONNECTED":
+        mods = [nn.Flatten()] if len(cur) > 1 else []
+        out = layer["output_dim"]
+        return mods + [nn.Linear(flat_size(cur), out)], [out]
+    if t == "CONV2D":
+        k = layer["kernel_size"]
+        s = layer.get("stride", 1) or 1
+        p = layer.get("padding", 0)
+        return ([nn.Conv2d(cur[0], layer["filters"], k, stride=s,
+                           padding=p)],
+                [layer["filters"], window_out(cur[1], k, s, p),
+                 window_out(cur[2], k, s, p)])
+    if t in ("MAX_POOL", "AVG_POOL"):
+        k = layer["pool_size"]
+        s = layer.get("stride", 0) or k
+        p = layer.get("padding", 0)
+        pool = (nn.MaxPool2d(k, stride=s, padding=p) if t == "MAX_POOL" else
+                nn.AvgPool2d(k, stride=s, padding=p, count_include_pad=True))
+        return [pool], [cur[0], window_out(cur[1], k, s, p),
+                        window_out(cur[2], k, s, p)]
+    if t in ACTIVATIONS:
+        return [getattr(nn, ACTIVATIONS[t])()], cur
+    if t == "FLATTEN":
+        return [nn.Flatten()], [flat_size(cur)]
+    if t == "DROPOUT":
+        return [nn.Dropout(layer.get("dropout_rate", 0.0))], cur
+    raise ValueError("layer %s: type %s has no PyTorch equivalent here"
+                     % (layer.get("name", "?"), t))
 
 
 def make_optimizer(torch, config, params):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs a ShardPS job on this machine: P pservers and N trainers.
 
-    python3 scripts/local_cluster.py --pservers 2 --trainers 2 \\
+    python3 scripts/cluster/local_cluster.py --pservers 2 --trainers 2 \\
         --config configs/fmnist_mlp.pbtxt -- --mode=async --num_passes=3
 
 Starts the pservers on free loopback ports (pserver --port=0 --port_file=...),
@@ -35,15 +35,17 @@ Standard library only; Python 3.6 or newer.
 """
 
 import argparse
+import glob
 import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # Flags of the trainer that this script sets itself.
 OWNED_TRAINER_FLAGS = ("pservers", "trainer_id", "num_gradient_servers",
@@ -55,8 +57,7 @@ from cluster_processes import (PROG, Child, ClusterError, Interrupted,
                                flag_in, say, split_at_dashes)
 
 
-def parse_args(argv):
-    own, extra = split_at_dashes(argv)
+def make_parser():
     p = argparse.ArgumentParser(
         prog="local_cluster.py",
         description="Run P pservers and N trainers of ShardPS on this "
@@ -77,12 +78,19 @@ def parse_args(argv):
     p.add_argument("--python", default=None, metavar="SCRIPT",
                    help="trainers run this Python script (e.g. "
                    "examples/torch_mlp.py) in the PyTorch virtualenv "
-                   "(scripts/setup_torch.sh; SHARDPS_TORCH_VENV) with "
+                   "(SHARDPS_TORCH_VENV; made the first time, by "
+                   "scripts/setup/python_venv.sh torch) with "
                    "--pservers, --trainer_id and --num_trainers, instead of "
                    "the trainer binary and --config (docs/python.md)")
     p.add_argument("--bin_dir", default=os.path.join(REPO, "build"),
                    help="build folder holding pserver/pserver and "
                    "trainer/trainer (default build/ of this repository)")
+    add_run_args(p)
+    return p
+
+
+def add_run_args(p):
+    """Where the logs go, how long the job may take, what it shows."""
     p.add_argument("--log_dir", default=None,
                    help="folder for every log (default: a fresh "
                    "/tmp/shardps-XXXX)")
@@ -103,6 +111,11 @@ def parse_args(argv):
                    "(default: stop everything, as mpirun and torchrun do)")
     p.add_argument("--quiet", action="store_true",
                    help="do not show trainer 0's output on the terminal")
+
+
+def parse_args(argv):
+    own, extra = split_at_dashes(argv)
+    p = make_parser()
     a = p.parse_args(own)
     a.extra = extra
     if a.pservers == "beside":
@@ -118,6 +131,25 @@ def parse_args(argv):
     if a.timeout < 0 or a.start_timeout <= 0:
         p.error("--timeout must be >= 0 and --start_timeout > 0")
     return a
+
+
+def torch_venv_python():
+    """The PyTorch virtualenv's interpreter; the first time, makes the
+    virtualenv (scripts/setup/python_venv.sh torch says what it downloads
+    and why)."""
+    venv = os.environ.get("SHARDPS_TORCH_VENV", os.path.expanduser(
+        "~/.cache/shardps/torch-venv"))
+    python = os.path.join(venv, "bin", "python")
+    if not os.access(python, os.X_OK):
+        say("--python: no PyTorch virtualenv at %s yet; making it once" %
+            venv)
+        script = os.path.join(REPO, "scripts", "setup", "python_venv.sh")
+        if subprocess.call(["bash", script, "torch"]) != 0 or \
+                not os.access(python, os.X_OK):
+            raise UsageError("--python: no PyTorch virtualenv at %s (bash "
+                             "%s torch failed; its message is above)" %
+                             (venv, script))
+    return python
 
 
 class Cluster(object):
@@ -178,18 +210,20 @@ class Cluster(object):
             a.metrics_dir = a.log_dir
 
     def prepare_python(self):
-        """--python: the virtualenv's interpreter, and python/ of this
-        repository first on the trainers' path."""
+        """--python: the virtualenv's interpreter (made the first time),
+        and python/ of this repository first on the trainers' path."""
         a = self.args
         a.python = os.path.abspath(a.python)
         if not os.path.isfile(a.python):
             raise UsageError("--python=%s: no such file" % a.python)
-        venv = os.environ.get("SHARDPS_TORCH_VENV", os.path.expanduser(
-            "~/.cache/shardps/torch-venv"))
-        self.python_bin = os.path.join(venv, "bin", "python")
-        if not os.access(self.python_bin, os.X_OK):
-            raise UsageError("--python: no PyTorch virtualenv at %s (make it "
-                             "with scripts/setup_torch.sh)" % venv)
+        if not glob.glob(os.path.join(REPO, "python", "shardps",
+                                      "_native*.so")):
+            raise UsageError(
+                "--python: shardps._native is not built; build it with "
+                "cmake --build %s --target shardps_native (it needs Debian's "
+                "pybind11-dev and python3-dev: bash scripts/setup/setup.sh)"
+                % a.bin_dir)
+        self.python_bin = torch_venv_python()
         path = os.path.join(REPO, "python")
         if os.environ.get("PYTHONPATH"):
             path += os.pathsep + os.environ["PYTHONPATH"]

@@ -5,9 +5,9 @@ batch 64 per trainer, 2 trainers, 3 passes.
 
 Runs ShardPS (1 and 2 pservers, sync and async) and, when the interpreter
 of --torch_python has torch (default: the virtualenv of
-scripts/setup_torch.sh), the same model in PyTorch trained on ShardPS
-(examples/torch_mlp.py, docs/python.md), PyTorch single-process and DDP
-(scripts/torch_fmnist.py) on the same machine, interleaved over
+scripts/setup/python_venv.sh torch), the same model in PyTorch trained on
+ShardPS (examples/torch_mlp.py, docs/python.md), PyTorch single-process and
+DDP (scripts/bench/torch_fmnist.py) on the same machine, interleaved over
 --repeats rounds, and prints the medians as a markdown table: samples/s over
 the training loop (both trainers together) and the test accuracy after each
 pass. With --baseline_bin_dir, every ShardPS run is also run with the
@@ -15,8 +15,9 @@ binaries there (another build, say of the commit before a change), in the
 same rounds, so that before and after compare within one run (which of
 the two goes first alternates from round to round).
 
-    python3 scripts/bench_e2e.py [--repeats 3] [--passes 3] [--bin_dir build]
-        [--baseline_bin_dir /tmp/before/build] [--only sync] [--no_torch]
+    python3 scripts/bench/bench_e2e.py [--repeats 3] [--passes 3] \
+        [--bin_dir build] [--baseline_bin_dir /tmp/before/build] \
+        [--only sync] [--no_torch]
 """
 
 import argparse
@@ -28,20 +29,22 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TORCH_SCRIPT = os.path.join(REPO, "scripts", "torch_fmnist.py")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TORCH_SCRIPT = os.path.join(REPO, "scripts", "bench", "torch_fmnist.py")
+LOCAL_CLUSTER = os.path.join(REPO, "scripts", "cluster", "local_cluster.py")
 
 
 def run_cluster(bin_dir, pservers, trainer_flags, tmp, timeout=900,
                 steps=None, python=None):
     """Runs configs/fmnist_mlp.pbtxt on `pservers` pservers and 2 trainers
-    with scripts/local_cluster.py; returns {trainer id: [eval lines]}, and
-    appends the trainers' step lines to `steps` if given. With `python`, the
-    trainers are that Python script (local_cluster.py --python).
-    scripts/compression_e2.py uses it too."""
+    with scripts/cluster/local_cluster.py; returns {trainer id: [eval
+    lines]}, and appends the trainers' step lines to `steps` if given. With
+    `python`, the trainers are that Python script (local_cluster.py
+    --python).
+    scripts/bench/compression_bytes_accuracy.py uses it too."""
     log_dir = tempfile.mkdtemp(dir=tmp)
     metrics = os.path.join(log_dir, "metrics")
-    cmd = [sys.executable, os.path.join(REPO, "scripts", "local_cluster.py"),
+    cmd = [sys.executable, LOCAL_CLUSTER,
            "--pservers", str(pservers), "--trainers", "2",
            "--config", os.path.join(REPO, "configs", "fmnist_mlp.pbtxt"),
            "--bin_dir", bin_dir, "--log_dir", log_dir,
@@ -86,7 +89,7 @@ def run_shardps(bin_dir, args, pservers, mode, tmp, extra=(), python=None):
 
 
 def run_torch(args, mode):
-    """PyTorch from scripts/torch_fmnist.py: `ddp` (2 processes, gloo) or
+    """PyTorch from scripts/bench/torch_fmnist.py: `ddp` (2 processes, gloo) or
     `single` (one process with one thread, the figure ShardPS aims at in the
     end)."""
     cmd = [args.torch_python, TORCH_SCRIPT, "--mode", mode,
@@ -147,7 +150,8 @@ def parse_args():
     p.add_argument("--torch_python",
                    default=TORCH_VENV_PYTHON if os.access(
                        TORCH_VENV_PYTHON, os.X_OK) else "/usr/bin/python3",
-                   help="the interpreter that runs scripts/torch_fmnist.py")
+                   help="the interpreter that runs "
+                   "scripts/bench/torch_fmnist.py")
     p.add_argument("--no_torch", action="store_true")
     args = p.parse_args()
     for d in [args.bin_dir] + ([args.baseline_bin_dir]

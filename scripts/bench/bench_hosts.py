@@ -13,8 +13,8 @@ Layouts (--layouts):
            carries what a ring all-reduce carries, the local share goes
            through shared memory
 each with every --compressions (none, bf16, threshold), against PyTorch DDP
-(gloo, scripts/torch_fmnist.py --rank) with a rank in each trainer's host,
-on every --links (unshaped, 10g, 1g).
+(gloo, scripts/bench/torch_fmnist.py --rank) with a rank in each trainer's
+host, on every --links (unshaped, 10g, 1g).
 
 Prints one line per run, then a markdown table per link: samples/s (both
 trainers), the ratio to DDP on that link, test accuracy after each pass,
@@ -27,7 +27,7 @@ too). --out DIR also writes results.json and each run's logs there.
 Needs root (namespaces, tc), iproute2 and util-linux (unshare), Debian's
 python3-torch for DDP (else --no_ddp). Run as:
 
-    sudo /usr/bin/python3 scripts/bench_hosts.py [--links unshaped,1g]
+    sudo /usr/bin/python3 scripts/bench/bench_hosts.py [--links unshaped,1g]
         [--layouts 1ps,beside] [--compressions none,bf16] [--passes 2]
         [--repeats 1] [--bin_dir build] [--out DIR]
 """
@@ -44,11 +44,11 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 import netns  # noqa: E402
 
-TORCH_SCRIPT = os.path.join(REPO, "scripts", "torch_fmnist.py")
+TORCH_SCRIPT = os.path.join(REPO, "scripts", "bench", "torch_fmnist.py")
 CONFIG = os.path.join(REPO, "configs", "fmnist_mlp.pbtxt")
 BATCH = 64  # per trainer, the config's
 TRAINERS = 2
@@ -248,6 +248,11 @@ def shardps_run(a, layout, compression, link, log_dir):
         sent, received = run.traffic()
     finally:
         run.close()
+    return shardps_figures(a, read_evals(log_dir), sent, received)
+
+
+def read_evals(log_dir):
+    """{trainer id: [its eval line of each pass]} from the metrics files."""
     evals = {}
     for path in glob.glob(os.path.join(log_dir, "trainer-*.jsonl")):
         with open(path) as f:
@@ -259,7 +264,12 @@ def shardps_run(a, layout, compression, link, log_dir):
     if sorted(evals) != list(range(TRAINERS)):
         raise RuntimeError("no evaluation lines from every trainer in " +
                            log_dir)
-    evals = {k: [e[p] for p in sorted(e)] for k, e in evals.items()}
+    return {k: [e[p] for p in sorted(e)] for k, e in evals.items()}
+
+
+def shardps_figures(a, evals, sent, received):
+    """A run's samples/s, accuracy and seconds per pass, and bytes a
+    trainer pushed and pulled and the busiest link carried, per pass."""
     last = [e[-1] for e in evals.values()]
     seconds = max(e["train_seconds"] for e in last)
     samples = sum(e["step"] * BATCH for e in last)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The table of a scripts/gpu_check.sh run, from its logs folder.
+"""The table of a scripts/gpu/gpu_check.sh run, from its logs folder.
 
-    python3 scripts/gpu_check_summary.py LOGS --md summary.md --json s.json
-    python3 scripts/gpu_check_summary.py --one_run LOGS/train/fmnist_mlp-gpu-1
+    python3 scripts/gpu/gpu_check_summary.py LOGS --md summary.md --json s.json
+    python3 scripts/gpu/gpu_check_summary.py \
+        --one_run LOGS/train/fmnist_mlp-gpu-1
 
 LOGS holds what gpu_check.sh wrote: steps.tsv (one row a step: name,
 PASS/FAIL, seconds, note), MANIFEST, gpu-describe.log, train/NAME/ (a

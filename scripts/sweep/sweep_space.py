@@ -1,5 +1,5 @@
-"""The logic of scripts/sweep.py, apart from processes: the search space and
-its trials, the trainer arguments of a trial, the median stopping rule and
+"""The logic of scripts/sweep/sweep.py, apart from processes: the search space
+and its trials, the trainer arguments of a trial, the median stopping rule and
 the leaderboard.
 
 Standard library only; Python 3.6 or newer.

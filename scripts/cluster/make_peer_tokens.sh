@@ -2,8 +2,8 @@
 # Makes a token per pserver, and the identities file every pserver reads
 # (docs/security.md, "Each pserver its own token"):
 #
-#   scripts/make_peer_tokens.sh OUT_DIR ADDRESS...
-#   scripts/make_peer_tokens.sh --add OUT_DIR ADDRESS...   (more pservers)
+#   scripts/cluster/make_peer_tokens.sh OUT_DIR ADDRESS...
+#   scripts/cluster/make_peer_tokens.sh --add OUT_DIR ADDRESS...  (more)
 #
 # ADDRESS: host:port as the trainers' --pservers names the pserver.
 # Writes into OUT_DIR (created, mode 700):

@@ -2,8 +2,8 @@
 """Runs a hyper-parameter sweep: many small ShardPS jobs on one set of
 pservers, K at a time, stopping bad trials early.
 
-    /usr/bin/python3 scripts/sweep.py --config configs/fmnist_mlp.pbtxt \\
-        --out_dir sweeps/lr --grid optimizer.learning_rate=0.01,0.05,0.2 \\
+    /usr/bin/python3 scripts/sweep/sweep.py \\
+        --config configs/fmnist_mlp.pbtxt --out_dir sweeps/lr --grid optimizer.learning_rate=0.01,0.05,0.2 \\
         --grid batch_size=32,128 --parallel 2 -- --num_passes=1
 
 Each trial is a job of its own (--job_id=<sweep>-t<trial>a<attempt>) on the
@@ -11,7 +11,7 @@ same pservers: the local launcher starts --num_pservers of them on loopback
 (or uses --pservers=host:port,... already running); --launcher=slurm starts
 them, and each trial's trainers, with srun; --launcher=k8s makes each trial
 an Indexed Job from the trainer Job of configs/k8s, on the StatefulSet's
-pservers (scripts/sweep_k8s.py). A trial's parameters reach its
+pservers (scripts/sweep/sweep_k8s.py). A trial's parameters reach its
 trainers as flags: a plain name is a trainer flag (batch_size ->
 --batch_size=V), a name with '.' or '[' a config path (given as
 --config_set=path=V; docs/config.md). Arguments after -- go to every
@@ -56,20 +56,23 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# This folder's modules, and scripts/cluster/'s processes.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "cluster")]
 import sweep_space  # noqa: E402
 from cluster_processes import (ClusterError, Interrupted,  # noqa: E402
                                UsageError, describe_status, find_binary,
                                format_tail, split_at_dashes)
 import sweep_launch  # noqa: E402
+from sweep_results import (ENDED, STATE_FILE, new_history,  # noqa: E402
+                           pyplot, read_metrics, trial_dir)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(HERE))
 STATE_VERSION = 1
 # A trainer refused because the pservers hold --max_jobs jobs.
 FULL = re.compile(r"RESOURCE_EXHAUSTED.*holds \d+ jobs already")
 RETRY_S = 5.0
 STOPPED_AT = re.compile(r"stopped by a signal at step (\d+)")
-ENDED = ("done", "stopped", "failed")
 
 
 def make_parser():
@@ -190,7 +193,7 @@ class Sweep(object):
     def __init__(self, args):
         self.args = args
         self.dir = os.path.abspath(args.out_dir)
-        self.path = os.path.join(self.dir, "sweep.json")
+        self.path = os.path.join(self.dir, STATE_FILE)
         self.name = re.sub(r"[^A-Za-z0-9.-]", "-",
                            os.path.basename(self.dir.rstrip("/")))[:40]
         with open(args.config, "rb") as f:  # a changed config is another sweep
@@ -234,35 +237,7 @@ class Sweep(object):
         os.replace(tmp, self.path)
 
     def trial_dir(self, t):
-        return os.path.join(self.dir, "trials", "%03d" % t["id"])
-
-
-def read_metrics(path, history):
-    """Adds the new lines of a trainer's metrics file to `history` (a dict
-    with offset, steps [(samples, loss)], evals, last_step)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(history["offset"])
-            data = f.read()
-    except OSError:
-        return
-    end = data.rfind(b"\n") + 1
-    history["offset"] += end
-    for raw in data[:end].splitlines():
-        try:
-            line = json.loads(raw.decode("utf-8", "replace"))
-        except ValueError:
-            continue
-        if line.get("event") == "step":
-            history["steps"].append((line.get("samples", 0),
-                                     line.get("train_loss")))
-            history["last_step"] = line
-        elif line.get("event") == "eval":
-            history["evals"].append(line)
-
-
-def new_history():
-    return {"offset": 0, "steps": [], "evals": [], "last_step": None}
+        return trial_dir(self.dir, t["id"])
 
 
 # Running -------------------------------------------------------------------
@@ -440,14 +415,8 @@ def write_outputs(sweep, history):
 
 
 def plot(sweep, history):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("sweep: no curves.png: matplotlib is missing (apt-get install "
-              "python3-matplotlib; run with /usr/bin/python3)",
-              file=sys.stderr)
+    plt = pyplot("sweep", "curves.png")
+    if plt is None:
         return
     metric = sweep.args.metric
     ranked = sweep_space.rank(sweep.trials, metric)

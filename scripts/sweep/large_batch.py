@@ -20,7 +20,7 @@ floor(records / B) steps a pass (the trainer drops a pass's last partial
 batch). At B = R both variants
 are the config's own run (no scaling, W = 0) and it runs once.
 
-How: for each model, variant and B, one run of scripts/sweep.py (its own
+How: for each model, variant and B, one run of scripts/sweep/sweep.py (its own
 directory under --work_dir; running this script again skips the sweeps that
 ended and resumes the others), one trainer per trial, no early stopping,
 over base learning rates = the config's rate times --lr_factors (0.5, 1, 2).
@@ -30,7 +30,7 @@ work_dir/results.json and draws docs/images/large_batch.png (one panel per
 model: the best factor's final test accuracy against B, one line per
 variant).
 
-    /usr/bin/python3 scripts/large_batch.py --bin_dir build \\
+    /usr/bin/python3 scripts/sweep/large_batch.py --bin_dir build \\
         [--models mlp,cnn] [--passes mlp=10,cnn=5] [--variants scaled,warmup]
 
 A further variant is one more entry in VARIANTS: its name and the config
@@ -39,7 +39,6 @@ assignments (--config_set paths) each of its trials gets, with {ref},
 """
 
 import argparse
-import csv
 import gzip
 import json
 import math
@@ -51,9 +50,11 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEP = os.path.join(REPO, "scripts", "sweep.py")
-ENDED = ("done", "stopped", "failed")
+from sweep_results import (last_train_loss, pyplot, read_csv,
+                           sweep_ended, trial_dir)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SWEEP = os.path.join(REPO, "scripts", "sweep", "sweep.py")
 LR_PATH = "optimizer.learning_rate"
 
 # lars_trust: LARS's trust coefficient for the model, chosen so that the
@@ -111,7 +112,7 @@ def parse_per_model(text, what, convert):
     return out
 
 
-def parse_args(argv):
+def make_parser():
     p = argparse.ArgumentParser(
         prog="large_batch.py", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -140,6 +141,12 @@ def parse_args(argv):
                    help="length of the warm-up in passes (default 2)")
     p.add_argument("--parallel", type=int, default=2,
                    help="trials at once in each sweep (default 2)")
+    add_report_args(p)
+    return p
+
+
+def add_report_args(p):
+    """Collecting, printing and drawing what ran."""
     p.add_argument("--plot", default=os.path.join(
         REPO, "docs", "images", "large_batch.png"),
         help="the figure (default docs/images/large_batch.png); '' for none")
@@ -150,6 +157,10 @@ def parse_args(argv):
     p.add_argument("--report_only", action="store_true",
                    help="run nothing: collect, print and plot what the "
                    "sweeps under --work_dir hold")
+
+
+def parse_args(argv):
+    p = make_parser()
     a = p.parse_args(argv)
     a.models = [m for m in a.models.split(",") if m]
     a.variants = [v for v in a.variants.split(",") if v]
@@ -262,15 +273,6 @@ def sweep_command(args, model, point, out_dir):
     return cmd + ["--", "--num_passes=%d" % model["passes"]]
 
 
-def sweep_ended(out_dir):
-    try:
-        with open(os.path.join(out_dir, "sweep.json")) as f:
-            trials = json.load(f)["trials"]
-    except (OSError, ValueError, KeyError):
-        return False
-    return bool(trials) and all(t["status"] in ENDED for t in trials)
-
-
 def run_sweep(args, model, point):
     """Runs (or resumes) a point's sweep unless it has ended; its output
     goes to out_dir/sweep.log. Returns the seconds it ran (0 if skipped)."""
@@ -305,38 +307,12 @@ def run_sweep(args, model, point):
 # Results ---------------------------------------------------------------------
 
 
-def read_csv(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def number(text):
     try:
         x = float(text)
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
-
-
-def last_train_loss(trial_dir):
-    """The training loss of trainer 0's last step line: NaN when it was not
-    finite (the metrics file writes null), None when there is none."""
-    loss = None
-    try:
-        with open(os.path.join(trial_dir, "trainer-0.jsonl")) as f:
-            for raw in f:
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if line.get("event") == "step":
-                    v = line.get("train_loss")
-                    loss = v if isinstance(v, (int, float)) else math.nan
-    except OSError:
-        pass
-    return loss
 
 
 def collect_point(args, model, point):
@@ -383,8 +359,7 @@ def collect_trials(model, point, out_dir, ref):
              "test_accuracy": acc if row["status"] == "done" else None,
              "last_test_accuracy": acc,
              "test_loss": number(e.get("test_loss")),
-             "train_loss": last_train_loss(os.path.join(
-                 out_dir, "trials", "%03d" % int(row["trial"]))),
+             "train_loss": last_train_loss(trial_dir(out_dir, row["trial"])),
              "train_seconds": number(e.get("train_seconds")),
              "steps": int(row["steps"] or 0),
              "why": row.get("why", "")}
@@ -436,14 +411,8 @@ def print_table(results):
 
 
 def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("large_batch: no figure: matplotlib is missing (apt-get "
-              "install python3-matplotlib; run with /usr/bin/python3)",
-              file=sys.stderr)
+    plt = pyplot("large_batch", "figure")
+    if plt is None:
         return
     models = list(results["models"].values())
     fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 5),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The device check of the CUDA backend: one command, on a machine with an
-# NVIDIA GPU, of the bundle that scripts/gpu_bundle.sh built elsewhere.
+# NVIDIA GPU, of the bundle that scripts/gpu/gpu_bundle.sh built elsewhere.
 #
-#   bash scripts/gpu_check.sh [--bundle out/gpu/shardps-gpu.tar.xz]
+#   bash scripts/gpu/gpu_check.sh [--bundle out/gpu/shardps-gpu.tar.xz]
 #                             [--data out/gpu/fashion-mnist] [--out DIR]
 #
 # Steps, each under a time limit; one that fails says what failed and the
@@ -27,9 +27,9 @@
 #   8 timing      tools/step_timer (the compute step: parameters up,
 #                 forward, backward, gradients down) on the GPU (then with
 #                 --per_call: where the step goes) and the CPU, and
-#                 scripts/torch_step_bench.py (the same models in PyTorch
+#                 scripts/bench/torch_step_bench.py (the same models in PyTorch
 #                 on the same GPU)
-# Then scripts/gpu_check_summary.py writes the table.
+# Then scripts/gpu/gpu_check_summary.py writes the table.
 #
 # Every step has its own time limit, and the whole check ends within
 # GPU_CHECK_DEADLINE_S seconds (default 450; steps left then are recorded as
@@ -45,7 +45,7 @@
 # check itself on a machine without a GPU, not for figures.
 set -uo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUNDLE="$REPO/out/gpu/shardps-gpu.tar.xz"
 DATA="$REPO/out/gpu/fashion-mnist"
 OUT_DIR="${OUT:-$REPO/out/gpu-check}"
@@ -117,7 +117,7 @@ run() {
 finish() {
   local code="$1"
   say "writing the summary ($(( $(date +%s) - CHECK_START )) s so far)"
-  python3 "$REPO/scripts/gpu_check_summary.py" "$LOGS" \
+  python3 "$REPO/scripts/gpu/gpu_check_summary.py" "$LOGS" \
       --md "$OUT_DIR/summary.md" --json "$OUT_DIR/summary.json" ||
     say "gpu_check_summary.py failed; the raw logs are in logs.tar.gz"
   [ -f "$OUT_DIR/summary.md" ] && cat "$OUT_DIR/summary.md"
@@ -134,7 +134,7 @@ missing=()
 for tool in tar xz timeout python3 awk; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
-[ -f "$BUNDLE" ] || missing+=("the bundle $BUNDLE (build it with bash scripts/gpu_bundle.sh on the CPU machine and carry out/gpu)")
+[ -f "$BUNDLE" ] || missing+=("the bundle $BUNDLE (build it with bash scripts/gpu/gpu_bundle.sh on the CPU machine and carry out/gpu)")
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz \
          t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
   [ -f "$DATA/$f" ] || missing+=("$DATA/$f")
@@ -271,13 +271,13 @@ for config in fmnist_mlp fmnist_cnn; do
     dev_flags=()
     [ "$backend" = gpu ] && dev_flags=(--use_gpu)
     [ "$backend" = cpu4 ] && dev_flags=(--num_threads=4)
-    if run "train-$name" 240 python3 "$REPO/scripts/local_cluster.py" \
+    if run "train-$name" 240 python3 "$REPO/scripts/cluster/local_cluster.py" \
         --pservers 1 --trainers "$n" --config "$REPO/configs/$config.pbtxt" \
         --bin_dir "$B" --log_dir "$LOGS/train/$name" --timeout 220 \
         -- --mode=sync --num_passes=1 --log_every_steps=100 \
         --progress=off "${data_flags[@]}" "${steps_flags[@]}" \
         "${dev_flags[@]}"; then
-      record "train:$name" PASS "$LAST_SECS" "$(python3 "$REPO/scripts/gpu_check_summary.py" --one_run "$LOGS/train/$name" 2>&1)"
+      record "train:$name" PASS "$LAST_SECS" "$(python3 "$REPO/scripts/gpu/gpu_check_summary.py" --one_run "$LOGS/train/$name" 2>&1)"
     else
       record "train:$name" FAIL "$LAST_SECS" "$( (grep -hvE '^(warning|[IW][0-9]{4} )' "$LOGS/train/$name"/trainer-*.log 2>/dev/null || tail -2 "$LOGS/train-$name.log") | tail -3 | cut -c1-300 | tr '\n' ' ')"
     fi
@@ -306,7 +306,7 @@ for config in fmnist_mlp fmnist_cnn; do
     fi
   done
   if run "time-torch-$config" 240 env PYTHONUNBUFFERED=1 python3 \
-      "$REPO/scripts/torch_step_bench.py" --config "$REPO/configs/$config.pbtxt" \
+      "$REPO/scripts/bench/torch_step_bench.py" --config "$REPO/configs/$config.pbtxt" \
       --device cuda --steps "$timed" --warmup_steps 30; then
     grep '^{' "$LOGS/time-torch-$config.log" >>"$LOGS/timing/torch.jsonl"
     record "time:torch-$config" PASS "$LAST_SECS" "$(grep -E '^torch_step_bench:' "$LOGS/time-torch-$config.log" | sed 's/^torch_step_bench: //' | tr '\n' ';' | sed 's/;$//')"

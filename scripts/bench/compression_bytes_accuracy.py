@@ -7,8 +7,8 @@ Prints a markdown table with one row per setting: bytes pushed by both
 trainers together, the reduction against the dense run of the same script,
 test accuracy after every pass, and the difference from dense after the last.
 
-    python3 scripts/compression_e2.py [--passes 1] [--bin_dir build]
-        [--only dense,fixed-1e-3,...]
+    python3 scripts/bench/compression_bytes_accuracy.py [--passes 1] \
+        [--bin_dir build] [--only dense,fixed-1e-3,...]
 """
 
 import argparse
@@ -19,7 +19,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_e2e  # noqa: E402  (run_cluster)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 FIXED = ["--compression=threshold", "--adaptive_threshold=false"]
 # DL4J's adaptive defaults (this project's until docs/tuning.md).

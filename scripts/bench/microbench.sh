@@ -5,8 +5,8 @@
 # push_pull_benchmark); the figures of docs/benchmarks.md, taken on
 # another day and machine, are shown only as a reference.
 #
-#   scripts/bench.sh                 # build dir ./build, 3 repetitions
-#   BUILD_DIR=out BENCH_REPS=1 scripts/bench.sh
+#   scripts/bench/microbench.sh       # build dir ./build, 3 repetitions
+#   BUILD_DIR=out BENCH_REPS=1 scripts/bench/microbench.sh
 #
 # Environment:
 #   BUILD_DIR   CMake build directory (default: build)
@@ -22,7 +22,7 @@
 # both programs stays in $BENCH_OUT for later comparison.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-build}"
 case "${BUILD_DIR}" in
   /*) ;;

@@ -14,30 +14,35 @@ partial batch of each epoch dropped.
 
 Prints one line, "RESULT " and JSON: per epoch its wall seconds (training
 loop only), samples, mean training loss and test accuracy.
-scripts/bench_e2e.py runs it beside ShardPS. Needs Debian's python3-torch
-and python3-numpy (run it with /usr/bin/python3):
+scripts/bench/bench_e2e.py runs it beside ShardPS. Needs PyTorch: the
+virtualenv of scripts/setup/python_venv.sh torch (PY below), or Debian's
+python3-torch with /usr/bin/python3. The data is read by
+examples/fashion_mnist.py, as for examples/torch_mlp.py.
 
-  /usr/bin/python3 scripts/torch_fmnist.py --mode single
-  /usr/bin/python3 scripts/torch_fmnist.py --mode ddp --port 29517
-  /usr/bin/python3 scripts/torch_fmnist.py --mode ddp --rank 1 \
+  PY=~/.cache/shardps/torch-venv/bin/python
+  $PY scripts/bench/torch_fmnist.py --mode single
+  $PY scripts/bench/torch_fmnist.py --mode ddp --port 29517
+  $PY scripts/bench/torch_fmnist.py --mode ddp --rank 1 \
       --master_addr 10.0.0.1 --port 29517     # on the second host
 
-scripts/bench_hosts.py runs the last form, a rank in each trainer's network
-namespace.
+scripts/bench/bench_hosts.py runs the last form, a rank in each trainer's
+network namespace.
 """
 
 import argparse
-import gzip
 import json
 import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))), "examples"))
+import fashion_mnist  # noqa: E402
+
 GLOBAL_BATCH = 128
 LR = 0.05
 MOMENTUM = 0.9
 WORKERS = 2
-DATA_DIR = "/usr/share/datasets/fashion-mnist"  # dataset-fashion-mnist
 
 
 def parse_args(argv):
@@ -57,7 +62,7 @@ def parse_args(argv):
                         "other at --master_addr; default: both ranks here")
     p.add_argument("--master_addr", default="127.0.0.1",
                    help="ddp: the address of rank 0 (default 127.0.0.1)")
-    p.add_argument("--data_dir", default=DATA_DIR,
+    p.add_argument("--data_dir", default=fashion_mnist.DATA_DIR,
                    help="the folder of the four IDX files (gzip)")
     a = p.parse_args(argv)
     if a.epochs < 1:
@@ -68,34 +73,6 @@ def parse_args(argv):
     if a.threads is None:
         a.threads = 2 if a.mode == "single" else 1
     return a
-
-
-def read_idx(path):
-    """An IDX file (gzip) as a numpy array of its dimensions."""
-    import numpy as np
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big")
-            for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def load_data(d):
-    import numpy as np
-    import torch
-
-    def images(name):
-        x = read_idx(os.path.join(d, name)).reshape(-1, 784)
-        return torch.from_numpy(x.astype(np.float32) / 255.0)
-
-    def labels(name):
-        return torch.from_numpy(read_idx(os.path.join(d, name)).astype(np.int64))
-
-    return (images("train-images-idx3-ubyte.gz"),
-            labels("train-labels-idx1-ubyte.gz"),
-            images("t10k-images-idx3-ubyte.gz"),
-            labels("t10k-labels-idx1-ubyte.gz"))
 
 
 def epoch_batches(n, seed, epoch):
@@ -131,7 +108,7 @@ def train(a, rank, barrier):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(a.threads)
-    xtr, ytr, xte, yte = load_data(a.data_dir)
+    xtr, ytr, xte, yte = fashion_mnist.load(a.data_dir)
     model = make_model(a.seed)
     if rank is not None:
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -198,7 +175,7 @@ def main(argv):
     a = parse_args(argv)
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[k] = str(a.threads)
-    if not os.path.exists(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz")):
+    if not fashion_mnist.present(a.data_dir):
         sys.exit(f"torch_fmnist: no Fashion-MNIST IDX files in {a.data_dir} "
                  "(Debian's dataset-fashion-mnist, or --data_dir)")
     import torch
