@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""2 pservers + 2 trainers on Fashion-MNIST through scripts/local_cluster.py.
+"""2 pservers + 2 trainers on Fashion-MNIST through scripts/cluster/local_cluster.py.
 
     python3 tests/cluster_test.py [--bin_dir build] [-k pattern]
 
