@@ -147,8 +147,8 @@ def torch_venv_python():
         if subprocess.call(["bash", script, "torch"]) != 0 or \
                 not os.access(python, os.X_OK):
             raise UsageError("--python: no PyTorch virtualenv at %s (bash "
-                             "%s torch did not make it; its message is above)" %
-                             (venv, script))
+                             "%s torch did not make it; its message is "
+                             "above)" % (venv, script))
     return python
 
 

@@ -3,7 +3,8 @@
 pservers, K at a time, stopping bad trials early.
 
     /usr/bin/python3 scripts/sweep/sweep.py \\
-        --config configs/fmnist_mlp.pbtxt --out_dir sweeps/lr --grid optimizer.learning_rate=0.01,0.05,0.2 \\
+        --config configs/fmnist_mlp.pbtxt --out_dir sweeps/lr \\
+        --grid optimizer.learning_rate=0.01,0.05,0.2 \\
         --grid batch_size=32,128 --parallel 2 -- --num_passes=1
 
 Each trial is a job of its own (--job_id=<sweep>-t<trial>a<attempt>) on the
