@@ -38,7 +38,7 @@
 #include "kernels/cuda_backend.h"
 #include "trainer/data/data_shard.h"
 #include "trainer/input_pipeline.h"
-#include "trainer/metrics.h"
+#include "trainer/core/json_lines.h"
 #include "trainer/model/model.h"
 
 DEFINE_string(config, "",

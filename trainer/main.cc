@@ -1,5 +1,5 @@
 // trainer: trains a model against the pservers. See README.md and
-// docs/flags.md. Parses the flags into TrainerOptions (trainer/flags.h),
+// docs/flags.md. Parses the flags into TrainerOptions (trainer/flags/flags.h),
 // connects to the pservers over gRPC, and runs a Trainer.
 #include <atomic>
 #include <csignal>
@@ -20,9 +20,9 @@
 #include "glog/logging.h"
 #include "kernels/blas.h"
 #include "trainer/client/grpc_connections.h"
-#include "trainer/flags.h"
+#include "trainer/flags/flags.h"
+#include "trainer/monitoring/trainer_monitoring.h"
 #include "trainer/trainer.h"
-#include "trainer/trainer_monitoring.h"
 
 DEFINE_int32(health_port, -1,
              "serve gRPC's health service (grpc.health.v1) on this port, at "

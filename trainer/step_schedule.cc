@@ -118,7 +118,7 @@ class AsyncPrefetchSchedule : public OverlapSchedule {
     TransferStats push;
     absl::Status s = in_flight_->Wait(&push);
     in_flight_.reset();
-    *ctx_.push_bytes += push.bytes;
+    ctx_.count_pushed(push.bytes);
     return s;
   }
 

@@ -10,10 +10,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "trainer/client/param_client.h"
+#include "trainer/core/options.h"
+#include "trainer/core/update_sharing.h"
 #include "trainer/input_pipeline.h"
 #include "trainer/model/model.h"
-#include "trainer/options.h"
-#include "trainer/update_sharing.h"
 
 namespace shardps {
 
@@ -29,10 +29,11 @@ struct StepContext {
   // schedule that swaps buffers points them at the new ones).
   std::vector<float*>* values = nullptr;
   std::vector<const float*>* grads = nullptr;
-  // Where the bytes of a push that ends in Drain are counted.
-  int64_t* push_bytes = nullptr;
+  // Counts the bytes of a push that ends in Drain
+  // (TrainingSession::CountPushed).
+  std::function<void(int64_t bytes)> count_pushed;
   // After a transfer failed with `why`: cancels the pserver calls in flight
-  // unless the run recovers from it (Trainer::CancelIfFatal).
+  // unless the run recovers from it (TrainingSession::CancelIfFatal).
   std::function<void(const absl::Status& why)> cancel_if_fatal;
 };
 

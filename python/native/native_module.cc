@@ -29,10 +29,10 @@
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
 #include "trainer/client/grpc_connections.h"
-#include "trainer/flags.h"
+#include "trainer/core/training_session.h"
+#include "trainer/flags/flags.h"
 #include "trainer/model/model.h"
-#include "trainer/session/training_session.h"
-#include "trainer/trainer_monitoring.h"
+#include "trainer/monitoring/trainer_monitoring.h"
 
 namespace py = pybind11;
 
@@ -322,8 +322,13 @@ void BindEnd(py::class_<NativeSession>& c) {
   c.def("evaluated",
         [](NativeSession& n, int pass, bool final, double loss, double accuracy,
            std::optional<double> auc) {
-          n.s().Evaluated(pass, final, loss, accuracy,
-                          auc.value_or(std::nan("")));
+          shardps::Evaluation e;
+          e.pass = pass;
+          e.final = final;
+          e.loss = loss;
+          e.accuracy = accuracy;
+          e.auc = auc.value_or(std::nan(""));
+          n.s().Evaluated(e);
         })
       .def("save",
            [](NativeSession& n, const std::vector<uintptr_t>& values) {

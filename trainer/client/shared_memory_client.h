@@ -35,7 +35,7 @@ namespace shardps {
 // typed override of that client is not used). Thread-safe once open, but
 // for PushDenseAsync, which draws a request id from the trainer's
 // RequestStamp: call it on the stamp's thread (the training thread).
-class SharedMemoryPsClient final : public PsClientInterface {
+class SharedMemoryPsClient final : public ForwardingPsClient {
  public:
   // A dense block whose values may go through the region: `size` floats.
   struct Block {
@@ -58,15 +58,9 @@ class SharedMemoryPsClient final : public PsClientInterface {
   static absl::StatusOr<std::unique_ptr<SharedMemoryPsClient>> Open(
       PsClientInterface* inner, RequestStamp* stamp, const Options& options);
 
-  const std::string& address() const override { return inner_->address(); }
   // Ends its calls through the region's slots CANCELLED (SharedCaller::
   // CancelPending), then the pserver client's.
   void CancelCalls() override;
-  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
-                 google::protobuf::Message* resp,
-                 StatusCallback done) override {
-    inner_->CallAsync(rpc, req, resp, std::move(done));
-  }
   void PullDenseAsync(const PullRequest& req, const DensePullTargets* targets,
                       PullResponse* resp, StatusCallback done) override;
   void PushDenseAsync(const DensePush& push, PushResponse* resp,
@@ -91,7 +85,7 @@ class SharedMemoryPsClient final : public PsClientInterface {
   struct PushCall;
 
   SharedMemoryPsClient(PsClientInterface* inner, RequestStamp* stamp)
-      : inner_(inner), stamp_(stamp) {}
+      : ForwardingPsClient(inner), stamp_(stamp) {}
   // The slot of every block of `req` (`push`), in its order, when all of
   // them are float32 values this region holds; false otherwise.
   bool PlacePull(const PullRequest& req, const DensePullTargets& targets,
@@ -108,7 +102,6 @@ class SharedMemoryPsClient final : public PsClientInterface {
   // The pserver no longer holds the region: later calls go over TCP.
   void Lose(const absl::Status& why);
 
-  PsClientInterface* const inner_;
   RequestStamp* const stamp_;
   std::unique_ptr<SharedRegion> region_;
   uint64_t id_ = 0;

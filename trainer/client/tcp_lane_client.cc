@@ -129,7 +129,7 @@ struct TcpLanePsClient::Call {
 
 TcpLanePsClient::TcpLanePsClient(PsClientInterface* inner,
                                  const Options& options)
-    : inner_(inner), options_(options) {}
+    : ForwardingPsClient(inner), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<TcpLanePsClient>> TcpLanePsClient::Open(
     PsClientInterface* inner, const RequestStamp& stamp,

@@ -33,7 +33,7 @@ namespace shardps {
 // ticket was replaced), the call is sent again through that client (a
 // push under its own request id, which the pserver answers once) and so is
 // every later one (lost()). Thread-safe.
-class TcpLanePsClient final : public PsClientInterface {
+class TcpLanePsClient final : public ForwardingPsClient {
  public:
   struct Options {
     int connections = 2;
@@ -59,15 +59,9 @@ class TcpLanePsClient final : public PsClientInterface {
   TcpLanePsClient(const TcpLanePsClient&) = delete;
   TcpLanePsClient& operator=(const TcpLanePsClient&) = delete;
 
-  const std::string& address() const override { return inner_->address(); }
   // Ends its calls in flight CANCELLED (their connections close and later
   // calls go through the pserver's client), then the pserver client's.
   void CancelCalls() override;
-  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
-                 google::protobuf::Message* resp,
-                 StatusCallback done) override {
-    inner_->CallAsync(rpc, req, resp, std::move(done));
-  }
   void PullDenseAsync(const PullRequest& req, const DensePullTargets* targets,
                       PullResponse* resp, StatusCallback done) override;
   void PushDenseAsync(const DensePush& push, PushResponse* resp,
@@ -119,7 +113,6 @@ class TcpLanePsClient final : public PsClientInterface {
   // queued.
   void Lose(const absl::Status& why);
 
-  PsClientInterface* const inner_;
   const Options options_;
   std::vector<std::unique_ptr<TcpLaneSocket>> sockets_;
   std::vector<std::thread> workers_;

@@ -5,24 +5,21 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/model_export/saved_model.h"
 #include "proto/model_config.pb.h"
 #include "trainer/model/layers.h"
 
 namespace shardps {
 
-// A trained model on disk, as docs/saved_model.md describes: in directory
-// `dir`, `model.pbtxt` (the config, protobuf text) and `params.bin` (every
-// table's name, shape and float32 values, with a CRC32 of the whole file).
-// Each file is written to a temporary name, synced and renamed, so a crash
-// never leaves a half-written model under the final names.
+// A model's tables as the saved model's (common/model_export/
+// saved_model.h): what is written, and where a load writes.
+std::vector<DenseTensorView> TensorViews(const std::vector<ParamTable>& tables);
+std::vector<DenseTensorSlot> TensorSlots(std::vector<ParamTable>* tables);
 
+// SaveModel and LoadModelParams of a model's tables (the load copies into
+// the existing value buffers, so pointers to them stay valid).
 absl::Status SaveModel(const std::string& dir, const ModelConfig& config,
                        const std::vector<ParamTable>& tables);
-
-// Loads params.bin from `dir` into `tables` (copying into the existing value
-// buffers, so pointers to them stay valid), whose names and shapes must
-// match the file's (FAILED_PRECONDITION naming the table otherwise).
-// DATA_LOSS for a truncated or corrupted file.
 absl::Status LoadModelParams(const std::string& dir,
                              std::vector<ParamTable>* tables);
 
