@@ -2,9 +2,10 @@
 """Checks of the code's shape (docs/architecture.md, "Rules"), as a test.
 
 - Parts are folders, and dependencies point one way: a folder's non-test
-  sources include only the folders LAYERS allows it (pserver/store below
-  pserver/checkpoint and pserver/replication, all three below
-  pserver/service; common/ one folder a concern).
+  sources include only the folders that docs/architecture.md's "Layers"
+  table allows it, and no source, tests included, includes a folder that
+  its "never includes" table forbids (the store no transport, the pserver
+  nothing of the trainer). The rules are read from that page.
 - Sizes by design, not by file: no class over 700 lines, counted over its
   declaration and every member function it defines in any file; no function
   (C++ or Python, tests included) over 80 lines; no folder over 40 files.
@@ -48,49 +49,49 @@ SOURCE_DIRS = ["base", "common", "compression", "kernels", "optimizer", "proto",
                "examples"]
 CPP_EXT = (".h", ".cc", ".cu")
 
-COMMON = ["common/launch", "common/placement", "common/storage",
-          "common/model_export", "common/tls", "common/transport",
-          "common/monitoring"]
-PSERVER_BASE = ["base", "compression", "kernels", "optimizer", "proto"] + COMMON
-# Folder -> folders (and absl, std, third-party headers) its non-test
-# sources may include. A folder may always include itself.
-LAYERS = {
-    "base": [],
-    "kernels": ["base"],
-    "compression": ["base", "kernels", "proto"],
-    "common/launch": ["base", "proto"],
-    "common/placement": ["base", "proto"],
-    "common/storage": ["base"],
-    "common/model_export": ["base", "kernels", "proto", "common/placement",
-                            "common/storage"],
-    "common/tls": [],
-    "common/auth": ["base"],
-    "common/transport": ["base", "compression", "proto", "common/launch",
-                         "common/tls", "common/auth"],
-    "common/monitoring": ["base", "common/launch"],
-    "optimizer": ["base", "kernels", "proto"],
-    "pserver/store": PSERVER_BASE,
-    "pserver/checkpoint": PSERVER_BASE + ["pserver/store"],
-    "pserver/replication": PSERVER_BASE + ["pserver/store"],
-    "pserver/service": PSERVER_BASE + ["pserver/store", "pserver/checkpoint",
-                                       "pserver/replication", "common/auth"],
-    "pserver": PSERVER_BASE + ["pserver/service"],
-    "trainer/data": ["base", "proto"] + COMMON,
-    "trainer/model": ["base", "kernels", "proto", "trainer/data"] + COMMON,
-    "trainer/client": ["base", "compression", "proto"] + COMMON,
-    "trainer": ["base", "compression", "kernels", "optimizer", "proto",
-                "trainer/data", "trainer/model", "trainer/client"] + COMMON,
-    "trainer/session": ["base", "compression", "kernels", "optimizer", "proto",
-                        "trainer", "trainer/data", "trainer/model",
-                        "trainer/client"] + COMMON,
-    # The Python package's native module: the session over gRPC.
-    "python/native": ["base", "proto", "trainer", "trainer/model",
-                      "trainer/client", "trainer/session"] + COMMON,
-    # ps_checkpoint reads and writes pservers' checkpoints offline.
-    "tools": ["base", "kernels", "proto", "trainer", "trainer/data",
-              "trainer/model", "trainer/client", "pserver/store",
-              "pserver/checkpoint"] + COMMON,
-}
+# The layer rules live in docs/architecture.md ("Layers"): two tables, read
+# here (read_layers), so that the page and the check cannot disagree.
+ARCHITECTURE = "docs/architecture.md"
+
+
+def markdown_table(text, header):
+    """The rows of the markdown table whose header row's first cells are
+    `header`, as lists of cells; [] when there is none."""
+    rows, inside = [], False
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.lstrip().startswith("|"):
+            if inside:
+                break
+            continue
+        if not inside:
+            inside = [c.lower() for c in cells[:len(header)]] == header
+            continue
+        if set(line.replace("|", "").strip()) <= set("-: "):
+            continue  # the separator row
+        rows.append(cells)
+    return rows
+
+
+def backticked(cell):
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def read_layers(root=None):
+    """({folder: [folders it may include]}, {folder: [folders it never
+    includes]}) from the two tables of docs/architecture.md's "Layers"."""
+    text = read(os.path.join(root or ROOT, ARCHITECTURE))
+    allowed, forbidden = {}, {}
+    for cells in markdown_table(text, ["folder", "may include"]):
+        names = backticked(cells[0])
+        if len(names) == 1:
+            allowed[names[0]] = backticked(cells[1])
+    for cells in markdown_table(text, ["folder", "never includes"]):
+        names = backticked(cells[0])
+        if len(names) == 1:
+            forbidden[names[0]] = backticked(cells[1])
+    return allowed, forbidden
+
 
 # What issue 31 has yet to take apart: each entry must still be over its
 # limit (the test fails when one is fixed and left here), and nothing else
@@ -326,27 +327,36 @@ def misplaced_definitions(root=None):
     return sorted(found)
 
 
+def under(path, folder):
+    """Whether `path` is `folder` or lies below it."""
+    return path == folder or path.startswith(folder + "/")
+
+
 def layer_violations(root=None):
+    allowed_by, forbidden_by = read_layers(root)
     bad = []
     include = re.compile(r'#include\s+"([^"]+)"')
     for path in source_files(CPP_EXT, root):
-        if is_test(path, root):
-            continue
         r = rel(path, root)
         folder = os.path.dirname(r)
-        if folder not in LAYERS:
+        targets = [t for t in include.findall(read(path))
+                   if t.split("/")[0] in SOURCE_DIRS]  # not a library's
+        for f, never in forbidden_by.items():
+            if under(folder, f):
+                bad += [f"{r} includes {t} (never: {f} -> {n})"
+                        for t in targets for n in never
+                        if under(os.path.dirname(t), n)]
+        if is_test(path, root):
+            continue
+        if folder not in allowed_by:
             if folder.split("/")[0] in ("base", "common", "pserver", "trainer",
                                         "kernels", "compression", "optimizer",
                                         "python"):
-                bad.append(f"{r}: its folder has no rule in LAYERS")
+                bad.append(f"{r}: its folder has no rule in {ARCHITECTURE}")
             continue
-        allowed = set(LAYERS[folder]) | {folder}
-        for target in include.findall(read(path)):
-            target_folder = os.path.dirname(target)
-            if target.split("/")[0] not in SOURCE_DIRS:
-                continue  # a library's header, not a layer of ours
-            if target_folder not in allowed:
-                bad.append(f"{r} includes {target}")
+        allowed = set(allowed_by[folder]) | {folder}
+        bad += [f"{r} includes {t}" for t in targets
+                if os.path.dirname(t) not in allowed]
     return bad
 
 
@@ -449,7 +459,8 @@ class StructureTest(unittest.TestCase):
                 "pserver/checkpoint/pserver_checkpoint_test",
                 "pserver/replication/pserver_replication_test",
                 "pserver/service/pserver_service_test",
-                "trainer/trainer_test", "trainer/client/client_test",
+                "trainer/trainer_test", "trainer/core/training_session_test",
+                "trainer/client/client_test",
                 "trainer/client/sparse_client_test",
                 "trainer/sync_equivalence_test"]
         linked = {}
@@ -471,6 +482,8 @@ class PlantedViolationTest(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="structure_test.")
         self.addCleanup(shutil.rmtree, self.root)
+        # The real rules, read from the page as the real check reads them.
+        self.write(ARCHITECTURE, read(os.path.join(ROOT, ARCHITECTURE)))
 
     def write(self, path, text):
         full = os.path.join(self.root, path)
@@ -490,7 +503,50 @@ class PlantedViolationTest(unittest.TestCase):
         self.write("pserver/extra/thing.h", "")
         self.assertEqual(layer_violations(self.root),
                          ["pserver/extra/thing.h: its folder has no rule in "
-                          "LAYERS"])
+                          "docs/architecture.md"])
+
+    def test_store_including_the_transport(self):
+        self.write("pserver/store/state.cc",
+                   '#include "common/transport/wire_limits.h"\n'
+                   '#include "common/storage/blob_io.h"\n')
+        self.assertEqual(layer_violations(self.root), [
+            "pserver/store/state.cc includes common/transport/wire_limits.h "
+            "(never: pserver/store -> common/transport)",
+            "pserver/store/state.cc includes common/transport/wire_limits.h"])
+
+    def test_pserver_including_the_trainer_in_tests_too(self):
+        self.write("pserver/service/binding_test.cc",
+                   '#include "trainer/client/param_client.h"\n')
+        self.write("pserver/testing/one_table.h",
+                   '#include "trainer/client/job_client.h"\n')
+        self.write("tests/client_server/binding_test.cc",
+                   '#include "trainer/client/param_client.h"\n')
+        self.assertEqual(sorted(layer_violations(self.root)), [
+            "pserver/service/binding_test.cc includes "
+            "trainer/client/param_client.h (never: pserver -> trainer)",
+            "pserver/testing/one_table.h includes trainer/client/job_client.h "
+            "(never: pserver -> trainer)"])
+
+    def test_rules_come_from_the_page(self):
+        self.write("pserver/store/state.cc",
+                   '#include "common/transport/wire_limits.h"\n')
+        self.assertNotEqual(layer_violations(self.root), [])
+        self.write(ARCHITECTURE,
+                   "| folder | may include |\n|---|---|\n"
+                   "| `pserver/store` | `common/transport` |\n\n"
+                   "| folder | never includes |\n|---|---|\n"
+                   "| `pserver` | `trainer` |\n")
+        self.assertEqual(layer_violations(self.root), [])
+        self.assertEqual(read_layers(self.root),
+                         ({"pserver/store": ["common/transport"]},
+                          {"pserver": ["trainer"]}))
+
+    def test_the_page_has_both_tables(self):
+        allowed, forbidden = read_layers()
+        self.assertIn("pserver/store", allowed)
+        self.assertEqual(allowed["base"], [])
+        self.assertIn("trainer", forbidden["pserver"])
+        self.assertIn("common/transport", forbidden["pserver/store"])
 
     def test_function_of_81_lines(self):
         body = "  x++;\n" * 79

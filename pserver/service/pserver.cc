@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "common/placement/shard_map.h"
 #include "common/storage/checkpoint.h"
+#include "common/transport/wire_limits.h"
 #include "glog/logging.h"
 #include "pserver/checkpoint/job_checkpoint.h"
 #include "pserver/checkpoint/recovery.h"
@@ -101,15 +102,21 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> Pserver::MakeReplicaSet(
                             std::move(peers));
 }
 
+StoreOptions Pserver::StoreOptionsFor(
+    std::shared_ptr<MemoryBudget> budget) const {
+  StoreOptions store = options_.store;
+  store.budget = std::move(budget);
+  store.pull_reply_bytes = kMaxChunkBytes;
+  return store;
+}
+
 absl::StatusOr<std::shared_ptr<Pserver::JobSlot>> Pserver::NewJob(
     const std::string& job_id) {
   auto job = std::make_shared<JobSlot>();
   job->id = job_id;
   job->budget = std::make_shared<MemoryBudget>(
       options_.max_memory_bytes_per_job, &budget_);
-  StoreOptions store = options_.store;
-  store.budget = job->budget;
-  job->store = std::make_unique<ParameterStore>(store);
+  job->store = std::make_unique<ParameterStore>(StoreOptionsFor(job->budget));
   if (!options_.checkpoint_dir.empty()) {
     job->checkpointer = std::make_unique<Checkpointer>(
         env_, JoinPath(options_.checkpoint_dir, job_id),
@@ -230,9 +237,8 @@ std::shared_ptr<RequestHandler> Pserver::Unmade() {
   if (unmade_ == nullptr) {
     unmade_ = std::make_shared<JobSlot>();
     unmade_->budget = std::make_shared<MemoryBudget>(0, &budget_);
-    StoreOptions store = options_.store;
-    store.budget = unmade_->budget;
-    unmade_->store = std::make_unique<ParameterStore>(store);
+    unmade_->store =
+        std::make_unique<ParameterStore>(StoreOptionsFor(unmade_->budget));
     unmade_->handler = std::make_shared<RequestHandler>(
         unmade_->store.get(), nullptr, options_.store.clock);
     unmade_->handler->shared_regions().set_quota(regions_);

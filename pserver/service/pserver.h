@@ -171,6 +171,8 @@ class Pserver : public JobDirectory {
   absl::StatusOr<std::shared_ptr<JobSlot>> FindOrAdd(
       absl::string_view job_id, JobAccess access = JobAccess::kMake);
   absl::StatusOr<std::shared_ptr<JobSlot>> NewJob(const std::string& job_id);
+  // The options of a job's store, drawing on `budget`.
+  StoreOptions StoreOptionsFor(std::shared_ptr<MemoryBudget> budget) const;
   absl::Status MoveSingleJobLayout();
   // FAILED_PRECONDITION naming checkpoint_dir when a file cannot be
   // written and synced there (a read-only or full disk), said at start

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "common/transport/wire_limits.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/finite.h"
@@ -60,7 +59,7 @@ absl::StatusOr<bool> StoreState::InitJob(const JobSpec& spec,
     value_bytes += static_cast<size_t>(b->size()) * sizeof(float);
   }
   max_waiting_pulls = static_cast<size_t>(spec.num_trainers()) *
-                      (value_bytes / kMaxChunkBytes + 16);
+                      (value_bytes / options.pull_reply_bytes + 16);
   job = spec;
   sync = is_sync;
   membership = std::move(new_membership);

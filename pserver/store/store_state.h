@@ -48,6 +48,11 @@ struct StoreOptions {
   // alive by whatever still counts in it: a shared region can outlive its
   // job. Null: the store's own, of max_memory_bytes.
   std::shared_ptr<MemoryBudget> budget;
+  // The most value bytes one pull's reply carries (the transport's chunk,
+  // kMaxChunkBytes, which the service sets): a job's waiting pulls are
+  // bounded by the replies its trainers' pulls of every table take.
+  // Default: 4 MiB.
+  size_t pull_reply_bytes = size_t{4} << 20;
 };
 
 // Counters, cumulative since start.

@@ -1,7 +1,7 @@
 // The pserver's front door over real sockets: the token (UNAUTHENTICATED
 // before the request is read, the health service open), server TLS and
 // mutual TLS (plaintext and foreign-CA clients get no answer). Certificates
-// are made at test time by scripts/make_certs.sh.
+// are made at test time by scripts/cluster/make_certs.sh.
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -27,7 +27,7 @@ using ::testing::HasSubstr;
 // A CA with a pserver and a client certificate, in `dir`.
 void MakeCertificates(const std::string& dir) {
   const std::string cmd =
-      absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/make_certs.sh ", dir,
+      absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/cluster/make_certs.sh ", dir,
                    " 127.0.0.1,localhost >/dev/null");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }

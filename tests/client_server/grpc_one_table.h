@@ -1,5 +1,5 @@
-#ifndef SHARDPS_PSERVER_TESTING_GRPC_ONE_TABLE_H_
-#define SHARDPS_PSERVER_TESTING_GRPC_ONE_TABLE_H_
+#ifndef SHARDPS_TESTS_CLIENT_SERVER_GRPC_ONE_TABLE_H_
+#define SHARDPS_TESTS_CLIENT_SERVER_GRPC_ONE_TABLE_H_
 
 // A pserver served over gRPC in the test's process, with one sync job of
 // one trainer and table "w" (6 values in blocks of 2, SGD lr 1: a pull
@@ -113,4 +113,4 @@ class GrpcOneTableTest : public ::testing::Test {
 }  // namespace testing
 }  // namespace shardps
 
-#endif  // SHARDPS_PSERVER_TESTING_GRPC_ONE_TABLE_H_
+#endif  // SHARDPS_TESTS_CLIENT_SERVER_GRPC_ONE_TABLE_H_

@@ -17,7 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "pserver/service/grpc_server.h"
-#include "pserver/testing/grpc_one_table.h"
+#include "tests/client_server/grpc_one_table.h"
 #include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
