@@ -25,9 +25,9 @@ namespace shardps {
 // reaches `done` is final. Sync wrappers block until `done`.
 //
 // A transport implements CallAsync, the one entry point every typed call
-// goes through; a wrapper (retries, credentials, fail-over) does the same.
-// A test's fake may instead override the typed calls it answers.
-// Implementations are thread-safe.
+// goes through; a wrapper (retries, credentials, fail-over) does the same,
+// and a decorator of the dense calls forwards the rest
+// (ForwardingPsClient). Implementations are thread-safe.
 class PsClientInterface {
  public:
   virtual ~PsClientInterface() = default;
@@ -49,31 +49,22 @@ class PsClientInterface {
                          google::protobuf::Message* resp,
                          StatusCallback done) = 0;
 
-  virtual void InitJobAsync(const InitJobRequest& req, InitJobResponse* resp,
-                            StatusCallback done) {
-    CallAsync(PsRpc::kInitJob, req, resp, std::move(done));
+  // The typed calls, a pair for each name of the list (ps_calls.h):
+  // NameAsync starts it through CallAsync (a test's fake may override it
+  // instead), Name waits for it. PullAsync and PushAsync carry a pull's or
+  // push's values in the messages; the dense calls below may move them
+  // another way.
+#define SHARDPS_TYPED_CALL(Name, Request, Response)                 \
+  virtual void Name##Async(const Request& req, Response* resp,      \
+                           StatusCallback done) {                   \
+    CallAsync(PsRpc::k##Name, req, resp, std::move(done));          \
+  }                                                                 \
+  absl::Status Name(const Request& req, Response* resp) {           \
+    return CallAndWait(&PsClientInterface::Name##Async, req, resp); \
   }
-  virtual void SetInitialValuesAsync(const SetInitialValuesRequest& req,
-                                     SetInitialValuesResponse* resp,
-                                     StatusCallback done) {
-    CallAsync(PsRpc::kSetInitialValues, req, resp, std::move(done));
-  }
-  virtual void CommitInitAsync(const CommitInitRequest& req,
-                               CommitInitResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kCommitInit, req, resp, std::move(done));
-  }
-  virtual void RegisterAsync(const RegisterRequest& req, RegisterResponse* resp,
-                             StatusCallback done) {
-    CallAsync(PsRpc::kRegister, req, resp, std::move(done));
-  }
-  virtual void GetStatusAsync(const GetStatusRequest& req,
-                              GetStatusResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kGetStatus, req, resp, std::move(done));
-  }
-  virtual void PullAsync(const PullRequest& req, PullResponse* resp,
-                         StatusCallback done) {
-    CallAsync(PsRpc::kPull, req, resp, std::move(done));
-  }
+  SHARDPS_PS_CALLS(SHARDPS_TYPED_CALL)
+#undef SHARDPS_TYPED_CALL
+
   // A dense pull whose values go to `targets` (which must stay alive until
   // `done` runs), checked against `req` (TakeDensePull: DATA_LOSS for a
   // reply that does not match it). A transport that can move them there
@@ -82,102 +73,11 @@ class PsClientInterface {
   virtual void PullDenseAsync(const PullRequest& req,
                               const DensePullTargets* targets,
                               PullResponse* resp, StatusCallback done);
-  virtual void PushAsync(const PushRequest& req, PushResponse* resp,
-                         StatusCallback done) {
-    CallAsync(PsRpc::kPush, req, resp, std::move(done));
-  }
   // A dense push whose values stay where `push` points until `done` runs. A
   // transport that can send them from there does (GrpcPsClient); this
   // default copies them into a PushRequest for PushAsync.
   virtual void PushDenseAsync(const DensePush& push, PushResponse* resp,
                               StatusCallback done);
-  virtual void HeartbeatAsync(const HeartbeatRequest& req,
-                              HeartbeatResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kHeartbeat, req, resp, std::move(done));
-  }
-  virtual void LeaveAsync(const LeaveRequest& req, LeaveResponse* resp,
-                          StatusCallback done) {
-    CallAsync(PsRpc::kLeave, req, resp, std::move(done));
-  }
-  virtual void CheckpointAsync(const CheckpointRequest& req,
-                               CheckpointResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kCheckpoint, req, resp, std::move(done));
-  }
-  virtual void RollbackAsync(const RollbackRequest& req, RollbackResponse* resp,
-                             StatusCallback done) {
-    CallAsync(PsRpc::kRollback, req, resp, std::move(done));
-  }
-  virtual void OpenSharedMemoryAsync(const SharedMemoryRequest& req,
-                                     SharedMemoryResponse* resp,
-                                     StatusCallback done) {
-    CallAsync(PsRpc::kOpenSharedMemory, req, resp, std::move(done));
-  }
-  virtual void OpenTcpLaneAsync(const TcpLaneRequest& req,
-                                TcpLaneResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kOpenTcpLane, req, resp, std::move(done));
-  }
-
-  virtual void ExportRowsAsync(const ExportRowsRequest& req,
-                               ExportRowsResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kExportRows, req, resp, std::move(done));
-  }
-
-  virtual void ChangeViewAsync(const ChangeViewRequest& req,
-                               ChangeViewResponse* resp, StatusCallback done) {
-    CallAsync(PsRpc::kChangeView, req, resp, std::move(done));
-  }
-
-  absl::Status ChangeView(const ChangeViewRequest& req,
-                          ChangeViewResponse* resp) {
-    return CallAndWait(&PsClientInterface::ChangeViewAsync, req, resp);
-  }
-  absl::Status ExportRows(const ExportRowsRequest& req,
-                          ExportRowsResponse* resp) {
-    return CallAndWait(&PsClientInterface::ExportRowsAsync, req, resp);
-  }
-  absl::Status InitJob(const InitJobRequest& req, InitJobResponse* resp) {
-    return CallAndWait(&PsClientInterface::InitJobAsync, req, resp);
-  }
-  absl::Status SetInitialValues(const SetInitialValuesRequest& req,
-                                SetInitialValuesResponse* resp) {
-    return CallAndWait(&PsClientInterface::SetInitialValuesAsync, req, resp);
-  }
-  absl::Status CommitInit(const CommitInitRequest& req,
-                          CommitInitResponse* resp) {
-    return CallAndWait(&PsClientInterface::CommitInitAsync, req, resp);
-  }
-  absl::Status Register(const RegisterRequest& req, RegisterResponse* resp) {
-    return CallAndWait(&PsClientInterface::RegisterAsync, req, resp);
-  }
-  absl::Status GetStatus(const GetStatusRequest& req, GetStatusResponse* resp) {
-    return CallAndWait(&PsClientInterface::GetStatusAsync, req, resp);
-  }
-  absl::Status Pull(const PullRequest& req, PullResponse* resp) {
-    return CallAndWait(&PsClientInterface::PullAsync, req, resp);
-  }
-  absl::Status Push(const PushRequest& req, PushResponse* resp) {
-    return CallAndWait(&PsClientInterface::PushAsync, req, resp);
-  }
-  absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp) {
-    return CallAndWait(&PsClientInterface::HeartbeatAsync, req, resp);
-  }
-  absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) {
-    return CallAndWait(&PsClientInterface::LeaveAsync, req, resp);
-  }
-  absl::Status Checkpoint(const CheckpointRequest& req,
-                          CheckpointResponse* resp) {
-    return CallAndWait(&PsClientInterface::CheckpointAsync, req, resp);
-  }
-  absl::Status Rollback(const RollbackRequest& req, RollbackResponse* resp) {
-    return CallAndWait(&PsClientInterface::RollbackAsync, req, resp);
-  }
-  absl::Status OpenSharedMemory(const SharedMemoryRequest& req,
-                                SharedMemoryResponse* resp) {
-    return CallAndWait(&PsClientInterface::OpenSharedMemoryAsync, req, resp);
-  }
-  absl::Status OpenTcpLane(const TcpLaneRequest& req, TcpLaneResponse* resp) {
-    return CallAndWait(&PsClientInterface::OpenTcpLaneAsync, req, resp);
-  }
 
  private:
   template <typename Req, typename Resp>
@@ -193,6 +93,26 @@ class PsClientInterface {
     n.WaitForNotification();
     return status;
   }
+};
+
+// A decorator's base: every call goes to `inner` as it is, and so do
+// address() and CancelCalls(); a decorator overrides what it moves another
+// way (the dense calls: SharedMemoryPsClient, TcpLanePsClient). `inner`
+// must outlive it.
+class ForwardingPsClient : public PsClientInterface {
+ public:
+  const std::string& address() const override { return inner_->address(); }
+  void CancelCalls() override { inner_->CancelCalls(); }
+  void CallAsync(PsRpc rpc, const google::protobuf::Message& req,
+                 google::protobuf::Message* resp,
+                 StatusCallback done) override {
+    inner_->CallAsync(rpc, req, resp, std::move(done));
+  }
+
+ protected:
+  explicit ForwardingPsClient(PsClientInterface* inner) : inner_(inner) {}
+
+  PsClientInterface* const inner_;
 };
 
 }  // namespace shardps

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "common/transport/dense_value_lane.h"
+#include "common/transport/ps_calls.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -14,37 +15,21 @@ namespace shardps {
 
 using StatusCallback = std::function<void(absl::Status)>;
 
-// The calls of the ParameterServer service (proto/ps_service.proto), then
-// those of the Replication service between pservers
-// (proto/replication.proto), in the protos' order: the protos are the one
-// list, and PsRpcMethod fails at start if this enum and the services
-// disagree (ps_rpc_test checks each name).
+// The calls of the ParameterServer service, then those of the Replication
+// service between pservers, in the protos' order: made from the one list
+// (ps_calls.h). PsRpcMethod fails at start if the list and the services
+// disagree in number; ps_rpc_test checks each name and message type.
 enum class PsRpc {
-  kInitJob,
-  kSetInitialValues,
-  kCommitInit,
-  kRegister,
-  kGetStatus,
-  kPull,
-  kPush,
-  kHeartbeat,
-  kLeave,
-  kCheckpoint,
-  kRollback,
-  kOpenSharedMemory,
-  kChangeView,
-  kOpenTcpLane,
-  kExportRows,
-  // The Replication service, between pservers (docs/replication.md).
-  kForward,
-  kViewPrepare,
-  kViewAccept,
-  kViewCommit,
-  kInstallUnit,
-  kViewInspect,
+#define SHARDPS_ENUM(Name, Request, Response) k##Name,
+  SHARDPS_PS_CALLS(SHARDPS_ENUM) SHARDPS_REPLICATION_CALLS(SHARDPS_ENUM)
+#undef SHARDPS_ENUM
 };
-inline constexpr int kNumPsRpcs = 21;
-inline constexpr int kFirstReplicationRpc = 15;  // PsRpc::kForward
+#define SHARDPS_COUNT(Name, Request, Response) +1
+inline constexpr int kFirstReplicationRpc =
+    0 SHARDPS_PS_CALLS(SHARDPS_COUNT);  // PsRpc::kForward
+inline constexpr int kNumPsRpcs =
+    kFirstReplicationRpc SHARDPS_REPLICATION_CALLS(SHARDPS_COUNT);
+#undef SHARDPS_COUNT
 
 // The service's method for `rpc`: its name ("Push") and its request and
 // response types. Thread-safe.

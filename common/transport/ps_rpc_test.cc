@@ -5,47 +5,40 @@
 
 #include "gtest/gtest.h"
 #include "proto/ps_service.pb.h"
+#include "proto/replication.pb.h"
 
 namespace shardps {
 namespace {
 
-// The enum follows the proto's order, name by name.
-TEST(PsRpcTest, EnumFollowsTheService) {
-  const std::vector<std::pair<PsRpc, std::string>> names = {
-      {PsRpc::kInitJob, "InitJob"},
-      {PsRpc::kSetInitialValues, "SetInitialValues"},
-      {PsRpc::kCommitInit, "CommitInit"},
-      {PsRpc::kRegister, "Register"},
-      {PsRpc::kGetStatus, "GetStatus"},
-      {PsRpc::kPull, "Pull"},
-      {PsRpc::kPush, "Push"},
-      {PsRpc::kHeartbeat, "Heartbeat"},
-      {PsRpc::kLeave, "Leave"},
-      {PsRpc::kCheckpoint, "Checkpoint"},
-      {PsRpc::kRollback, "Rollback"},
-      {PsRpc::kOpenSharedMemory, "OpenSharedMemory"},
-      {PsRpc::kChangeView, "ChangeView"},
-      {PsRpc::kOpenTcpLane, "OpenTcpLane"},
-      {PsRpc::kExportRows, "ExportRows"},
-      {PsRpc::kForward, "Forward"},
-      {PsRpc::kViewPrepare, "ViewPrepare"},
-      {PsRpc::kViewAccept, "ViewAccept"},
-      {PsRpc::kViewCommit, "ViewCommit"},
-      {PsRpc::kInstallUnit, "InstallUnit"},
-      {PsRpc::kViewInspect, "ViewInspect"},
+// The list (ps_calls.h) follows the protos, name by name and type by type.
+TEST(PsRpcTest, ListFollowsTheServices) {
+  struct Call {
+    PsRpc rpc;
+    std::string name;
+    const google::protobuf::Descriptor* request;
+    const google::protobuf::Descriptor* response;
   };
-  ASSERT_EQ(names.size(), static_cast<size_t>(kNumPsRpcs));
-  for (const auto& [rpc, name] : names) {
-    EXPECT_EQ(PsRpcMethod(rpc).name(), name);
+  const std::vector<Call> calls = {
+#define SHARDPS_CALL(Name, Request, Response) \
+  {PsRpc::k##Name, #Name, Request::descriptor(), Response::descriptor()},
+      SHARDPS_PS_CALLS(SHARDPS_CALL) SHARDPS_REPLICATION_CALLS(SHARDPS_CALL)
+#undef SHARDPS_CALL
+  };
+  ASSERT_EQ(calls.size(), static_cast<size_t>(kNumPsRpcs));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
+    EXPECT_EQ(static_cast<size_t>(c.rpc), i);
+    const google::protobuf::MethodDescriptor& m = PsRpcMethod(c.rpc);
+    EXPECT_EQ(m.name(), c.name);
+    EXPECT_EQ(m.input_type(), c.request) << c.name;
+    EXPECT_EQ(m.output_type(), c.response) << c.name;
   }
-  EXPECT_EQ(PsRpcMethod(PsRpc::kPush).input_type(), PushRequest::descriptor());
-  EXPECT_EQ(PsRpcMethod(PsRpc::kPull).output_type(),
-            PullResponse::descriptor());
+  EXPECT_EQ(kFirstReplicationRpc, static_cast<int>(PsRpc::kForward));
   EXPECT_EQ(PsRpcMethod(PsRpc::kChangeView).service()->full_name(),
             "shardps.ParameterServer");
   EXPECT_EQ(PsRpcMethod(PsRpc::kForward).service()->full_name(),
             "shardps.Replication");
-  EXPECT_EQ(PsRpcMethod(PsRpc::kInstallUnit).service()->full_name(),
+  EXPECT_EQ(PsRpcMethod(PsRpc::kViewInspect).service()->full_name(),
             "shardps.Replication");
 }
 

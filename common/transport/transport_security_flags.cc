@@ -20,14 +20,15 @@ DEFINE_string(peer_token_file, "",
               "replicated job, which trainers' tokens cannot make; the same "
               "file on every pserver. Empty: --auth_token_file's token "
               "(none with --auth_token_dir)");
-DEFINE_string(peer_identities_file, "",
-              "pserver: a token per pserver instead of one peer token: lines "
-              "'<address> <SHA-256 of its token>', the address as the "
-              "trainers' --pservers gives it (scripts/make_peer_tokens.sh "
-              "writes them). A call between pservers is let in by a listed "
-              "token, and must come from the pserver it names as its sender. "
-              "--peer_token_file is then this pserver's own token. Read "
-              "again every 2 s");
+DEFINE_string(
+    peer_identities_file, "",
+    "pserver: a token per pserver instead of one peer token: lines "
+    "'<address> <SHA-256 of its token>', the address as the "
+    "trainers' --pservers gives it (scripts/cluster/make_peer_tokens.sh "
+    "writes them). A call between pservers is let in by a listed "
+    "token, and must come from the pserver it names as its sender. "
+    "--peer_token_file is then this pserver's own token. Read "
+    "again every 2 s");
 DEFINE_string(tls_cert_file, "",
               "PEM certificate of this process (pserver: turns TLS on; "
               "client: offered for mutual TLS)");

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -142,30 +143,71 @@ constexpr CallThreads kCaller = CallThreads::kCaller;
 constexpr CallThreads kIfReplicated = CallThreads::kPoolIfReplicated;
 constexpr CallThreads kPeer = CallThreads::kPeerIfReplicated;
 
-// In the proto's order (CallTableEntry checks).
-const std::array<CallEntry, kNumPsRpcs> kTable = {{
-    {PsRpc::kInitJob, kIfReplicated, &Unary<&RH::InitJob>},
-    {PsRpc::kSetInitialValues, kIfReplicated, &Unary<&RH::SetInitialValues>},
-    {PsRpc::kCommitInit, kIfReplicated, &Unary<&RH::CommitInit>},
-    {PsRpc::kRegister, kIfReplicated, &RegisterCall},
-    {PsRpc::kGetStatus, kIfReplicated, &Unary<&RH::GetStatus>},
-    {PsRpc::kPull, kIfReplicated, &PullCall},
-    {PsRpc::kPush, kIfReplicated, &PushCall},
-    {PsRpc::kHeartbeat, kIfReplicated, &Unary<&RH::Heartbeat>},
-    {PsRpc::kLeave, kIfReplicated, &Unary<&RH::Leave>},
-    {PsRpc::kCheckpoint, kIfReplicated, &Unary<&RH::Checkpoint>},
-    {PsRpc::kRollback, kIfReplicated, &Unary<&RH::Rollback>},
-    {PsRpc::kOpenSharedMemory, kCaller, &Unary<&SharedRegions::Open>},
-    {PsRpc::kChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>},
-    {PsRpc::kOpenTcpLane, kCaller, &Unary<&RH::OpenTcpLane>},
-    {PsRpc::kExportRows, kIfReplicated, &Unary<&RH::ExportRows>},
-    {PsRpc::kForward, kPeer, &PeerUnary<&RepH::Forward>},
-    {PsRpc::kViewPrepare, kPeer, &PeerUnary<&RepH::ViewPrepare>},
-    {PsRpc::kViewAccept, kPeer, &PeerUnary<&RepH::ViewAccept>},
-    {PsRpc::kViewCommit, kPeer, &PeerUnary<&RepH::ViewCommit>},
-    {PsRpc::kInstallUnit, kPeer, &PeerUnary<&RepH::InstallUnit>},
-    {PsRpc::kViewInspect, kCaller, &PeerUnary<&RepH::ViewInspect>},
-}};
+// Where a call goes: by default, a trainer's call to the RequestHandler's
+// method of its name, on the pool when the job is replicated; a pserver's
+// call to the ReplicationHandler's, on the pool of peer calls. The calls
+// that go elsewhere or on other threads say so here.
+template <PsRpc R>
+struct Route {
+  static constexpr bool kDefault = true;
+};
+#define SHARDPS_ROUTE(Name, threads, run)                            \
+  template <>                                                        \
+  struct Route<PsRpc::k##Name> {                                     \
+    static constexpr bool kDefault = false;                          \
+    static constexpr CallEntry kEntry{PsRpc::k##Name, threads, run}; \
+  };
+SHARDPS_ROUTE(Register, kIfReplicated, &RegisterCall)
+SHARDPS_ROUTE(Pull, kIfReplicated, &PullCall)
+SHARDPS_ROUTE(Push, kIfReplicated, &PushCall)
+SHARDPS_ROUTE(OpenSharedMemory, kCaller, &Unary<&SharedRegions::Open>)
+SHARDPS_ROUTE(ChangeView, CallThreads::kPool, &Unary<&RepH::ChangeView>)
+SHARDPS_ROUTE(OpenTcpLane, kCaller, &Unary<&RH::OpenTcpLane>)
+SHARDPS_ROUTE(ViewInspect, kCaller, &PeerUnary<&RepH::ViewInspect>)
+#undef SHARDPS_ROUTE
+
+// Each call's entry: its Route, or the default for its service. `H` only
+// defers the default's method lookup to the calls that take it.
+#define SHARDPS_ENTRY(Name, Request, Response, Default) \
+  template <typename H = void>                          \
+  constexpr CallEntry Entry##Name() {                   \
+    if constexpr (Route<PsRpc::k##Name>::kDefault) {    \
+      return Default(Name);                             \
+    } else {                                            \
+      return Dep<Route<PsRpc::k##Name>, H>::kEntry;     \
+    }                                                   \
+  }
+#define SHARDPS_TRAINER_CALL(Name) \
+  CallEntry { PsRpc::k##Name, kIfReplicated, &Unary<&Dep<RH, H>::Name> }
+#define SHARDPS_PEER_CALL(Name) \
+  CallEntry { PsRpc::k##Name, kPeer, &PeerUnary<&Dep<RepH, H>::Name> }
+template <typename T, typename H>
+using Dep = std::conditional_t<std::is_void_v<H>, T, T>;
+#define SHARDPS_PS_ENTRY(Name, Request, Response) \
+  SHARDPS_ENTRY(Name, Request, Response, SHARDPS_TRAINER_CALL)
+#define SHARDPS_REPLICATION_ENTRY(Name, Request, Response) \
+  SHARDPS_ENTRY(Name, Request, Response, SHARDPS_PEER_CALL)
+SHARDPS_PS_CALLS(SHARDPS_PS_ENTRY)
+SHARDPS_REPLICATION_CALLS(SHARDPS_REPLICATION_ENTRY)
+#undef SHARDPS_PS_ENTRY
+#undef SHARDPS_REPLICATION_ENTRY
+#undef SHARDPS_TRAINER_CALL
+#undef SHARDPS_PEER_CALL
+#undef SHARDPS_ENTRY
+
+// One entry a call, in the list's order (ps_calls.h).
+#define SHARDPS_TABLE_ROW(Name, Request, Response) Entry##Name<>(),
+constexpr std::array<CallEntry, kNumPsRpcs> kTable = {{SHARDPS_PS_CALLS(
+    SHARDPS_TABLE_ROW) SHARDPS_REPLICATION_CALLS(SHARDPS_TABLE_ROW)}};
+#undef SHARDPS_TABLE_ROW
+
+constexpr bool InOrder() {
+  for (int i = 0; i < kNumPsRpcs; ++i) {
+    if (static_cast<int>(kTable[i].rpc) != i) return false;
+  }
+  return true;
+}
+static_assert(InOrder(), "a Route names another call than its own");
 
 }  // namespace
 
@@ -177,7 +219,6 @@ absl::Status OutOfMemoryStatus() {
 const CallEntry& CallTableEntry(PsRpc rpc) {
   const int i = static_cast<int>(rpc);
   CHECK(i >= 0 && i < kNumPsRpcs) << "unknown PsRpc " << i;
-  CHECK(kTable[i].rpc == rpc) << "the call table is out of order at " << i;
   return kTable[i];
 }
 

@@ -58,46 +58,6 @@ grpc::ServerUnaryReactor* GrpcPsService::Bind(
   return Bind(&dispatcher_, ctx, rpc, req, resp, std::move(then));
 }
 
-// The unary calls of both services: the dispatcher does the rest.
-#define SHARDPS_BIND(owner, dispatcher, Method, Request, Response)             \
-  grpc::ServerUnaryReactor* owner::Method(                                     \
-      grpc::CallbackServerContext* ctx, const Request* req, Response* resp) {  \
-    return GrpcPsService::Bind(dispatcher, ctx, PsRpc::k##Method, *req, resp); \
-  }
-SHARDPS_BIND(GrpcPsService, &dispatcher_, InitJob, InitJobRequest,
-             InitJobResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, SetInitialValues,
-             SetInitialValuesRequest, SetInitialValuesResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, CommitInit, CommitInitRequest,
-             CommitInitResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, Register, RegisterRequest,
-             RegisterResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, GetStatus, GetStatusRequest,
-             GetStatusResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, Push, PushRequest, PushResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, Heartbeat, HeartbeatRequest,
-             HeartbeatResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, Leave, LeaveRequest, LeaveResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, Checkpoint, CheckpointRequest,
-             CheckpointResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, Rollback, RollbackRequest,
-             RollbackResponse)
-SHARDPS_BIND(GrpcPsService, &dispatcher_, ChangeView, ChangeViewRequest,
-             ChangeViewResponse)
-SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, Forward,
-             ForwardRequest, ForwardResponse)
-SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewPrepare,
-             ViewPrepareRequest, ViewPrepareResponse)
-SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewAccept,
-             ViewAcceptRequest, ViewAcceptResponse)
-SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewCommit,
-             ViewCommitRequest, ViewCommitResponse)
-SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, InstallUnit,
-             InstallUnitRequest, InstallUnitResponse)
-SHARDPS_BIND(GrpcPsService::ReplicationService, dispatcher_, ViewInspect,
-             ViewInspectRequest, ViewPrepareResponse)
-#undef SHARDPS_BIND
-
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* raw_req,
                                               grpc::ByteBuffer* raw_resp) {
@@ -145,8 +105,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
-    grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
+grpc::ServerUnaryReactor* GrpcPsService::Answer(
+    grpc::CallbackServerContext* ctx, PsRpc rpc, const SharedMemoryRequest* req,
     SharedMemoryResponse* resp) {
   // A region is mapped by process id and descriptor: only a trainer on this
   // host can use one, so no other caller gets a memfd, a mapping or a
@@ -156,52 +116,43 @@ grpc::ServerUnaryReactor* GrpcPsService::OpenSharedMemory(
         "shared memory is for trainers on this pserver's host; this call "
         "came from ",
         ctx->peer()));
-    dispatcher_.Refused(PsRpc::kOpenSharedMemory, s, req->ByteSizeLong());
+    dispatcher_.Refused(rpc, s, req->ByteSizeLong());
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  return Bind(ctx, PsRpc::kOpenSharedMemory, *req, resp,
-              [this, job_id = JobIdOf(ctx), req, resp] {
-                if (!req->calls()) {
-                  shared_calls_.Forget(job_id, req->trainer_id());
-                  return;
-                }
-                // Pushes and pulls may then come through the region.
-                auto job = dispatcher_.Job(job_id, JobAccess::kIfKnown);
-                absl::Status s = job.ok() ? shared_calls_.Serve(
-                                                job_id, *job, req->trainer_id(),
-                                                resp->region_id())
-                                          : job.status();
-                resp->set_calls(s.ok());
-              });
+  return Bind(ctx, rpc, *req, resp, [this, job_id = JobIdOf(ctx), req, resp] {
+    if (!req->calls()) {
+      shared_calls_.Forget(job_id, req->trainer_id());
+      return;
+    }
+    // Pushes and pulls may then come through the region.
+    auto job = dispatcher_.Job(job_id, JobAccess::kIfKnown);
+    absl::Status s = job.ok()
+                         ? shared_calls_.Serve(job_id, *job, req->trainer_id(),
+                                               resp->region_id())
+                         : job.status();
+    resp->set_calls(s.ok());
+  });
 }
 
-grpc::ServerUnaryReactor* GrpcPsService::OpenTcpLane(
-    grpc::CallbackServerContext* ctx, const TcpLaneRequest* req,
+grpc::ServerUnaryReactor* GrpcPsService::Answer(
+    grpc::CallbackServerContext* ctx, PsRpc rpc, const TcpLaneRequest* req,
     TcpLaneResponse* resp) {
   if (tcp_lane_ == nullptr) {
     const absl::Status s = absl::FailedPreconditionError(
         absl::StrCat("TCP lane: ", why_no_tcp_lane_));
-    dispatcher_.Refused(PsRpc::kOpenTcpLane, s, req->ByteSizeLong());
+    dispatcher_.Refused(rpc, s, req->ByteSizeLong());
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  return Bind(
-      ctx, PsRpc::kOpenTcpLane, *req, resp,
-      [this, job_id = JobIdOf(ctx), req, resp] {
-        auto job = dispatcher_.Job(job_id, JobAccess::kIfKnown);
-        if (!job.ok()) return;  // ended meanwhile: no ticket
-        resp->set_port(static_cast<uint32_t>(tcp_lane_->port()));
-        resp->set_ticket(tcp_lane_->Issue(job_id, *job, req->trainer_id()));
-      });
-}
-
-grpc::ServerUnaryReactor* GrpcPsService::ExportRows(
-    grpc::CallbackServerContext* ctx, const ExportRowsRequest* req,
-    ExportRowsResponse* resp) {
-  return Bind(&dispatcher_, ctx, PsRpc::kExportRows, *req, resp);
+  return Bind(ctx, rpc, *req, resp, [this, job_id = JobIdOf(ctx), req, resp] {
+    auto job = dispatcher_.Job(job_id, JobAccess::kIfKnown);
+    if (!job.ok()) return;  // ended meanwhile: no ticket
+    resp->set_port(static_cast<uint32_t>(tcp_lane_->port()));
+    resp->set_ticket(tcp_lane_->Issue(job_id, *job, req->trainer_id()));
+  });
 }
 
 }  // namespace shardps

@@ -50,53 +50,21 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // dispatcher: register it on the same server.
   grpc::Service* replication_service() { return &replication_; }
 
-  grpc::ServerUnaryReactor* InitJob(grpc::CallbackServerContext* ctx,
-                                    const InitJobRequest* req,
-                                    InitJobResponse* resp) override;
-  grpc::ServerUnaryReactor* SetInitialValues(
-      grpc::CallbackServerContext* ctx, const SetInitialValuesRequest* req,
-      SetInitialValuesResponse* resp) override;
-  grpc::ServerUnaryReactor* CommitInit(grpc::CallbackServerContext* ctx,
-                                       const CommitInitRequest* req,
-                                       CommitInitResponse* resp) override;
-  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
-                                     const RegisterRequest* req,
-                                     RegisterResponse* resp) override;
-  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
-                                      const GetStatusRequest* req,
-                                      GetStatusResponse* resp) override;
+  // One method a call of the list (common/transport/ps_calls.h), each
+  // handed to the dispatcher (Answer). Pull is served raw (the ByteBuffer
+  // overload below, which gRPC registers for it); the typed Pull the list
+  // makes answers the same way if a server ever registers it.
+#define SHARDPS_GRPC_METHOD(Name, Request, Response)                 \
+  grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* ctx,   \
+                                 const Request* req, Response* resp) \
+      override {                                                     \
+    return Answer(ctx, PsRpc::k##Name, req, resp);                   \
+  }
+  SHARDPS_PS_CALLS(SHARDPS_GRPC_METHOD)
+#undef SHARDPS_GRPC_METHOD
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const PushRequest* req,
-                                 PushResponse* resp) override;
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const HeartbeatRequest* req,
-                                      HeartbeatResponse* resp) override;
-  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
-                                  const LeaveRequest* req,
-                                  LeaveResponse* resp) override;
-  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
-                                       const CheckpointRequest* req,
-                                       CheckpointResponse* resp) override;
-  grpc::ServerUnaryReactor* Rollback(grpc::CallbackServerContext* ctx,
-                                     const RollbackRequest* req,
-                                     RollbackResponse* resp) override;
-  grpc::ServerUnaryReactor* OpenSharedMemory(
-      grpc::CallbackServerContext* ctx, const SharedMemoryRequest* req,
-      SharedMemoryResponse* resp) override;
-  grpc::ServerUnaryReactor* ChangeView(grpc::CallbackServerContext* ctx,
-                                       const ChangeViewRequest* req,
-                                       ChangeViewResponse* resp) override;
-  grpc::ServerUnaryReactor* ExportRows(grpc::CallbackServerContext* ctx,
-                                       const ExportRowsRequest* req,
-                                       ExportRowsResponse* resp) override;
-  // Issues a ticket of the TCP lane (SetTcpLane) to a trainer the job's
-  // handler accepts; FAILED_PRECONDITION, with the reason, without a lane.
-  grpc::ServerUnaryReactor* OpenTcpLane(grpc::CallbackServerContext* ctx,
-                                        const TcpLaneRequest* req,
-                                        TcpLaneResponse* resp) override;
 
   // The lane OpenTcpLane issues tickets of (it must outlive this object or
   // be replaced first), or null and why there is none. Call before serving.
@@ -120,6 +88,23 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                  const google::protobuf::Message& req,
                                  google::protobuf::Message* resp,
                                  std::function<void()> then = nullptr);
+  // A call's answer: the dispatcher's, but for the calls whose binding does
+  // more (the overloads below).
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, PsRpc rpc,
+                                   const Request* req, Response* resp) {
+    return Bind(ctx, rpc, *req, resp);
+  }
+  // Only a trainer on this host gets a region; one that asks for calls is
+  // then served through the region's slots (SharedCallBinding).
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, PsRpc rpc,
+                                   const SharedMemoryRequest* req,
+                                   SharedMemoryResponse* resp);
+  // Issues a ticket of the TCP lane (SetTcpLane) to a trainer the job's
+  // handler accepts; FAILED_PRECONDITION, with the reason, without a lane.
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, PsRpc rpc,
+                                   const TcpLaneRequest* req,
+                                   TcpLaneResponse* resp);
   // The job id the call names (the default job when none).
   static std::string JobIdOf(grpc::CallbackServerContext* ctx);
   // What the dispatcher is told of call `rpc` besides its messages.
@@ -130,24 +115,14 @@ class GrpcPsService final : public ParameterServer::WithRawCallbackMethod_Pull<
    public:
     explicit ReplicationService(Dispatcher* dispatcher)
         : dispatcher_(dispatcher) {}
-    grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx,
-                                      const ForwardRequest* req,
-                                      ForwardResponse* resp) override;
-    grpc::ServerUnaryReactor* ViewPrepare(grpc::CallbackServerContext* ctx,
-                                          const ViewPrepareRequest* req,
-                                          ViewPrepareResponse* resp) override;
-    grpc::ServerUnaryReactor* ViewAccept(grpc::CallbackServerContext* ctx,
-                                         const ViewAcceptRequest* req,
-                                         ViewAcceptResponse* resp) override;
-    grpc::ServerUnaryReactor* ViewCommit(grpc::CallbackServerContext* ctx,
-                                         const ViewCommitRequest* req,
-                                         ViewCommitResponse* resp) override;
-    grpc::ServerUnaryReactor* InstallUnit(grpc::CallbackServerContext* ctx,
-                                          const InstallUnitRequest* req,
-                                          InstallUnitResponse* resp) override;
-    grpc::ServerUnaryReactor* ViewInspect(grpc::CallbackServerContext* ctx,
-                                          const ViewInspectRequest* req,
-                                          ViewPrepareResponse* resp) override;
+#define SHARDPS_GRPC_PEER_METHOD(Name, Request, Response)                     \
+  grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* ctx,            \
+                                 const Request* req, Response* resp)          \
+      override {                                                              \
+    return GrpcPsService::Bind(dispatcher_, ctx, PsRpc::k##Name, *req, resp); \
+  }
+    SHARDPS_REPLICATION_CALLS(SHARDPS_GRPC_PEER_METHOD)
+#undef SHARDPS_GRPC_PEER_METHOD
 
    private:
     Dispatcher* const dispatcher_;
