@@ -22,7 +22,7 @@
 // raises its mmap and trim thresholds after large buffers are freed, and
 // fewer page faults make a 4 MiB push about twice as fast after a 64 MiB run.
 // For figures a trainer with one model size would see, run one payload per
-// process, as scripts/bench.sh does:
+// process, as scripts/bench/microbench.sh does:
 //   push_pull_benchmark --benchmark_filter=/bytes:4194304/
 //
 // BM_PlainGrpcPush and BM_PlainGrpcPull are the baseline, measured in the

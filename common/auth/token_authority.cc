@@ -192,7 +192,7 @@ absl::StatusOr<TokenAuthority::PeerIdentities> TokenAuthority::ReadIdentities(
         !std::all_of(f[1].begin(), f[1].end(), absl::ascii_isxdigit)) {
       return bad(
           "not \"<address> <SHA-256 of its token, 64 hex digits>\" (as "
-          "scripts/make_peer_tokens.sh writes)");
+          "scripts/cluster/make_peer_tokens.sh writes)");
     }
     if (f[0].size() > kMaxPeerAddress) return bad("an address over 256 bytes");
     const std::string hash = absl::AsciiStrToLower(f[1]);

@@ -33,7 +33,7 @@ absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 // The SHA-256 of `token` in lowercase hex: what --peer_identities_file
-// lists for each pserver (scripts/make_peer_tokens.sh writes it).
+// lists for each pserver (scripts/cluster/make_peer_tokens.sh writes it).
 std::string TokenSha256Hex(absl::string_view token);
 
 // What a call is, for deciding who may make it.

@@ -191,7 +191,7 @@ TEST(MonitoringServerTest, TlsRefusesBadCertificatesAndKeys) {
   ScopedTempDir dir("monitoring_tls");
   for (const char* name : {"a", "b"}) {
     const std::string cmd =
-        absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/make_certs.sh ",
+        absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/cluster/make_certs.sh ",
                      dir.Path(name), " >/dev/null");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }

@@ -71,10 +71,10 @@ absl::Status CheckValidity(const PemFile& f, X509* x, absl::Time now) {
         Date(from), " (now ", Date(now), "); is this machine's clock right?"));
   }
   if (now > until) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(f), ": the certificate ", Subject(x), " expired on ",
-                     Date(until), " (now ", Date(now),
-                     "); renew it (scripts/make_certs.sh for test clusters)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(f), ": the certificate ", Subject(x), " expired on ", Date(until),
+        " (now ", Date(now),
+        "); renew it (scripts/cluster/make_certs.sh for test clusters)"));
   }
   return absl::OkStatus();
 }
