@@ -6,12 +6,22 @@
 - scripts/gpu/gpu_check.sh's refusals: an unknown argument, a missing bundle or
   data (status 2, saying what is missing, console.log written);
 - scripts/bench/torch_step_bench.py's config reader on the shipped configs, and
-  its refusal without PyTorch.
+  its refusal without PyTorch;
+- the Python path (scripts/gpu/gpu_check_python.py): its table's verdicts
+  on synthetic results; rows that say why nothing ran (no native module
+  for this Python, naming both versions; a module that does not import;
+  no GPU; no interpreter), on a fake bundle;
+- and, where --bin_dir is a CUDA build with shardps._native and PyTorch's
+  virtualenv exists (scripts/setup/python_venv.sh torch), the Python path
+  for real on the CPU: a bundle packed from --bin_dir (gpu_bundle.sh
+  --no-build), gpu_check.sh --allow_cpu with GPU_CHECK_QUICK=1: the
+  bundle's shardps imported from the bundle, both examples against the
+  bundle's pserver and as plain PyTorch, the table's rows filled.
 
 The bundle itself is tested by scripts/gpu/gpu_bundle_test.sh (gpu_bundle.sh
 runs it), which needs the CUDA build.
 
-    python3 tests/gpu_check_test.py [--bin_dir build]   (ignored)
+    python3 tests/gpu_check_test.py [--bin_dir build]
 """
 
 import json
@@ -19,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
 
@@ -28,6 +39,10 @@ BENCH_SCRIPTS = os.path.join(REPO, "scripts", "bench")
 sys.path[:0] = [GPU_SCRIPTS, BENCH_SCRIPTS]
 import gpu_check_summary  # noqa: E402
 import torch_step_bench  # noqa: E402
+
+BIN_DIR = os.path.join(REPO, "build")
+TORCH_VENV = os.environ.get("SHARDPS_TORCH_VENV", os.path.expanduser(
+    "~/.cache/shardps/torch-venv"))
 
 
 def write_run(logs, name, losses, accuracy, exit_code=0, step_s=0.001):
@@ -237,8 +252,227 @@ class TorchBenchTest(unittest.TestCase):
         self.assertIn("torch_step_bench: no PyTorch", out.stderr)
 
 
+def write_python_results(logs, runs):
+    """LOGS/python/results.jsonl and probe.json as gpu_check_python.py
+    writes them; runs: (example, kind, status, metric)."""
+    d = os.path.join(logs, "python")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "results.jsonl"), "w") as f:
+        for example, kind, status, metric in runs:
+            line = {"example": example, "status": status}
+            if kind:
+                line["kind"] = kind
+            if status == "PASS":
+                line.update(device="cuda:0", metric=metric, loss=0.5,
+                            steps=937, train_seconds=2.0,
+                            samples_per_s=30000.0, wall_s=12.0)
+            else:
+                line["reason"] = "why %s %s" % (example, status)
+            f.write(json.dumps(line) + "\n")
+    with open(os.path.join(d, "probe.json"), "w") as f:
+        json.dump({"which": "/usr/bin/python3", "version": [3, 12, 3],
+                   "glibc": "2.39", "torch": "2.11.0+cu130",
+                   "torch_cuda": "13.0", "cuda_available": True,
+                   "device_name": "NVIDIA H200"}, f)
+
+
+class PythonSummaryTest(unittest.TestCase):
+    def setUp(self):
+        self.logs = tempfile.mkdtemp(prefix="gpu-check-test-")
+        self.addCleanup(shutil.rmtree, self.logs)
+
+    def test_verdicts(self):
+        write_python_results(self.logs, [
+            ("torch_mlp", "plain", "PASS", 0.8117),
+            ("torch_mlp", "shardps", "PASS", 0.8051),
+            ("torch_deepfm", "plain", "PASS", 0.84),
+            ("torch_deepfm", "shardps", "PASS", 0.82)])
+        mlp, deepfm = gpu_check_summary.python_rows(self.logs)
+        self.assertEqual(mlp["verdict"], "agree")
+        self.assertAlmostEqual(mlp["diff"], -0.0066)
+        self.assertEqual(deepfm["verdict"], "DIFFER")  # 0.02 > 0.01
+        write_python_results(self.logs, [
+            ("torch_mlp", "plain", "PASS", 0.8117),
+            ("torch_mlp", "shardps", "FAIL", None),
+            ("torch_deepfm", "plain", "PASS", 0.84),
+            ("torch_deepfm", "shardps", "NOT RUN", None)])
+        mlp, deepfm = gpu_check_summary.python_rows(self.logs)
+        self.assertEqual(mlp["verdict"], "a run failed")
+        self.assertEqual(deepfm["verdict"],
+                         "not run: why torch_deepfm NOT RUN")
+
+    def test_skipped_rows_and_table(self):
+        write_python_results(self.logs, [
+            ("torch_mlp", None, "SKIP", None),
+            ("torch_deepfm", None, "SKIP", None)])
+        rows = gpu_check_summary.python_rows(self.logs)
+        self.assertEqual([r["verdict"] for r in rows],
+                         ["skipped: why torch_mlp SKIP",
+                          "skipped: why torch_deepfm SKIP"])
+        md = gpu_check_summary.markdown(self.logs, [], [], [], rows)
+        self.assertIn("- Python (the Python rows): /usr/bin/python3: Python "
+                      "3.12.3, glibc 2.39, PyTorch 2.11.0+cu130 (CUDA 13.0), "
+                      "CUDA available: True (NVIDIA H200)", md)
+        self.assertIn("## Python: shardps against plain PyTorch", md)
+        self.assertIn("| torch_mlp | – | test accuracy | – | – | – | ±0.03 |",
+                      md)
+        self.assertIn("| skipped: why torch_deepfm SKIP |", md)
+
+    def test_passing_row(self):
+        write_python_results(self.logs, [
+            ("torch_mlp", "plain", "PASS", 0.8117),
+            ("torch_mlp", "shardps", "PASS", 0.8051)])
+        md = gpu_check_summary.markdown(
+            self.logs, [], [], [], gpu_check_summary.python_rows(self.logs))
+        self.assertIn("| torch_mlp | cuda:0 | test accuracy | 0.8051 | "
+                      "0.8117 | -0.0066 | ±0.03 | 0.5000 | 0.5000 | 2.0 | "
+                      "2.0 | 30000 | 30000 | 12.0 | 12.0 | agree |", md)
+
+
+class PythonHelperTest(unittest.TestCase):
+    """gpu_check_python.py on a fake bundle: rows that say why."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="gpu-check-test-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.bundle = os.path.join(self.tmp, "shardps-gpu")
+        os.makedirs(os.path.join(self.bundle, "python", "shardps"))
+        self.logs = os.path.join(self.tmp, "logs")
+
+    def module(self, suffix):
+        with open(os.path.join(self.bundle, "python", "shardps",
+                               "_native" + suffix), "w") as f:
+            f.write("not a shared library\n")
+
+    def run_helper(self, *extra, **kw):
+        out = subprocess.run(
+            [sys.executable, os.path.join(GPU_SCRIPTS, "gpu_check_python.py"),
+             "--bundle_dir", self.bundle, "--data", self.tmp,
+             "--logs", self.logs, "--python", kw.get("python",
+                                                     sys.executable),
+             "--budget_s", "60"] + list(extra),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        rows = {}
+        with open(os.path.join(self.logs, "python", "steps.tsv")) as f:
+            for line in f:
+                name, status, _, note = line.rstrip("\n").split("\t")
+                rows[name] = (status, note)
+        return rows, out.stdout
+
+    def test_no_module_for_this_python_names_both_versions(self):
+        self.module(".cpython-39-x86_64-linux-gnu.so")
+        rows, _ = self.run_helper()
+        mine = "3.%d" % sys.version_info[1]
+        status, note = rows["python:import"]
+        self.assertEqual(status, "SKIP")
+        self.assertIn("no shardps native module for this Python %s" % mine,
+                      note)
+        self.assertIn("the bundle has Python 3.9's", note)
+        self.assertEqual(rows["python:probe"][0], "PASS")
+        self.assertIn("Python %d.%d." % sys.version_info[:2],
+                      rows["python:probe"][1])
+        for example in ("torch_mlp", "torch_deepfm"):
+            status, note = rows["python:" + example]
+            self.assertEqual(status, "SKIP")
+            self.assertIn("not run: no shardps native module for this "
+                          "Python %s" % mine, note)
+        rows = gpu_check_summary.python_rows(self.logs)
+        self.assertTrue(rows[0]["verdict"].startswith(
+            "skipped: no shardps native module"))
+
+    def test_no_gpu_and_a_module_that_does_not_import(self):
+        import importlib.machinery
+        self.module(importlib.machinery.EXTENSION_SUFFIXES[0])
+        rows, out = self.run_helper("--skip", "no usable GPU here (step gpu)")
+        status, note = rows["python:import"]
+        self.assertEqual(status, "FAIL")
+        self.assertIn("does not import the bundle's shardps._native", note)
+        self.assertIn("ImportError", note)
+        status, note = rows["python:torch_mlp"]
+        self.assertEqual(status, "SKIP")
+        self.assertIn("not run: no usable GPU here (step gpu); the bundle's "
+                      "shardps does not import (python:import)", note)
+        self.assertIn("[SKIP] python:torch_deepfm", out)
+
+    def test_no_interpreter(self):
+        rows, _ = self.run_helper(python=os.path.join(self.tmp, "python9"))
+        self.assertEqual(rows["python:probe"][0], "SKIP")
+        self.assertIn("no usable Python", rows["python:probe"][1])
+        self.assertIn("no Python to run them", rows["python:torch_mlp"][1])
+
+
+def cuda_build_with_module(bin_dir):
+    """Why --bin_dir cannot make a bundle with shardps._native (None: it
+    can)."""
+    try:
+        with open(os.path.join(bin_dir, "CMakeCache.txt")) as f:
+            cache = f.read()
+    except OSError:
+        return "no CMake build in %s" % bin_dir
+    if "PS_CUDA_BUILT:INTERNAL=ON" not in cache:
+        return "%s is not a CUDA build" % bin_dir
+    module_dir = [l.split("=", 1)[1] for l in cache.splitlines()
+                  if l.startswith("SHARDPS_PYTHON_MODULE_DIR:")]
+    if not module_dir or not any(
+            n.startswith("_native.") for n in os.listdir(module_dir[0])):
+        return "no shardps._native built in %s" % bin_dir
+    return None
+
+
+class PythonOnCpuTest(unittest.TestCase):
+    """The Python path for real, on the CPU (gpu_check.sh --allow_cpu)."""
+
+    def test_python_path_on_the_cpu(self):
+        why = cuda_build_with_module(BIN_DIR)
+        if why is None and not os.access(
+                os.path.join(TORCH_VENV, "bin", "python"), os.X_OK):
+            why = "no PyTorch virtualenv at %s" % TORCH_VENV
+        if why:
+            self.skipTest(why)
+        tmp = tempfile.mkdtemp(prefix="gpu-check-test-")
+        self.addCleanup(shutil.rmtree, tmp)
+        env = dict(os.environ, BUILD_DIR=BIN_DIR, OUT_DIR=tmp, XZ_LEVEL="0")
+        packed = subprocess.run(
+            ["bash", os.path.join(GPU_SCRIPTS, "gpu_bundle.sh"),
+             "--no-build", "--no-test"], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, universal_newlines=True, timeout=240)
+        self.assertEqual(packed.returncode, 0, packed.stdout)
+        env = dict(os.environ, GPU_CHECK_QUICK="1",
+                   GPU_CHECK_PYTHON=os.path.join(TORCH_VENV, "bin", "python"))
+        out = subprocess.run(
+            ["bash", os.path.join(GPU_SCRIPTS, "gpu_check.sh"),
+             "--bundle", os.path.join(tmp, "shardps-gpu.tar.xz"),
+             "--data", os.path.join(tmp, "fashion-mnist"),
+             "--out", os.path.join(tmp, "check"), "--allow_cpu"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            universal_newlines=True, timeout=400)
+        self.assertEqual(out.returncode, 3, out.stdout)  # no GPU
+        self.assertRegex(out.stdout, r"\[PASS\] python:import .*: "
+                         r"_native\.cpython-\d+-x86_64-linux-gnu\.so from "
+                         r"/\S+/shardps-gpu/python/shardps;")
+        for run in ("torch_mlp-plain", "torch_mlp-shardps",
+                    "torch_deepfm-plain", "torch_deepfm-shardps"):
+            self.assertRegex(out.stdout, r"\[PASS\] python:%s .* after 120 "
+                             r"steps on cpu" % run)
+        with open(os.path.join(tmp, "check", "summary.json")) as f:
+            summary = json.load(f)
+        rows = {r["example"]: r for r in summary["python"]}
+        self.assertEqual(rows["torch_mlp"]["verdict"], "agree")
+        self.assertEqual(rows["torch_deepfm"]["verdict"], "agree")
+        self.assertEqual(summary["python_probe"]["cuda_available"], False)
+        # The shardps runs' pserver was the bundle's.
+        with tarfile.open(os.path.join(tmp, "check", "logs.tar.gz")) as t:
+            cluster = json.loads(t.extractfile(
+                "logs/python/torch_mlp-shardps/cluster.json").read())
+        self.assertRegex(cluster["pservers"][0]["argv"][0],
+                         r"/shardps-gpu/bin/pserver$")
+
+
 if __name__ == "__main__":
-    if "--bin_dir" in sys.argv:  # passed by ctest; nothing to run from it
+    if "--bin_dir" in sys.argv:  # passed by ctest
         i = sys.argv.index("--bin_dir")
+        BIN_DIR = os.path.abspath(sys.argv[i + 1])
         del sys.argv[i:i + 2]
     unittest.main()

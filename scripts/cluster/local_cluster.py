@@ -82,6 +82,15 @@ def make_parser():
                    "scripts/setup/python_venv.sh torch) with "
                    "--pservers, --trainer_id and --num_trainers, instead of "
                    "the trainer binary and --config (docs/python.md)")
+    p.add_argument("--python_bin", default=None, metavar="PYTHON",
+                   help="with --python: the interpreter that runs SCRIPT "
+                   "(default: the PyTorch virtualenv's)")
+    p.add_argument("--python_path", default=os.path.join(REPO, "python"),
+                   metavar="DIR",
+                   help="with --python: the folder holding the shardps "
+                   "package and its native module, put first on the "
+                   "trainers' PYTHONPATH (default python/ of this "
+                   "repository)")
     p.add_argument("--bin_dir", default=os.path.join(REPO, "build"),
                    help="build folder holding pserver/pserver and "
                    "trainer/trainer (default build/ of this repository)")
@@ -210,21 +219,21 @@ class Cluster(object):
             a.metrics_dir = a.log_dir
 
     def prepare_python(self):
-        """--python: the virtualenv's interpreter (made the first time),
-        and python/ of this repository first on the trainers' path."""
+        """--python: the interpreter (--python_bin, else the virtualenv's,
+        made the first time), and --python_path (python/ of this
+        repository) first on the trainers' path."""
         a = self.args
         a.python = os.path.abspath(a.python)
         if not os.path.isfile(a.python):
             raise UsageError("--python=%s: no such file" % a.python)
-        if not glob.glob(os.path.join(REPO, "python", "shardps",
-                                      "_native*.so")):
+        path = os.path.abspath(a.python_path)
+        if not glob.glob(os.path.join(path, "shardps", "_native*.so")):
             raise UsageError(
-                "--python: shardps._native is not built; build it with "
+                "--python: no shardps._native in %s/shardps; build it with "
                 "cmake --build %s --target shardps_native (it needs Debian's "
                 "pybind11-dev and python3-dev: bash scripts/setup/setup.sh)"
-                % a.bin_dir)
-        self.python_bin = torch_venv_python()
-        path = os.path.join(REPO, "python")
+                % (path, a.bin_dir))
+        self.python_bin = a.python_bin or torch_venv_python()
         if os.environ.get("PYTHONPATH"):
             path += os.pathsep + os.environ["PYTHONPATH"]
         os.environ["PYTHONPATH"] = path

@@ -17,8 +17,14 @@
 #  5. without a GPU, the bundled trainer's --use_gpu and step_timer's
 #     --describe refuse with CUDA's reason, and the CUDA tests skip;
 #  6. scripts/gpu/gpu_check.sh on this bundle checks steps 1 to 4 and stops at
-#     the GPU step with status 3 and its message.
-# Where this machine has a GPU, 5 and 6 are left to gpu_check.sh. Exit
+#     the GPU step with status 3 and its message, its Python rows saying
+#     that they did not run for want of a GPU;
+#  7. gpu_check.sh --allow_cpu with PyTorch's virtualenv
+#     (scripts/setup/python_venv.sh torch; skipped without it) runs its
+#     Python path on the CPU: the bundle's shardps imported from the
+#     bundle, examples/torch_mlp.py and torch_deepfm.py against the
+#     bundle's pserver and as plain PyTorch, 120 steps each, all agreeing.
+# Where this machine has a GPU, 5 to 7 are left to gpu_check.sh. Exit
 # status 0 when every check passed, 1 otherwise.
 set -uo pipefail
 
@@ -45,6 +51,25 @@ B="$TMP/shardps-gpu"
 clean_exec() { cd "$TMP" && exec env -i PATH=/usr/bin:/bin HOME="$TMP" LD_LIBRARY_PATH= "$@"; }
 clean() { (clean_exec "$@"); }
 
+# 7: gpu_check.sh's Python path on the CPU (--allow_cpu).
+python_on_cpu() {
+  local venv="${SHARDPS_TORCH_VENV:-$HOME/.cache/shardps/torch-venv}" out rc rows
+  if [ ! -x "$venv/bin/python" ]; then
+    say "no PyTorch virtualenv at $venv: the Python path is not run on the CPU (bash scripts/setup/python_venv.sh torch)"
+    return
+  fi
+  out="$(GPU_CHECK_QUICK=1 GPU_CHECK_PYTHON="$venv/bin/python" bash "$REPO/scripts/gpu/gpu_check.sh" \
+    --bundle "$ARCHIVE" --data "$DATA" --out "$TMP/check-cpu" --allow_cpu 2>&1)"
+  rc=$?
+  rows="$(grep -E '^\| torch_(mlp|deepfm) \|' "$TMP/check-cpu/summary.md")"
+  if [ $rc = 3 ] && [ "$(echo "$rows" | grep -c '| agree |$')" = 2 ] &&
+      echo "$out" | grep -q "\[PASS\] python:import .* from /.*/shardps-gpu/python/shardps"; then
+    ok "gpu_check.sh --allow_cpu: the Python path on the CPU agrees: $(echo "$rows" | cut -d'|' -f2,5,6 | tr '\n' ';' | tr -s ' ')"
+  else
+    bad "gpu_check.sh --allow_cpu (status $rc): $(echo "$out" | grep -E 'python:|FAIL' | tail -8)"
+  fi
+}
+
 # 1
 if tar -C "$TMP" -xJf "$ARCHIVE"; then
   ok "unpacked $(du -h "$ARCHIVE" | cut -f1) into $TMP ($(du -sh "$B" | cut -f1))"
@@ -53,7 +78,7 @@ else
 fi
 
 # 2
-for p in pserver trainer step_timer; do
+for p in pserver trainer step_timer gen_ctr_data; do
   out="$(clean "$B/bin/$p" --version 2>&1)" && ok "$p --version: $out" ||
     bad "$p --version: $out"
 done
@@ -137,12 +162,16 @@ else
   done
   out="$(bash "$REPO/scripts/gpu/gpu_check.sh" --bundle "$ARCHIVE" --data "$DATA" --out "$TMP/check" 2>&1)"
   rc=$?
+  rows="$(tar -xzOf "$TMP/check/logs.tar.gz" logs/steps.tsv)"
   if [ $rc = 3 ] && echo "$out" | grep -q "no usable GPU here: steps 1 to 4 passed" &&
-      [ "$(grep -c $'\tPASS\t' <(tar -xzOf "$TMP/check/logs.tar.gz" logs/steps.tsv))" = 4 ]; then
+      [ "$(echo "$rows" | head -4 | grep -c $'\tPASS\t')" = 4 ] &&
+      [ "$(echo "$rows" | grep -cE $'^python:torch_(mlp|deepfm)\tSKIP\t.*no usable GPU here')" = 2 ]; then
     ok "gpu_check.sh stops at the GPU step (status 3): $(echo "$out" | grep '\[FAIL\] gpu' | cut -c1-200)"
+    ok "its Python rows: $(echo "$rows" | grep '^python:torch_mlp' | cut -f2,4 | cut -c1-200)"
   else
     bad "gpu_check.sh without a GPU (status $rc): $(echo "$out" | tail -8)"
   fi
+  python_on_cpu
 fi
 
 if [ $FAILS -gt 0 ]; then say "$FAILS checks FAILED"; exit 1; fi

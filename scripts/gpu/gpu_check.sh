@@ -4,6 +4,7 @@
 #
 #   bash scripts/gpu/gpu_check.sh [--bundle out/gpu/shardps-gpu.tar.xz]
 #                             [--data out/gpu/fashion-mnist] [--out DIR]
+#                             [--allow_cpu]
 #
 # Steps, each under a time limit; one that fails says what failed and the
 # check goes on with the next (only a missing bundle, missing CUDA
@@ -16,7 +17,8 @@
 #   4 programs    every bundled program starts with the bundle's loader
 #   5 gpu         nvidia-smi and step_timer --describe: the GPU, driver,
 #                 CUDA, cuBLAS and cuDNN versions. Without a GPU the check
-#                 stops here (exit 3), having checked steps 1 to 4.
+#                 stops here (exit 3), having checked steps 1 to 4, and
+#                 step 9's probe and import (its runs say: no GPU).
 #   6 tests       the CUDA tests (ctest -L cuda's programs)
 #   7 train       configs/fmnist_mlp.pbtxt and fmnist_cnn.pbtxt, 1 pass,
 #                 sync, 1 pserver on the CPU, 1 and 2 trainers, with
@@ -29,6 +31,17 @@
 #                 --per_call: where the step goes) and the CPU, and
 #                 scripts/bench/torch_step_bench.py (the same models in PyTorch
 #                 on the same GPU)
+#   9 python      scripts/gpu/gpu_check_python.py: probes the machine's
+#                 python3 (or $GPU_CHECK_PYTHON) and its PyTorch, imports the
+#                 bundle's shardps with its native module for that Python,
+#                 and runs examples/torch_mlp.py and torch_deepfm.py, 1
+#                 pass, through shardps (1 pserver of the bundle, 1 trainer)
+#                 and as plain PyTorch on the same GPU, within
+#                 GPU_CHECK_PY_BUDGET_S (default 200) seconds. What the
+#                 machine lacks (PyTorch, CUDA in PyTorch, a module for its
+#                 Python) is a SKIP row saying why, not a failure.
+#                 --allow_cpu (tests only) runs it on the CPU without a GPU
+#                 and then stops (exit 3).
 # Then scripts/gpu/gpu_check_summary.py writes the table.
 #
 # Every step has its own time limit, and the whole check ends within
@@ -38,8 +51,9 @@
 # Writes to --out (default $OUT when set, else out/gpu-check): summary.md
 # (the table), summary.json, console.log (everything printed) and
 # logs.tar.gz (every step's log, the trainers' and pservers' logs and
-# metrics). Exit status: 0 when every step passed, 1 when some failed, 2
-# for a bad argument or a missing bundle, 3 without a usable GPU.
+# metrics). Exit status: 0 when every step passed or was skipped, 1 when
+# some failed, 2 for a bad argument or a missing bundle, 3 without a usable
+# GPU.
 # GPU_CHECK_QUICK=1 trains and times fewer steps, and GPU_CHECK_GO_ON=1
 # goes on past a missing GPU (its GPU steps then fail): both for testing the
 # check itself on a machine without a GPU, not for figures.
@@ -49,6 +63,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUNDLE="$REPO/out/gpu/shardps-gpu.tar.xz"
 DATA="$REPO/out/gpu/fashion-mnist"
 OUT_DIR="${OUT:-$REPO/out/gpu-check}"
+ALLOW_CPU=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="$2"; shift 2 ;;
@@ -57,12 +72,16 @@ while [ $# -gt 0 ]; do
     --data=*) DATA="${1#*=}"; shift ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --out=*) OUT_DIR="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --allow_cpu) ALLOW_CPU=1; shift ;;
+    -h|--help) sed -n "2,$(( $(grep -n '^set -uo pipefail' "$0" | cut -d: -f1) - 1 ))p" "$0" |
+                 sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 QUICK="${GPU_CHECK_QUICK:-0}"
 DEADLINE="${GPU_CHECK_DEADLINE_S:-450}"
+PY="${GPU_CHECK_PYTHON:-python3}"
+PY_BUDGET="${GPU_CHECK_PY_BUDGET_S:-200}"
 
 mkdir -p "$OUT_DIR" || { echo "gpu_check: cannot make $OUT_DIR" >&2; exit 2; }
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
@@ -114,6 +133,34 @@ run() {
   return $rc
 }
 
+# python_step [REASON]: step 9 (gpu_check_python.py), whose rows are
+# recorded here; with REASON (no GPU) it probes and imports, and says why
+# it runs nothing.
+python_step() {
+  local left budget rc name status secs note flags=()
+  left=$(( CHECK_START + DEADLINE - 30 - $(date +%s) ))
+  budget=$(( PY_BUDGET < left ? PY_BUDGET : left ))
+  NOT_RUN=0
+  if [ "$budget" -lt 20 ]; then
+    record python "NOT RUN" 0 "the check's ${DEADLINE}s deadline (GPU_CHECK_DEADLINE_S) is near"
+    return
+  fi
+  [ -n "${1:-}" ] && flags+=(--skip "$1")
+  [ "$ALLOW_CPU" = 1 ] && flags+=(--allow_cpu)
+  [ "$QUICK" = 1 ] && flags+=(--quick)
+  timeout --kill-after=10 $(( budget + 30 )) python3 "$REPO/scripts/gpu/gpu_check_python.py" \
+    --bundle_dir "$B" --data "$DATA" --logs "$LOGS" --python "$PY" \
+    --budget_s "$budget" "${flags[@]}"
+  rc=$?
+  # It printed each row; record them quietly.
+  if [ -f "$LOGS/python/steps.tsv" ]; then
+    while IFS=$'\t' read -r name status secs note; do
+      record "$name" "$status" "$secs" "$note" >/dev/null
+    done <"$LOGS/python/steps.tsv"
+  fi
+  [ $rc -eq 0 ] || record python FAIL 0 "gpu_check_python.py ended with status $rc$([ $rc = 124 ] && echo ", over its $(( budget + 30 ))s limit") (logs/python/)"
+}
+
 finish() {
   local code="$1"
   say "writing the summary ($(( $(date +%s) - CHECK_START )) s so far)"
@@ -123,6 +170,7 @@ finish() {
   [ -f "$OUT_DIR/summary.md" ] && cat "$OUT_DIR/summary.md"
   tar -C "$WORK" -czf "$OUT_DIR/logs.tar.gz" logs 2>/dev/null ||
     say "could not pack the logs"
+  rm -rf "$WORK"  # the unpacked bundle and DeepFM's data
   say "done in $(( $(date +%s) - CHECK_START )) s: $OUT_DIR (summary.md," \
       "summary.json, console.log, logs.tar.gz)"
   exit "$code"
@@ -130,6 +178,20 @@ finish() {
 
 # ---- 1 preflight ----
 s=$(date +%s)
+# First of all, which Python and PyTorch this machine has (the bundle's
+# native module must have been built for that Python; step 9 says more).
+py_probe="$(timeout 60 "$PY" -c '
+import sys
+try:
+    import torch
+    t = "PyTorch %s, torch.cuda.is_available() %s" % (torch.__version__, torch.cuda.is_available())
+except Exception as e:
+    t = "no PyTorch (%s)" % e
+print("%s: Python %d.%d.%d, %s" % ((sys.executable,) + tuple(sys.version_info[:3]) + (t,)))
+' 2>&1 | tail -1)"
+py_probe="$(command -v "$PY" || echo "$PY") -> ${py_probe:-no answer}"
+echo "$py_probe" >"$LOGS/python-probe.log"
+say "Python here: $py_probe"
 missing=()
 for tool in tar xz timeout python3 awk; do
   command -v "$tool" >/dev/null || missing+=("$tool")
@@ -140,12 +202,12 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz \
   [ -f "$DATA/$f" ] || missing+=("$DATA/$f")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  record preflight FAIL $(( $(date +%s) - s )) "missing: ${missing[*]}"
+  record preflight FAIL $(( $(date +%s) - s )) "missing: ${missing[*]}; python: $py_probe"
   finish 2
 fi
 cpu_model="$(lscpu 2>/dev/null | awk -F: '/^Model name/ {sub(/^ +/, "", $2); print $2; exit}')"
 echo "${cpu_model:-unknown CPU}, $(nproc) cores, $(uname -r)" >"$LOGS/host.log"
-record preflight PASS $(( $(date +%s) - s )) "bundle $(du -h "$BUNDLE" | cut -f1), data in $DATA, $(python3 --version 2>&1); host: $(cat "$LOGS/host.log")"
+record preflight PASS $(( $(date +%s) - s )) "bundle $(du -h "$BUNDLE" | cut -f1), data in $DATA; python: $py_probe; host: $(cat "$LOGS/host.log")"
 
 # ---- 2 unpack ----
 if run unpack 120 tar -C "$WORK" -xJf "$BUNDLE"; then
@@ -210,7 +272,7 @@ record cuda_libs PASS $(( $(date +%s) - s )) "$note"
 # ---- 4 programs ----
 s=$(date +%s)
 bad=()
-for p in pserver trainer step_timer; do
+for p in pserver trainer step_timer gen_ctr_data; do
   run "start-$p" 30 "$B/bin/$p" --version || bad+=("$p")
 done
 for p in cuda_backend_test model_cuda_test cuda_threshold_encoder_test; do
@@ -220,7 +282,7 @@ if [ ${#bad[@]} -gt 0 ]; then
   record programs FAIL $(( $(date +%s) - s )) "these did not start: ${bad[*]} (logs/start-*.log)"
   finish 1
 fi
-record programs PASS $(( $(date +%s) - s )) "6 programs start with the bundle's loader and libraries"
+record programs PASS $(( $(date +%s) - s )) "7 programs start with the bundle's loader and libraries"
 
 # ---- 5 gpu ----
 s=$(date +%s)
@@ -235,7 +297,15 @@ else
   why="$(tail -1 "$LOGS/gpu-describe.log")"
   record gpu FAIL $(( $(date +%s) - s )) "no usable GPU: ${why}${smi:+; nvidia-smi: $smi}${smi:-; no nvidia-smi}"
   say "no usable GPU here: steps 1 to 4 passed (the bundle unpacks, CUDA's libraries are found, every program starts); the rest needs a GPU"
-  if [ "${GPU_CHECK_GO_ON:-0}" != 1 ]; then finish 3; fi
+  if [ "$ALLOW_CPU" = 1 ]; then
+    say "--allow_cpu: the Python path (step 9) on the CPU, for testing the check"
+    python_step
+    finish 3
+  fi
+  if [ "${GPU_CHECK_GO_ON:-0}" != 1 ]; then
+    python_step "no usable GPU here (step gpu)"
+    finish 3
+  fi
   say "GPU_CHECK_GO_ON=1: going on; every GPU step will fail"
 fi
 
@@ -315,4 +385,6 @@ for config in fmnist_mlp fmnist_cnn; do
   fi
 done
 
+# ---- 9 python ----
+python_step
 finish "$FAILED"

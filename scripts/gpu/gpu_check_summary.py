@@ -20,6 +20,10 @@ timing/step_timer.jsonl and timing/torch.jsonl. Tables:
              backward on the device; compute_host: with the parameters and
              batch copied in and the gradients out, as a parameter-server
              trainer must; train: compute plus the optimizer).
+  Python     examples/torch_mlp.py and torch_deepfm.py through shardps
+             against plain PyTorch on the same device (python/, written by
+             gpu_check_python.py: probe.json, results.jsonl), or why they
+             did not run.
 
 --one_run prints one line on one training run (for the step table).
 Standard library only.
@@ -30,6 +34,8 @@ import json
 import os
 import statistics
 import sys
+
+from gpu_check_python import METRICS
 
 # GPU and CPU agree when the mean training loss over the first 100 steps
 # differs by at most LOSS_REL_TOL (relative), the mean over the whole pass
@@ -49,6 +55,16 @@ ACC_POINTS_TOL = 3.0
 # The issue's goal: ShardPS's compute step at most this many times
 # PyTorch's on the same GPU.
 GOAL_RATIO = 1.2
+# The Python rows: shardps and plain PyTorch agree when the final test
+# accuracy (torch_mlp) differs by at most 0.03 (3 points, the C++ rows'
+# bound: one pass's final accuracy moves by up to 2 points with rounding
+# alone) and the test AUC (torch_deepfm) by at most 0.01. Both train the
+# same model from the same seed and batches; with shardps the optimizer
+# runs on the pserver (and DeepFM's embedding rows start from the
+# pserver's own draw), so only rounding and those draws differ. On this
+# project's CPU: accuracy 0.8051 (shardps) and 0.8117 (plain), AUC 0.8420
+# and 0.8417.
+PY_TOLERANCE = {"torch_mlp": 0.03, "torch_deepfm": 0.01}
 
 
 def read_jsonl(path):
@@ -232,6 +248,73 @@ def timing_rows(logs, training):
     return rows
 
 
+def python_rows(logs):
+    """The Python rows: per example, its shardps and plain runs and the
+    verdict (agree, DIFFER, a run failed, or skipped/not run: why)."""
+    runs = read_jsonl(os.path.join(logs, "python", "results.jsonl"))
+    rows = []
+    for name in ("torch_mlp", "torch_deepfm"):
+        mine = {r.get("kind"): r for r in runs if r.get("example") == name}
+        if not mine:
+            continue
+        shard, plain = mine.get("shardps"), mine.get("plain")
+        row = {"example": name, "figure": METRICS[name][2],
+               "tolerance": PY_TOLERANCE[name], "shardps": shard,
+               "plain": plain, "diff": None}
+        statuses = [r.get("status") for r in mine.values()]
+        if None in mine:
+            row["verdict"] = "skipped: " + mine[None].get("reason", "?")
+        elif "FAIL" in statuses:
+            row["verdict"] = "a run failed"
+        elif "NOT RUN" in statuses or not (shard and plain):
+            row["verdict"] = "not run: " + next(
+                (r["reason"] for r in mine.values() if r.get("reason")),
+                "a run is missing")
+        else:
+            row["diff"] = shard["metric"] - plain["metric"]
+            row["verdict"] = ("agree" if abs(row["diff"]) <=
+                              row["tolerance"] else "DIFFER")
+        rows.append(row)
+    return rows
+
+
+def python_cells(r):
+    s, p = r["shardps"] or {}, r["plain"] or {}
+    return [r["example"], s.get("device") or p.get("device") or "–",
+            r["figure"], fmt(s.get("metric")), fmt(p.get("metric")),
+            fmt(r["diff"], "%+.4f"), "±%g" % r["tolerance"],
+            fmt(s.get("loss")), fmt(p.get("loss")),
+            fmt(s.get("train_seconds"), "%.1f"),
+            fmt(p.get("train_seconds"), "%.1f"),
+            fmt(s.get("samples_per_s"), "%.0f"),
+            fmt(p.get("samples_per_s"), "%.0f"),
+            fmt(s.get("wall_s"), "%.1f"), fmt(p.get("wall_s"), "%.1f"),
+            r["verdict"].replace("|", "/")[:400]]
+
+
+def read_probe(logs):
+    try:
+        with open(os.path.join(logs, "python", "probe.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def probe_line(probe):
+    """One line on the interpreter the Python rows ran with."""
+    line = "%s: Python %s, glibc %s, " % (
+        probe.get("which") or probe.get("executable"),
+        ".".join(str(v) for v in probe.get("version", [])),
+        probe.get("glibc") or "?")
+    if "torch" in probe:
+        return line + "PyTorch %s (CUDA %s), CUDA available: %s%s" % (
+            probe["torch"], probe.get("torch_cuda"),
+            probe.get("cuda_available"),
+            " (%s)" % probe["device_name"] if probe.get("device_name")
+            else "")
+    return line + "no PyTorch (%s)" % probe.get("torch_error")
+
+
 def section(out, title, intro, headers, rows):
     """Appends a "## title" section: an intro paragraph (if any) and a
     table of `rows`, lists of cells."""
@@ -270,7 +353,8 @@ def timing_cells(r):
         fmt(r["shardps_whole_step_gpu_ms"], "%.3f")]
 
 
-def markdown(logs, steps, training, timing):
+def header(logs):
+    """The lines above the tables: GPU, host, bundle, Python."""
     out = ["# ShardPS GPU check", ""]
     describe = first_line(os.path.join(logs, "gpu-describe.log"))
     if describe and describe.startswith("cuda:"):
@@ -283,26 +367,40 @@ def markdown(logs, steps, training, timing):
             out += ["- bundle %s" % l.rstrip() for l in f][1:6]
     except OSError:
         pass
+    probe = read_probe(logs)
+    if probe:
+        out.append("- Python (the Python rows): %s" % probe_line(probe))
+    return out
+
+
+def steps_section(out, steps):
     section(out, "Steps", None, ["step", "status", "s", "note"],
             [[s["step"], s["status"], s["seconds"],
               s["note"].replace("|", "/")[:400]] for s in steps])
     passed = sum(1 for s in steps if s["status"] == "PASS")
-    out += ["", "%d of %d steps passed." % (passed, len(steps))]
-    if training:
-        section(out, "Training: GPU against the CPU backend",
-                "1 pserver, sync, 1 pass; trainer 0. Loss 1-100: mean "
-                "training loss over steps 1-100; pass loss: over the pass. "
-                "CPU spread: the accuracy difference between the CPU backend "
-                "with 1 and 4 threads (rounding alone). Agree: loss 1-100 "
-                "within %g and pass loss within %g (relative), accuracy "
-                "within the larger of %g points and the CPU spread. Step: "
-                "median whole step (pull, compute, push)." % (
-                    LOSS_REL_TOL, PASS_LOSS_REL_TOL, ACC_POINTS_TOL),
-                ["config", "trainers", "loss 1-100 CPU", "GPU", "rel. diff",
-                 "pass loss CPU", "GPU", "rel. diff", "accuracy CPU",
-                 "CPU 4 threads", "GPU", "GPU - CPU (points)", "step CPU ms",
-                 "GPU ms", "samples/s CPU", "GPU", "verdict"],
-                [training_cells(r) for r in training])
+    skipped = sum(1 for s in steps if s["status"] == "SKIP")
+    out += ["", "%d of %d steps passed%s." % (
+        passed, len(steps), " (%d skipped)" % skipped if skipped else "")]
+
+
+def training_section(out, training):
+    section(out, "Training: GPU against the CPU backend",
+            "1 pserver, sync, 1 pass; trainer 0. Loss 1-100: mean "
+            "training loss over steps 1-100; pass loss: over the pass. "
+            "CPU spread: the accuracy difference between the CPU backend "
+            "with 1 and 4 threads (rounding alone). Agree: loss 1-100 "
+            "within %g and pass loss within %g (relative), accuracy "
+            "within the larger of %g points and the CPU spread. Step: "
+            "median whole step (pull, compute, push)." % (
+                LOSS_REL_TOL, PASS_LOSS_REL_TOL, ACC_POINTS_TOL),
+            ["config", "trainers", "loss 1-100 CPU", "GPU", "rel. diff",
+             "pass loss CPU", "GPU", "rel. diff", "accuracy CPU",
+             "CPU 4 threads", "GPU", "GPU - CPU (points)", "step CPU ms",
+             "GPU ms", "samples/s CPU", "GPU", "verdict"],
+            [training_cells(r) for r in training])
+
+
+def timing_sections(out, logs, timing):
     if timing:
         section(out, "Step time on the same GPU: ShardPS against PyTorch",
                 "Medians in ms. ShardPS compute: tools/step_timer "
@@ -329,6 +427,38 @@ def markdown(logs, steps, training, timing):
                 ["config", "call", "calls/step", "ms/step"],
                 [[l["config"], l["call"], "%g" % l["calls_per_step"],
                   "%.3f" % l["ms_per_step"]] for l in calls])
+
+
+def python_section(out, python):
+    section(out, "Python: shardps against plain PyTorch on the same device",
+            "examples/torch_mlp.py (Fashion-MNIST, batch 64) and "
+            "torch_deepfm.py (200,000 generated records, batch 256), 1 pass "
+            "(GPU_CHECK_QUICK: 120 steps), seed 1, with the machine's own "
+            "Python and PyTorch (the Python line above). shardps: the "
+            "bundle's package and native module, 1 pserver of the bundle on "
+            "the CPU, 1 sync trainer; the model on the device, the "
+            "optimizer on the pserver. Plain: --plain, one process, "
+            "torch.optim on the device, no pservers. Agree: the final test "
+            "accuracy within %g, the test AUC within %g (rounding alone "
+            "moves one pass's final figures; the test loss is beside them). "
+            "Training s: the pass alone; run s: the whole command, start-up "
+            "included." % (PY_TOLERANCE["torch_mlp"],
+                           PY_TOLERANCE["torch_deepfm"]),
+            ["example", "device", "figure", "shardps", "plain",
+             "shardps - plain", "tolerance", "test loss shardps", "plain",
+             "training s shardps", "plain", "samples/s shardps", "plain",
+             "run s shardps", "plain", "verdict"],
+            [python_cells(r) for r in python])
+
+
+def markdown(logs, steps, training, timing, python):
+    out = header(logs)
+    steps_section(out, steps)
+    if training:
+        training_section(out, training)
+    timing_sections(out, logs, timing)
+    if python:
+        python_section(out, python)
     return "\n".join(out) + "\n"
 
 
@@ -349,7 +479,8 @@ def main(argv):
     steps = read_steps(args.logs)
     training = training_rows(args.logs)
     timing = timing_rows(args.logs, training)
-    md = markdown(args.logs, steps, training, timing)
+    python = python_rows(args.logs)
+    md = markdown(args.logs, steps, training, timing, python)
     if args.md:
         with open(args.md, "w") as f:
             f.write(md)
@@ -358,7 +489,8 @@ def main(argv):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"steps": steps, "training": training,
-                       "timing": timing,
+                       "timing": timing, "python": python,
+                       "python_probe": read_probe(args.logs),
                        "gpu": first_line(os.path.join(args.logs,
                                                       "gpu-describe.log"))},
                       f, indent=1)
