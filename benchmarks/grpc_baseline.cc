@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/transport/grpc_status.h"
+#include "common/grpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps_service.grpc.pb.h"
 

@@ -62,11 +62,11 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/service/grpc_server.h"
-#include "trainer/client/grpc_ps_client.h"
+#include "pserver/server/grpc_server.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
-#include "trainer/client/retry_timer.h"
+#include "trainer/transport/grpc_ps_client.h"
+#include "trainer/transport/retry_timer.h"
 
 DEFINE_int32(lane_spin_us,
              static_cast<int32_t>(
@@ -435,7 +435,9 @@ void Args(benchmark::internal::Benchmark* b) {
       }
     }
   }
-  b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+  // CPU: the whole process's (client and pservers), per operation.
+  b->UseRealTime()->MeasureProcessCPUTime();
+  b->Unit(benchmark::kMillisecond)->MinTime(0.3);
 }
 
 BENCHMARK(BM_Push)->Apply(Args);

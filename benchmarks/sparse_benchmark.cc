@@ -22,12 +22,12 @@
 #include "common/launch/malloc_tuning.h"
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
-#include "pserver/service/grpc_server.h"
-#include "trainer/client/grpc_ps_client.h"
+#include "pserver/server/grpc_server.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/sparse_client.h"
 #include "trainer/data/sparse_batch.h"
 #include "trainer/model/sparse_input.h"
+#include "trainer/transport/grpc_ps_client.h"
 
 namespace shardps {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compression/cuda_threshold_encoder.h"
-#include "kernels/cuda_status.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace shardps {
 namespace {
@@ -109,8 +109,6 @@ class Encoder : public CudaThresholdEncoder {
     int32_t* pos = static_cast<int32_t*>(pos_);
     uint32_t* bad = static_cast<uint32_t*>(small_);
     int32_t* total = static_cast<int32_t*>(small_) + 1;
-    unsigned long long* encoded =
-        reinterpret_cast<unsigned long long*>(static_cast<char*>(small_) + 8);
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(small_, 0, 16, stream_));
     FlagKernel<<<Blocks(n), kThreads, 0, stream_>>>(residual, n, t_bits, flags,
                                                     bad);
@@ -132,24 +130,51 @@ class Encoder : public CudaThresholdEncoder {
       return info;
     }
     if (k == 0) return info;  // kEmpty
-    const size_t old = out->size();
     if (ThresholdMessageInts(static_cast<size_t>(k)) < BitmapMessageInts(n)) {
-      RETURN_IF_ERROR(Reserve(&entries_, &entries_size_, k * sizeof(int32_t)));
-      int32_t* entries = static_cast<int32_t*>(entries_);
-      ScatterKernel<<<Blocks(n), kThreads, 0, stream_>>>(
-          residual, n, threshold, t_bits, flags, pos, entries);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
-      out->resize(old + ThresholdMessageInts(static_cast<size_t>(k)));
-      int32_t* msg = out->data() + old;
-      WriteHeader(static_cast<int32_t>(k), n, threshold,
-                  CodecFormat::kThreshold, msg);
-      RETURN_IF_ERROR(
-          ToHost(entries, k * sizeof(int32_t), msg + kCodecHeaderInts));
-      info.kind = EncodeInfo::Kind::kThreshold;
-      info.selected = info.encoded = k;
-      info.bytes = ThresholdMessageInts(static_cast<size_t>(k)) * 4;
-      return info;
+      return EncodeThreshold(residual, n, threshold, t_bits, k, flags, pos,
+                             out);
     }
+    return EncodeBitmap(residual, n, threshold, t_bits, k, out);
+  }
+
+ private:
+  // Appends the threshold message of the `k` elements marked in `flags`
+  // (their slots in `pos`) to *out, and subtracts what it sends from
+  // `residual`.
+  absl::StatusOr<EncodeInfo> EncodeThreshold(float* residual, size_t n,
+                                             float threshold, uint32_t t_bits,
+                                             int64_t k, const int32_t* flags,
+                                             const int32_t* pos,
+                                             std::vector<int32_t>* out) {
+    EncodeInfo info;
+    const size_t old = out->size();
+    RETURN_IF_ERROR(Reserve(&entries_, &entries_size_, k * sizeof(int32_t)));
+    int32_t* entries = static_cast<int32_t*>(entries_);
+    ScatterKernel<<<Blocks(n), kThreads, 0, stream_>>>(
+        residual, n, threshold, t_bits, flags, pos, entries);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    out->resize(old + ThresholdMessageInts(static_cast<size_t>(k)));
+    int32_t* msg = out->data() + old;
+    WriteHeader(static_cast<int32_t>(k), n, threshold, CodecFormat::kThreshold,
+                msg);
+    RETURN_IF_ERROR(
+        ToHost(entries, k * sizeof(int32_t), msg + kCodecHeaderInts));
+    info.kind = EncodeInfo::Kind::kThreshold;
+    info.selected = info.encoded = k;
+    info.bytes = ThresholdMessageInts(static_cast<size_t>(k)) * 4;
+    return info;
+  }
+
+  // Appends the bitmap message of all `n` elements (`k` of them at least
+  // the threshold) to *out, and subtracts what it sends from `residual`.
+  absl::StatusOr<EncodeInfo> EncodeBitmap(float* residual, size_t n,
+                                          float threshold, uint32_t t_bits,
+                                          int64_t k,
+                                          std::vector<int32_t>* out) {
+    EncodeInfo info;
+    unsigned long long* encoded =
+        reinterpret_cast<unsigned long long*>(static_cast<char*>(small_) + 8);
+    const size_t old = out->size();
     const size_t words = n / 16 + 1;
     RETURN_IF_ERROR(Reserve(&entries_, &entries_size_, words * 4));
     const float half = codec::BitmapHalf(threshold);
@@ -171,7 +196,6 @@ class Encoder : public CudaThresholdEncoder {
     return info;
   }
 
- private:
   // INVALID_ARGUMENT for a threshold that is not finite and > 0, or more
   // elements than the codec allows.
   static absl::Status CheckEncodeArgs(size_t n, float threshold) {

@@ -43,78 +43,110 @@ TEST(ChooseDeltaThresholdTest, LeavesTheLeastResidual) {
   EXPECT_EQ(ChooseDeltaThreshold(d, 1, &scratch), 2 * q);
 }
 
-// A sync job of two trainers: the master values move by sparse steps, both
-// trainers pull each version and hold the pserver's shadow bit for bit.
-TEST(PullDeltaTest, TrainersHoldTheShadowExactly) {
-  const int64_t n = 4096;
-  std::vector<float> values(n);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0, 1);
-  for (float& v : values) v = normal(rng);
-  PullDeltaEncoder encoder;
-  const PullDeltaDecoder::BlockSize size{kTable, kBlock, n};
-  PullDeltaDecoder t0({&size, 1}), t1({&size, 1});
-  std::vector<float> out0(n), out1(n);
-  std::uniform_int_distribution<int> pick(0, n - 1);
-  size_t delta_bytes = 0, steps = 0;
-  for (int64_t version = 0; version < 200; ++version) {
-    if (version > 0) {
-      for (int k = 0; k < 40; ++k)
-        values[pick(rng)] += (k % 2 ? 0.015f : -0.03f);
-    }
-    for (auto [decoder, out] :
-         {std::make_pair(&t0, &out0), std::make_pair(&t1, &out1)}) {
-      const PullDeltaDecoder::Held h = decoder->held(kTable, kBlock);
-      std::string bytes;
-      PullDeltaEncoder::Reply r;
-      ASSERT_TRUE(encoder
-                      .Serve(kTable, kBlock, 1, version, values, h.epoch,
-                             h.version, &bytes, &r)
-                      .ok());
-      // Dense only the first time.
-      EXPECT_EQ(r.dense, version == 0);
-      EXPECT_EQ(r.version, version);
-      if (!r.dense) {
-        EXPECT_EQ(r.base_version, version - 1);
-        EXPECT_LE(bytes.size(), 4 * (n / 17 + 4));
-        delta_bytes += bytes.size();
-        ++steps;
-      }
-      ASSERT_TRUE(decoder
-                      ->Take(kTable, kBlock, r.dense, r.epoch, r.base_version,
-                             r.version, bytes, absl::MakeSpan(*out))
-                      .ok());
-    }
-    ASSERT_EQ(std::memcmp(out0.data(), out1.data(), n * sizeof(float)), 0);
-  }
-  // The residual stays small: what lags is at most a few quanta.
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    worst = std::max(worst, std::fabs(double{values[i]} - out0[i]));
-  }
-  EXPECT_LT(worst, 0.2);
-  // 50 times fewer bytes than dense pulls.
-  EXPECT_LT(delta_bytes, steps * n * sizeof(float) / 50);
+// A sync job of two trainers on one block of 4096 values: the master
+// values move by sparse steps, and both trainers pull each version.
+class SyncPullDeltaTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kN = 4096;
 
-  // Once the values stop moving, error feedback brings the copies to them.
-  for (int64_t version = 200; version < 400; ++version) {
-    const PullDeltaDecoder::Held h = t0.held(kTable, kBlock);
+  SyncPullDeltaTest() {
+    std::normal_distribution<float> normal(0, 1);
+    for (float& v : values_) v = normal(rng_);
+  }
+
+  // Serves version `version` of the values to `decoder`, which takes it
+  // into *out; a delta's bytes are counted.
+  void Pull(int64_t version, PullDeltaDecoder* decoder,
+            std::vector<float>* out) {
+    const PullDeltaDecoder::Held h = decoder->held(kTable, kBlock);
     std::string bytes;
     PullDeltaEncoder::Reply r;
-    values[0] += 0;  // a version with no change
-    ASSERT_TRUE(encoder
-                    .Serve(kTable, kBlock, 1, version, values, h.epoch,
+    ASSERT_TRUE(encoder_
+                    .Serve(kTable, kBlock, 1, version, values_, h.epoch,
                            h.version, &bytes, &r)
                     .ok());
-    ASSERT_TRUE(t0.Take(kTable, kBlock, r.dense, r.epoch, r.base_version,
-                        r.version, bytes, absl::MakeSpan(out0))
+    // Dense only the first time.
+    EXPECT_EQ(r.dense, version == 0);
+    EXPECT_EQ(r.version, version);
+    if (!r.dense) {
+      EXPECT_EQ(r.base_version, version - 1);
+      EXPECT_LE(bytes.size(), 4 * (kN / 17 + 4));
+      delta_bytes_ += bytes.size();
+      ++steps_;
+    }
+    ASSERT_TRUE(decoder
+                    ->Take(kTable, kBlock, r.dense, r.epoch, r.base_version,
+                           r.version, bytes, absl::MakeSpan(*out))
                     .ok());
   }
-  double after = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    after = std::max(after, std::fabs(double{values[i]} - out0[i]));
+
+  // Versions 0 to 199, each but the first after 40 sparse steps, pulled
+  // by both trainers, whose copies must agree bit for bit.
+  void RunMovingVersions() {
+    std::uniform_int_distribution<int> pick(0, kN - 1);
+    for (int64_t version = 0; version < 200; ++version) {
+      if (version > 0) {
+        for (int k = 0; k < 40; ++k)
+          values_[pick(rng_)] += (k % 2 ? 0.015f : -0.03f);
+      }
+      for (auto [decoder, out] :
+           {std::make_pair(&t0_, &out0_), std::make_pair(&t1_, &out1_)}) {
+        ASSERT_NO_FATAL_FAILURE(Pull(version, decoder, out));
+      }
+      ASSERT_EQ(std::memcmp(out0_.data(), out1_.data(), kN * sizeof(float)), 0);
+    }
   }
-  EXPECT_LT(after, 1e-5);
+
+  // The largest difference between the values and trainer 0's copy.
+  double Lag() const {
+    double worst = 0;
+    for (int64_t i = 0; i < kN; ++i) {
+      worst = std::max(worst, std::fabs(double{values_[i]} - out0_[i]));
+    }
+    return worst;
+  }
+
+  std::vector<float> values_ = std::vector<float>(kN);
+  std::mt19937 rng_{7};
+  PullDeltaEncoder encoder_;
+  const PullDeltaDecoder::BlockSize size_{kTable, kBlock, kN};
+  PullDeltaDecoder t0_{absl::MakeConstSpan(&size_, 1)};
+  PullDeltaDecoder t1_{absl::MakeConstSpan(&size_, 1)};
+  std::vector<float> out0_ = std::vector<float>(kN);
+  std::vector<float> out1_ = std::vector<float>(kN);
+  size_t delta_bytes_ = 0, steps_ = 0;
+};
+
+// Both trainers hold the pserver's shadow bit for bit.
+TEST_F(SyncPullDeltaTest, TrainersHoldTheShadowExactly) {
+  ASSERT_NO_FATAL_FAILURE(RunMovingVersions());
+}
+
+TEST_F(SyncPullDeltaTest, TheLagIsSmallAndDeltasAreFarSmallerThanDense) {
+  ASSERT_NO_FATAL_FAILURE(RunMovingVersions());
+  // The residual stays small: what lags is at most a few quanta.
+  EXPECT_LT(Lag(), 0.2);
+  // 50 times fewer bytes than dense pulls.
+  EXPECT_LT(delta_bytes_, steps_ * kN * sizeof(float) / 50);
+}
+
+TEST_F(SyncPullDeltaTest, ErrorFeedbackCatchesUpOnceTheValuesStop) {
+  ASSERT_NO_FATAL_FAILURE(RunMovingVersions());
+  // Once the values stop moving, error feedback brings the copies to them.
+  for (int64_t version = 200; version < 400; ++version) {
+    const PullDeltaDecoder::Held h = t0_.held(kTable, kBlock);
+    std::string bytes;
+    PullDeltaEncoder::Reply r;
+    values_[0] += 0;  // a version with no change
+    ASSERT_TRUE(encoder_
+                    .Serve(kTable, kBlock, 1, version, values_, h.epoch,
+                           h.version, &bytes, &r)
+                    .ok());
+    ASSERT_TRUE(t0_.Take(kTable, kBlock, r.dense, r.epoch, r.base_version,
+                         r.version, bytes, absl::MakeSpan(out0_))
+                    .ok());
+  }
+  EXPECT_LT(Lag(), 1e-5);
 }
 
 TEST(PullDeltaTest, AnAsyncTrainerBehindGetsTheChain) {

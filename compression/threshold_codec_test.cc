@@ -595,6 +595,19 @@ std::vector<float> RandomResidual(size_t n, float t, double density,
   return x;
 }
 
+// I5: re-encoding the decoded message `s` of `msg` at the same t gives
+// the same bytes, and leaves nothing behind.
+void CheckReencodesTheSame(const std::vector<float>& s,
+                           const std::vector<int32_t>& msg, float t) {
+  std::vector<float> again = s;
+  std::vector<int32_t> msg2;
+  absl::StatusOr<EncodeInfo> info2 =
+      EncodeThresholdOrBitmap(absl::MakeSpan(again), t, &msg2);
+  ASSERT_TRUE(info2.ok());
+  EXPECT_EQ(msg2, msg);
+  for (float v : again) ASSERT_EQ(v, 0.0f);
+}
+
 void CheckInvariants(const std::vector<float>& before,
                      const std::vector<float>& after,
                      const std::vector<int32_t>& msg, const EncodeInfo& info,
@@ -646,15 +659,7 @@ void CheckInvariants(const std::vector<float>& before,
                                  ? Kind::kThreshold
                                  : Kind::kBitmap;
   EXPECT_EQ(info.kind, expected_kind);
-  // I5: re-encoding the decoded message at the same t gives the same bytes,
-  // and leaves nothing behind.
-  std::vector<float> again = s;
-  std::vector<int32_t> msg2;
-  absl::StatusOr<EncodeInfo> info2 =
-      EncodeThresholdOrBitmap(absl::MakeSpan(again), t, &msg2);
-  ASSERT_TRUE(info2.ok());
-  EXPECT_EQ(msg2, msg);
-  for (float v : again) ASSERT_EQ(v, 0.0f);
+  CheckReencodesTheSame(s, msg, t);
 }
 
 TEST_P(InvariantTest, HoldForRandomResiduals) {

@@ -13,7 +13,7 @@
 namespace shardps {
 
 // Where a model's layers compute: the CPU (BLAS and threads, CpuBackend) or
-// a CUDA device (cuBLAS, cuDNN and own kernels, kernels/cuda_backend.h).
+// a CUDA device (cuBLAS, cuDNN and own kernels, kernels/cuda/cuda_backend.h).
 //
 // Buffers are `float*` in the backend's memory: ordinary host memory for the
 // CPU backend, device memory for CUDA. Every math call is queued in order on

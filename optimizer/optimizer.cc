@@ -17,6 +17,100 @@ namespace {
 
 bool IsFinite(float x) { return std::isfinite(x); }
 
+// Checks the momentum of MOMENTUM and LARS: in [0, 1).
+absl::Status CheckMomentum(const OptimizerConfig& config) {
+  if (!(config.momentum() >= 0 && config.momentum() < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("momentum must be in [0, 1), got ", config.momentum()));
+  }
+  return absl::OkStatus();
+}
+
+// Fills in Adagrad's defaults (epsilon 1e-10, initial accumulator 0.1) and
+// checks its initial accumulator.
+absl::Status SetUpAdagrad(OptimizerConfig* config) {
+  if (config->epsilon() == 0) config->set_epsilon(1e-10f);
+  if (config->initial_accumulator() == 0) {
+    config->set_initial_accumulator(0.1f);
+  }
+  // An infinite one would start every block's state non-finite.
+  if (!(config->initial_accumulator() >= 0) ||
+      !(config->initial_accumulator() <= kMaxInitialAccumulator)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "initial_accumulator must be in [0, ", kMaxInitialAccumulator,
+        "], got ", config->initial_accumulator()));
+  }
+  return absl::OkStatus();
+}
+
+// Fills in Adam's defaults (betas 0.9 and 0.999, epsilon 1e-8) and checks
+// its betas.
+absl::Status SetUpAdam(OptimizerConfig* config) {
+  if (config->beta1() == 0) config->set_beta1(0.9f);
+  if (config->beta2() == 0) config->set_beta2(0.999f);
+  if (config->epsilon() == 0) config->set_epsilon(1e-8f);
+  if (!(config->beta1() > 0 && config->beta1() < 1) ||
+      !(config->beta2() > 0 && config->beta2() < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Adam betas must be in (0, 1), got ", config->beta1(),
+                     " and ", config->beta2()));
+  }
+  return absl::OkStatus();
+}
+
+// Fills in FTRL's default beta (1) and checks l1, l2 and beta.
+absl::Status SetUpFtrl(OptimizerConfig* config) {
+  if (config->beta() == 0) config->set_beta(1.0f);
+  if (!(config->l1() >= 0) || !(config->l2() >= 0) || !(config->beta() > 0) ||
+      !IsFinite(config->l1()) || !IsFinite(config->l2()) ||
+      !IsFinite(config->beta())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FTRL needs l1 >= 0, l2 >= 0 and beta > 0, got ",
+                     config->l1(), ", ", config->l2(), ", ", config->beta()));
+  }
+  return absl::OkStatus();
+}
+
+// Fills in LARS's default trust coefficient (1e-3) and checks its
+// momentum, trust coefficient and weight decay; LARS has no Nesterov.
+absl::Status SetUpLars(OptimizerConfig* config) {
+  if (config->trust_coefficient() == 0) config->set_trust_coefficient(1e-3f);
+  if (absl::Status s = CheckMomentum(*config); !s.ok()) return s;
+  if (!(config->trust_coefficient() > 0) || !(config->weight_decay() >= 0) ||
+      !IsFinite(config->trust_coefficient()) ||
+      !IsFinite(config->weight_decay())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LARS needs trust_coefficient > 0 and weight_decay >= 0, got ",
+        config->trust_coefficient(), " and ", config->weight_decay()));
+  }
+  if (config->nesterov()) {
+    return absl::InvalidArgumentError("LARS has no Nesterov momentum");
+  }
+  return absl::OkStatus();
+}
+
+// Fills in the defaults of the hyperparameters of the config's optimizer
+// type and checks them; INVALID_ARGUMENT for an unknown type.
+absl::Status SetUpTypeConfig(OptimizerConfig* config) {
+  switch (config->type()) {
+    case OptimizerConfig::SGD:
+      return absl::OkStatus();
+    case OptimizerConfig::MOMENTUM:
+      return CheckMomentum(*config);
+    case OptimizerConfig::ADAGRAD:
+      return SetUpAdagrad(config);
+    case OptimizerConfig::ADAM:
+      return SetUpAdam(config);
+    case OptimizerConfig::FTRL:
+      return SetUpFtrl(config);
+    case OptimizerConfig::LARS:
+      return SetUpLars(config);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown optimizer type ", config->type()));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<LearningRateSchedule> LearningRateSchedule::Create(
@@ -98,70 +192,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "learning_rate must be in (0, ", kMaxLearningRate, "], got ", lr));
   }
-  switch (config.type()) {
-    case OptimizerConfig::SGD:
-      break;
-    case OptimizerConfig::MOMENTUM:
-      if (!(config.momentum() >= 0 && config.momentum() < 1)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "momentum must be in [0, 1), got ", config.momentum()));
-      }
-      break;
-    case OptimizerConfig::ADAGRAD:
-      if (config.epsilon() == 0) config.set_epsilon(1e-10f);
-      if (config.initial_accumulator() == 0) {
-        config.set_initial_accumulator(0.1f);
-      }
-      // An infinite one would start every block's state non-finite.
-      if (!(config.initial_accumulator() >= 0) ||
-          !(config.initial_accumulator() <= kMaxInitialAccumulator)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "initial_accumulator must be in [0, ", kMaxInitialAccumulator,
-            "], got ", config.initial_accumulator()));
-      }
-      break;
-    case OptimizerConfig::ADAM:
-      if (config.beta1() == 0) config.set_beta1(0.9f);
-      if (config.beta2() == 0) config.set_beta2(0.999f);
-      if (config.epsilon() == 0) config.set_epsilon(1e-8f);
-      if (!(config.beta1() > 0 && config.beta1() < 1) ||
-          !(config.beta2() > 0 && config.beta2() < 1)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Adam betas must be in (0, 1), got ", config.beta1(),
-                         " and ", config.beta2()));
-      }
-      break;
-    case OptimizerConfig::FTRL:
-      if (config.beta() == 0) config.set_beta(1.0f);
-      if (!(config.l1() >= 0) || !(config.l2() >= 0) || !(config.beta() > 0) ||
-          !IsFinite(config.l1()) || !IsFinite(config.l2()) ||
-          !IsFinite(config.beta())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("FTRL needs l1 >= 0, l2 >= 0 and beta > 0, got ",
-                         config.l1(), ", ", config.l2(), ", ", config.beta()));
-      }
-      break;
-    case OptimizerConfig::LARS:
-      if (config.trust_coefficient() == 0) config.set_trust_coefficient(1e-3f);
-      if (!(config.momentum() >= 0 && config.momentum() < 1)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "momentum must be in [0, 1), got ", config.momentum()));
-      }
-      if (!(config.trust_coefficient() > 0) || !(config.weight_decay() >= 0) ||
-          !IsFinite(config.trust_coefficient()) ||
-          !IsFinite(config.weight_decay())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LARS needs trust_coefficient > 0 and weight_decay >= 0, got ",
-            config.trust_coefficient(), " and ", config.weight_decay()));
-      }
-      if (config.nesterov()) {
-        return absl::InvalidArgumentError("LARS has no Nesterov momentum");
-      }
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown optimizer type ", config.type()));
-  }
+  if (absl::Status s = SetUpTypeConfig(&config); !s.ok()) return s;
   if (!(config.epsilon() >= 0) || !IsFinite(config.epsilon())) {
     return absl::InvalidArgumentError("epsilon must be non-negative");
   }

@@ -25,7 +25,7 @@
 #include "common/transport/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "pserver/service/grpc_server.h"
+#include "pserver/server/grpc_server.h"
 
 DEFINE_int32(port, shardps::kDefaultPort,
              "TCP port to serve on; 0 picks a free port");
@@ -126,56 +126,71 @@ int64_t DefaultMemoryLimitBytes() {
 
 // The server's options from the flags; a bad value is one line on stderr
 // and exit code 2.
-shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
-  auto fail = [](const char* msg) {
-    std::cerr << "pserver: " << msg << "\n";
-    std::exit(2);
-  };
-  if (FLAGS_max_pull_wait_s <= 0) fail("--max_pull_wait_s must be positive");
-  if (FLAGS_trainer_timeout < 0) fail("--trainer_timeout must be >= 0");
-  if (FLAGS_keep_checkpoints < 1) fail("--keep_checkpoints must be >= 1");
-  if (FLAGS_max_jobs < 1) fail("--max_jobs must be >= 1");
-  if (FLAGS_max_shared_regions < 0 || FLAGS_max_shared_regions > 65536) {
-    fail("--max_shared_regions must be in [0, 65536]");
-  }
-  if (FLAGS_job_retention < 1) fail("--job_retention must be >= 1");
-  if (FLAGS_max_memory_mb < 0 || FLAGS_max_memory_mb > (int64_t{1} << 40)) {
-    fail("--max_memory_mb must be in [0, 2^40]");
-  }
-  if (FLAGS_max_memory_mb_per_job < 0 ||
-      FLAGS_max_memory_mb_per_job > (int64_t{1} << 40)) {
-    fail("--max_memory_mb_per_job must be in [0, 2^40]");
-  }
-  shardps::GrpcServerOptions options;
-  options.host = FLAGS_host;
-  options.port = FLAGS_port;
-  options.port_file = FLAGS_port_file;
+// One line naming the problem, then exit 2.
+[[noreturn]] void FailFlags(absl::string_view msg) {
+  std::cerr << "pserver: " << msg << "\n";
+  std::exit(2);
+}
+
+// Where the pserver listens and how: the port, the TCP lane, TLS and
+// tokens, /metrics.
+void ListenFromFlags(shardps::GrpcServerOptions* options) {
+  options->host = FLAGS_host;
+  options->port = FLAGS_port;
+  options->port_file = FLAGS_port_file;
   if (FLAGS_tcp_lane_port < 0 || FLAGS_tcp_lane_port > 65535) {
-    fail("--tcp_lane_port must be in [0, 65535]");
+    FailFlags("--tcp_lane_port must be in [0, 65535]");
   }
-  options.tcp_lane = FLAGS_tcp_lane;
-  options.tcp_lane_port = FLAGS_tcp_lane_port;
+  options->tcp_lane = FLAGS_tcp_lane;
+  options->tcp_lane_port = FLAGS_tcp_lane_port;
   if (FLAGS_tcp_lane_spin_us < 0 || FLAGS_tcp_lane_spin_us > 10000) {
-    fail("--tcp_lane_spin_us must be in [0, 10000]");
+    FailFlags("--tcp_lane_spin_us must be in [0, 10000]");
   }
-  options.tcp_lane_spin = absl::Microseconds(FLAGS_tcp_lane_spin_us);
+  options->tcp_lane_spin = absl::Microseconds(FLAGS_tcp_lane_spin_us);
   auto security =
       shardps::LoadTransportSecurity(shardps::TransportSecurityFilesFromFlags(),
                                      shardps::TransportRole::kServer);
-  if (!security.ok()) fail(std::string(security.status().message()).c_str());
-  options.security = *std::move(security);
+  if (!security.ok()) FailFlags(security.status().message());
+  options->security = *std::move(security);
   // /metrics where the pserver listens, unless told otherwise.
   auto monitoring = shardps::MonitoringOptionsFromFlags(FLAGS_host);
-  if (!monitoring.ok())
-    fail(std::string(monitoring.status().message()).c_str());
-  if (absl::Status s = monitoring->UseTls(options.security.tls_cert_pem,
-                                          options.security.tls_key_pem,
-                                          options.security.tls_ca_pem);
+  if (!monitoring.ok()) FailFlags(monitoring.status().message());
+  const shardps::TransportSecurity& tls = options->security;
+  if (absl::Status s =
+          monitoring->UseTls(tls.tls_cert_pem, tls.tls_key_pem, tls.tls_ca_pem);
       !s.ok()) {
-    fail(std::string(s.message()).c_str());
+    FailFlags(s.message());
   }
-  options.monitoring = *monitoring;
-  shardps::PserverOptions& p = options.pserver;
+  options->monitoring = *monitoring;
+}
+
+// The bounds on what the jobs may hold and wait for.
+void CheckLimitFlags() {
+  if (FLAGS_max_pull_wait_s <= 0)
+    FailFlags("--max_pull_wait_s must be positive");
+  if (FLAGS_trainer_timeout < 0) FailFlags("--trainer_timeout must be >= 0");
+  if (FLAGS_keep_checkpoints < 1) FailFlags("--keep_checkpoints must be >= 1");
+  if (FLAGS_max_jobs < 1) FailFlags("--max_jobs must be >= 1");
+  if (FLAGS_max_shared_regions < 0 || FLAGS_max_shared_regions > 65536) {
+    FailFlags("--max_shared_regions must be in [0, 65536]");
+  }
+  if (FLAGS_job_retention < 1) FailFlags("--job_retention must be >= 1");
+  if (FLAGS_max_memory_mb < 0 || FLAGS_max_memory_mb > (int64_t{1} << 40)) {
+    FailFlags("--max_memory_mb must be in [0, 2^40]");
+  }
+  if (FLAGS_max_memory_mb_per_job < 0 ||
+      FLAGS_max_memory_mb_per_job > (int64_t{1} << 40)) {
+    FailFlags("--max_memory_mb_per_job must be in [0, 2^40]");
+  }
+  if (FLAGS_full_checkpoint_every < 1 || FLAGS_full_checkpoint_every > 100000) {
+    FailFlags("--full_checkpoint_every must be in [1, 100000]");
+  }
+}
+
+// The jobs: their stores, checkpoints, memory and lifetimes.
+shardps::PserverOptions JobsFromFlags(shardps::Env* checkpoint_env) {
+  CheckLimitFlags();
+  shardps::PserverOptions p;
   p.store.num_trainers = FLAGS_num_gradient_servers;
   p.store.max_pull_wait = absl::Seconds(FLAGS_max_pull_wait_s);
   p.store.trainer_timeout = absl::Seconds(FLAGS_trainer_timeout);
@@ -189,21 +204,26 @@ shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
     const std::string root(absl::StripSuffix(p.shared_checkpoint_root, "/"));
     if (FLAGS_checkpoint_dir.empty() ||
         !absl::StartsWith(FLAGS_checkpoint_dir, root + "/")) {
-      fail(
+      FailFlags(
           "--shared_checkpoint_root needs a --checkpoint_dir inside it (one "
           "folder per pserver, e.g. --checkpoint_dir=<root>/pserver-0)");
     }
   }
   p.keep_checkpoints = FLAGS_keep_checkpoints;
   p.full_checkpoint_every = FLAGS_full_checkpoint_every;
-  if (FLAGS_full_checkpoint_every < 1 || FLAGS_full_checkpoint_every > 100000) {
-    fail("--full_checkpoint_every must be in [1, 100000]");
-  }
   p.max_memory_bytes_per_job = FLAGS_max_memory_mb_per_job << 20;
   p.max_jobs = FLAGS_max_jobs;
   p.max_shared_regions = FLAGS_max_shared_regions;
   p.job_retention = absl::Seconds(FLAGS_job_retention);
   p.env = checkpoint_env;
+  return p;
+}
+
+shardps::GrpcServerOptions OptionsFromFlags(shardps::Env* checkpoint_env) {
+  shardps::GrpcServerOptions options;
+  // The limits first, as before: a bad one is told before the files.
+  options.pserver = JobsFromFlags(checkpoint_env);
+  ListenFromFlags(&options);
   return options;
 }
 
@@ -260,58 +280,27 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
           shardps::MonitoringFlagGroup()};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  shardps::TuneMallocForLargeMessages();
-  constexpr char kUsage[] =
-      "pserver --port=7164 --num_gradient_servers=N [--port_file=PATH]";
-  if (shardps::HelpRequested(argc, argv)) {
-    shardps::PrintFlagHelp(kUsage, PserverFlagGroups(), std::cout);
-    return 0;
-  }
-  gflags::SetUsageMessage(kUsage);
-  FLAGS_logtostderr = true;
+// The flags of the command line and the environment, then the launchers'
+// aliases (TF_CONFIG and PADDLE_INIT_*: the lowest-precedence defaults);
+// exits 2 naming the problem.
+void ParseFlags(int* argc, char*** argv) {
   absl::Status s =
-      shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
-  if (!s.ok()) {
-    std::cerr << "pserver: " << s.message() << "\n";
-    return 2;
+      shardps::ParseFlagsWithEnv(argc, argv, shardps::ProcessEnv());
+  if (!s.ok()) FailFlags(s.message());
+  if (*argc > 1) {
+    FailFlags(absl::StrCat("unexpected argument '", (*argv)[1], "'"));
   }
-  if (argc > 1) {
-    std::cerr << "pserver: unexpected argument '" << argv[1] << "'\n";
-    return 2;
-  }
-  // TF_CONFIG and PADDLE_INIT_*: the lowest-precedence defaults.
   auto aliases = shardps::LaunchAliases(shardps::ProcessEnv(),
                                         shardps::LaunchRole::kPserver);
-  if (aliases.ok()) s = shardps::ApplyFlagAliases(*aliases);
-  if (!aliases.ok() || !s.ok()) {
-    std::cerr << "pserver: " << (aliases.ok() ? s : aliases.status()).message()
-              << "\n";
-    return 2;
-  }
-  // Fault injection for the multi-process tests (kill during a checkpoint
-  // write): SHARDPS_TEST_CHECKPOINT_FAULT, see
-  // common/storage/fault_injection_env.h.
-  auto fault_env = shardps::CheckpointFaultEnvFromEnvironment(
-      shardps::Env::Default(), shardps::ProcessEnv());
-  if (!fault_env.ok()) {
-    std::cerr << "pserver: " << fault_env.status().message() << "\n";
-    return 2;
-  }
-  const shardps::GrpcServerOptions options = OptionsFromFlags(fault_env->get());
-  google::InitGoogleLogging(argv[0]);
-  // A crash (SIGSEGV, SIGBUS, ...) logs its signal and stack before the
-  // process dies. SIGTERM, which glog's handler also takes, is blocked
-  // below and taken by the signal thread.
-  google::InstallFailureSignalHandler();
-  if (*fault_env != nullptr) {
-    LOG(WARNING) << "checkpoint fault injection armed by "
-                 << shardps::kCheckpointFaultEnvVar;
-  }
+  if (!aliases.ok()) FailFlags(aliases.status().message());
+  s = shardps::ApplyFlagAliases(*aliases);
+  if (!s.ok()) FailFlags(s.message());
+}
+
+// Serves until SIGTERM or SIGINT, which a thread takes to shut the server
+// down; the exit status.
+int Serve(const shardps::GrpcServerOptions& options) {
   const shardps::OpenFileLimit files = GuardConnections();
-  // SIGTERM and SIGINT are handled by a thread that shuts the server down.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -323,8 +312,7 @@ int main(int argc, char** argv) {
     std::cerr << "pserver: " << server.status().message() << "\n";
     return 2;
   }
-  s = (*server)->Start();
-  if (!s.ok()) {
+  if (absl::Status s = (*server)->Start(); !s.ok()) {
     std::cerr << "pserver: " << s.message() << "\n";
     return 1;
   }
@@ -338,4 +326,36 @@ int main(int argc, char** argv) {
   (*server)->Wait();
   signal_thread.detach();
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  shardps::TuneMallocForLargeMessages();
+  constexpr char kUsage[] =
+      "pserver --port=7164 --num_gradient_servers=N [--port_file=PATH]";
+  if (shardps::HelpRequested(argc, argv)) {
+    shardps::PrintFlagHelp(kUsage, PserverFlagGroups(), std::cout);
+    return 0;
+  }
+  gflags::SetUsageMessage(kUsage);
+  FLAGS_logtostderr = true;
+  ParseFlags(&argc, &argv);
+  // Fault injection for the multi-process tests (kill during a checkpoint
+  // write): SHARDPS_TEST_CHECKPOINT_FAULT, see
+  // common/storage/fault_injection_env.h.
+  auto fault_env = shardps::CheckpointFaultEnvFromEnvironment(
+      shardps::Env::Default(), shardps::ProcessEnv());
+  if (!fault_env.ok()) FailFlags(fault_env.status().message());
+  const shardps::GrpcServerOptions options = OptionsFromFlags(fault_env->get());
+  google::InitGoogleLogging(argv[0]);
+  // A crash (SIGSEGV, SIGBUS, ...) logs its signal and stack before the
+  // process dies. SIGTERM, which glog's handler also takes, is blocked
+  // in Serve and taken by the signal thread.
+  google::InstallFailureSignalHandler();
+  if (*fault_env != nullptr) {
+    LOG(WARNING) << "checkpoint fault injection armed by "
+                 << shardps::kCheckpointFaultEnvVar;
+  }
+  return Serve(options);
 }

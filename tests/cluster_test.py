@@ -19,6 +19,32 @@ import testlib
 from testlib import Collector, clean_env, pid_alive, wait_for
 
 
+WAITING_FOR_TRAINER_1 = re.compile(
+    r"pull from trainer 0 has waited .* waiting for the pushes of "
+    r"step (\d+) from trainer\(s\) 1\)")
+
+
+def read_cluster_json(log_dir):
+    """local_cluster.py's cluster.json in `log_dir`; None until written."""
+    try:
+        with open(os.path.join(log_dir, "cluster.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def waits_for_trainer_1(pservers):
+    """The step of trainer 1's pushes each of `pservers` (cluster.json's)
+    has logged a pull waiting for, for those that have."""
+    found = []
+    for p in pservers:
+        with open(p["log"]) as f:
+            m = WAITING_FOR_TRAINER_1.search(f.read())
+        if m:
+            found.append(int(m.group(1)))
+    return found
+
+
 class ClusterTest(testlib.ProcessTestCase):
 
     def assertRanWell(self, r, summary, trainers=2, pservers=2):
@@ -233,11 +259,10 @@ class ClusterTest(testlib.ProcessTestCase):
             self.assertIn("has LARS, which does not work with --mode=async",
                           f.read())
 
-    def test_sync_trainer_killed(self):
-        """A sync trainer killed mid-run: the pservers say which trainer the
-        survivor waits for (after 5 s), the launcher shows it, and Ctrl-C
-        stops everything. (Recovery is not tested here.)"""
-        log_dir = os.path.join(self.tmp, "logs")
+    def start_cluster_to_kill(self, log_dir):
+        """local_cluster.py with 2 pservers and 2 sync trainers of 5 passes,
+        --keep_going, logs in `log_dir`; returns (the launcher, collectors
+        of its stdout and stderr, its cluster.json once written)."""
         launcher = self.popen(
             [sys.executable, testlib.LOCAL_CLUSTER, "--bin_dir",
              testlib.BIN_DIR, "--log_dir", log_dir, "--timeout", "120",
@@ -247,18 +272,13 @@ class ClusterTest(testlib.ProcessTestCase):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             universal_newlines=True)
         out, err = Collector(launcher.stdout), Collector(launcher.stderr)
-
-        def cluster():
-            try:
-                with open(os.path.join(log_dir, "cluster.json")) as f:
-                    return json.load(f)
-            except (OSError, ValueError):
-                return None
-
-        info = wait_for(cluster, 60)
+        info = wait_for(lambda: read_cluster_json(log_dir), 60)
         self.assertIsNotNone(info, "no cluster.json; stderr:\n" + err.text())
-        t0, t1 = info["trainers"]
+        return launcher, out, err, info
 
+    def kill_trainer_1_past_step_20(self, t1, err):
+        """Waits for trainer 1 (cluster.json's `t1`) to log step 20, kills
+        it with SIGKILL; returns when (time.monotonic())."""
         def trainer1_step():
             steps = [m["step"] for m in testlib.read_json_lines(
                 t1["metrics_file"]) if m.get("event") == "step"]
@@ -267,22 +287,35 @@ class ClusterTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(trainer1_step, 60, 0.01),
                         "trainer 1 made no progress:\n" + err.text())
         os.kill(t1["pid"], signal.SIGKILL)
-        killed_at = time.monotonic()
+        return time.monotonic()
 
-        waiting = re.compile(
-            r"pull from trainer 0 has waited .* waiting for the pushes of "
-            r"step (\d+) from trainer\(s\) 1\)")
+    def check_ctrl_c_stops_everything(self, launcher, out, err, log_dir,
+                                      info):
+        """SIGINT to the launcher: it exits 130, its summary and stdout
+        tell of the killed trainer, and no process of `info` is left."""
+        launcher.send_signal(signal.SIGINT)  # Ctrl-C
+        rc = launcher.wait(30)
+        out.join()
+        err.join()
+        self.assertEqual(rc, 130, err.text())
+        with open(os.path.join(log_dir, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["trainers"][1]["exit_code"], -9)
+        self.assertIn("killed by SIGKILL", out.text())
+        for c in info["trainers"] + info["pservers"]:
+            self.assertFalse(pid_alive(c["pid"]), c)
 
-        def pserver_reports():
-            found = []
-            for p in info["pservers"]:
-                with open(p["log"]) as f:
-                    m = waiting.search(f.read())
-                if m:
-                    found.append(int(m.group(1)))
-            return found
+    def test_sync_trainer_killed(self):
+        """A sync trainer killed mid-run: the pservers say which trainer the
+        survivor waits for (after 5 s), the launcher shows it, and Ctrl-C
+        stops everything. (Recovery is not tested here.)"""
+        log_dir = os.path.join(self.tmp, "logs")
+        launcher, out, err, info = self.start_cluster_to_kill(log_dir)
+        t0, t1 = info["trainers"]
+        killed_at = self.kill_trainer_1_past_step_20(t1, err)
 
-        steps = wait_for(pserver_reports, 30, 0.2)
+        steps = wait_for(lambda: waits_for_trainer_1(info["pservers"]), 30,
+                         0.2)
         waited = time.monotonic() - killed_at
         self.assertTrue(steps, "no pserver log names trainer 1 within 30 s "
                         "of its death; launcher stderr:\n" + err.text())
@@ -296,18 +329,7 @@ class ClusterTest(testlib.ProcessTestCase):
             lambda: "has waited" in err.text() and "[pserver" in err.text(),
             5), err.text())
         self.assertIn("trainer 1 was killed by SIGKILL", err.text())
-
-        launcher.send_signal(signal.SIGINT)  # Ctrl-C
-        rc = launcher.wait(30)
-        out.join()
-        err.join()
-        self.assertEqual(rc, 130, err.text())
-        with open(os.path.join(log_dir, "summary.json")) as f:
-            summary = json.load(f)
-        self.assertEqual(summary["trainers"][1]["exit_code"], -9)
-        self.assertIn("killed by SIGKILL", out.text())
-        for c in info["trainers"] + info["pservers"]:
-            self.assertFalse(pid_alive(c["pid"]), c)
+        self.check_ctrl_c_stops_everything(launcher, out, err, log_dir, info)
 
     def test_save_then_load(self):
         """A model saved by one job and loaded by the next: the new job's

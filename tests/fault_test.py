@@ -122,12 +122,26 @@ class FaultTest(testlib.ProcessTestCase):
         self.addCleanup(subprocess.run, ["umount", "-l", disk])
         return disk
 
-    def metric(self, port_file, name):
-        """The value of series `name` on the /metrics at `port_file`."""
+    def start_monitored_ps(self, ckpt, env=None):
+        """Starts pserver ps0 checkpointing to `ckpt`, its /metrics on a
+        free port written to tmp/ps.mport; returns (popen, port, that
+        file)."""
+        mport = os.path.join(self.tmp, "ps.mport")
+        ps, port, _ = self.start_pserver(
+            "ps0", ["--checkpoint_dir=" + ckpt, "--monitoring_port=0",
+                    "--monitoring_port_file=" + mport], env=env)
+        return ps, port, mport
+
+    def metrics_page(self, port_file):
+        """The /metrics page at the port in `port_file`."""
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
                                     testlib.read_port(port_file),
                                     timeout=10) as u:
-            page = u.read().decode()
+            return u.read().decode()
+
+    def metric(self, port_file, name):
+        """The value of series `name` on the /metrics at `port_file`."""
+        page = self.metrics_page(port_file)
         m = re.search(r"^%s (\S+)$" % re.escape(name), page, re.M)
         self.assertTrue(m, "%s not in\n%s" % (name, page))
         return float(m.group(1))
@@ -547,11 +561,8 @@ class FaultTest(testlib.ProcessTestCase):
         gives) is said in the chief's log at its next request, naming the
         pserver, the step and the folder, and in the pserver's /metrics;
         training goes on, and the next writes succeed."""
-        mport = os.path.join(self.tmp, "ps.mport")
         env = testlib.clean_env(SHARDPS_TEST_CHECKPOINT_FAULT="fail_sync:2")
-        ps, port, _ = self.start_pserver(
-            "ps0", ["--checkpoint_dir=" + self.ckpt(0), "--monitoring_port=0",
-                    "--monitoring_port_file=" + mport], env=env)
+        ps, port, mport = self.start_monitored_ps(self.ckpt(0), env=env)
         r = subprocess.run(
             [testlib.trainer_bin(), "--pservers=127.0.0.1:%d" % port,
              "--num_gradient_servers=1", "--config=" + testlib.CONFIG,
@@ -564,14 +575,77 @@ class FaultTest(testlib.ProcessTestCase):
             r.stdout, r"a checkpoint was not written: pserver "
             r"127\.0\.0\.1:%d: .*checkpoint of step \d+ to %s.*injected "
             r"fault" % (port, re.escape(self.job_ckpt(0))))
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
-                                    testlib.read_port(mport), timeout=10) as u:
-            page = u.read().decode()
+        page = self.metrics_page(mport)
         self.assertIn('shardps_pserver_checkpoints_total{job_id="default",'
                       'result="failed"} 1', page)
         self.assertRegex(page, r'shardps_pserver_checkpoints_total\{'
                          r'job_id="default",result="ok"\} [1-9]')
         self.stop(ps)
+
+    def fill(self, disk):
+        """Writes a file on `disk` until the disk is full; returns its
+        path."""
+        filler = os.path.join(disk, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ENOSPC, e)
+        return filler
+
+    def trainer_said(self, pattern):
+        """The first match of `pattern` in trainer 0's log, or None."""
+        return re.search(pattern, self.trainer_log(0))
+
+    def check_the_failed_write_told(self, port, job, filled_at):
+        """Waits for trainer 0 (the chief) to say that a checkpoint request
+        was refused for want of room on pserver `port`, after the write
+        that failed; checks which steps those were."""
+        refused = (r"checkpoint of step (\d+) not taken: RESOURCE_EXHAUSTED: "
+                   r"Checkpoint to pserver 127\.0\.0\.1:%d: %s has "
+                   r"0\.\d\d MB free, and the last write "
+                   r"needed \d+\.\d\d MB \(checkpoint of step (\d+) to "
+                   r"%s: .*No space left on device\)" % (
+                       port, re.escape(job), re.escape(job)))
+        self.assertTrue(wait_for(lambda: self.trainer_said(refused), 60),
+                        self.trainer_log(0))
+        # The first request after the disk filled wrote and failed; a later
+        # one says so: the next, or (a write still under way when the next
+        # request came, on a loaded machine) the one after. The metrics
+        # file the step is read from lags the trainer by a few steps: the
+        # failed write may be the second or third interval after the step
+        # read.
+        first = self.trainer_said(refused)
+        failed_write, told = int(first.group(2)), int(first.group(1))
+        self.assertLessEqual(failed_write, filled_at + 75)
+        self.assertIn(told - failed_write, (25, 50), first.group(0))
+
+    def check_the_full_disk_counted(self, ps_metrics, trainer_metrics):
+        """The failed write and the refusals on the pserver's /metrics, the
+        failures on the trainer's."""
+        self.assertGreaterEqual(self.metric(
+            ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
+            'result="failed"}'), 1)
+        self.assertGreaterEqual(self.metric(
+            ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
+            'result="no_room"}'), 1)
+        self.assertGreaterEqual(self.metric(
+            trainer_metrics, 'shardps_trainer_checkpoint_failures_total'
+            '{job_id="default",trainer_id="0"}'), 1)
+
+    def check_checkpoints_taken_again(self, job):
+        """Waits for the chief to say the pservers have room again, and for
+        the checkpoint it names to be written under `job`."""
+        self.assertTrue(wait_for(lambda: self.trainer_said(
+            r"checkpoint of step \d+ taken: the pservers have room again"),
+            60), self.trainer_log(0))
+        taken = int(re.search(r"checkpoint of step (\d+) taken: the "
+                              r"pservers have room again",
+                              self.trainer_log(0)).group(1))
+        self.assertTrue(wait_for(lambda: os.path.isdir(
+            os.path.join(job, ckpt_dir_name(taken))), 60), os.listdir(job))
 
     def test_a_full_checkpoint_disk_reaches_the_chief(self):
         """A real full disk: the pserver's --checkpoint_dir on a tmpfs of
@@ -582,11 +656,8 @@ class FaultTest(testlib.ProcessTestCase):
         is gone, checkpoints are taken again."""
         disk = self.small_disk("32m")
         ckpt = os.path.join(disk, "ckpt")
-        ps_metrics = os.path.join(self.tmp, "ps.mport")
         trainer_metrics = os.path.join(self.tmp, "trainer.mport")
-        ps, port, _ = self.start_pserver(
-            "ps0", ["--checkpoint_dir=" + ckpt, "--monitoring_port=0",
-                    "--monitoring_port_file=" + ps_metrics])
+        ps, port, ps_metrics = self.start_monitored_ps(ckpt)
         trainer = self.start_trainer(
             0, [port], ["--num_gradient_servers=1", "--num_passes=100",
                         "--checkpoint_every_steps=25", "--monitoring_port=0",
@@ -595,62 +666,16 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(lambda: os.path.isdir(
             os.path.join(job, ckpt_dir_name(50))), 120), self.trainer_log(0))
 
-        # Fill the disk.
-        filler = os.path.join(disk, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * (1 << 20))
-                    f.flush()
-            except OSError as e:
-                self.assertEqual(e.errno, errno.ENOSPC, e)
-        filled_at = self.last_step(0)
-
-        def said(pattern):
-            return re.search(pattern, self.trainer_log(0))
-
-        refused = (r"checkpoint of step (\d+) not taken: RESOURCE_EXHAUSTED: "
-                   r"Checkpoint to pserver 127\.0\.0\.1:%d: %s has "
-                   r"0\.\d\d MB free, and the last write "
-                   r"needed \d+\.\d\d MB \(checkpoint of step (\d+) to "
-                   r"%s: .*No space left on device\)" % (
-                       port, re.escape(job), re.escape(job)))
-        self.assertTrue(wait_for(lambda: said(refused), 60),
-                        self.trainer_log(0))
-        # The first request after the disk filled wrote and failed; a later
-        # one says so: the next, or (a write still under way when the next
-        # request came, on a loaded machine) the one after. The metrics
-        # file the step is read from lags the trainer by a few steps: the
-        # failed write may be the second or third interval after the step
-        # read.
-        first = said(refused)
-        failed_write, told = int(first.group(2)), int(first.group(1))
-        self.assertLessEqual(failed_write, filled_at + 75)
-        self.assertIn(told - failed_write, (25, 50), first.group(0))
-
-        self.assertGreaterEqual(self.metric(
-            ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
-            'result="failed"}'), 1)
-        self.assertGreaterEqual(self.metric(
-            ps_metrics, 'shardps_pserver_checkpoints_total{job_id="default",'
-            'result="no_room"}'), 1)
-        self.assertGreaterEqual(self.metric(
-            trainer_metrics, 'shardps_trainer_checkpoint_failures_total'
-            '{job_id="default",trainer_id="0"}'), 1)
+        filler = self.fill(disk)
+        self.check_the_failed_write_told(port, job, self.last_step(0))
+        self.check_the_full_disk_counted(ps_metrics, trainer_metrics)
         # Refused requests write nothing: the failed write's temporary
         # folder is gone, the older checkpoints stay.
         self.assertFalse([n for n in os.listdir(job) if "tmp" in n],
                          os.listdir(job))
 
         os.unlink(filler)
-        self.assertTrue(wait_for(lambda: said(
-            r"checkpoint of step \d+ taken: the pservers have room again"),
-            60), self.trainer_log(0))
-        taken = int(re.search(r"checkpoint of step (\d+) taken: the "
-                              r"pservers have room again",
-                              self.trainer_log(0)).group(1))
-        self.assertTrue(wait_for(lambda: os.path.isdir(
-            os.path.join(job, ckpt_dir_name(taken))), 60), os.listdir(job))
+        self.check_checkpoints_taken_again(job)
         self.assertIsNone(trainer.poll(), self.trainer_log(0))
         self.stop(trainer, ps)
 

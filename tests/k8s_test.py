@@ -632,14 +632,9 @@ class K8sManifestTest(unittest.TestCase):
         self.assertTrue([e for e in errs if "SHARDPS_NO_SUCH_FLAG_K8S" in e],
                         errs)
 
-    def test_pservers_and_trainers_agree(self):
-        """Service, StatefulSet, PDB and Job name the same pods, ports and
-        counts."""
-        svc, sts = self.one("Service"), self.one("StatefulSet")
-        pdb, job = self.one("PodDisruptionBudget"), self.one("Job")
-        ps = self.container(sts, "pserver")
-        tr = self.container(job, "trainer")
-        psf, trf = effective_flags(ps), effective_flags(tr)
+    def check_pods_selected_alike(self, svc, sts, pdb):
+        """The headless Service and the PDB select the StatefulSet's pods,
+        which it names after the Service and starts in parallel."""
         labels = sts["spec"]["template"]["metadata"]["labels"]
         self.assertEqual(svc["spec"].get("clusterIP"), "None", "headless")
         self.assertEqual(svc["spec"]["selector"],
@@ -650,20 +645,25 @@ class K8sManifestTest(unittest.TestCase):
             self.assertEqual(labels.get(k), v, "pod label %s" % k)
         self.assertEqual(sts["spec"]["serviceName"], svc["metadata"]["name"])
         self.assertEqual(sts["spec"]["podManagementPolicy"], "Parallel")
-        # Ports.
+
+    def check_trainers_reach_every_pserver(self, svc, sts, ps, psf, trf):
+        """The pserver container, the Service and the trainers' --pservers
+        (every pod of the StatefulSet, in order) name the same port."""
         port = int(psf.get("port", 7164))
         cports = {p["name"]: p["containerPort"] for p in ps["ports"]}
         sports = {p["name"]: p for p in svc["spec"]["ports"]}
         self.assertEqual(cports["grpc"], port)
         self.assertEqual(sports["grpc"]["port"], port)
         self.assertIn(sports["grpc"].get("targetPort"), ("grpc", port))
-        # --pservers: every pod of the StatefulSet, in order.
         replicas = sts["spec"]["replicas"]
         want = ["%s-%d.%s:%d" % (sts["metadata"]["name"], i,
                                  svc["metadata"]["name"], port)
                 for i in range(replicas)]
         self.assertEqual(trf["pservers"].split(","), want)
-        # The trainer count.
+
+    def check_trainer_count(self, job, psf, trf):
+        """The indexed Job's completions are the trainer count both sides
+        use; its failures end it as the trainers' exit statuses say."""
         spec = job["spec"]
         self.assertEqual(spec["completionMode"], "Indexed")
         n = spec["completions"]
@@ -682,8 +682,9 @@ class K8sManifestTest(unittest.TestCase):
         self.assertTrue([r for r in rules if r["action"] == "FailJob" and
                          2 in r["onExitCodes"]["values"]],
                         "exit status 2 (bad flags or config) fails the Job")
-        self.assertRegex(trf.get("job_id", "default"), JOB_ID)
-        # Checkpoints on the volume claim template, the chief asking.
+
+    def check_checkpoints_on_claims(self, sts, ps, psf, trf):
+        """Checkpoints on the volume claim template, the chief asking."""
         self.assertIn("checkpoint_dir", psf)
         claims = {t["metadata"]["name"]
                   for t in sts["spec"]["volumeClaimTemplates"]}
@@ -694,6 +695,20 @@ class K8sManifestTest(unittest.TestCase):
                          or psf["checkpoint_dir"] == m["mountPath"]],
                         "--checkpoint_dir on a volumeClaimTemplate")
         self.assertGreater(int(trf.get("checkpoint_every_steps", 0)), 0)
+
+    def test_pservers_and_trainers_agree(self):
+        """Service, StatefulSet, PDB and Job name the same pods, ports and
+        counts."""
+        svc, sts = self.one("Service"), self.one("StatefulSet")
+        pdb, job = self.one("PodDisruptionBudget"), self.one("Job")
+        ps = self.container(sts, "pserver")
+        tr = self.container(job, "trainer")
+        psf, trf = effective_flags(ps), effective_flags(tr)
+        self.check_pods_selected_alike(svc, sts, pdb)
+        self.check_trainers_reach_every_pserver(svc, sts, ps, psf, trf)
+        self.check_trainer_count(job, psf, trf)
+        self.assertRegex(trf.get("job_id", "default"), JOB_ID)
+        self.check_checkpoints_on_claims(sts, ps, psf, trf)
 
     def test_model_config_is_the_repository_one(self):
         """The ConfigMap holds configs/fmnist_mlp.pbtxt as it is, and the

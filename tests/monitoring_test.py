@@ -137,23 +137,23 @@ class MonitoringTest(testlib.ProcessTestCase):
             json.dump([{"targets": ["127.0.0.1:%d" % p for p in ports]}], f)
         os.rename(tmp, path)
 
-    def test_prometheus_scrapes_a_job(self):
-        if not PROMETHEUS or not PROMTOOL:
-            self.skipTest("Debian's prometheus is not installed "
-                          "(bash scripts/setup/setup.sh installs it)")
-        ps = [self.start_pserver_monitored("ps%d" % i) for i in range(2)]
-        pservers = ",".join("127.0.0.1:%d" % p[1] for p in ps)
-        targets = os.path.join(self.tmp, "targets.json")
+    def scrape_pservers(self, ps, targets):
+        """Starts Prometheus scraping the /metrics of the pservers `ps`
+        (start_pserver_monitored's) listed in `targets`; returns its base
+        URL once it has scraped both."""
         self.write_targets(targets, [p[2] for p in ps])
         base = self.start_prometheus(targets)
         self.assertTrue(wait_for(
             lambda: len([v for _, v in self.query(base, "up") if v == 1]) == 2,
             30), "prometheus never scraped both pservers")
+        return base
 
-        # Six passes over TCP: long enough for a few scrapes of the trainers,
-        # and every pushed byte goes through the pservers' byte counters
-        # (with shared memory, values bypass them).
-        passes = 6
+    def start_scraped_trainers(self, ps, targets, base, passes):
+        """Starts 2 sync trainers of `passes` passes over TCP on the
+        pservers `ps`, adds their /metrics to `targets`; returns (the
+        trainers, their metrics ports, their health ports) once Prometheus
+        has scraped both training."""
+        pservers = ",".join("127.0.0.1:%d" % p[1] for p in ps)
         trainers = self.start_trainers(
             pservers, extra=["--num_passes=%d" % passes,
                              "--shared_memory=false"])
@@ -164,6 +164,11 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(lambda: len(self.query(
             base, "shardps_trainer_steps_total > 0")) == 2, 60),
             "prometheus never scraped both trainers training")
+        return trainers, mports, hports
+
+    def check_trainers_serving(self, mports, hports):
+        """Both trainers' health services say SERVING, and trainer 0's
+        /metrics passes promtool and says it is ready."""
         health = self.ps_status("--health", "--pservers=" + ",".join(
             "127.0.0.1:%d" % h for h in hports))
         self.assertEqual(health.returncode, 0, health.stdout)
@@ -173,10 +178,9 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertIn('shardps_trainer_ready{job_id="default",'
                       'trainer_id="0"} 1', trainer_page)
 
-        for p, _, _, log in trainers:
-            self.assertEqual(p.wait(timeout=240), 0, tail(log))
-        time.sleep(2.5)  # a last scrape of the pservers
-
+    def check_push_queries(self, base):
+        """Prometheus's rate of pushed bytes and Push latency over the
+        pservers, and that both trainers left."""
         rate = self.query(base, 'sum(rate(shardps_pserver_received_bytes_total'
                                 '{method="Push"}[2m]))')
         self.assertEqual(len(rate), 1)
@@ -191,7 +195,10 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertEqual(self.query(base, "sum(shardps_pserver_trainers)")[0][1],
                          0, "both trainers left")
 
-        # Every pushed byte a trainer counted, the pservers received.
+    def check_every_pushed_byte_received(self, ps, passes):
+        """Every pushed byte a trainer counted, the pservers `ps` received
+        (their /metrics, which promtool passes); each table took every
+        step."""
         pushed = sum(testlib.final_eval(os.path.join(self.tmp, "t%d.jsonl" % k))
                      ["push_bytes"] for k in range(2))
         received = 0
@@ -203,6 +210,28 @@ class MonitoringTest(testlib.ProcessTestCase):
                                           'job_id="default",table="fc1.weight"}'),
                              468 * passes, page)  # 468 steps a pass
         self.assertEqual(received, pushed)
+
+    def test_prometheus_scrapes_a_job(self):
+        if not PROMETHEUS or not PROMTOOL:
+            self.skipTest("Debian's prometheus is not installed "
+                          "(bash scripts/setup/setup.sh installs it)")
+        ps = [self.start_pserver_monitored("ps%d" % i) for i in range(2)]
+        targets = os.path.join(self.tmp, "targets.json")
+        base = self.scrape_pservers(ps, targets)
+
+        # Six passes over TCP: long enough for a few scrapes of the trainers,
+        # and every pushed byte goes through the pservers' byte counters
+        # (with shared memory, values bypass them).
+        passes = 6
+        trainers, mports, hports = self.start_scraped_trainers(
+            ps, targets, base, passes)
+        self.check_trainers_serving(mports, hports)
+
+        for p, _, _, log in trainers:
+            self.assertEqual(p.wait(timeout=240), 0, tail(log))
+        time.sleep(2.5)  # a last scrape of the pservers
+        self.check_push_queries(base)
+        self.check_every_pushed_byte_received(ps, passes)
 
     def test_health_of_a_pserver_and_of_a_finished_trainer(self):
         _, port, _, _ = self.start_pserver_monitored("ps", trainers=1)
@@ -217,12 +246,7 @@ class MonitoringTest(testlib.ProcessTestCase):
     def test_metrics_listen_where_the_pserver_does(self):
         # No --monitoring_host: /metrics on the pserver's --host
         # (127.0.0.1, start_pserver's), not on every interface.
-        mport = os.path.join(self.tmp, "ps.mport")
-        p, _, log = self.start_pserver(
-            "ps", extra=["--monitoring_port=0",
-                         "--monitoring_port_file=" + mport])
-        self.assertTrue(wait_for(lambda: read_port(mport), 10), tail(log))
-        port = read_port(mport)
+        p, port, log = self.start_pserver_serving_metrics()
         self.assertIn("# TYPE", http_get("http://127.0.0.1:%d/metrics" % port))
         listening = set()
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -236,34 +260,19 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertIn("metrics on http://127.0.0.1:%d/metrics" % port,
                       tail(log))
 
-    def test_metrics_over_tls(self):
-        """--monitoring_tls: /metrics over HTTPS with the pserver's own
-        certificate, and with its --tls_ca_file only for scrapers that
-        present a certificate signed by it; plain HTTP and certificate-less
-        clients get nothing, half-sent requests do not block a scrape."""
-        certs = os.path.join(self.tmp, "certs")
-        script = os.path.join(testlib.REPO, "scripts", "cluster",
-                              "make_certs.sh")
-        subprocess.run(["bash", script, certs],
-                       check=True, stdout=subprocess.DEVNULL)
-        c = lambda name: os.path.join(certs, name)
+    def start_pserver_serving_metrics(self, extra=()):
+        """Starts pserver "ps" with /metrics on a free port and `extra`;
+        returns (popen, the /metrics port, its log)."""
         mport = os.path.join(self.tmp, "ps.mport")
         p, _, log = self.start_pserver(
-            "ps", extra=["--monitoring_port=0", "--monitoring_tls",
-                         "--monitoring_port_file=" + mport,
-                         "--tls_cert_file=" + c("server.pem"),
-                         "--tls_key_file=" + c("server.key"),
-                         "--tls_ca_file=" + c("ca.pem")])
+            "ps", extra=["--monitoring_port=0",
+                         "--monitoring_port_file=" + mport] + list(extra))
         self.assertTrue(wait_for(lambda: read_port(mport), 10), tail(log))
-        port = read_port(mport)
-        url = "https://127.0.0.1:%d/metrics" % port
-        self.assertIn("metrics on https://127.0.0.1:%d/metrics (scrapers "
-                      "present a certificate signed by --tls_ca_file)" % port,
-                      tail(log))
-        scraper = ssl.create_default_context(cafile=c("ca.pem"))
-        scraper.load_cert_chain(c("client.pem"), c("client.key"))
-        # Three connections that never finish a request hold at most their
-        # threads, for the request timeout; a scrape still gets through.
+        return p, read_port(mport), log
+
+    def check_a_scrape_passes_idle_connections(self, url, port, scraper):
+        """Three connections that never finish a request hold at most their
+        threads, for the request timeout; a scrape still gets through."""
         idle = [socket.create_connection(("127.0.0.1", port))
                 for _ in range(3)]
         start = time.time()
@@ -275,12 +284,17 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertIn("# TYPE shardps_pserver_rpcs_total counter", page)
         for s in idle:
             s.close()
+
+    def check_tls_refusals(self, url, port, scraper, ca):
+        """Another path is 404; a client without a certificate (trusting
+        `ca`) and plain HTTP get nothing; the scraper still gets /metrics
+        after them."""
         with self.assertRaises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(url.replace("/metrics", "/other"),
                                    context=scraper, timeout=5)
         self.assertEqual(e.exception.code, 404)
         # No client certificate: the handshake fails.
-        anonymous = ssl.create_default_context(cafile=c("ca.pem"))
+        anonymous = ssl.create_default_context(cafile=ca)
         with self.assertRaises((ssl.SSLError, ConnectionError,
                                 urllib.error.URLError)):
             urllib.request.urlopen(url, context=anonymous, timeout=5).read()
@@ -291,9 +305,10 @@ class MonitoringTest(testlib.ProcessTestCase):
         # Still serving after all that.
         with urllib.request.urlopen(url, context=scraper, timeout=5) as r:
             self.assertIn("# TYPE", r.read().decode())
-        p.terminate()
-        p.wait(timeout=30)
-        # Without a certificate of its own: refused at start.
+
+    def check_tls_needs_a_certificate(self):
+        """--monitoring_tls without a certificate of its own: refused at
+        start."""
         r = subprocess.run([testlib.pserver_bin(), "--port=0",
                             "--monitoring_port=0", "--monitoring_tls"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -303,6 +318,33 @@ class MonitoringTest(testlib.ProcessTestCase):
         self.assertIn("--monitoring_tls serves /metrics with this process's "
                       "certificate: give --tls_cert_file and --tls_key_file",
                       r.stdout)
+
+    def test_metrics_over_tls(self):
+        """--monitoring_tls: /metrics over HTTPS with the pserver's own
+        certificate, and with its --tls_ca_file only for scrapers that
+        present a certificate signed by it; plain HTTP and certificate-less
+        clients get nothing, half-sent requests do not block a scrape."""
+        certs = os.path.join(self.tmp, "certs")
+        script = os.path.join(testlib.REPO, "scripts", "cluster",
+                              "make_certs.sh")
+        subprocess.run(["bash", script, certs],
+                       check=True, stdout=subprocess.DEVNULL)
+        c = lambda name: os.path.join(certs, name)
+        p, port, log = self.start_pserver_serving_metrics(
+            ["--monitoring_tls", "--tls_cert_file=" + c("server.pem"),
+             "--tls_key_file=" + c("server.key"),
+             "--tls_ca_file=" + c("ca.pem")])
+        url = "https://127.0.0.1:%d/metrics" % port
+        self.assertIn("metrics on https://127.0.0.1:%d/metrics (scrapers "
+                      "present a certificate signed by --tls_ca_file)" % port,
+                      tail(log))
+        scraper = ssl.create_default_context(cafile=c("ca.pem"))
+        scraper.load_cert_chain(c("client.pem"), c("client.key"))
+        self.check_a_scrape_passes_idle_connections(url, port, scraper)
+        self.check_tls_refusals(url, port, scraper, c("ca.pem"))
+        p.terminate()
+        p.wait(timeout=30)
+        self.check_tls_needs_a_certificate()
 
     def run_job_from_env(self, pserver_env, trainer_env):
         """One pserver and two trainers whose addresses, ids and counts all

@@ -150,6 +150,16 @@ class PythonTorchTest(testlib.ProcessTestCase):
 
     # Sparse ---------------------------------------------------------------
 
+    def sharded_embedding(self, job, kind, mode, dim):
+        """Table "emb" of `job` as a ShardedEmbeddingBag ("bag", of `mode`)
+        or a ShardedEmbedding, with the pservers' Adagrad."""
+        adagrad = shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0.1)
+        if kind == "bag":
+            return shardps.torch.ShardedEmbeddingBag(
+                job, "emb", dim, adagrad, init=("uniform", 0.5), mode=mode)
+        return shardps.torch.ShardedEmbedding(job, "emb", dim, adagrad,
+                                              init=("uniform", 0.5))
+
     def sparse_against_torch(self, port, kind, mode=None, weights=False,
                              prefetch=False):
         """20 steps of a ShardedEmbeddingBag / ShardedEmbedding against
@@ -158,70 +168,36 @@ class PythonTorchTest(testlib.ProcessTestCase):
         batch's rows come with each push, except every fourth step's,
         where other ids are asked for (the forward then pulls)."""
         job = self.job(port)
-        dim, steps, bags, length = 8, 20, 16, 5
-        adagrad = shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0.1)
-        if kind == "bag":
-            emb = shardps.torch.ShardedEmbeddingBag(
-                job, "emb", dim, adagrad, init=("uniform", 0.5), mode=mode)
-        else:
-            emb = shardps.torch.ShardedEmbedding(job, "emb", dim, adagrad,
-                                                 init=("uniform", 0.5))
+        dim, steps = 8, 20
+        emb = self.sharded_embedding(job, kind, mode, dim)
         head = torch.nn.Linear(dim, 1)
         opt = shardps.torch.DistributedOptimizer(
             head, job, shardps.optim.SGD(lr=0.05))
-        g = torch.Generator().manual_seed(3)
-        # 64-bit ids (some negative as int64: hashed features), with
-        # repeats within and across bags.
-        vocab = torch.randint(-2**62, 2**62, (40,), generator=g)
-        batches = [vocab[torch.randint(0, 40, (bags, length), generator=g)]
-                   for _ in range(steps)]
-        targets = [torch.randn(bags, 1, generator=g) for _ in range(steps)]
-        per_sample = [torch.rand(bags, length, generator=g)
-                      for _ in range(steps)]
+        vocab, batches, targets, per_sample = random_sparse_batches(steps)
         # The reference: torch modules from the same start.
-        with torch.no_grad():
-            start_rows = emb(vocab[:, None]) if kind == "bag" else emb(vocab)
-        start_rows = start_rows.reshape(40, dim)
+        start_rows = embedding_rows(emb, kind, vocab, dim)
         index = {int(v): i for i, v in enumerate(vocab)}
-        if kind == "bag":
-            ref = torch.nn.EmbeddingBag(40, dim, mode=mode)
-        else:
-            ref = torch.nn.Embedding(40, dim)
-        ref_head = torch.nn.Linear(dim, 1)
-        with torch.no_grad():
-            ref.weight.copy_(start_rows)
-            ref_head.load_state_dict(head.state_dict())
-        ref_opt = torch.optim.Adagrad(ref.parameters(), lr=0.1,
-                                      initial_accumulator_value=0.1,
-                                      eps=1e-10)
-        ref_head_opt = torch.optim.SGD(ref_head.parameters(), lr=0.05)
+        ref, ref_head, ref_opts = torch_twin(kind, mode, start_rows, head)
         loss_diff = 0.0
         for s in range(steps):
             ids = batches[s]
             local = torch.tensor([[index[int(v)] for v in row]
                                   for row in ids])
             w = per_sample[s] if weights else None
-            if kind == "bag":
-                out, ref_out = emb(ids, per_sample_weights=w), \
-                    ref(local, per_sample_weights=w)
-            else:
-                out, ref_out = emb(ids).sum(1), ref(local).sum(1)
-            loss = ((head(out) - targets[s]) ** 2).mean()
-            ref_loss = ((ref_head(ref_out) - targets[s]) ** 2).mean()
+            loss = sparse_loss(emb, head, kind, ids, w, targets[s])
+            ref_loss = sparse_loss(ref, ref_head, kind, local, w, targets[s])
             loss_diff = max(loss_diff, abs(loss.item() - ref_loss.item()))
             opt.zero_grad()
             loss.backward()
             if prefetch and s + 1 < steps:
                 emb.prefetch(batches[s + 1] if s % 4 != 2 else vocab[:7])
             opt.step(loss=loss)
-            ref_opt.zero_grad()
-            ref_head_opt.zero_grad()
+            for o in ref_opts:
+                o.zero_grad()
             ref_loss.backward()
-            ref_opt.step()
-            ref_head_opt.step()
-        with torch.no_grad():
-            rows = emb(vocab[:, None]) if kind == "bag" else emb(vocab)
-        rows = rows.reshape(40, dim)
+            for o in ref_opts:
+                o.step()
+        rows = embedding_rows(emb, kind, vocab, dim)
         row_diff = (rows - ref.weight).abs().max().item()
         moved = (rows - start_rows).abs().max().item()
         self.assertGreater(moved, 0.01, "training moved no row")
@@ -466,11 +442,8 @@ class PythonTorchTest(testlib.ProcessTestCase):
 
     # Refusals -------------------------------------------------------------
 
-    def test_bad_arguments_raise_and_change_nothing(self):
-        """Each bad argument raises an exception naming it; the job the
-        chief made is unchanged, and the right second trainer then trains
-        with it."""
-        _, port, _ = self.start_pserver("ps", num_trainers=2)
+    def check_bad_job_arguments(self, port):
+        """Flags a shardps.Job refuses, naming them."""
         with self.assertRaisesRegex(shardps.InvalidArgumentError,
                                     "unknown flag --no_such_flag"):
             self.job(port, no_such_flag=1)
@@ -481,8 +454,10 @@ class PythonTorchTest(testlib.ProcessTestCase):
                                     "--config and --config_set are the "
                                     "trainer binary's"):
             self.job(port, config="configs/fmnist_mlp.pbtxt")
-        chief = self.job(port, num_trainers=2)
-        model = torch.nn.Linear(4, 2)
+
+    def check_bad_optimizers(self, chief, model):
+        """A torch optimizer, float64 parameters and out-of-range
+        hyperparameters are refused, naming them."""
         with self.assertRaisesRegex(TypeError, "shardps.optim optimizer"):
             shardps.torch.DistributedOptimizer(
                 model, chief, torch.optim.SGD(model.parameters(), lr=0.1))
@@ -495,6 +470,24 @@ class PythonTorchTest(testlib.ProcessTestCase):
             shardps.optim.Momentum(lr=-1)
         with self.assertRaisesRegex(ValueError, "initial_accumulator_value"):
             shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0)
+
+    def check_bad_ids(self, emb):
+        """Ids that are not an int64 tensor are refused, naming why."""
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "ids must be int64"):
+            emb(torch.tensor([[0.5, 1.5]]))
+        with self.assertRaisesRegex(TypeError, "ids must be a tensor"):
+            emb([[1, 2]])
+
+    def test_bad_arguments_raise_and_change_nothing(self):
+        """Each bad argument raises an exception naming it; the job the
+        chief made is unchanged, and the right second trainer then trains
+        with it."""
+        _, port, _ = self.start_pserver("ps", num_trainers=2)
+        self.check_bad_job_arguments(port)
+        chief = self.job(port, num_trainers=2)
+        model = torch.nn.Linear(4, 2)
+        self.check_bad_optimizers(chief, model)
         emb = shardps.torch.ShardedEmbeddingBag(chief, "emb", 4,
                                                 shardps.optim.SGD(lr=0.1))
         with self.assertRaisesRegex(shardps.InvalidArgumentError,
@@ -528,11 +521,7 @@ class PythonTorchTest(testlib.ProcessTestCase):
         t.join(60)
         self.assertFalse(t.is_alive())
         self.assertTrue(torch.equal(right_model.weight, model.weight))
-        with self.assertRaisesRegex(shardps.InvalidArgumentError,
-                                    "ids must be int64"):
-            emb(torch.tensor([[0.5, 1.5]]))
-        with self.assertRaisesRegex(TypeError, "ids must be a tensor"):
-            emb([[1, 2]])
+        self.check_bad_ids(emb)
         for j in (chief, right):
             j.finish()
         del right_opt
@@ -581,6 +570,60 @@ class TorchrunTest(testlib.ProcessTestCase):
         accuracy = {r["passes"][-1]["test_accuracy"] for r in results}
         self.assertEqual(len(accuracy), 1, results)
         self.assertIn("trainer 1/2", text)
+
+
+def random_sparse_batches(steps, bags=16, length=5):
+    """`steps` batches of `bags` bags of `length` ids drawn from 40 64-bit
+    ids (some negative as int64: hashed features), with repeats within and
+    across bags, from seed 3; returns (the 40 ids, the batches, a target
+    per bag and a weight per id of each batch)."""
+    g = torch.Generator().manual_seed(3)
+    vocab = torch.randint(-2**62, 2**62, (40,), generator=g)
+    batches = [vocab[torch.randint(0, 40, (bags, length), generator=g)]
+               for _ in range(steps)]
+    targets = [torch.randn(bags, 1, generator=g) for _ in range(steps)]
+    per_sample = [torch.rand(bags, length, generator=g)
+                  for _ in range(steps)]
+    return vocab, batches, targets, per_sample
+
+
+def embedding_rows(emb, kind, vocab, dim):
+    """The rows of the ids `vocab` in `emb` (a bag of each id alone for
+    "bag"), read without gradients, one per id."""
+    with torch.no_grad():
+        rows = emb(vocab[:, None]) if kind == "bag" else emb(vocab)
+    return rows.reshape(len(vocab), dim)
+
+
+def torch_twin(kind, mode, start_rows, head):
+    """torch.nn.EmbeddingBag ("bag", of `mode`) or torch.nn.Embedding
+    holding `start_rows`, and a copy of the Linear `head`, with
+    torch.optim.Adagrad and SGD as the pservers' optimizers; returns
+    (embedding, head, [their optimizers])."""
+    rows, dim = start_rows.shape
+    if kind == "bag":
+        ref = torch.nn.EmbeddingBag(rows, dim, mode=mode)
+    else:
+        ref = torch.nn.Embedding(rows, dim)
+    ref_head = torch.nn.Linear(dim, 1)
+    with torch.no_grad():
+        ref.weight.copy_(start_rows)
+        ref_head.load_state_dict(head.state_dict())
+    ref_opt = torch.optim.Adagrad(ref.parameters(), lr=0.1,
+                                  initial_accumulator_value=0.1,
+                                  eps=1e-10)
+    ref_head_opt = torch.optim.SGD(ref_head.parameters(), lr=0.05)
+    return ref, ref_head, [ref_opt, ref_head_opt]
+
+
+def sparse_loss(emb, head, kind, ids, weights, target):
+    """The mean squared error of `head` over the bags of `ids` in `emb`
+    (weighted by `weights` for "bag"; summed per row otherwise)."""
+    if kind == "bag":
+        out = emb(ids, per_sample_weights=weights)
+    else:
+        out = emb(ids).sum(1)
+    return ((head(out) - target) ** 2).mean()
 
 
 def shardps_free_init():

@@ -140,7 +140,7 @@ class Nemesis(object):
             ["kill", "pause", "cut", "pairs", "pairs", "loss"]))()
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin_dir", default="build")
     ap.add_argument("--minutes", type=float, default=30)
@@ -149,65 +149,88 @@ def main():
                     help="passes per job (about 6 s each without faults)")
     ap.add_argument("--keep", default=None,
                     help="folder for the logs (default: a new one in /tmp)")
-    args = ap.parse_args()
-    testlib.BIN_DIR = os.path.abspath(args.bin_dir)
-    why = netns.unavailable(iptables=True)
-    if why:
-        print("replication_soak: skipped: " + why)
-        return 77
-    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    rng = random.Random(seed)
-    tmp = args.keep or tempfile.mkdtemp(prefix="shardps-soak-")
-    os.makedirs(tmp, exist_ok=True)
+    return ap.parse_args()
 
+
+def logger(tmp):
+    """A function that prints a line of the soak, timed, and appends it to
+    tmp/nemesis.log."""
     def log(msg):
         line = "[soak %s] %s" % (time.strftime("%H:%M:%S"), msg)
         print(line, flush=True)
         with open(os.path.join(tmp, "nemesis.log"), "a") as f:
             f.write(line + "\n")
-    log("seed %d (replay: --seed %d); logs in %s" % (seed, seed, tmp))
+    return log
 
+
+def fault_free_end(shim, net, passes, tmp, log):
+    """Runs the job without faults; returns trainer 0's final eval, or None
+    (logged) if the job failed."""
+    base = Job(shim, net, "base", passes)
+    base.start()
+    if base.wait() != [0] * TRAINERS:
+        log("the fault-free job failed: see %s" % tmp)
+        return None
+    want = final_eval(base.path("0.jsonl"), 0)
+    log("fault-free: test accuracy %.4f, loss %r" % (
+        want["test_accuracy"], want["test_loss"]))
+    return want
+
+
+def faulted_job(n, shim, net, passes, rng, log):
+    """Starts job n and has the nemesis make a fault every 3 to 6 s until
+    its trainers end; returns (the job, the number of faults made)."""
+    job = Job(shim, net, "job%d" % n, passes)
+    job.start()
+    nemesis = Nemesis(rng, net, job, log)
+    faults = 0
+    while all(t.poll() is None for t in job.trainers):
+        # One pserver at a time: the last one harmed has rejoined
+        # (every pserver a member again) before the next fault.
+        time.sleep(rng.uniform(3, 6))
+        testlib.wait_for(lambda: whole(job) or any(
+            t.poll() is not None for t in job.trainers), 60)
+        if any(t.poll() is not None for t in job.trainers):
+            break
+        nemesis.one()
+        faults += 1
+    return job, faults
+
+
+def ended_as_fault_free(job, n, want, tmp, log):
+    """Waits for job n to end; logs and returns whether it ended with the
+    test accuracy and loss `want` of the fault-free run."""
+    codes = job.wait(600)
+    if codes != [0] * TRAINERS:
+        log("job %d FAILED (exit codes %s) with a majority alive: "
+            "logs %s/job%d-*" % (n, codes, tmp, n))
+        return False
+    got = final_eval(job.path("0.jsonl"), 0)
+    same = (got["test_accuracy"] == want["test_accuracy"] and
+            got["test_loss"] == want["test_loss"])
+    log("job %d: accuracy %.4f loss %r, longest step %.1f s: %s" % (
+        n, got["test_accuracy"], got["test_loss"], job.longest_step(),
+        "identical" if same else "DIVERGED"))
+    return same
+
+
+def soak(args, seed, rng, tmp, log):
+    """The fault-free job, then faulted jobs for args.minutes; returns the
+    exit status."""
     net = netns.Net(PSERVERS + TRAINERS)
     shim = Shim(tmp)
     try:
         passes = ["--num_passes=%d" % args.passes]
-        base = Job(shim, net, "base", passes)
-        base.start()
-        if base.wait() != [0] * TRAINERS:
-            log("the fault-free job failed: see %s" % tmp)
+        want = fault_free_end(shim, net, passes, tmp, log)
+        if want is None:
             return 1
-        want = final_eval(base.path("0.jsonl"), 0)
-        log("fault-free: test accuracy %.4f, loss %r" % (
-            want["test_accuracy"], want["test_loss"]))
         end = time.time() + args.minutes * 60
         n = faults = 0
         while time.time() < end:
             n += 1
-            job = Job(shim, net, "job%d" % n, passes)
-            job.start()
-            nemesis = Nemesis(rng, net, job, log)
-            while all(t.poll() is None for t in job.trainers):
-                # One pserver at a time: the last one harmed has rejoined
-                # (every pserver a member again) before the next fault.
-                time.sleep(rng.uniform(3, 6))
-                testlib.wait_for(lambda: whole(job) or any(
-                    t.poll() is not None for t in job.trainers), 60)
-                if any(t.poll() is not None for t in job.trainers):
-                    break
-                nemesis.one()
-                faults += 1
-            codes = job.wait(600)
-            if codes != [0] * TRAINERS:
-                log("job %d FAILED (exit codes %s) with a majority alive: "
-                    "logs %s/job%d-*" % (n, codes, tmp, n))
-                return 1
-            got = final_eval(job.path("0.jsonl"), 0)
-            same = (got["test_accuracy"] == want["test_accuracy"] and
-                    got["test_loss"] == want["test_loss"])
-            log("job %d: accuracy %.4f loss %r, longest step %.1f s: %s" % (
-                n, got["test_accuracy"], got["test_loss"], job.longest_step(),
-                "identical" if same else "DIVERGED"))
-            if not same:
+            job, made = faulted_job(n, shim, net, passes, rng, log)
+            faults += made
+            if not ended_as_fault_free(job, n, want, tmp, log):
                 return 1
         log("done: %d jobs, %d faults, every job identical to the "
             "fault-free run (seed %d)" % (n, faults, seed))
@@ -217,6 +240,22 @@ def main():
         net.close()
         if not args.keep:
             sys.stdout.flush()
+
+
+def main():
+    args = parse_args()
+    testlib.BIN_DIR = os.path.abspath(args.bin_dir)
+    why = netns.unavailable(iptables=True)
+    if why:
+        print("replication_soak: skipped: " + why)
+        return 77
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    rng = random.Random(seed)
+    tmp = args.keep or tempfile.mkdtemp(prefix="shardps-soak-")
+    os.makedirs(tmp, exist_ok=True)
+    log = logger(tmp)
+    log("seed %d (replay: --seed %d); logs in %s" % (seed, seed, tmp))
+    return soak(args, seed, rng, tmp, log)
 
 
 if __name__ == "__main__":

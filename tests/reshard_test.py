@@ -58,6 +58,15 @@ class ReshardTest(testlib.ProcessTestCase):
                 self.assertEqual(rc, 0, f.read()[-4000:])
         return final_eval(self.metrics(name, 0), 0)
 
+    def run_job(self, name, n, args, extra_of=lambda i: []):
+        """Starts n pservers NAME-i (pserver i given extra_of(i)), trains 2
+        trainers with `args` on them to the end and stops them; returns
+        trainer 0's final eval line."""
+        pservers = self.start_pservers(name, n, extra_of)
+        end = self.train(name, pservers, args)
+        self.stop(pservers)
+        return end
+
     def metrics(self, name, k):
         return os.path.join(self.tmp, "%s-metrics-%d.jsonl" % (name, k))
 
@@ -99,29 +108,9 @@ class ReshardTest(testlib.ProcessTestCase):
             self.assertEqual(got[k], want[k], "%s: %r != %r" % (
                 k, got[k], want[k]))
 
-    # Tests --------------------------------------------------------------
-
-    def test_ctr_dnn_two_to_three_offline_and_three_to_two_at_start(self):
-        """configs/ctr_dnn.pbtxt (a sparse table with Adagrad, an MLP with
-        Adam): 2 passes, stop, the third pass on another number of pservers;
-        the end equals 3 uninterrupted passes on 2 pservers."""
-        args = self.ctr_args()
-        ref_ps = self.start_pservers("ref", 2)
-        ref = self.train("ref", ref_ps, args + ["--num_passes=3"])
-        self.stop(ref_ps)
-        keys = ("test_auc", "test_loss")
-        sys.stderr.write("[3 passes: AUC %.6f, log loss %.6f] " % (
-            ref["test_auc"], ref["test_loss"]))
-
-        # 2 -> 3, offline, from a chain of deltas: checkpoints at steps 50
-        # (full), 100, 150 and the final 156 (deltas).
-        ckpt2 = os.path.join(self.tmp, "ckpt2")
-        first = self.start_pservers(
-            "two", 2, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt2, i),
-                                 "--full_checkpoint_every=4"])
-        self.train("two", first, args + ["--num_passes=2",
-                                          "--checkpoint_every_steps=50"])
-        self.stop(first)
+    def check_a_delta_chain(self, ckpt2):
+        """Pserver two-0 wrote the final checkpoint, of step 156, and
+        `ckpt2` holds a full checkpoint at step 50 and deltas on it."""
         with open(os.path.join(self.tmp, "two-0.log")) as f:
             self.assertIn("checkpoint of step 156 written", f.read())
         info = self.ps_checkpoint("info", "--from", ckpt2)
@@ -130,6 +119,38 @@ class ReshardTest(testlib.ProcessTestCase):
                            (156, "delta on step 150")):
             self.assertRegex(info.stdout, r"step %d: complete, 2 pserver\(s\)"
                              r", [0-9.]+ MB, %s," % (step, kind))
+
+    def check_job_manifests(self, ckpt3):
+        """The last pserver to write each step wrote its job manifest;
+        those of steps removed by retention went with them."""
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpt3, "default"))),
+                         ["JOB-000000000150", "JOB-000000000156"])
+        info = self.ps_checkpoint("info", "--from", ckpt3)
+        self.assertIn("step 156: complete, 3 pserver(s)", info.stdout)
+        self.assertIn(", full, ", info.stdout)
+        self.assertIn("job manifest " + os.path.join(
+            ckpt3, "default", "JOB-000000000156"), info.stdout)
+
+    # Tests --------------------------------------------------------------
+
+    def test_ctr_dnn_two_to_three_offline_and_three_to_two_at_start(self):
+        """configs/ctr_dnn.pbtxt (a sparse table with Adagrad, an MLP with
+        Adam): 2 passes, stop, the third pass on another number of pservers;
+        the end equals 3 uninterrupted passes on 2 pservers."""
+        args = self.ctr_args()
+        ref = self.run_job("ref", 2, args + ["--num_passes=3"])
+        keys = ("test_auc", "test_loss")
+        sys.stderr.write("[3 passes: AUC %.6f, log loss %.6f] " % (
+            ref["test_auc"], ref["test_loss"]))
+
+        # 2 -> 3, offline, from a chain of deltas: checkpoints at steps 50
+        # (full), 100, 150 and the final 156 (deltas).
+        ckpt2 = os.path.join(self.tmp, "ckpt2")
+        self.run_job("two", 2, args + ["--num_passes=2",
+                                       "--checkpoint_every_steps=50"],
+                     lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt2, i),
+                                "--full_checkpoint_every=4"])
+        self.check_a_delta_chain(ckpt2)
         to3 = os.path.join(self.tmp, "to3")
         three = self.reshard_and_start("three", ckpt2, to3, 2, 3)
         end = self.train("three", three, args + ["--num_passes=3"])
@@ -141,21 +162,11 @@ class ReshardTest(testlib.ProcessTestCase):
         # folder, stopped after 2 passes, restored onto 2 new pservers by
         # --restore_from.
         ckpt3 = os.path.join(self.tmp, "ckpt3")
-        first = self.start_pservers(
-            "first3", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i),
-                                    "--shared_checkpoint_root=" + ckpt3])
-        self.train("first3", first, args + ["--num_passes=2",
-                                            "--checkpoint_every_steps=50"])
-        self.stop(first)
-        # The last pserver to write each step wrote its job manifest; those
-        # of steps removed by retention went with them.
-        self.assertEqual(sorted(os.listdir(os.path.join(ckpt3, "default"))),
-                         ["JOB-000000000150", "JOB-000000000156"])
-        info = self.ps_checkpoint("info", "--from", ckpt3)
-        self.assertIn("step 156: complete, 3 pserver(s)", info.stdout)
-        self.assertIn(", full, ", info.stdout)
-        self.assertIn("job manifest " + os.path.join(
-            ckpt3, "default", "JOB-000000000156"), info.stdout)
+        self.run_job("first3", 3, args + ["--num_passes=2",
+                                          "--checkpoint_every_steps=50"],
+                     lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i),
+                                "--shared_checkpoint_root=" + ckpt3])
+        self.check_job_manifests(ckpt3)
         two = self.start_pservers(
             "again", 2, lambda i: [
                 "--checkpoint_dir=%s/again-%d" % (self.tmp, i),
@@ -175,23 +186,19 @@ class ReshardTest(testlib.ProcessTestCase):
         given in another order are refused."""
         refs = {}
         for steps in (300, 450):
-            ref_ps = self.start_pservers("ref%d" % steps, 2)
-            refs[steps] = self.train("ref%d" % steps, ref_ps,
-                                     ["--config=" + testlib.CONFIG,
-                                      "--max_steps=%d" % steps])
-            self.stop(ref_ps)
+            refs[steps] = self.run_job("ref%d" % steps, 2,
+                                       ["--config=" + testlib.CONFIG,
+                                        "--max_steps=%d" % steps])
         ref = refs[300]
         # A shared folder, and a job that ends on a checkpoint step: step
         # 150 is written again at the end (with the trainers gone), and its
         # job manifest with it.
         ckpt3 = os.path.join(self.tmp, "ckpt3")
-        first = self.start_pservers(
-            "three", 3, lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i),
-                                   "--shared_checkpoint_root=" + ckpt3])
-        self.train("three", first, ["--config=" + testlib.CONFIG,
-                                    "--max_steps=150",
-                                    "--checkpoint_every_steps=50"])
-        self.stop(first)
+        self.run_job("three", 3, ["--config=" + testlib.CONFIG,
+                                  "--max_steps=150",
+                                  "--checkpoint_every_steps=50"],
+                     lambda i: ["--checkpoint_dir=%s/ps-%d" % (ckpt3, i),
+                                "--shared_checkpoint_root=" + ckpt3])
         info = self.ps_checkpoint("info", "--from", ckpt3)
         self.assertIn("step 150: complete, 3 pserver(s)", info.stdout)
         self.assertIn("JOB-000000000150", info.stdout)

@@ -30,6 +30,12 @@ def tool(name):
     return os.path.join(testlib.BIN_DIR, "tools", name)
 
 
+def token_digest(path):
+    """The SHA-256 of the token in the file `path`, in hex."""
+    with open(path) as f:
+        return hashlib.sha256(f.read().strip().encode()).hexdigest()
+
+
 class SecurityTest(testlib.ProcessTestCase):
 
     def write_token(self, name="token"):
@@ -87,14 +93,29 @@ class SecurityTest(testlib.ProcessTestCase):
         for p in pservers:
             self.assertEqual(p.wait(timeout=30), 0)
 
+    def start_pservers(self, n, flags, prefix="", extra_of=lambda i: []):
+        """Starts n pservers PREFIXpsI for 2 trainers with `flags`, and
+        pserver i with extra_of(i) too; returns ([popen], [port])."""
+        pservers, ports = [], []
+        for i in range(n):
+            p, port, _ = self.start_pserver("%sps%d" % (prefix, i),
+                                            list(flags) + extra_of(i),
+                                            num_trainers=2)
+            pservers.append(p)
+            ports.append(port)
+        return pservers, ports
+
+    def check_first_view_whole(self, ports, auth):
+        """Each pserver at `ports` is still in the job's first view, with
+        all three."""
+        for port in ports:
+            r = self.ps_status(port, auth)
+            self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)
+
     def test_fuzz_without_token_during_sync_job(self):
         token = self.write_token()
         auth = "--auth_token_file=" + token
-        pservers, ports = [], []
-        for i in range(2):
-            p, port, _ = self.start_pserver("ps%d" % i, [auth], num_trainers=2)
-            pservers.append(p)
-            ports.append(port)
+        pservers, ports = self.start_pservers(2, [auth])
         self.assertIn("(token, plaintext;", self.read("ps0.log"))
         # Six passes: the job must outlast the fuzzer (two passes take
         # about 2 s with shared memory).
@@ -126,13 +147,7 @@ class SecurityTest(testlib.ProcessTestCase):
         0} after checking that both trainers of each agree. `during(ports,
         trainers, pservers)` runs once the trainers are started, `after(ports)` once
         they have ended."""
-        pservers, ports = [], []
-        for i in range(2):
-            p, port, _ = self.start_pserver("%s-ps%d" % (name, i),
-                                            list(pserver_flags),
-                                            num_trainers=2)
-            pservers.append(p)
-            ports.append(port)
+        pservers, ports = self.start_pservers(2, pserver_flags, name + "-")
         started = {}
         for job, flags in jobs.items():
             tag = "%s-%s-" % (name, job)
@@ -265,14 +280,9 @@ class SecurityTest(testlib.ProcessTestCase):
         crash, and stay within their memory bound."""
         token = self.write_token()
         auth = "--auth_token_file=" + token
-        pservers, ports = [], []
-        for i in range(num_pservers):
-            p, port, _ = self.start_pserver(
-                "ps%d" % i, [auth, "--max_pull_wait_s=2",
-                             "--max_memory_mb=%d" % MAX_MEMORY_MB],
-                num_trainers=2)
-            pservers.append(p)
-            ports.append(port)
+        pservers, ports = self.start_pservers(
+            num_pservers, [auth, "--max_pull_wait_s=2",
+                           "--max_memory_mb=%d" % MAX_MEMORY_MB])
         trainers = self.start_trainers(ports, [auth, "--mode=sync"] +
                                        trainer_flags)
         fuzz = self.fuzz(ports, auth, "--requests=3000", "--seed=%d" % seed)
@@ -306,12 +316,7 @@ class SecurityTest(testlib.ProcessTestCase):
         all refused PERMISSION_DENIED, and the job trains to its end."""
         auth = "--auth_token_file=" + self.write_token()
         peer = "--peer_token_file=" + self.write_token("peer")
-        pservers, ports = [], []
-        for i in range(3):
-            p, port, _ = self.start_pserver("ps%d" % i, [auth, peer],
-                                            num_trainers=2)
-            pservers.append(p)
-            ports.append(port)
+        pservers, ports = self.start_pservers(3, [auth, peer])
         trainers = self.start_trainers(ports, [auth, "--mode=sync",
                                                "--replication=2",
                                                "--num_passes=2"])
@@ -333,9 +338,7 @@ class SecurityTest(testlib.ProcessTestCase):
         self.assertRegex(fuzz.stdout, r"ViewCommit FAILED_PRECONDITION \d+")
         # No forged view took: each pserver is still in the job's first,
         # with all three.
-        for port in ports:
-            r = self.ps_status(port, auth)
-            self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)
+        self.check_first_view_whole(ports, auth)
         self.stop_pservers(pservers)
 
     def test_an_address_space_limit_without_room_is_refused_at_start(self):
@@ -413,6 +416,40 @@ class SecurityTest(testlib.ProcessTestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--peer_token_file's token is not listed", r.stdout)
 
+    def write_peer_identities(self, path, names, tokens, outsider):
+        """--peer_identities_file `path` (replaced at once): each of
+        `names` with its token's digest, and the outsider's under an
+        address of no pserver of the job."""
+        with open(path + ".new", "w") as f:
+            for name, token in zip(names, tokens):
+                f.write("%s %s\n" % (name, token_digest(token)))
+            f.write("10.255.0.1:7164 %s\n" % token_digest(outsider))
+        os.rename(path + ".new", path)
+
+    def check_an_outsider_is_refused(self, ports, outsider):
+        """A pserver that is none of this job's: every call that gRPC could
+        decode (the others are UNIMPLEMENTED before any method runs)
+        refused."""
+        fuzz = self.fuzz(ports, "--auth_token_file=" + outsider,
+                         "--requests=300", "--methods=Forward,ViewPrepare,"
+                         "ViewAccept,ViewCommit,InstallUnit,ViewInspect")
+        codes = re.findall(r"^(\w+) ([A-Z_]+) (\d+)$", fuzz.stdout, re.M)
+        self.assertEqual(
+            sum(int(n) for _, code, n in codes if code == "PERMISSION_DENIED"
+                or code == "UNIMPLEMENTED"), 300, fuzz.stdout)
+        self.assertGreater(len(codes), 5, fuzz.stdout)
+
+    def check_sending_as_another_is_refused(self, ports, token0):
+        """Pserver 0 (by its token `token0`) sending as another: refused,
+        and pserver 1's log names it by its token."""
+        fuzz = self.fuzz(ports[1:], "--auth_token_file=" + token0,
+                         "--requests=300", "--methods=Forward,InstallUnit")
+        self.assertRegex(fuzz.stdout, r"Forward PERMISSION_DENIED \d+")
+        self.assertRegex(fuzz.stdout, r"InstallUnit PERMISSION_DENIED \d+")
+        log = self.read("ps1.log")
+        self.assertRegex(log, r"Forward from pserver 127\.0\.0\.1:%d \(by "
+                         r"its token\) as pserver -?\d+" % ports[0])
+
     def test_each_pserver_sends_as_itself_only(self):
         """Issue 34: with a token per pserver (--peer_identities_file), a
         pserver's calls are known by its token: a pserver of another job
@@ -423,31 +460,18 @@ class SecurityTest(testlib.ProcessTestCase):
         tokens = [self.write_token("peer%d" % i) for i in range(3)]
         outsider = self.write_token("outsider")
         identities = os.path.join(self.tmp, "peer_identities")
-
-        def sha(path):
-            with open(path) as f:
-                return hashlib.sha256(f.read().strip().encode()).hexdigest()
-
-        def write_identities(names):
-            with open(identities + ".new", "w") as f:
-                for name, token in zip(names, tokens):
-                    f.write("%s %s\n" % (name, sha(token)))
-                f.write("10.255.0.1:7164 %s\n" % sha(outsider))
-            os.rename(identities + ".new", identities)
-
         # Ports are known once the pservers are up: listed under
         # placeholders first, then under their addresses (read again
         # within 2 s).
-        write_identities(["starting-%d:1" % i for i in range(3)])
-        pservers, ports = [], []
-        for i in range(3):
-            p, port, _ = self.start_pserver(
-                "ps%d" % i, [auth, "--peer_token_file=" + tokens[i],
-                             "--peer_identities_file=" + identities],
-                num_trainers=2)
-            pservers.append(p)
-            ports.append(port)
-        write_identities(["127.0.0.1:%d" % p for p in ports])
+        self.write_peer_identities(
+            identities, ["starting-%d:1" % i for i in range(3)], tokens,
+            outsider)
+        pservers, ports = self.start_pservers(
+            3, [auth], extra_of=lambda i: [
+                "--peer_token_file=" + tokens[i],
+                "--peer_identities_file=" + identities])
+        self.write_peer_identities(
+            identities, ["127.0.0.1:%d" % p for p in ports], tokens, outsider)
         time.sleep(2.5)
         trainers = self.start_trainers(ports, [auth, "--mode=sync",
                                                "--replication=2",
@@ -455,32 +479,13 @@ class SecurityTest(testlib.ProcessTestCase):
         self.assertTrue(testlib.wait_for(
             lambda: all("replication 2, view 0" in self.ps_status(p, auth).stdout
                         for p in ports), 60))
-        # A pserver that is none of this job's: every call that gRPC could
-        # decode (the others are UNIMPLEMENTED before any method runs)
-        # refused.
-        fuzz = self.fuzz(ports, "--auth_token_file=" + outsider,
-                         "--requests=300", "--methods=Forward,ViewPrepare,"
-                         "ViewAccept,ViewCommit,InstallUnit,ViewInspect")
-        codes = re.findall(r"^(\w+) ([A-Z_]+) (\d+)$", fuzz.stdout, re.M)
-        self.assertEqual(
-            sum(int(n) for _, code, n in codes if code == "PERMISSION_DENIED"
-                or code == "UNIMPLEMENTED"), 300, fuzz.stdout)
-        self.assertGreater(len(codes), 5, fuzz.stdout)
-        # Pserver 0 sending as another: refused.
-        fuzz = self.fuzz(ports[1:], "--auth_token_file=" + tokens[0],
-                         "--requests=300", "--methods=Forward,InstallUnit")
-        self.assertRegex(fuzz.stdout, r"Forward PERMISSION_DENIED \d+")
-        self.assertRegex(fuzz.stdout, r"InstallUnit PERMISSION_DENIED \d+")
-        log = self.read("ps1.log")
-        self.assertRegex(log, r"Forward from pserver 127\.0\.0\.1:%d \(by "
-                         r"its token\) as pserver -?\d+" % ports[0])
+        self.check_an_outsider_is_refused(ports, outsider)
+        self.check_sending_as_another_is_refused(ports, tokens[0])
         for t in trainers:
             self.assertEqual(t.wait(timeout=240), 0)
         self.assertGreater(
             testlib.final_eval(self.metrics(0))["test_accuracy"], 0.8)
-        for port in ports:
-            r = self.ps_status(port, auth)
-            self.assertIn("replication 2, view 0 {0,1,2}", r.stdout)
+        self.check_first_view_whole(ports, auth)
         self.stop_pservers(pservers)
 
     def test_fuzz_with_token_leaves_pservers_serving(self):

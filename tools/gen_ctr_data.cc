@@ -1,5 +1,5 @@
 // Writes synthetic click-through data with a known truth (see
-// tools/ctr_data_gen.h) as libsvm files, and the planted model's scores.
+// tools/ctr_generator.h) as libsvm files, and the planted model's scores.
 //
 //   gen_ctr_data --train_out=/data/ctr/train.gz
 //       --test_out=/data/ctr/test.gz --truth_out=/data/ctr/truth.json
@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "gflags/gflags.h"
-#include "tools/ctr_data_gen.h"
+#include "tools/ctr_generator.h"
 #include "trainer/model/auc.h"
 
 DEFINE_string(train_out, "", "training set (libsvm; gzip if it ends in .gz)");
@@ -105,8 +105,8 @@ absl::StatusOr<std::vector<std::unique_ptr<LibsvmWriter>>> OpenWriters(
   return writers;
 }
 
-int Run() {
-  const auto start = std::chrono::steady_clock::now();
+// The generator's options, as the flags give them.
+CtrGenOptions OptionsFromFlags() {
   CtrGenOptions options;
   options.num_fields = FLAGS_num_fields;
   options.vocab_per_field = FLAGS_vocab_per_field;
@@ -116,6 +116,52 @@ int Run() {
   options.field_in_high_bits = FLAGS_field_in_high_bits;
   options.target_ctr = FLAGS_target_ctr;
   options.seed = FLAGS_seed;
+  return options;
+}
+
+// The "ctr_truth" JSON line: the flags, the click rates, the distinct
+// training ids and the planted model's test AUC and logloss.
+std::string TruthJson(const CtrGenOptions& options, const CtrGenerator& gen,
+                      const SetStats& train, const SetStats& test,
+                      size_t distinct_ids, double seconds) {
+  // JSON has no NaN (an AUC without both classes): write null.
+  auto num = [](double v) {
+    return std::isfinite(v) ? absl::StrFormat("%.17g", v) : "null";
+  };
+  auto rate = [&](const SetStats& st) {
+    return num(st.samples > 0 ? static_cast<double>(st.clicks) / st.samples
+                              : std::nan(""));
+  };
+  return absl::StrFormat(
+      "{\"event\":\"ctr_truth\",\"seed\":%d,\"num_train\":%d,"
+      "\"num_test\":%d,\"num_fields\":%d,\"vocab_per_field\":%d,"
+      "\"zipf_exponent\":%.17g,\"weight_stddev\":%.17g,\"bias\":%.17g,"
+      "\"train_ctr\":%s,\"test_ctr\":%s,\"train_distinct_ids\":%d,"
+      "\"true_test_auc\":%s,\"true_test_logloss\":%s,"
+      "\"seconds\":%.3f}",
+      options.seed, train.samples, test.samples, options.num_fields,
+      options.vocab_per_field, options.zipf_exponent, options.weight_stddev,
+      gen.bias(), rate(train), rate(test), distinct_ids,
+      num(Auc(test.probs, test.labels)), num(LogLoss(test.probs, test.labels)),
+      seconds);
+}
+
+// Writes `json` as one line to --truth_out when it is set; false (after
+// saying so on stderr) when the file cannot be written.
+bool WriteTruthFile(const std::string& json) {
+  if (FLAGS_truth_out.empty()) return true;
+  FILE* f = std::fopen(FLAGS_truth_out.c_str(), "w");
+  if (f == nullptr || std::fprintf(f, "%s\n", json.c_str()) < 0 ||
+      std::fclose(f) != 0) {
+    std::fprintf(stderr, "%s: cannot write\n", FLAGS_truth_out.c_str());
+    return false;
+  }
+  return true;
+}
+
+int Run() {
+  const auto start = std::chrono::steady_clock::now();
+  const CtrGenOptions options = OptionsFromFlags();
   if (FLAGS_num_train < 0 || FLAGS_num_test < 0 || FLAGS_shards < 0) {
     std::fprintf(stderr, "--num_train, --num_test and --shards must be >= 0\n");
     return 2;
@@ -151,35 +197,10 @@ int Run() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  // JSON has no NaN (an AUC without both classes): write null.
-  auto num = [](double v) {
-    return std::isfinite(v) ? absl::StrFormat("%.17g", v) : "null";
-  };
-  auto rate = [&](const SetStats& st) {
-    return num(st.samples > 0 ? static_cast<double>(st.clicks) / st.samples
-                              : std::nan(""));
-  };
-  const std::string json = absl::StrFormat(
-      "{\"event\":\"ctr_truth\",\"seed\":%d,\"num_train\":%d,"
-      "\"num_test\":%d,\"num_fields\":%d,\"vocab_per_field\":%d,"
-      "\"zipf_exponent\":%.17g,\"weight_stddev\":%.17g,\"bias\":%.17g,"
-      "\"train_ctr\":%s,\"test_ctr\":%s,\"train_distinct_ids\":%d,"
-      "\"true_test_auc\":%s,\"true_test_logloss\":%s,"
-      "\"seconds\":%.3f}",
-      options.seed, train.samples, test.samples, options.num_fields,
-      options.vocab_per_field, options.zipf_exponent, options.weight_stddev,
-      (*gen)->bias(), rate(train), rate(test), distinct.size(),
-      num(Auc(test.probs, test.labels)), num(LogLoss(test.probs, test.labels)),
-      seconds);
+  const std::string json =
+      TruthJson(options, **gen, train, test, distinct.size(), seconds);
   std::printf("%s\n", json.c_str());
-  if (!FLAGS_truth_out.empty()) {
-    FILE* f = std::fopen(FLAGS_truth_out.c_str(), "w");
-    if (f == nullptr || std::fprintf(f, "%s\n", json.c_str()) < 0 ||
-        std::fclose(f) != 0) {
-      std::fprintf(stderr, "%s: cannot write\n", FLAGS_truth_out.c_str());
-      return 1;
-    }
-  }
+  if (!WriteTruthFile(json)) return 1;
   return 0;
 }
 

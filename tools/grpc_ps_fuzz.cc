@@ -25,10 +25,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/job_id.h"
+#include "common/grpc/grpc_credentials.h"
+#include "common/grpc/grpc_status.h"
 #include "common/launch/address.h"
 #include "common/launch/flags.h"
-#include "common/transport/grpc_credentials.h"
-#include "common/transport/grpc_status.h"
 #include "common/transport/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -174,6 +174,47 @@ bool Healthy(Target& t) {
   return status.ok();
 }
 
+// A generic stub per address of --pservers, secured by `security`; the
+// first address that does not parse is an error.
+absl::StatusOr<std::vector<Target>> ConnectTargets(
+    const TransportSecurity& security) {
+  std::vector<Target> targets;
+  for (absl::string_view a :
+       absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
+    auto addr = NormalizeAddress(std::string(a));
+    if (!addr.ok()) return addr.status();
+    grpc::ChannelArguments args;
+    AddChannelSecurityArgs(security, &args);
+    targets.push_back(
+        {*addr, std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
+                    *addr, ChannelCredentialsFor(security), args))});
+  }
+  return targets;
+}
+
+// Prints the count per method and code, the "sent" line and each target's
+// health; returns the exit status (1 when an answer's code was not
+// --expect_code or a target no longer answers, else 0).
+int ReportResults(Fuzz& fuzz, int64_t sent, absl::Time start, bool with_token) {
+  const int64_t unexpected = fuzz.Report(FLAGS_expect_code);
+  std::cout << "sent " << sent << " requests in "
+            << absl::FormatDuration(absl::Now() - start) << " ("
+            << (with_token ? "with" : "without") << " token)\n";
+  int status = 0;
+  if (unexpected > 0) {
+    std::cout << unexpected << " answers were not " << FLAGS_expect_code
+              << "\n";
+    status = 1;
+  }
+  for (Target& t : fuzz.targets()) {
+    const bool up = Healthy(t);
+    std::cout << t.address << ": " << (up ? "serving" : "NOT ANSWERING")
+              << "\n";
+    if (!up) status = 1;
+  }
+  return status;
+}
+
 int Main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "ps_fuzz --pservers=host:port,... --requests=N [--without_token]");
@@ -196,21 +237,12 @@ int Main(int argc, char** argv) {
     std::cerr << "ps_fuzz: " << security.status().message() << "\n";
     return 2;
   }
-  std::vector<Target> targets;
-  for (absl::string_view a :
-       absl::StrSplit(FLAGS_pservers, ',', absl::SkipWhitespace())) {
-    auto addr = NormalizeAddress(std::string(a));
-    if (!addr.ok()) {
-      std::cerr << "ps_fuzz: --pservers: " << addr.status().message() << "\n";
-      return 2;
-    }
-    grpc::ChannelArguments args;
-    AddChannelSecurityArgs(*security, &args);
-    targets.push_back(
-        {*addr, std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
-                    *addr, ChannelCredentialsFor(*security), args))});
+  absl::StatusOr<std::vector<Target>> targets = ConnectTargets(*security);
+  if (!targets.ok()) {
+    std::cerr << "ps_fuzz: --pservers: " << targets.status().message() << "\n";
+    return 2;
   }
-  if (targets.empty()) {
+  if (targets->empty()) {
     std::cerr << "ps_fuzz: --pservers is required\n";
     return 2;
   }
@@ -218,7 +250,7 @@ int Main(int argc, char** argv) {
       security->auth_token.empty() || FLAGS_without_token
           ? ""
           : BearerMetadataValue(security->auth_token);
-  Fuzz fuzz(std::move(targets), authorization);
+  Fuzz fuzz(std::move(targets).value(), authorization);
   absl::Status only = fuzz.OnlyMethods(
       absl::StrSplit(FLAGS_methods, ',', absl::SkipWhitespace()));
   if (!only.ok()) {
@@ -227,23 +259,7 @@ int Main(int argc, char** argv) {
   }
   const absl::Time start = absl::Now();
   const int64_t sent = fuzz.Run();
-  const int64_t unexpected = fuzz.Report(FLAGS_expect_code);
-  std::cout << "sent " << sent << " requests in "
-            << absl::FormatDuration(absl::Now() - start) << " ("
-            << (authorization.empty() ? "without" : "with") << " token)\n";
-  int status = 0;
-  if (unexpected > 0) {
-    std::cout << unexpected << " answers were not " << FLAGS_expect_code
-              << "\n";
-    status = 1;
-  }
-  for (Target& t : fuzz.targets()) {
-    const bool up = Healthy(t);
-    std::cout << t.address << ": " << (up ? "serving" : "NOT ANSWERING")
-              << "\n";
-    if (!up) status = 1;
-  }
-  return status;
+  return ReportResults(fuzz, sent, start, !authorization.empty());
 }
 
 }  // namespace

@@ -33,6 +33,68 @@ struct Weight {
 
 double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
+// The weights of the features seen in training, and the bias.
+struct LrModel {
+  absl::flat_hash_map<uint64_t, Weight> weights;
+  Weight bias;
+};
+
+// One Adagrad update of `w` with gradient `g`.
+void Adagrad(Weight* w, double g) {
+  const double lr = FLAGS_learning_rate;
+  w->acc += g * g;
+  w->w -= lr * g / (std::sqrt(w->acc) + 1e-10);
+}
+
+// The model's logit of record `r` of `data` (unseen features weigh 0).
+double Logit(const LrModel& model, const shardps::SparseData& data, int64_t r) {
+  double z = model.bias.w;
+  for (int64_t j = data.offsets[r]; j < data.offsets[r + 1]; ++j) {
+    auto it = model.weights.find(data.ids[j]);
+    if (it != model.weights.end()) z += it->second.w * data.values[j];
+  }
+  return z;
+}
+
+// One step on the --batch_size records from `start`: the mean log-loss
+// gradient of each touched weight (gathered in `grads`) and of the bias,
+// each applied by Adagrad.
+void TrainBatch(const shardps::SparseData& train, int64_t start,
+                absl::flat_hash_map<uint64_t, double>* grads, LrModel* model) {
+  grads->clear();
+  double gbias = 0;
+  for (int64_t r = start; r < start + FLAGS_batch_size; ++r) {
+    const double z = Logit(*model, train, r);
+    const double d =
+        (Sigmoid(z) - train.labels[r]) / FLAGS_batch_size;  // dL/dz
+    gbias += d;
+    for (int64_t j = train.offsets[r]; j < train.offsets[r + 1]; ++j) {
+      (*grads)[train.ids[j]] += d * train.values[j];
+    }
+  }
+  for (const auto& [id, g] : *grads) {
+    auto [it, inserted] = model->weights.try_emplace(id);
+    if (inserted) it->second.acc = FLAGS_initial_accumulator;
+    Adagrad(&it->second, g);
+  }
+  Adagrad(&model->bias, gbias);
+}
+
+// --passes passes over `train` in whole batches, from zero weights.
+LrModel Train(const shardps::SparseData& train) {
+  LrModel model;
+  model.bias.acc = FLAGS_initial_accumulator;
+  absl::flat_hash_map<uint64_t, double> grads;
+  const int64_t n = train.num_records;
+  for (int pass = 0; pass < FLAGS_passes; ++pass) {
+    for (int64_t start = 0; start + FLAGS_batch_size <= n;
+         start += FLAGS_batch_size) {
+      TrainBatch(train, start, &grads, &model);
+    }
+  }
+  return model;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -45,55 +107,15 @@ int main(int argc, char** argv) {
               << "\n";
     return 2;
   }
-  absl::flat_hash_map<uint64_t, Weight> weights;
-  Weight bias;
-  bias.acc = FLAGS_initial_accumulator;
-  const double lr = FLAGS_learning_rate;
-  auto adagrad = [&](Weight* w, double g) {
-    w->acc += g * g;
-    w->w -= lr * g / (std::sqrt(w->acc) + 1e-10);
-  };
-  absl::flat_hash_map<uint64_t, double> grads;
-  const int64_t n = train->num_records;
-  for (int pass = 0; pass < FLAGS_passes; ++pass) {
-    for (int64_t start = 0; start + FLAGS_batch_size <= n;
-         start += FLAGS_batch_size) {
-      grads.clear();
-      double gbias = 0;
-      for (int64_t r = start; r < start + FLAGS_batch_size; ++r) {
-        double z = bias.w;
-        for (int64_t j = train->offsets[r]; j < train->offsets[r + 1]; ++j) {
-          auto it = weights.find(train->ids[j]);
-          if (it != weights.end()) z += it->second.w * train->values[j];
-        }
-        const double d =
-            (Sigmoid(z) - train->labels[r]) / FLAGS_batch_size;  // dL/dz
-        gbias += d;
-        for (int64_t j = train->offsets[r]; j < train->offsets[r + 1]; ++j) {
-          grads[train->ids[j]] += d * train->values[j];
-        }
-      }
-      for (const auto& [id, g] : grads) {
-        auto [it, inserted] = weights.try_emplace(id);
-        if (inserted) it->second.acc = FLAGS_initial_accumulator;
-        adagrad(&it->second, g);
-      }
-      adagrad(&bias, gbias);
-    }
-  }
+  const LrModel model = Train(*train);
   std::vector<float> p(test->num_records);
   for (int64_t r = 0; r < test->num_records; ++r) {
-    double z = bias.w;
-    for (int64_t j = test->offsets[r]; j < test->offsets[r + 1]; ++j) {
-      auto it = weights.find(test->ids[j]);
-      if (it != weights.end()) z += it->second.w * test->values[j];
-    }
-    p[r] = static_cast<float>(Sigmoid(z));
+    p[r] = static_cast<float>(Sigmoid(Logit(model, *test, r)));
   }
   std::printf(
       "{\"event\":\"lr_baseline\",\"test_auc\":%.17g,\"test_logloss\":%.17g,"
       "\"weights\":%zu}\n",
       shardps::Auc(p, test->labels), shardps::LogLoss(p, test->labels),
-      weights.size());
+      model.weights.size());
   return 0;
 }

@@ -23,15 +23,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/grpc/grpc_health.h"
 #include "common/launch/address.h"
 #include "common/launch/flags.h"
-#include "common/transport/grpc_health.h"
 #include "common/transport/transport_security.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/client/grpc_ps_client.h"
-#include "trainer/client/retry_timer.h"
+#include "trainer/transport/grpc_ps_client.h"
+#include "trainer/transport/retry_timer.h"
 
 DEFINE_string(pservers, "", "comma-separated host or host:port");
 DEFINE_int32(timeout_s, 5, "how long to wait for each pserver");
@@ -107,6 +107,39 @@ void PrintStatus(const std::string& addr,
   }
 }
 
+// Asks each pserver of `addrs` for the job's status and prints its lines;
+// the count of those that did not answer (unreachable or refused).
+int AskStatus(const std::vector<std::string>& addrs,
+              const shardps::TransportSecurity& security) {
+  shardps::RetryTimer timer;
+  shardps::RpcOptions rpc;
+  rpc.attempt_deadline = absl::Seconds(FLAGS_timeout_s);
+  rpc.retry_budget = absl::Seconds(FLAGS_timeout_s);
+  rpc.job_id = FLAGS_job_id;
+  int unreachable = 0;
+  for (const std::string& addr : addrs) {
+    auto client = shardps::GrpcPsClient::Create(addr, rpc, &timer, security);
+    shardps::GetStatusRequest req;
+    shardps::GetStatusResponse resp;
+    absl::Status s = client->GetStatus(req, &resp);
+    if (!s.ok()) {
+      // Refused (a token that does not cover the job) is not unreachable.
+      const bool refused =
+          !absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s);
+      std::cout << addr << ": "
+                << (refused ? absl::StrCat("refused: ",
+                                           absl::StatusCodeToString(s.code()),
+                                           ": ", s.message())
+                            : absl::StrCat("unreachable (", s.message(), ")"))
+                << "\n";
+      ++unreachable;
+      continue;
+    }
+    PrintStatus(addr, resp);
+  }
+  return unreachable;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,31 +175,5 @@ int main(int argc, char** argv) {
     addrs.push_back(*addr);
   }
   if (FLAGS_health) return CheckHealth(addrs, *security) > 0 ? 1 : 0;
-  shardps::RetryTimer timer;
-  shardps::RpcOptions rpc;
-  rpc.attempt_deadline = absl::Seconds(FLAGS_timeout_s);
-  rpc.retry_budget = absl::Seconds(FLAGS_timeout_s);
-  rpc.job_id = FLAGS_job_id;
-  int unreachable = 0;
-  for (const std::string& addr : addrs) {
-    auto client = shardps::GrpcPsClient::Create(addr, rpc, &timer, *security);
-    shardps::GetStatusRequest req;
-    shardps::GetStatusResponse resp;
-    absl::Status s = client->GetStatus(req, &resp);
-    if (!s.ok()) {
-      // Refused (a token that does not cover the job) is not unreachable.
-      const bool refused =
-          !absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s);
-      std::cout << addr << ": "
-                << (refused ? absl::StrCat("refused: ",
-                                           absl::StatusCodeToString(s.code()),
-                                           ": ", s.message())
-                            : absl::StrCat("unreachable (", s.message(), ")"))
-                << "\n";
-      ++unreachable;
-      continue;
-    }
-    PrintStatus(addr, resp);
-  }
-  return unreachable > 0 ? 1 : 0;
+  return AskStatus(addrs, *security) > 0 ? 1 : 0;
 }

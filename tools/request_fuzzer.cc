@@ -140,7 +140,9 @@ std::string RequestFuzzer::Bytes() {
   return out;
 }
 
-void RequestFuzzer::FillField(Message* m, const FieldDescriptor* f, int depth) {
+// Sets (or, when repeated, adds to) the number or bool field `f` of `m` a
+// random or boundary value of its type.
+void RequestFuzzer::FillNumber(Message* m, const FieldDescriptor* f) {
   const Reflection* r = m->GetReflection();
   const bool rep = f->is_repeated();
   switch (f->cpp_type()) {
@@ -179,6 +181,24 @@ void RequestFuzzer::FillField(Message* m, const FieldDescriptor* f, int depth) {
       rep ? r->AddBool(m, f, v) : r->SetBool(m, f, v);
       break;
     }
+    default:  // Not a number: FillField fills enums, strings and messages.
+      break;
+  }
+}
+
+void RequestFuzzer::FillField(Message* m, const FieldDescriptor* f, int depth) {
+  const Reflection* r = m->GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_BOOL:
+      FillNumber(m, f);
+      break;
     case FieldDescriptor::CPPTYPE_ENUM: {
       // Mostly a declared value; sometimes a number no value has.
       const auto* e = f->enum_type();

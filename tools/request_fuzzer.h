@@ -55,6 +55,10 @@ class RequestFuzzer {
   int64_t Int(bool is_signed, int bits);
   float Float();
   std::string Bytes();
+  // Sets (or adds to) a number or bool field; the other types are
+  // FillField's.
+  void FillNumber(google::protobuf::Message* message,
+                  const google::protobuf::FieldDescriptor* field);
   void FillField(google::protobuf::Message* message,
                  const google::protobuf::FieldDescriptor* field, int depth);
   void Damage(FuzzRequest* request);

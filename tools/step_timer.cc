@@ -35,10 +35,10 @@
 #include "google/protobuf/text_format.h"
 #include "kernels/call_timing_backend.h"
 #include "kernels/cpu_backend.h"
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "trainer/core/json_lines.h"
 #include "trainer/data/data_shard.h"
 #include "trainer/input_pipeline.h"
-#include "trainer/core/json_lines.h"
 #include "trainer/model/model.h"
 
 DEFINE_string(config, "",
@@ -176,13 +176,45 @@ void Report(const std::string& config, const std::string& backend, int batch,
   std::printf("%s\n", line.str().c_str());
 }
 
-int Run() {
-  if (FLAGS_describe) {
-    absl::StatusOr<std::string> d = DescribeCudaDevice(FLAGS_gpu_id);
-    if (!d.ok()) return Fail(2, std::string(d.status().message()));
-    std::printf("%s\n", d->c_str());
-    return 0;
+// --describe: prints the CUDA device and library versions; the exit status.
+int Describe() {
+  absl::StatusOr<std::string> d = DescribeCudaDevice(FLAGS_gpu_id);
+  if (!d.ok()) return Fail(2, std::string(d.status().message()));
+  std::printf("%s\n", d->c_str());
+  return 0;
+}
+
+// The timed steps' durations, and the losses of the first and last steps.
+struct StepTimes {
+  std::vector<double> ms;
+  double loss_first = 0, loss_last = 0;
+};
+
+// Runs --warmup_steps and then --steps timed steps through the batches in
+// order, into `times`; 0, or 1 (said on stderr) when a step fails.
+int TimeSteps(Model* model, InputPipeline* input, int batch, int64_t batches,
+              StepTimes* times) {
+  const int total = FLAGS_warmup_steps + FLAGS_steps;
+  for (int s = 0; s < total; ++s) {
+    input->LoadTrainBatch(s % batches, batch);
+    const absl::Time start = absl::Now();
+    auto stats = model->TrainBatch(input->x(), input->labels(), batch);
+    const absl::Duration took = absl::Now() - start;
+    if (!stats.ok()) {
+      return Fail(1, absl::StrCat("step ", s, ": ", stats.status().ToString()));
+    }
+    const double loss = stats->loss_sum / stats->count;
+    if (s == 0) times->loss_first = loss;
+    times->loss_last = loss;
+    if (s >= FLAGS_warmup_steps) {
+      times->ms.push_back(absl::ToDoubleMilliseconds(took));
+    }
   }
+  return 0;
+}
+
+int Run() {
+  if (FLAGS_describe) return Describe();
   if (FLAGS_config.empty()) return Fail(2, "--config is required");
   if (FLAGS_steps <= 0 || FLAGS_warmup_steps < 0 || FLAGS_batch_size < 0 ||
       FLAGS_num_threads <= 0) {
@@ -218,23 +250,12 @@ int Run() {
   if (batches <= 0) return Fail(2, "fewer training records than one batch");
   (*input)->StartPass(0, /*shuffle=*/false, 0);
 
-  std::vector<double> ms;
-  double loss_first = 0, loss_last = 0;
-  const int total = FLAGS_warmup_steps + FLAGS_steps;
-  for (int s = 0; s < total; ++s) {
-    (*input)->LoadTrainBatch(s % batches, batch);
-    const absl::Time start = absl::Now();
-    auto stats = (*model)->TrainBatch((*input)->x(), (*input)->labels(), batch);
-    const absl::Duration took = absl::Now() - start;
-    if (!stats.ok()) {
-      return Fail(1, absl::StrCat("step ", s, ": ", stats.status().ToString()));
-    }
-    const double loss = stats->loss_sum / stats->count;
-    if (s == 0) loss_first = loss;
-    loss_last = loss;
-    if (s >= FLAGS_warmup_steps) ms.push_back(absl::ToDoubleMilliseconds(took));
-  }
-  Report(config->name(), backend_name, batch, ms, loss_first, loss_last);
+  StepTimes times;
+  const int failed =
+      TimeSteps(model->get(), input->get(), batch, batches, &times);
+  if (failed != 0) return failed;
+  Report(config->name(), backend_name, batch, times.ms, times.loss_first,
+         times.loss_last);
   if (FLAGS_per_call) {
     return TimeCalls(model->get(), input->get(), calls, batch, batches,
                      config->name(), backend_name);

@@ -5,22 +5,20 @@
 #include <csignal>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/grpc/grpc_health.h"
 #include "common/launch/flags.h"
-#include "common/launch/launch_env.h"
 #include "common/launch/malloc_tuning.h"
 #include "common/launch/port_file.h"
 #include "common/monitoring/monitoring.h"
-#include "common/transport/grpc_health.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/blas.h"
-#include "trainer/client/grpc_connections.h"
 #include "trainer/flags/flags.h"
+#include "trainer/flags/grpc_launch.h"
 #include "trainer/monitoring/trainer_monitoring.h"
 #include "trainer/trainer.h"
 
@@ -158,47 +156,25 @@ int main(int argc, char** argv) {
   }
   gflags::SetUsageMessage(kUsage);
   FLAGS_logtostderr = true;
-  absl::Status s =
-      shardps::ParseFlagsWithEnv(&argc, &argv, shardps::ProcessEnv());
-  if (!s.ok()) Fail(s.message());
-  if (argc > 1) Fail(absl::StrCat("unexpected argument '", argv[1], "'"));
-  // TF_CONFIG and PADDLE_INIT_*: the lowest-precedence defaults.
-  auto aliases = shardps::LaunchAliases(shardps::ProcessEnv(),
-                                        shardps::LaunchRole::kTrainer);
-  if (!aliases.ok()) Fail(aliases.status().message());
-  s = shardps::ApplyFlagAliases(*aliases);
-  if (!s.ok()) Fail(s.message());
+  absl::StatusOr<shardps::TrainerLaunch> launch = shardps::ParseTrainerFlags(
+      &argc, &argv, shardps::ProcessEnv(), shardps::ModelSource::kConfig);
+  if (!launch.ok()) Fail(launch.status().message());
   google::InitGoogleLogging(argv[0]);
   // A crash (SIGSEGV, SIGBUS, ...) logs its signal and stack before the
   // process dies; HandleStopSignals below replaces glog's SIGTERM handler.
   google::InstallFailureSignalHandler();
-
-  absl::StatusOr<shardps::TrainerOptions> o =
-      shardps::TrainerOptionsFromFlags(shardps::ProcessEnv());
-  if (!o.ok()) Fail(o.status().message());
-  absl::StatusOr<shardps::ConnectionOptions> c =
-      shardps::ConnectionOptionsFromFlags();
-  if (!c.ok()) Fail(c.status().message());
-  // 64 random bits: a restarted trainer is told apart from its previous
-  // process.
-  o->incarnation = (uint64_t{std::random_device{}()} << 32) ^
-                   std::random_device{}() ^
-                   static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
-  if (o->incarnation == 0) o->incarnation = 1;  // 0 means "none sent"
+  shardps::TrainerOptions* o = &launch->options;
   shardps::SetBlasThreads(o->cpu_threads);
 
-  Monitoring monitoring(c->job_id, o->trainer_id, c->security);
+  Monitoring monitoring(launch->connection.job_id, o->trainer_id,
+                        launch->connection.security);
   o->observer = &monitoring;
-
-  std::unique_ptr<shardps::PserverConnections> conn = shardps::ConnectPservers(
-      *c, {o->replication, o->failover_after, o->pserver_lease});
-  o->heartbeat_servers = conn->heartbeat_servers;
-  o->failover_servers = conn->failover_servers;
-  o->heartbeat_interval = c->heartbeat_interval;
+  std::unique_ptr<shardps::PserverConnections> conn =
+      shardps::ConnectTrainer(&*launch);
   o->stop_requested = &stop_requested;
   HandleStopSignals();
   shardps::Trainer trainer(*o, conn->servers);
-  s = trainer.Run();
+  const absl::Status s = trainer.Run();
   monitoring.Stopped();
   if (absl::IsCancelled(s)) {
     std::cerr << "trainer: " << s.message() << "\n";

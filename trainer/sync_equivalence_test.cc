@@ -13,8 +13,8 @@
 
 #include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
-#include "pserver/service/call_table.h"
-#include "pserver/service/pserver.h"
+#include "pserver/server/call_table.h"
+#include "pserver/server/pserver.h"
 #include "trainer/model/model.h"
 #include "trainer/model/saved_model.h"
 #include "trainer/trainer.h"
@@ -76,13 +76,9 @@ ModelConfig SmallModel(const std::string& dir) {
   return c;
 }
 
-// Runs a job of `num_trainers` trainers with local batch `batch` on
-// `num_servers` in-process pservers; returns the final parameters.
-std::vector<std::vector<float>> RunJob(
-    const std::string& dir, int num_servers, int num_trainers, int batch,
-    int num_passes, int64_t max_steps, const std::string& save_dir,
-    bool overlap = true, bool async_prefetch = false, bool shared_memory = true,
-    bool async = false, bool layer_pipeline = false, bool lars = false) {
+// Starts `num_servers` in-process pservers for a job of `num_trainers`.
+std::vector<std::unique_ptr<Pserver>> StartPservers(int num_servers,
+                                                    int num_trainers) {
   std::vector<std::unique_ptr<Pserver>> servers;
   for (int s = 0; s < num_servers; ++s) {
     PserverOptions o;
@@ -90,21 +86,57 @@ std::vector<std::vector<float>> RunJob(
     servers.push_back(std::move(*Pserver::Create(o)));
     EXPECT_TRUE(servers.back()->Start().ok());
   }
+  return servers;
+}
+
+// The targets of the pservers' handlers, and each trainer's clients of them
+// (clients[k][s]: trainer k's of pserver s).
+struct JobClients {
+  std::vector<std::unique_ptr<SingleJobTarget>> targets;
+  std::vector<std::vector<std::unique_ptr<InProcessPsClient>>> clients;
+};
+
+// In-process clients of `servers` for each of `num_trainers` trainers.
+JobClients ConnectTrainers(const std::vector<std::unique_ptr<Pserver>>& servers,
+                           int num_trainers) {
+  JobClients job;
+  for (auto& server : servers) {
+    job.targets.push_back(std::make_unique<SingleJobTarget>(server->handler()));
+  }
+  job.clients.resize(num_trainers);
+  for (int k = 0; k < num_trainers; ++k) {
+    for (size_t s = 0; s < servers.size(); ++s) {
+      job.clients[k].push_back(std::make_unique<InProcessPsClient>(
+          job.targets[s].get(), "in-process-" + std::to_string(s)));
+    }
+  }
+  return job;
+}
+
+// The parameters the chief saved in `save_dir`, table by table.
+std::vector<std::vector<float>> SavedParams(const std::string& dir,
+                                            const std::string& save_dir) {
+  auto model = Model::Create(SmallModel(dir), 16, 3);
+  EXPECT_TRUE(model.ok());
+  EXPECT_TRUE(LoadModelParams(save_dir, &(*model)->tables()).ok());
+  std::vector<std::vector<float>> out;
+  for (const auto& t : (*model)->tables()) out.push_back(t.value);
+  return out;
+}
+
+// Runs a job of `num_trainers` trainers with local batch `batch` on
+// `num_servers` in-process pservers; returns the final parameters.
+std::vector<std::vector<float>> RunJob(
+    const std::string& dir, int num_servers, int num_trainers, int batch,
+    int num_passes, int64_t max_steps, const std::string& save_dir,
+    bool overlap = true, bool async_prefetch = false, bool shared_memory = true,
+    bool async = false, bool layer_pipeline = false, bool lars = false) {
+  std::vector<std::unique_ptr<Pserver>> servers =
+      StartPservers(num_servers, num_trainers);
   std::vector<absl::Status> status(num_trainers);
   std::vector<std::thread> threads;
   // All clients exist before any thread runs; they outlive the threads.
-  std::vector<std::unique_ptr<SingleJobTarget>> targets;
-  for (auto& server : servers) {
-    targets.push_back(std::make_unique<SingleJobTarget>(server->handler()));
-  }
-  std::vector<std::vector<std::unique_ptr<InProcessPsClient>>> clients(
-      num_trainers);
-  for (int k = 0; k < num_trainers; ++k) {
-    for (int s = 0; s < num_servers; ++s) {
-      clients[k].push_back(std::make_unique<InProcessPsClient>(
-          targets[s].get(), "in-process-" + std::to_string(s)));
-    }
-  }
+  const JobClients job = ConnectTrainers(servers, num_trainers);
   for (int k = 0; k < num_trainers; ++k) {
     threads.emplace_back([&, k] {
       TrainerOptions o;
@@ -130,7 +162,7 @@ std::vector<std::vector<float>> RunJob(
       o.shared_memory = shared_memory;
       o.layer_pipeline = layer_pipeline;
       std::vector<PsClientInterface*> ptrs;
-      for (auto& c : clients[k]) ptrs.push_back(c.get());
+      for (auto& c : job.clients[k]) ptrs.push_back(c.get());
       Trainer t(o, ptrs);
       status[k] = t.Run();
       // In one process, /proc/self/fd always opens.
@@ -142,12 +174,7 @@ std::vector<std::vector<float>> RunJob(
   for (int k = 0; k < num_trainers; ++k) {
     EXPECT_TRUE(status[k].ok()) << "trainer " << k << ": " << status[k];
   }
-  auto model = Model::Create(SmallModel(dir), 16, 3);
-  EXPECT_TRUE(model.ok());
-  EXPECT_TRUE(LoadModelParams(save_dir, &(*model)->tables()).ok());
-  std::vector<std::vector<float>> out;
-  for (const auto& t : (*model)->tables()) out.push_back(t.value);
-  return out;
+  return SavedParams(dir, save_dir);
 }
 
 // `many` (N trainers) ends where `one` does, to float rounding, and

@@ -8,7 +8,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu_backend.h"
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "trainer/data/data_shard.h"
 #include "trainer/evaluator.h"
 #include "trainer/model/saved_model.h"

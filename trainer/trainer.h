@@ -60,6 +60,11 @@ class Trainer {
   absl::Status TrainPasses();
   // One step of pass `pass`: batch `index` pulled, computed and pushed.
   absl::Status Step(int pass, int64_t index);
+  // The step's pulls (dense, then sparse rows), and the chief's checkpoint
+  // request; sets plan->tag, the version its push is tagged with.
+  absl::Status PullStep(StepPlan* plan, TransferStats* pull);
+  // The step's pushes (sparse rows, then dense), and LARS's norms.
+  absl::Status PushStep(const StepPlan& plan, TransferStats* push);
   // A step that failed with `why` (at its push, or its LARS norms): the
   // calls in flight cancelled unless the run recovers, the transfers
   // drained; returns `why`.

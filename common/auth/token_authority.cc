@@ -38,6 +38,39 @@ bool Listed(const absl::flat_hash_map<std::string, std::string>& identities,
   return !token.empty() && identities.contains(TokenSha256Hex(token));
 }
 
+// The PERMISSION_DENIED for a known token, `admin` or a `peer`'s or
+// neither, that does not cover call `call_class` on job `job_id`.
+absl::Status NotCovered(const TokenAuthority::Options& options,
+                        CallClass call_class, absl::string_view job_id,
+                        bool admin, bool peer) {
+  const bool identities = !options.peer_identities_file.empty();
+  if (call_class == CallClass::kPeer) {
+    if (identities) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "calls between pservers need a pserver's own token, listed in "
+          "--peer_identities_file=",
+          options.peer_identities_file, "; this token is not listed"));
+    }
+    return absl::PermissionDeniedError(
+        options.peer_token.empty()
+            ? "this pserver takes no calls between pservers: it has per-job "
+              "tokens and no --peer_token_file"
+            : "calls between pservers need the pservers' --peer_token_file; "
+              "this token is not it");
+  }
+  if (admin) {
+    return absl::PermissionDeniedError(
+        "the admin token reads jobs' status (GetStatus) and nothing else");
+  }
+  if (peer) {
+    return absl::PermissionDeniedError(
+        "the peer token makes calls between pservers only");
+  }
+  // The same words whether the job exists or not.
+  return absl::PermissionDeniedError(absl::StrCat(
+      "this token does not cover job '", job_id.substr(0, 64), "'"));
+}
+
 }  // namespace
 
 std::string TokenSha256Hex(absl::string_view token) {
@@ -386,31 +419,7 @@ absl::Status TokenAuthority::Check(std::optional<absl::string_view> token,
         "wrong token: the client's --auth_token_file holds no token this "
         "pserver knows");
   }
-  if (call_class == CallClass::kPeer) {
-    if (identities) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "calls between pservers need a pserver's own token, listed in "
-          "--peer_identities_file=",
-          options_.peer_identities_file, "; this token is not listed"));
-    }
-    return absl::PermissionDeniedError(
-        options_.peer_token.empty()
-            ? "this pserver takes no calls between pservers: it has per-job "
-              "tokens and no --peer_token_file"
-            : "calls between pservers need the pservers' --peer_token_file; "
-              "this token is not it");
-  }
-  if (admin) {
-    return absl::PermissionDeniedError(
-        "the admin token reads jobs' status (GetStatus) and nothing else");
-  }
-  if (peer) {
-    return absl::PermissionDeniedError(
-        "the peer token makes calls between pservers only");
-  }
-  // The same words whether the job exists or not.
-  return absl::PermissionDeniedError(absl::StrCat(
-      "this token does not cover job '", job_id.substr(0, 64), "'"));
+  return NotCovered(options_, call_class, job_id, admin, peer);
 }
 
 std::vector<std::string> TokenAuthority::JobsWithTokens() {

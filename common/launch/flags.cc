@@ -23,14 +23,14 @@ std::string EnvVarForFlag(const std::string& name) {
   return absl::StrCat("SHARDPS_", absl::AsciiStrToUpper(name));
 }
 
-absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
-  // Which flags does the command line set? Parse a copy first, without
-  // removing anything, so that the environment fills in only the others.
-  // Check every flag on the command line here, so that an unknown flag or a
-  // bad value gets one line and exit status 2 (gflags would exit 1 itself).
-  std::set<std::string> on_command_line;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string arg = (*argv)[i];
+namespace {
+
+// Checks every flag on the command line `argv` (unknown, missing its value,
+// or a bad value) and collects the names it sets into *on_command_line.
+absl::Status CheckCommandLine(int argc, char** argv,
+                              std::set<std::string>* on_command_line) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
     if (arg == "--") break;
     if (arg.size() < 2 || arg[0] != '-') continue;
     std::string name = arg.substr(arg[1] == '-' ? 2 : 1);
@@ -46,19 +46,19 @@ absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
       if (absl::StartsWith(name, "no") && !value.has_value() &&
           gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &negated) &&
           negated.type == "bool") {
-        on_command_line.insert(name.substr(2));
+        on_command_line->insert(name.substr(2));
         continue;
       }
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", name, " (see --help)"));
     }
-    on_command_line.insert(name);
+    on_command_line->insert(name);
     if (!value.has_value() && info.type != "bool") {
-      if (i + 1 >= *argc) {
+      if (i + 1 >= argc) {
         return absl::InvalidArgumentError(
             absl::StrCat("flag --", name, " is missing its value"));
       }
-      value = (*argv)[i + 1];
+      value = argv[i + 1];
     }
     if (value.has_value() && name != "flagfile" && name != "fromenv" &&
         name != "tryfromenv") {
@@ -69,12 +69,19 @@ absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+// Sets each flag not in `on_command_line` from its SHARDPS_<FLAG> variable
+// in `env`, if set, and collects every flag's variable into *known_vars.
+absl::Status ApplyEnvToFlags(const GetEnvFn& env,
+                             const std::set<std::string>& on_command_line,
+                             std::set<std::string>* known_vars) {
   std::vector<gflags::CommandLineFlagInfo> flags;
   gflags::GetAllFlags(&flags);
-  std::set<std::string> known_vars;
   for (const auto& f : flags) {
     const std::string var = EnvVarForFlag(f.name);
-    known_vars.insert(var);
+    known_vars->insert(var);
     if (on_command_line.count(f.name)) continue;
     const char* value = env(var.c_str());
     if (value == nullptr) continue;
@@ -84,19 +91,44 @@ absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
                        " (", f.type, ")"));
     }
   }
-  if (environ != nullptr) {
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string kv = *e;
-      if (!absl::StartsWith(kv, "SHARDPS_")) continue;
-      // Test hooks (e.g. SHARDPS_TEST_CHECKPOINT_FAULT) are not flags.
-      if (absl::StartsWith(kv, "SHARDPS_TEST_")) continue;
-      const std::string var = kv.substr(0, kv.find('='));
-      if (!known_vars.count(var)) {
-        std::cerr << "warning: " << var
-                  << " names no flag of this program; ignored\n";
-      }
+  return absl::OkStatus();
+}
+
+// Warns on stderr of each SHARDPS_ variable of the process environment
+// that is not in `known_vars` (test hooks aside).
+void WarnOfUnknownEnvVars(const std::set<std::string>& known_vars) {
+  if (environ == nullptr) return;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    if (!absl::StartsWith(kv, "SHARDPS_")) continue;
+    // Test hooks (e.g. SHARDPS_TEST_CHECKPOINT_FAULT) are not flags.
+    if (absl::StartsWith(kv, "SHARDPS_TEST_")) continue;
+    const std::string var = kv.substr(0, kv.find('='));
+    if (!known_vars.count(var)) {
+      std::cerr << "warning: " << var
+                << " names no flag of this program; ignored\n";
     }
   }
+}
+
+}  // namespace
+
+absl::Status ParseFlagsWithEnv(int* argc, char*** argv, const GetEnvFn& env) {
+  // Which flags does the command line set? Parse a copy first, without
+  // removing anything, so that the environment fills in only the others.
+  // Check every flag on the command line here, so that an unknown flag or a
+  // bad value gets one line and exit status 2 (gflags would exit 1 itself).
+  std::set<std::string> on_command_line;
+  if (absl::Status s = CheckCommandLine(*argc, *argv, &on_command_line);
+      !s.ok()) {
+    return s;
+  }
+  std::set<std::string> known_vars;
+  if (absl::Status s = ApplyEnvToFlags(env, on_command_line, &known_vars);
+      !s.ok()) {
+    return s;
+  }
+  WarnOfUnknownEnvVars(known_vars);
   gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
   return absl::OkStatus();
 }

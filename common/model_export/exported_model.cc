@@ -25,6 +25,40 @@ uint32_t Crc32(absl::string_view data, uint32_t crc = 0) {
       crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
+// Checks that `data`, read from `path`, is an exported sparse table: its
+// magic, and the CRC-32 at its end. DATA_LOSS naming `path` otherwise.
+absl::Status CheckSparseTableFile(absl::string_view data,
+                                  const std::string& path) {
+  auto bad = [&path](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(path, ": ", what));
+  };
+  if (data.size() < sizeof(kSparseMagic) + 4 ||
+      std::memcmp(data.data(), kSparseMagic, sizeof(kSparseMagic)) != 0) {
+    return bad("not an exported sparse table (bad magic or too short)");
+  }
+  uint32_t stored = 0;
+  std::memcpy(&stored, data.data() + data.size() - 4, 4);
+  if (Crc32(absl::string_view(data).substr(0, data.size() - 4)) != stored) {
+    return bad("checksum mismatch (damaged)");
+  }
+  return absl::OkStatus();
+}
+
+// Decodes the row values at `p`, float32 or IEEE half (`dtype`), into
+// *values, sized for them already.
+void DecodeRowValues(const char* p, uint32_t dtype,
+                     std::vector<float>* values) {
+  if (dtype == kFloat32) {
+    std::memcpy(values->data(), p, values->size() * sizeof(float));
+  } else {
+    for (size_t i = 0; i < values->size(); ++i) {
+      uint16_t h = 0;
+      std::memcpy(&h, p + 2 * i, 2);
+      (*values)[i] = HalfToFloat(h);
+    }
+  }
+}
+
 }  // namespace
 
 std::string EncodeParams(const std::vector<DenseTensorView>& tables) {
@@ -56,8 +90,8 @@ absl::Status WriteSparseTable(Env* env, const std::string& path,
   }
   for (size_t i = 1; i < t.keys.size(); ++i) {
     if (t.keys[i] <= t.keys[i - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", t.name, ": keys not ascending at ", i));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", t.name, ": keys not ascending at ", i));
     }
   }
   std::string head(kSparseMagic, sizeof(kSparseMagic));
@@ -113,15 +147,7 @@ absl::StatusOr<ExportedSparseTable> ExportedSparseTable::Read(
   auto bad = [&path](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(path, ": ", what));
   };
-  if (data.size() < sizeof(kSparseMagic) + 4 ||
-      std::memcmp(data.data(), kSparseMagic, sizeof(kSparseMagic)) != 0) {
-    return bad("not an exported sparse table (bad magic or too short)");
-  }
-  uint32_t stored = 0;
-  std::memcpy(&stored, data.data() + data.size() - 4, 4);
-  if (Crc32(absl::string_view(data).substr(0, data.size() - 4)) != stored) {
-    return bad("checksum mismatch (damaged)");
-  }
+  RETURN_IF_ERROR(CheckSparseTableFile(data, path));
   BlobReader r(absl::string_view(data).substr(
       sizeof(kSparseMagic), data.size() - sizeof(kSparseMagic) - 4));
   ExportedSparseTable t;
@@ -133,9 +159,9 @@ absl::StatusOr<ExportedSparseTable> ExportedSparseTable::Read(
   for (char& c : t.name_) {
     if (!r.Get(&c)) return bad("truncated header");
   }
-  if (!r.Get(&dim) || !r.Get(&dtype) || !r.Get(&init_type) ||
-      !r.Get(&scale) || !r.Get(&seed) || !r.Get(&rows) || dim == 0 ||
-      dim > (1 << 20) || (dtype != kFloat32 && dtype != kFloat16) ||
+  if (!r.Get(&dim) || !r.Get(&dtype) || !r.Get(&init_type) || !r.Get(&scale) ||
+      !r.Get(&seed) || !r.Get(&rows) || dim == 0 || dim > (1 << 20) ||
+      (dtype != kFloat32 && dtype != kFloat16) ||
       !RowInitializer::Type_IsValid(static_cast<int>(init_type))) {
     return bad("bad header");
   }
@@ -159,15 +185,7 @@ absl::StatusOr<ExportedSparseTable> ExportedSparseTable::Read(
     if (t.keys_[i] <= t.keys_[i - 1]) return bad("keys not ascending");
   }
   t.values_.resize(rows * dim);
-  if (dtype == kFloat32) {
-    std::memcpy(t.values_.data(), p, t.values_.size() * sizeof(float));
-  } else {
-    for (size_t i = 0; i < t.values_.size(); ++i) {
-      uint16_t h = 0;
-      std::memcpy(&h, p + 2 * i, 2);
-      t.values_[i] = HalfToFloat(h);
-    }
-  }
+  DecodeRowValues(p, dtype, &t.values_);
   return t;
 }
 

@@ -81,6 +81,30 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
+// The bytes of params file `path`, its magic and CRC-32 checked:
+// NOT_FOUND when it cannot be opened, DATA_LOSS naming it when it is not
+// one or is damaged.
+absl::StatusOr<std::string> ReadParamsFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string data = ss.str();
+  auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(path, ": ", why));
+  };
+  if (data.size() < sizeof(kMagic) + 8 ||
+      std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+    return corrupt("not a ShardPS params file (bad magic or too short)");
+  }
+  uint32_t stored_crc = 0;
+  std::memcpy(&stored_crc, data.data() + data.size() - 4, 4);
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(data.data()), data.size() - 4));
+  if (crc != stored_crc) return corrupt("checksum mismatch (corrupted)");
+  return data;
+}
+
 }  // namespace
 
 absl::Status SaveModel(const std::string& dir, const ModelConfig& config,
@@ -101,23 +125,12 @@ absl::Status SaveModel(const std::string& dir, const ModelConfig& config,
 absl::Status LoadModelParams(const std::string& dir,
                              const std::vector<DenseTensorSlot>& tables) {
   const std::string path = dir + "/params.bin";
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string data = ss.str();
+  absl::StatusOr<std::string> read = ReadParamsFile(path);
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
   auto corrupt = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, ": ", why));
   };
-  if (data.size() < sizeof(kMagic) + 8 ||
-      std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
-    return corrupt("not a ShardPS params file (bad magic or too short)");
-  }
-  uint32_t stored_crc = 0;
-  std::memcpy(&stored_crc, data.data() + data.size() - 4, 4);
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(data.data()), data.size() - 4));
-  if (crc != stored_crc) return corrupt("checksum mismatch (corrupted)");
 
   Reader r(data);
   r.Skip(sizeof(kMagic));

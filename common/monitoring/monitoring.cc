@@ -37,6 +37,22 @@ extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr,
 }
 
 namespace shardps {
+namespace {
+
+// The options of the TLS server of /metrics (options.tls).
+TlsMetricsServer::Options TlsOptions(const MonitoringOptions& options) {
+  TlsMetricsServer::Options t;
+  t.host = options.host;
+  t.port = options.port;
+  t.cert_pem = options.tls_cert_pem;
+  t.key_pem = options.tls_key_pem;
+  t.ca_pem = options.tls_ca_pem;
+  t.threads = options.threads;
+  t.request_timeout = options.request_timeout;
+  return t;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
     const MonitoringOptions& options,
@@ -61,15 +77,8 @@ absl::StatusOr<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(
   }
   server->collectables_ = std::move(collectables);
   if (options.tls) {
-    TlsMetricsServer::Options t;
-    t.host = options.host;
-    t.port = options.port;
-    t.cert_pem = options.tls_cert_pem;
-    t.key_pem = options.tls_key_pem;
-    t.ca_pem = options.tls_ca_pem;
-    t.threads = options.threads;
-    t.request_timeout = options.request_timeout;
-    auto tls = TlsMetricsServer::Start(t, server->collectables_);
+    auto tls =
+        TlsMetricsServer::Start(TlsOptions(options), server->collectables_);
     if (!tls.ok()) return tls.status();
     server->tls_server_ = *std::move(tls);
     server->port_ = server->tls_server_->port();

@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 
@@ -137,9 +137,11 @@ bool IsLowerHex(absl::string_view s) {
   return true;
 }
 
-// Parses and verifies a manifest read from `path`. kDataLoss on any defect.
-absl::StatusOr<Manifest> ParseManifest(absl::string_view text,
-                                       const std::string& path) {
+// The body of a manifest read from `path` (all before its last line,
+// "checksum <crc32 of the body>"), its checksum verified. kDataLoss on any
+// defect.
+absl::StatusOr<absl::string_view> VerifiedManifestBody(
+    absl::string_view text, const std::string& path) {
   auto bad = [&path](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(path, ": ", what));
   };
@@ -161,7 +163,16 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text,
     return bad(absl::StrCat("checksum 0x", Hex32(got), " != recorded 0x",
                             Hex32(want)));
   }
+  return body;
+}
 
+// Parses and verifies a manifest read from `path`. kDataLoss on any defect.
+absl::StatusOr<Manifest> ParseManifest(absl::string_view text,
+                                       const std::string& path) {
+  auto bad = [&path](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(path, ": ", what));
+  };
+  ASSIGN_OR_RETURN(absl::string_view body, VerifiedManifestBody(text, path));
   std::vector<absl::string_view> lines = absl::StrSplit(body, '\n');
   lines.pop_back();  // empty piece after the final newline
   size_t i = 0;
@@ -335,10 +346,10 @@ absl::StatusOr<std::unique_ptr<CheckpointStream>> CheckpointWriter::BeginStream(
     }
   }
   const std::string prefix = absl::StrCat("checkpoint ", step, ": ");
-  const std::string tmp =
-      absl::StrCat(JoinPath(root_, CheckpointDirName(step)),
-                   kCheckpointTmpSuffix);
-  auto stream = std::unique_ptr<CheckpointStream>(new CheckpointStream(step, tmp));
+  const std::string tmp = absl::StrCat(JoinPath(root_, CheckpointDirName(step)),
+                                       kCheckpointTmpSuffix);
+  auto stream =
+      std::unique_ptr<CheckpointStream>(new CheckpointStream(step, tmp));
   absl::Status s = env_->CreateDir(root_);
   // A leftover from a crash or a failed write of this step.
   if (s.ok()) s = env_->FileExists(tmp);

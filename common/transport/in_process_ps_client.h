@@ -16,7 +16,7 @@ namespace shardps {
 
 // PsClientInterface over a pserver in the same process (a PsCallTarget:
 // the pserver's Dispatcher, or SingleJobTarget over one job's handler,
-// pserver/service/call_table.h): no gRPC, no serialization. Each call is
+// pserver/server/call_table.h): no gRPC, no serialization. Each call is
 // handed to the target on the caller's thread; `done` runs on this client's own
 // thread, in the order the answers came, as gRPC runs it on one of its own (so
 // a caller may hold a lock that its callback takes). Trainer tests and

@@ -17,7 +17,7 @@ inline bool IsRefusedConnection(const absl::Status& s) {
 }
 
 // The connection was silent for the whole keepalive timeout, which
-// replicated jobs set to the lease (common/transport/grpc_keepalive.h): an
+// replicated jobs set to the lease (common/grpc/grpc_keepalive.h): an
 // unanswered ping, or TCP's user timeout on unacknowledged data, or a
 // connect that timed out. The peer has answered nothing for the lease.
 inline bool IsSilentForTheLease(const absl::Status& s) {

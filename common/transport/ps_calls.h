@@ -6,7 +6,7 @@
 // Replication service between pservers (proto/replication.proto), in the
 // protos' order. Everything else is made from it: the PsRpc enum
 // (ps_rpc.h), the typed client calls (ps_client_interface.h), the call
-// table's entries (pserver/service/call_table.cc) and the gRPC binding
+// table's entries (pserver/server/call_table.cc) and the gRPC binding
 // (pserver/service/grpc_service.*). ps_rpc_test checks it against the
 // services' descriptors, method by method. Adding a call: the proto, this
 // list, the handler's method of the same name (docs/architecture.md,

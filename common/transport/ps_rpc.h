@@ -53,7 +53,7 @@ struct CallContext {
 };
 
 // Where a transport hands the calls it receives: the pserver's dispatcher
-// (pserver/service/dispatcher.h), whichever transport brought them (gRPC,
+// (pserver/server/dispatcher.h), whichever transport brought them (gRPC,
 // shared-memory slots, an in-process client). `req` and `resp` are of the
 // types PsRpcMethod(rpc) names and must stay alive until `done`, which
 // runs once, on this thread or another, with the status the call answers.

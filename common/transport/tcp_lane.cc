@@ -58,6 +58,38 @@ absl::Status ConnectOne(int fd, const addrinfo& addr, absl::Time deadline) {
   return absl::OkStatus();
 }
 
+// One sendmsg (`write`) or readv on `fd` of `parts` from `first` on (at
+// most IOV_MAX of them); what it returned, errno set as it left it.
+ssize_t SendOrReceive(int fd, std::vector<iovec>& parts, size_t first,
+                      bool write) {
+  const int count =
+      static_cast<int>(std::min<size_t>(parts.size() - first, IOV_MAX));
+  ssize_t n;
+  if (write) {
+    msghdr m{};
+    m.msg_iov = &parts[first];
+    m.msg_iovlen = count;
+    n = sendmsg(fd, &m, MSG_NOSIGNAL);
+  } else {
+    n = readv(fd, &parts[first], count);
+  }
+  return n;
+}
+
+// Advances `parts` from *first on past the `n` bytes just moved, and
+// *first past the parts now done.
+void MarkDone(std::vector<iovec>& parts, size_t n, size_t* first) {
+  size_t left = n;
+  while (left > 0) {
+    iovec& v = parts[*first];
+    const size_t take = std::min(left, v.iov_len);
+    v.iov_base = static_cast<char*>(v.iov_base) + take;
+    v.iov_len -= take;
+    left -= take;
+    if (v.iov_len == 0) ++*first;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpLaneSocket>> TcpLaneSocket::Connect(
@@ -122,28 +154,10 @@ absl::Status TcpLaneSocket::Transfer(std::vector<iovec>& parts,
       return absl::UnavailableError(
           absl::StrCat("TCP lane to ", peer_, ": shut down"));
     }
-    const int count =
-        static_cast<int>(std::min<size_t>(parts.size() - first, IOV_MAX));
-    ssize_t n;
-    if (write) {
-      msghdr m{};
-      m.msg_iov = &parts[first];
-      m.msg_iovlen = count;
-      n = sendmsg(fd_, &m, MSG_NOSIGNAL);
-    } else {
-      n = readv(fd_, &parts[first], count);
-    }
+    const ssize_t n = SendOrReceive(fd_, parts, first, write);
     if (n > 0) {
       spun = false;
-      size_t left = static_cast<size_t>(n);
-      while (left > 0) {
-        iovec& v = parts[first];
-        const size_t take = std::min(left, v.iov_len);
-        v.iov_base = static_cast<char*>(v.iov_base) + take;
-        v.iov_len -= take;
-        left -= take;
-        if (v.iov_len == 0) ++first;
-      }
+      MarkDone(parts, static_cast<size_t>(n), &first);
       continue;
     }
     if (n == 0) {

@@ -156,6 +156,45 @@ class StreamSink : public SaveSink {
 
 }  // namespace
 
+void Checkpointer::AdvanceChain(int64_t step, const absl::Status& s,
+                                int64_t delta_base) {
+  // A failed save took the store's changes with it: the next is full.
+  chain_base_ = s.ok() ? step : -1;
+  if (s.ok()) {
+    auto header = CheckpointReader(env_, dir_).LoadHeader(step);
+    if (header.ok()) {
+      chain_base_crc_ = header->manifest_crc;
+    } else {
+      chain_base_ = -1;
+    }
+  }
+  chain_deltas_ = delta_base >= 0 ? chain_deltas_ + 1 : 0;
+  if (s.ok() && full_every_ > 1 && delta_base < 0) PruneChains(step);
+}
+
+void Checkpointer::FinishStream(
+    int64_t step, absl::Time start, int64_t delta_base, CheckpointInfo info,
+    std::unique_ptr<CheckpointStream> stream,
+    const std::function<absl::Status()>& write_rest) {
+  // Every unit written or disarmed: nothing refers to the sink now.
+  absl::Status s = write_rest();
+  const int64_t bytes = stream->bytes();
+  absl::MutexLock w(&write_mu_);
+  if (s.ok()) {
+    s = writer_.CommitStream(std::move(stream), info.SerializeAsString());
+  } else {
+    writer_.AbortStream(std::move(stream));
+  }
+  if (absl::IsAborted(s)) {
+    // Called off (a K-of-N save that a rollback, a newer request or the
+    // job's end overtook): not a failed write, and nothing to tell.
+    LOG(WARNING) << s.message();
+  } else {
+    Finished(step, s, bytes, start);
+  }
+  AdvanceChain(step, s, delta_base);
+}
+
 absl::Status Checkpointer::SaveStreaming(
     int64_t step, size_t num_tables, const BeginFn& begin,
     std::function<absl::Status()> write_rest, absl::Status* previous) {
@@ -196,37 +235,12 @@ absl::Status Checkpointer::SaveStreaming(
     return info.status();
   }
   if (delta_base >= 0) info->set_delta_base_manifest_crc(base_crc);
+  // The lambda holds the sink until the writer is done with it.
   thread_ = std::thread([this, step, start, delta_base, info = std::move(*info),
                          stream = std::move(stream), sink = std::move(sink),
                          write_rest = std::move(write_rest)]() mutable {
-    // Every unit written or disarmed: nothing refers to the sink now.
-    absl::Status s = write_rest();
-    const int64_t bytes = stream->bytes();
-    absl::MutexLock w(&write_mu_);
-    if (s.ok()) {
-      s = writer_.CommitStream(std::move(stream), info.SerializeAsString());
-    } else {
-      writer_.AbortStream(std::move(stream));
-    }
-    if (absl::IsAborted(s)) {
-      // Called off (a K-of-N save that a rollback, a newer request or the
-      // job's end overtook): not a failed write, and nothing to tell.
-      LOG(WARNING) << s.message();
-    } else {
-      Finished(step, s, bytes, start);
-    }
-    // A failed save took the store's changes with it: the next is full.
-    chain_base_ = s.ok() ? step : -1;
-    if (s.ok()) {
-      auto header = CheckpointReader(env_, dir_).LoadHeader(step);
-      if (header.ok()) {
-        chain_base_crc_ = header->manifest_crc;
-      } else {
-        chain_base_ = -1;
-      }
-    }
-    chain_deltas_ = delta_base >= 0 ? chain_deltas_ + 1 : 0;
-    if (s.ok() && full_every_ > 1 && delta_base < 0) PruneChains(step);
+    FinishStream(step, start, delta_base, std::move(info), std::move(stream),
+                 write_rest);
   });
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,7 +15,7 @@
 #include "absl/time/time.h"
 #include "common/storage/checkpoint.h"
 #include "common/storage/env.h"
-#include "pserver/store/step_barrier.h"
+#include "pserver/store/step/step_barrier.h"
 #include "pserver/store/table_snapshot.h"
 
 namespace shardps {
@@ -149,6 +150,19 @@ class Checkpointer {
   // After a full save of `step` in delta mode: removes every checkpoint
   // older than the newest `keep_` full ones (their deltas with them).
   void PruneChains(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // After the save of `step` (a delta on `delta_base` when that is >= 0)
+  // ended with `s`: the base, and the length so far, of the chain of deltas
+  // the next save builds on.
+  void AdvanceChain(int64_t step, const absl::Status& s, int64_t delta_base)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // SaveStreaming's writer thread: writes the units no push has
+  // (`write_rest`), commits `stream` with `info` or aborts it, records how
+  // the save ended and advances the chain.
+  void FinishStream(int64_t step, absl::Time start, int64_t delta_base,
+                    CheckpointInfo info,
+                    std::unique_ptr<CheckpointStream> stream,
+                    const std::function<absl::Status()>& write_rest)
+      ABSL_LOCKS_EXCLUDED(write_mu_);
 
   Env* const env_;
   const std::string dir_;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/types/span.h"
 #include "base/job_id.h"
 #include "base/status_macros.h"
 #include "common/placement/shard_map.h"
@@ -120,60 +121,88 @@ absl::Status Collect(Env* env, const std::vector<std::string>& folders,
   return absl::OkStatus();
 }
 
-// The job of `step` from the shards found, or why not.
-absl::StatusOr<JobCheckpoint> Assemble(absl::string_view job_id, int64_t step,
-                                       const std::vector<Found>& found) {
-  auto incomplete = [step](const std::string& why) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step ", step, ": ", why));
-  };
+// FAILED_PRECONDITION: the shards found do not make a job checkpoint of
+// `step`, for reason `why`.
+absl::Status IncompleteStep(int64_t step, absl::string_view why) {
+  return absl::FailedPreconditionError(absl::StrCat("step ", step, ": ", why));
+}
+
+// Whether shard `first` of `step` can stand for the job: its placement
+// named and known to this build, its job spec one a chief could send.
+absl::Status CheckFirstShard(int64_t step, const Found& first) {
+  const ShardPlacement& placement = first.info.placement();
+  const int p = placement.num_servers();
+  if (p <= 0) {
+    return IncompleteStep(
+        step, absl::StrCat(
+                  first.folder,
+                  " was written before checkpoints named their shard; it can "
+                  "be restored only as it is, onto the same pservers"));
+  }
+  if (p > kMaxPservers || placement.scheme() != kPlacementScheme) {
+    return IncompleteStep(
+        step,
+        absl::StrCat(first.folder, ": placement scheme ", placement.scheme(),
+                     " of ", p, " pservers is not one this build knows"));
+  }
+  if (absl::Status v = ValidateJob(first.info.job(), 0); !v.ok()) {
+    return IncompleteStep(
+        step,
+        absl::StrCat(first.folder, " holds a job spec no chief could send (",
+                     v.message(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The shards `found` of `step` by their index in the placement of the
+// first (null where none is), each of that placement and job spec and no
+// index twice.
+absl::StatusOr<std::vector<const Found*>> ShardsByIndex(
+    int64_t step, const std::vector<Found>& found) {
   const ShardPlacement& first = found[0].info.placement();
   const int p = first.num_servers();
-  if (p <= 0) {
-    return incomplete(absl::StrCat(
-        found[0].folder,
-        " was written before checkpoints named their shard; it can be "
-        "restored only as it is, onto the same pservers"));
-  }
-  if (p > kMaxPservers || first.scheme() != kPlacementScheme) {
-    return incomplete(absl::StrCat(found[0].folder, ": placement scheme ",
-                                   first.scheme(), " of ", p,
-                                   " pservers is not one this build knows"));
-  }
-  if (absl::Status v = ValidateJob(found[0].info.job(), 0); !v.ok()) {
-    return incomplete(absl::StrCat(found[0].folder,
-                                   " holds a job spec no chief could send (",
-                                   v.message(), ")"));
-  }
-  JobCheckpoint job;
-  job.job_id = std::string(job_id);
-  job.step = step;
-  job.num_servers = p;
-  job.shards.resize(p);
   std::vector<const Found*> by_index(p, nullptr);
   for (const Found& f : found) {
     const ShardPlacement& pl = f.info.placement();
     if (pl.num_servers() != p || pl.scheme() != first.scheme()) {
-      return incomplete(absl::StrCat(f.folder, " is shard ", pl.server_index(),
-                                     " of ", pl.num_servers(), ", ",
-                                     found[0].folder, " one of ", p));
+      return IncompleteStep(
+          step,
+          absl::StrCat(f.folder, " is shard ", pl.server_index(), " of ",
+                       pl.num_servers(), ", ", found[0].folder, " one of ", p));
     }
     if (pl.server_index() < 0 || pl.server_index() >= p) {
-      return incomplete(
-          absl::StrCat(f.folder, ": shard ", pl.server_index(), " of ", p));
+      return IncompleteStep(step, absl::StrCat(f.folder, ": shard ",
+                                               pl.server_index(), " of ", p));
     }
     if (by_index[pl.server_index()] != nullptr) {
-      return incomplete(
+      return IncompleteStep(
+          step,
           absl::StrCat("shard ", pl.server_index(), " of ", p, " is in both ",
                        by_index[pl.server_index()]->folder, " and ", f.folder));
     }
     if (!google::protobuf::util::MessageDifferencer::Equals(
             f.info.job(), found[0].info.job())) {
-      return incomplete(absl::StrCat(f.folder, " and ", found[0].folder,
-                                     " hold different job specs"));
+      return IncompleteStep(step,
+                            absl::StrCat(f.folder, " and ", found[0].folder,
+                                         " hold different job specs"));
     }
     by_index[pl.server_index()] = &f;
   }
+  return by_index;
+}
+
+// The job of `step` from the shards found, or why not.
+absl::StatusOr<JobCheckpoint> Assemble(absl::string_view job_id, int64_t step,
+                                       const std::vector<Found>& found) {
+  RETURN_IF_ERROR(CheckFirstShard(step, found[0]));
+  const int p = found[0].info.placement().num_servers();
+  JobCheckpoint job;
+  job.job_id = std::string(job_id);
+  job.step = step;
+  job.num_servers = p;
+  job.shards.resize(p);
+  ASSIGN_OR_RETURN(std::vector<const Found*> by_index,
+                   ShardsByIndex(step, found));
   std::vector<std::string> missing;
   for (int i = 0; i < p; ++i) {
     if (by_index[i] == nullptr) {
@@ -188,7 +217,8 @@ absl::StatusOr<JobCheckpoint> Assemble(absl::string_view job_id, int64_t step,
     job.generation = std::max(job.generation, s.info.generation());
   }
   if (!missing.empty()) {
-    return incomplete(
+    return IncompleteStep(
+        step,
         absl::StrCat("no shard ", absl::StrJoin(missing, ", "), " of ", p));
   }
   return job;
@@ -250,14 +280,21 @@ absl::StatusOr<std::string> SerializeJobManifest(const std::string& root,
   return text;
 }
 
-absl::StatusOr<JobCheckpoint> ParseJobManifest(absl::string_view text,
-                                               const std::string& path,
-                                               const std::string& root) {
-  auto bad = [&path](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat(path, ": ", what));
-  };
-  if (text.size() > (1 << 20)) return bad("larger than 1 MiB");
-  if (!absl::EndsWith(text, "\n")) return bad("no final newline (truncated)");
+namespace {
+
+// DATA_LOSS: job manifest `path` is damaged, as `what` says.
+absl::Status ManifestError(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
+// The lines of manifest `text` (read from `path`) before its checksum line,
+// once its size, framing and checksum are sound.
+absl::StatusOr<absl::string_view> CheckedManifestBody(absl::string_view text,
+                                                      const std::string& path) {
+  if (text.size() > (1 << 20)) return ManifestError(path, "larger than 1 MiB");
+  if (!absl::EndsWith(text, "\n")) {
+    return ManifestError(path, "no final newline (truncated)");
+  }
   const size_t last = text.rfind('\n', text.size() - 2);
   const size_t body_end = last == absl::string_view::npos ? 0 : last + 1;
   absl::string_view checksum_line =
@@ -265,13 +302,54 @@ absl::StatusOr<JobCheckpoint> ParseJobManifest(absl::string_view text,
   uint32_t want = 0;
   if (!absl::ConsumePrefix(&checksum_line, "checksum ") ||
       checksum_line.size() != 8 || !absl::SimpleHexAtoi(checksum_line, &want)) {
-    return bad("the last line is not 'checksum <crc32>'");
+    return ManifestError(path, "the last line is not 'checksum <crc32>'");
   }
   if (Crc32(text.substr(0, body_end)) != want) {
-    return bad("checksum mismatch (damaged)");
+    return ManifestError(path, "checksum mismatch (damaged)");
   }
+  return text.substr(0, body_end);
+}
+
+// Reads the shard lines of manifest `path` into job->shards, one per
+// pserver of job->num_servers, each folder under `root`.
+absl::Status ParseShardLines(absl::Span<const absl::string_view> lines,
+                             const std::string& path, const std::string& root,
+                             JobCheckpoint* job) {
+  if (lines.size() != static_cast<size_t>(job->num_servers)) {
+    return ManifestError(path,
+                         absl::StrCat("lists ", lines.size(), " shards for ",
+                                      job->num_servers, " pservers"));
+  }
+  job->shards.resize(job->num_servers);
+  for (int i = 0; i < job->num_servers; ++i) {
+    std::vector<absl::string_view> f = absl::StrSplit(lines[i], ' ');
+    int index = -1;
+    if (f.size() != 4 || f[0] != "shard" || !absl::SimpleAtoi(f[1], &index) ||
+        index != i || f[3].size() != 8 ||
+        !absl::SimpleHexAtoi(f[3], &job->shards[i].manifest_crc)) {
+      return ManifestError(path, absl::StrCat("bad shard line ", i));
+    }
+    if (!IsSafeRelativePath(f[2])) {
+      return ManifestError(
+          path, absl::StrCat("shard ", i, " names '", f[2].substr(0, 80),
+                             "', not a plain folder under ", root));
+    }
+    job->shards[i].folder = JoinPath(root, f[2]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobCheckpoint> ParseJobManifest(absl::string_view text,
+                                               const std::string& path,
+                                               const std::string& root) {
+  auto bad = [&path](absl::string_view what) {
+    return ManifestError(path, what);
+  };
+  ASSIGN_OR_RETURN(absl::string_view body, CheckedManifestBody(text, path));
   std::vector<absl::string_view> lines =
-      absl::StrSplit(text.substr(0, body_end), '\n', absl::SkipEmpty());
+      absl::StrSplit(body, '\n', absl::SkipEmpty());
   if (lines.size() < 5 || lines[0] != kFormatLine) {
     return bad(absl::StrCat("not a job manifest (the first line must be '",
                             kFormatLine, "')"));
@@ -302,25 +380,8 @@ absl::StatusOr<JobCheckpoint> ParseJobManifest(absl::string_view text,
       job.num_servers > kMaxPservers) {
     return bad("bad placement line");
   }
-  if (lines.size() != 5 + static_cast<size_t>(job.num_servers)) {
-    return bad(absl::StrCat("lists ", lines.size() - 5, " shards for ",
-                            job.num_servers, " pservers"));
-  }
-  job.shards.resize(job.num_servers);
-  for (int i = 0; i < job.num_servers; ++i) {
-    std::vector<absl::string_view> f = absl::StrSplit(lines[5 + i], ' ');
-    int index = -1;
-    if (f.size() != 4 || f[0] != "shard" || !absl::SimpleAtoi(f[1], &index) ||
-        index != i || f[3].size() != 8 ||
-        !absl::SimpleHexAtoi(f[3], &job.shards[i].manifest_crc)) {
-      return bad(absl::StrCat("bad shard line ", i));
-    }
-    if (!IsSafeRelativePath(f[2])) {
-      return bad(absl::StrCat("shard ", i, " names '", f[2].substr(0, 80),
-                              "', not a plain folder under ", root));
-    }
-    job.shards[i].folder = JoinPath(root, f[2]);
-  }
+  RETURN_IF_ERROR(
+      ParseShardLines(absl::MakeConstSpan(lines).subspan(5), path, root, &job));
   job.manifest_path = path;
   return job;
 }

@@ -93,6 +93,71 @@ absl::Status GatherShard(Env* env, const JobCheckpoint& from, int s,
   return absl::OkStatus();
 }
 
+// Adds dense table `spec`, gathered in `g`, to the tables of params.bin;
+// DATA_LOSS when a block of it is in no shard.
+absl::Status AddDenseTable(const TableSpec& spec, const Gathered& g,
+                           std::vector<DenseTensorView>* dense,
+                           ExportSummary* summary) {
+  for (size_t b = 0; b < g.have.size(); ++b) {
+    if (!g.have[b]) {
+      return absl::DataLossError(
+          absl::StrCat("export: block ", b, " of table ", spec.name(),
+                       " is in no shard of the checkpoint"));
+    }
+  }
+  dense->push_back(DenseTensorView{
+      spec.name(), {spec.shape().begin(), spec.shape().end()}, g.values});
+  ++summary->dense_tables;
+  summary->dense_values += static_cast<int64_t>(g.values.size());
+  return absl::OkStatus();
+}
+
+// Writes sparse table `spec`, gathered in `g` (emptied then), to its own
+// file in `dir`, its rows by ascending key; INVALID_ARGUMENT when its name
+// cannot be a file name.
+absl::Status ExportSparseTable(Env* env, const TableSpec& spec, Gathered& g,
+                               const ExportOptions& options,
+                               const std::string& dir, ExportSummary* summary) {
+  // Its name becomes a file name.
+  bool plain = !spec.name().empty() && spec.name().size() <= 200 &&
+               spec.name()[0] != '.';
+  for (char c : spec.name()) {
+    plain = plain && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                      c == '.' || c == '_' || c == '-');
+  }
+  if (!plain) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export: sparse table '", spec.name().substr(0, 80),
+        "': a name of 1 to 200 of A-Z a-z 0-9 . _ - is needed for its file"));
+  }
+  // By ascending key: a permutation, then the rows in that order.
+  std::vector<uint32_t> order(g.keys.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&g](uint32_t a, uint32_t b) { return g.keys[a] < g.keys[b]; });
+  std::vector<uint64_t> keys(order.size());
+  std::vector<float> values(order.size() * static_cast<size_t>(g.dim));
+  for (size_t i = 0; i < order.size(); ++i) {
+    keys[i] = g.keys[order[i]];
+    std::memcpy(values.data() + i * g.dim, g.rows.data() + order[i] * g.dim,
+                sizeof(float) * g.dim);
+  }
+  std::vector<uint64_t>().swap(g.keys);
+  std::vector<float>().swap(g.rows);
+  SparseTableView view;
+  view.name = spec.name();
+  view.dim = spec.sparse().dim();
+  view.init = spec.sparse().init();
+  view.fp16 = options.fp16;
+  view.keys = keys;
+  view.values = values;
+  RETURN_IF_ERROR(
+      WriteSparseTable(env, JoinPath(dir, SparseFileName(spec.name())), view));
+  ++summary->sparse_tables;
+  summary->sparse_rows += static_cast<int64_t>(keys.size());
+  return absl::OkStatus();
+}
+
 // Writes the gathered tables into `dir`.
 absl::Status WriteTables(Env* env, const JobSpec& job,
                          std::vector<Gathered>& tables,
@@ -101,58 +166,12 @@ absl::Status WriteTables(Env* env, const JobSpec& job,
   std::vector<DenseTensorView> dense;
   for (int t = 0; t < job.tables_size(); ++t) {
     const TableSpec& spec = job.tables(t);
-    Gathered& g = tables[t];
     if (spec.kind() != TableSpec::SPARSE) {
-      for (size_t b = 0; b < g.have.size(); ++b) {
-        if (!g.have[b]) {
-          return absl::DataLossError(
-              absl::StrCat("export: block ", b, " of table ", spec.name(),
-                           " is in no shard of the checkpoint"));
-        }
-      }
-      dense.push_back(DenseTensorView{
-          spec.name(), {spec.shape().begin(), spec.shape().end()}, g.values});
-      ++summary->dense_tables;
-      summary->dense_values += static_cast<int64_t>(g.values.size());
-      continue;
+      RETURN_IF_ERROR(AddDenseTable(spec, tables[t], &dense, summary));
+    } else {
+      RETURN_IF_ERROR(
+          ExportSparseTable(env, spec, tables[t], options, dir, summary));
     }
-    // Its name becomes a file name.
-    bool plain = !spec.name().empty() && spec.name().size() <= 200 &&
-                 spec.name()[0] != '.';
-    for (char c : spec.name()) {
-      plain = plain && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-                        c == '.' || c == '_' || c == '-');
-    }
-    if (!plain) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "export: sparse table '", spec.name().substr(0, 80),
-          "': a name of 1 to 200 of A-Z a-z 0-9 . _ - is needed for its file"));
-    }
-    // By ascending key: a permutation, then the rows in that order.
-    std::vector<uint32_t> order(g.keys.size());
-    std::iota(order.begin(), order.end(), 0u);
-    std::sort(order.begin(), order.end(),
-              [&g](uint32_t a, uint32_t b) { return g.keys[a] < g.keys[b]; });
-    std::vector<uint64_t> keys(order.size());
-    std::vector<float> values(order.size() * static_cast<size_t>(g.dim));
-    for (size_t i = 0; i < order.size(); ++i) {
-      keys[i] = g.keys[order[i]];
-      std::memcpy(values.data() + i * g.dim, g.rows.data() + order[i] * g.dim,
-                  sizeof(float) * g.dim);
-    }
-    std::vector<uint64_t>().swap(g.keys);
-    std::vector<float>().swap(g.rows);
-    SparseTableView view;
-    view.name = spec.name();
-    view.dim = spec.sparse().dim();
-    view.init = spec.sparse().init();
-    view.fp16 = options.fp16;
-    view.keys = keys;
-    view.values = values;
-    RETURN_IF_ERROR(WriteSparseTable(
-        env, JoinPath(dir, SparseFileName(spec.name())), view));
-    ++summary->sparse_tables;
-    summary->sparse_rows += static_cast<int64_t>(keys.size());
   }
   RETURN_IF_ERROR(WriteFileAtomically(env, JoinPath(dir, "params.bin"),
                                       EncodeParams(dense)));

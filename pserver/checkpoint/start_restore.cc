@@ -25,10 +25,15 @@ void StartRestore::Configure(Env* env, std::string root, std::string job_id,
   step_ = step;
 }
 
-absl::Status StartRestore::BeforeInitJob(const InitJobRequest& req) {
-  absl::MutexLock l(&mu_);
-  if (root_.empty() || store_->ready()) return absl::OkStatus();
-  const std::string where = absl::StrCat("--restore_from=", root_);
+namespace {
+
+// FAILED_PRECONDITION, prefixed `where`, unless a restore from `root` can
+// start with the chief's `req`: it says which pserver this is, and the
+// pserver's own `checkpointer` (null: none) writes outside `root`.
+absl::Status CheckCanRestore(const InitJobRequest& req,
+                             const Checkpointer* checkpointer,
+                             const std::string& root,
+                             const std::string& where) {
   if (req.num_servers() <= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         where,
@@ -36,40 +41,45 @@ absl::Status StartRestore::BeforeInitJob(const InitJobRequest& req) {
         "(a trainer older than this pserver); start the trainers of this "
         "build"));
   }
-  if (checkpointer_ != nullptr &&
-      absl::StartsWith(checkpointer_->dir() + "/",
-                       std::string(absl::StripSuffix(root_, "/")) + "/")) {
+  if (checkpointer != nullptr &&
+      absl::StartsWith(checkpointer->dir() + "/",
+                       std::string(absl::StripSuffix(root, "/")) + "/")) {
     // Its own checkpoint of the step would replace a shard of the one being
     // read, while the other pservers read it.
     return absl::FailedPreconditionError(
         absl::StrCat(where, " holds this pserver's own --checkpoint_dir (",
-                     checkpointer_->dir(),
+                     checkpointer->dir(),
                      "); give the pservers new checkpoint folders "
                      "outside the one they restore from"));
   }
-  const absl::Time t0 = absl::Now();
-  auto from = FindJobCheckpoint(env_, root_, job_id_, step_);
-  if (!from.ok()) {
-    return absl::Status(from.status().code(),
-                        absl::StrCat(where, ": ", from.status().message()));
-  }
+  return absl::OkStatus();
+}
+
+// FAILED_PRECONDITION, prefixed `where` and naming the first difference,
+// when checkpoint `from` holds another job spec than the chief's `req`.
+absl::Status CheckSameJob(const InitJobRequest& req, const JobCheckpoint& from,
+                          const std::string& where) {
   std::string difference;
   google::protobuf::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(&difference);
-  if (!differ.Compare(req.job(), from->shards[0].info.job())) {
+  if (!differ.Compare(req.job(), from.shards[0].info.job())) {
     difference = difference.substr(0, difference.find('\n'));
     return absl::FailedPreconditionError(
-        absl::StrCat(where, ": the checkpoint of step ", from->step,
+        absl::StrCat(where, ": the checkpoint of step ", from.step,
                      " holds another job than the chief's (", difference,
                      "; the checkpoint's value comes second)"));
   }
-  auto progress = [](absl::string_view line) { LOG(INFO) << line; };
-  ASSIGN_OR_RETURN(StoreSnapshot snap,
-                   ReshardShard(env_, *from, req.server_index(),
-                                req.num_servers(), progress));
-  uint64_t generation = from->generation;
-  if (checkpointer_ != nullptr) {
-    auto kept = checkpointer_->ReadGeneration();
+  return absl::OkStatus();
+}
+
+// The generation a restore of a checkpoint of generation `found` starts:
+// one past it, or past the one `checkpointer` (null: none) kept, whichever
+// is newer; written to the checkpointer's folder.
+absl::StatusOr<uint64_t> NextGeneration(Checkpointer* checkpointer,
+                                        uint64_t found) {
+  uint64_t generation = found;
+  if (checkpointer != nullptr) {
+    auto kept = checkpointer->ReadGeneration();
     if (kept.ok()) {
       generation = std::max(generation, *kept);
     } else if (!absl::IsNotFound(kept.status())) {
@@ -77,9 +87,32 @@ absl::Status StartRestore::BeforeInitJob(const InitJobRequest& req) {
     }
   }
   ++generation;
-  if (checkpointer_ != nullptr) {
-    RETURN_IF_ERROR(checkpointer_->WriteGeneration(generation));
+  if (checkpointer != nullptr) {
+    RETURN_IF_ERROR(checkpointer->WriteGeneration(generation));
   }
+  return generation;
+}
+
+}  // namespace
+
+absl::Status StartRestore::BeforeInitJob(const InitJobRequest& req) {
+  absl::MutexLock l(&mu_);
+  if (root_.empty() || store_->ready()) return absl::OkStatus();
+  const std::string where = absl::StrCat("--restore_from=", root_);
+  RETURN_IF_ERROR(CheckCanRestore(req, checkpointer_, root_, where));
+  const absl::Time t0 = absl::Now();
+  auto from = FindJobCheckpoint(env_, root_, job_id_, step_);
+  if (!from.ok()) {
+    return absl::Status(from.status().code(),
+                        absl::StrCat(where, ": ", from.status().message()));
+  }
+  RETURN_IF_ERROR(CheckSameJob(req, *from, where));
+  auto progress = [](absl::string_view line) { LOG(INFO) << line; };
+  ASSIGN_OR_RETURN(StoreSnapshot snap,
+                   ReshardShard(env_, *from, req.server_index(),
+                                req.num_servers(), progress));
+  ASSIGN_OR_RETURN(const uint64_t generation,
+                   NextGeneration(checkpointer_, from->generation));
   RETURN_IF_ERROR(StoreSnapshots(store_).Restore(snap, generation));
   LOG(WARNING) << "job " << job_id_ << ": restored step " << from->step
                << " as pserver " << req.server_index() << " of "

@@ -108,6 +108,48 @@ absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
   return snap;
 }
 
+namespace {
+
+// The dense blocks a save of `step` writes: every one, or for a `delta`
+// those that moved since the last save or are not at `step` yet.
+std::vector<DenseTableBlock*> BlocksToSave(const JobTables& tables,
+                                           int64_t step, bool delta) {
+  std::vector<DenseTableBlock*> marked;
+  for (DenseTableBlock* b : tables.blocks()) {
+    absl::MutexLock l(&b->mu);
+    if (!delta || b->barrier.version() != b->saved_version() ||
+        b->barrier.version() < step) {
+      marked.push_back(b);
+    }
+  }
+  return marked;
+}
+
+// Appends each table's blob header to `sink`: a sparse table's (SPT2, or
+// SPD1 for a `delta`), or a dense one's counting its blocks in `marked`.
+void AppendHeaders(const JobTables& tables,
+                   const std::vector<DenseTableBlock*>& marked, bool delta,
+                   SaveSink* sink) {
+  for (uint32_t t = 0; t < tables.num_tables(); ++t) {
+    if (auto shard = tables.FindSparse(t); shard.ok()) {
+      // A replicated job's shards of the table held here share its blob.
+      int copies = 0;
+      for (const SparseShard* s : tables.sparse()) {
+        copies += s->table_id() == t;
+      }
+      SparseTable& rows = (*shard)->rows();
+      sink->Append(t, delta ? SparseDeltas::Header(rows, copies)
+                            : rows.SaveHeader(copies));
+      continue;
+    }
+    uint32_t n = 0;
+    for (const DenseTableBlock* b : marked) n += b->table_id() == t;
+    sink->Append(t, DenseBlobHeader(n));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
                                                          SaveSink* sink,
                                                          int64_t delta_base,
@@ -132,30 +174,9 @@ absl::StatusOr<CheckpointInfo> StoreSnapshots::BeginSave(int64_t step,
     absl::MutexLock l(&u->mu);
     u->ForgetCalledOff();
   }
-  std::vector<DenseTableBlock*> marked;
-  for (DenseTableBlock* b : tables->blocks()) {
-    absl::MutexLock l(&b->mu);
-    if (!delta || b->barrier.version() != b->saved_version() ||
-        b->barrier.version() < step) {
-      marked.push_back(b);
-    }
-  }
-  for (uint32_t t = 0; t < tables->num_tables(); ++t) {
-    if (auto shard = tables->FindSparse(t); shard.ok()) {
-      // A replicated job's shards of the table held here share its blob.
-      int copies = 0;
-      for (const SparseShard* s : tables->sparse()) {
-        copies += s->table_id() == t;
-      }
-      SparseTable& rows = (*shard)->rows();
-      sink->Append(t, delta ? SparseDeltas::Header(rows, copies)
-                            : rows.SaveHeader(copies));
-      continue;
-    }
-    uint32_t n = 0;
-    for (const DenseTableBlock* b : marked) n += b->table_id() == t;
-    sink->Append(t, DenseBlobHeader(n));
-  }
+  const std::vector<DenseTableBlock*> marked =
+      BlocksToSave(*tables, step, delta);
+  AppendHeaders(*tables, marked, delta, sink);
   std::vector<BarrierUnit*> units(marked.begin(), marked.end());
   for (SparseShard* s : tables->sparse()) {
     if (track_changes || delta) s->rows().TrackChanges(true);
@@ -268,6 +289,43 @@ absl::Status StoreSnapshots::Restore(const StoreSnapshot& snap,
   return RestoreChain({&snap}, generation);
 }
 
+namespace {
+
+// Takes the job of full checkpoint `full`, with its blocks `ids` and
+// sparse shards `shards`: creates it in a store without one, or (`running`)
+// checks that the store's job and blocks are the same.
+absl::Status CreateOrMatchJob(StoreState* state, const CheckpointInfo& full,
+                              const std::vector<BlockId>& ids,
+                              const std::vector<int>& shards, bool running) {
+  if (!shards.empty() && full.placement().num_servers() <= 0) {
+    return absl::DataLossError(
+        "checkpoint: sparse shards without the job's placement");
+  }
+  if (!running) {
+    auto st = state->InitJob(full.job(), ids, shards);
+    if (!st.ok()) {
+      // A spec no chief could send is a damaged checkpoint (DATA_LOSS); one
+      // this pserver's flags refuse (--num_gradient_servers,
+      // --max_memory_mb) keeps its code.
+      const absl::StatusCode code = absl::IsInvalidArgument(st.status())
+                                        ? absl::StatusCode::kDataLoss
+                                        : st.status().code();
+      return absl::Status(code,
+                          absl::StrCat("checkpoint: ", st.status().message()));
+    }
+  } else if (!google::protobuf::util::MessageDifferencer::Equals(full.job(),
+                                                                 state->job) ||
+             ids.size() != state->tables->blocks().size() ||
+             shards != HeldSparseShards(*state->tables)) {
+    return absl::FailedPreconditionError(
+        "rollback: the checkpoint holds another job or other blocks than "
+        "this pserver");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status StoreSnapshots::RestoreChain(
     absl::Span<const StoreSnapshot* const> chain, uint64_t generation) {
   if (chain.empty() || chain[0]->info.delta()) {
@@ -283,30 +341,7 @@ absl::Status StoreSnapshots::RestoreChain(
   const bool running = state_->is_ready();
   const std::vector<int> shards(full.sparse_shards().begin(),
                                 full.sparse_shards().end());
-  if (!shards.empty() && full.placement().num_servers() <= 0) {
-    return absl::DataLossError(
-        "checkpoint: sparse shards without the job's placement");
-  }
-  if (!running) {
-    auto st = state_->InitJob(full.job(), ids, shards);
-    if (!st.ok()) {
-      // A spec no chief could send is a damaged checkpoint (DATA_LOSS); one
-      // this pserver's flags refuse (--num_gradient_servers,
-      // --max_memory_mb) keeps its code.
-      const absl::StatusCode code = absl::IsInvalidArgument(st.status())
-                                        ? absl::StatusCode::kDataLoss
-                                        : st.status().code();
-      return absl::Status(code,
-                          absl::StrCat("checkpoint: ", st.status().message()));
-    }
-  } else if (!google::protobuf::util::MessageDifferencer::Equals(full.job(),
-                                                                 state_->job) ||
-             ids.size() != state_->tables->blocks().size() ||
-             shards != HeldSparseShards(*state_->tables)) {
-    return absl::FailedPreconditionError(
-        "rollback: the checkpoint holds another job or other blocks than "
-        "this pserver");
-  }
+  RETURN_IF_ERROR(CreateOrMatchJob(state_, full, ids, shards, running));
   RETURN_IF_ERROR(state_->AdoptPlacement(full.placement()));
   // Parse and check every blob before changing anything.
   ASSIGN_OR_RETURN(ParsedSnapshot parsed,

@@ -280,74 +280,93 @@ TEST(StoreCheckpointTest, StaleGenerationIsAbortedAnyGenerationIsNot) {
   EXPECT_TRUE(StoreSnapshots(&s).Snapshot(2).ok());
 }
 
-TEST(StoreCheckpointTest, CorruptDenseBlobsAreDataLoss) {
-  auto s = NewStore();
-  ASSERT_TRUE(RunStep(s.get(), 0).ok());
-  auto snap_or = StoreSnapshots(s.get()).Snapshot(1);
-  ASSERT_TRUE(snap_or.ok()) << snap_or.status();
-  const StoreSnapshot snap = *snap_or;
-  ASSERT_TRUE(RunStep(s.get(), 1).ok());
-  const State running = GetState(s.get());
-  const std::string w = *FindFile(snap, "table-0.bin");
-  // magic, count, then per block: index, version, size, slots, 4 values and
-  // 4 momentum values.
-  ASSERT_EQ(w.size(), 8u + 2 * (4 + 8 + 8 + 4 + 2 * 4 * 4));
+// A snapshot of step 1, damaged in every way: DATA_LOSS, on a fresh store
+// and on a running one (at step 2), which it leaves alone.
+class CorruptDenseBlobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RunStep(s_.get(), 0).ok());
+    auto snap_or = StoreSnapshots(s_.get()).Snapshot(1);
+    ASSERT_TRUE(snap_or.ok()) << snap_or.status();
+    snap_ = *snap_or;
+    ASSERT_TRUE(RunStep(s_.get(), 1).ok());
+    running_ = GetState(s_.get());
+    w_ = *FindFile(snap_, "table-0.bin");
+    // magic, count, then per block: index, version, size, slots, 4 values
+    // and 4 momentum values.
+    ASSERT_EQ(w_.size(), 8u + 2 * (4 + 8 + 8 + 4 + 2 * 4 * 4));
+  }
 
-  // Every kind of damage is DATA_LOSS, on a fresh store and on a running
-  // one, which it leaves alone.
-  auto expect_data_loss = [&](const StoreSnapshot& bad,
-                              const std::string& what) {
+  // Restores `bad` into a fresh store and the running one, expecting
+  // DATA_LOSS from both and neither changed; `what` names the damage.
+  void ExpectDataLoss(const StoreSnapshot& bad, const std::string& what) {
     ParameterStore fresh(Options());
     absl::Status st = StoreSnapshots(&fresh).Restore(bad, 3);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << what << ": " << st;
     EXPECT_FALSE(fresh.ready()) << what;
-    st = StoreSnapshots(s.get()).Restore(bad, 3);
+    st = StoreSnapshots(s_.get()).Restore(bad, 3);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << what << ": " << st;
-    EXPECT_EQ(s->generation(), 0u) << what;
-    EXPECT_EQ(s->counters().rollbacks, 0) << what;
-  };
-  for (size_t len = 0; len < w.size(); ++len) {
-    expect_data_loss(WithFile(snap, "table-0.bin", w.substr(0, len)),
-                     absl::StrCat("truncated to ", len));
+    EXPECT_EQ(s_->generation(), 0u) << what;
+    EXPECT_EQ(s_->counters().rollbacks, 0) << what;
   }
-  auto patched = [&](size_t offset, const void* bytes, size_t n) {
-    std::string b = w;
+
+  // The snapshot with `n` bytes of table-0.bin at `offset` replaced.
+  StoreSnapshot Patched(size_t offset, const void* bytes, size_t n) {
+    std::string b = w_;
     std::memcpy(b.data() + offset, bytes, n);
-    return WithFile(snap, "table-0.bin", b);
-  };
+    return WithFile(snap_, "table-0.bin", b);
+  }
+
+  std::unique_ptr<ParameterStore> s_ = NewStore();
+  StoreSnapshot snap_;
+  State running_;
+  std::string w_;  // table-0.bin of snap_
+};
+
+TEST_F(CorruptDenseBlobTest, ATruncatedBlobIsDataLoss) {
+  for (size_t len = 0; len < w_.size(); ++len) {
+    ExpectDataLoss(WithFile(snap_, "table-0.bin", w_.substr(0, len)),
+                   absl::StrCat("truncated to ", len));
+  }
+  EXPECT_EQ(GetState(s_.get()), running_);
+}
+
+TEST_F(CorruptDenseBlobTest, AWrongHeaderOrBlockIsDataLoss) {
   const uint32_t bad_magic = 0x12345678, big_count = 1000, one = 1;
-  expect_data_loss(patched(0, &bad_magic, 4), "wrong magic");
-  expect_data_loss(patched(4, &big_count, 4), "block count too large");
-  expect_data_loss(patched(4, &one, 4), "block count too small");
+  ExpectDataLoss(Patched(0, &bad_magic, 4), "wrong magic");
+  ExpectDataLoss(Patched(4, &big_count, 4), "block count too large");
+  ExpectDataLoss(Patched(4, &one, 4), "block count too small");
   for (int64_t size :
        {int64_t{-1}, int64_t{3}, int64_t{5}, int64_t{1} << 40, INT64_MAX}) {
-    expect_data_loss(patched(20, &size, 8), absl::StrCat("size ", size));
+    ExpectDataLoss(Patched(20, &size, 8), absl::StrCat("size ", size));
   }
   const uint32_t slots = 2, index = 9;
-  expect_data_loss(patched(28, &slots, 4), "slot count");
-  expect_data_loss(patched(8, &index, 4), "unknown block");
+  ExpectDataLoss(Patched(28, &slots, 4), "slot count");
+  ExpectDataLoss(Patched(8, &index, 4), "unknown block");
   // Block 0 twice, block 1 never.
   const uint32_t zero = 0;
-  expect_data_loss(patched(8 + 56, &zero, 4), "block 0 twice");
-  expect_data_loss(WithFile(snap, "table-0.bin", w + "x"), "trailing byte");
-  {
-    StoreSnapshot bad = snap;
-    bad.files.erase(bad.files.begin());
-    expect_data_loss(bad, "missing dense file");
-    bad = snap;
-    bad.files.emplace_back("table-9.bin", "");
-    expect_data_loss(bad, "unknown file");
-    bad = snap;
-    std::swap(bad.files[0].second, bad.files[1].second);
-    expect_data_loss(bad, "blobs of two tables swapped");
-    bad = snap;
-    bad.files.pop_back();
-    expect_data_loss(bad, "missing sparse file");
-    bad = snap;
-    bad.files.push_back(bad.files[0]);
-    expect_data_loss(bad, "dense file twice");
-  }
-  EXPECT_EQ(GetState(s.get()), running);
+  ExpectDataLoss(Patched(8 + 56, &zero, 4), "block 0 twice");
+  ExpectDataLoss(WithFile(snap_, "table-0.bin", w_ + "x"), "trailing byte");
+  EXPECT_EQ(GetState(s_.get()), running_);
+}
+
+TEST_F(CorruptDenseBlobTest, AMissingExtraOrSwappedFileIsDataLoss) {
+  StoreSnapshot bad = snap_;
+  bad.files.erase(bad.files.begin());
+  ExpectDataLoss(bad, "missing dense file");
+  bad = snap_;
+  bad.files.emplace_back("table-9.bin", "");
+  ExpectDataLoss(bad, "unknown file");
+  bad = snap_;
+  std::swap(bad.files[0].second, bad.files[1].second);
+  ExpectDataLoss(bad, "blobs of two tables swapped");
+  bad = snap_;
+  bad.files.pop_back();
+  ExpectDataLoss(bad, "missing sparse file");
+  bad = snap_;
+  bad.files.push_back(bad.files[0]);
+  ExpectDataLoss(bad, "dense file twice");
+  EXPECT_EQ(GetState(s_.get()), running_);
 }
 
 TEST(StoreCheckpointTest, CorruptSparseBlobIsDataLossAndChangesNothing) {

@@ -3,9 +3,9 @@
 #include <chrono>
 
 #include "base/job_id.h"
-#include "common/transport/grpc_credentials.h"
-#include "common/transport/grpc_keepalive.h"
-#include "common/transport/grpc_status.h"
+#include "common/grpc/grpc_credentials.h"
+#include "common/grpc/grpc_keepalive.h"
+#include "common/grpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "pserver/replication/replication_wire.h"
 

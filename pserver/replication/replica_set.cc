@@ -256,6 +256,56 @@ absl::Status ReplicaSet::InstallOn(int b, const View& v,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Sets the view `v`, the sender `self` and the trainers' `pushes` of a
+// forward request (its updates are the backup's own).
+void FillForwardRequest(const View& v, int self,
+                        const std::vector<PushRef>& pushes,
+                        ForwardRequest* req) {
+  ToMessage(v, req->mutable_view());
+  req->set_sender(self);
+  for (const PushRef& p : pushes) {
+    auto* ref = req->add_pushes();
+    ref->set_trainer_id(p.trainer_id);
+    ref->set_request_id(p.request_id);
+    ref->set_step(p.step);
+  }
+}
+
+// Backup `b` left a forward unanswered (`s`): UNAVAILABLE while it has
+// been silent (from *silent_since) for less than the lease, or than
+// --gone_after when its host refuses connections, for the forward to try
+// again; OK, logged, once it is to be taken out of the view.
+absl::Status CheckBackupSilence(const ReplicaSetOptions& options, int b,
+                                const absl::Status& s,
+                                std::map<int, absl::Time>* silent_since) {
+  const absl::Time now = absl::Now();
+  // A connection dropped by its keepalive was silent for the lease.
+  const absl::Time since =
+      silent_since
+          ->emplace(b, IsSilentForTheLease(s) ? now - options.lease : now)
+          .first->second;
+  // A host that refuses connections has no process to wait for.
+  const absl::Duration wait = IsRefusedConnection(s)
+                                  ? std::min(options.gone_after, options.lease)
+                                  : options.lease;
+  if (now - since < wait) {
+    // Slow or cut off for now: sent again until the lease runs out.
+    return absl::UnavailableError(
+        absl::StrCat("backup pserver ", b, " has not answered for ",
+                     absl::FormatDuration(now - since), ": ", s.message()));
+  }
+  LOG(WARNING) << "pserver " << options.self << ": backup pserver " << b
+               << " has not answered for " << absl::FormatDuration(now - since)
+               << " (lease " << absl::FormatDuration(options.lease) << ", "
+               << absl::FormatDuration(wait) << " when refused; " << s
+               << "); proposing a view without it";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ReplicaSet::ForwardOnce(const View& v,
                                      const std::vector<AppliedUpdate>& updates,
                                      const std::vector<PushRef>& pushes,
@@ -274,14 +324,7 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
     }
   }
   for (auto& [b, req] : to) {
-    ToMessage(v, req.mutable_view());
-    req.set_sender(options_.self);
-    for (const PushRef& p : pushes) {
-      auto* ref = req.add_pushes();
-      ref->set_trainer_id(p.trainer_id);
-      ref->set_request_id(p.request_id);
-      ref->set_step(p.step);
-    }
+    FillForwardRequest(v, options_.self, pushes, &req);
     absl::StatusOr<ForwardResponse> r = peers_[b]->Forward(req);
     if (r.ok() && r->applied()) continue;
     *retry = true;
@@ -301,28 +344,7 @@ absl::Status ReplicaSet::ForwardOnce(const View& v,
                  << " refused forwarded updates: " << s
                  << "; taking it out of the view";
     } else {
-      const absl::Time now = absl::Now();
-      // A connection dropped by its keepalive was silent for the lease.
-      const absl::Time since =
-          silent_since
-              ->emplace(b, IsSilentForTheLease(s) ? now - options_.lease : now)
-              .first->second;
-      // A host that refuses connections has no process to wait for.
-      const absl::Duration wait =
-          IsRefusedConnection(s) ? std::min(options_.gone_after, options_.lease)
-                                 : options_.lease;
-      if (now - since < wait) {
-        // Slow or cut off for now: sent again until the lease runs out.
-        return absl::UnavailableError(
-            absl::StrCat("backup pserver ", b, " has not answered for ",
-                         absl::FormatDuration(now - since), ": ", s.message()));
-      }
-      LOG(WARNING) << "pserver " << options_.self << ": backup pserver " << b
-                   << " has not answered for "
-                   << absl::FormatDuration(now - since) << " (lease "
-                   << absl::FormatDuration(options_.lease) << ", "
-                   << absl::FormatDuration(wait) << " when refused; " << s
-                   << "); proposing a view without it";
+      RETURN_IF_ERROR(CheckBackupSilence(options_, b, s, silent_since));
     }
     absl::StatusOr<View> next = ChangeView({b}, {});
     if (next.ok()) return absl::OkStatus();

@@ -20,7 +20,7 @@
 #include "proto/replication.pb.h"
 #include "pserver/replication/view_consensus.h"
 #include "pserver/replication/view_keeper.h"
-#include "pserver/store/update_forwarder.h"
+#include "pserver/store/step/update_forwarder.h"
 
 namespace shardps {
 

@@ -4,7 +4,7 @@
 #include "absl/status/statusor.h"
 #include "proto/replication.pb.h"
 #include "pserver/replication/view_consensus.h"
-#include "pserver/store/step_barrier.h"
+#include "pserver/store/step/step_barrier.h"
 
 namespace shardps {
 

@@ -232,9 +232,10 @@ TEST_F(HostileRequestTest, NormsRequestsWithoutLarsAreRefused) {
   PullResponse resp;
   ExpectCode(Pull(pull, &resp), absl::StatusCode::kInvalidArgument,
              "table id 1 block 0 is named twice in one request");
-  pull.mutable_blocks(1)->set_block(7);
-  ExpectCode(Pull(pull, &resp), absl::StatusCode::kNotFound, "");
   pull.mutable_blocks()->DeleteSubrange(1, 99999);
+  pull.mutable_blocks(0)->set_block(7);
+  ExpectCode(Pull(pull, &resp), absl::StatusCode::kNotFound, "");
+  pull.mutable_blocks(0)->set_block(0);
   pull.set_min_version(INT64_MAX);
   ExpectCode(Pull(pull, &resp), absl::StatusCode::kInvalidArgument,
              "needs a step >= 0");

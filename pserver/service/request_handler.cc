@@ -44,76 +44,85 @@ absl::Status OutOfMemoryError(absl::string_view what) {
       what, ": the pserver is out of memory (see --max_memory_mb)"));
 }
 
-// What one pull or push may name: each dense block once, and at most
-// kMaxChunkBytes of float32 values in all (the trainer's chunk plan,
-// trainer/client/placement.cc), or a single block. Checked before anything
-// is decoded or allocated for the answer: a request of a few bytes naming a
-// large block many times would otherwise cost its size each time.
+// The ids of the blocks `refs` name (BlockRef or DenseBlock).
 template <typename Refs>
-absl::Status CheckDenseRefs(const Refs& refs, const ParameterStore& store) {
-  if (refs.size() <= 1) return absl::OkStatus();
+std::vector<BlockId> ToBlockIds(const Refs& refs) {
+  std::vector<BlockId> ids;
+  ids.reserve(refs.size());
+  for (const auto& r : refs) ids.push_back(BlockId{r.table_id(), r.block()});
+  return ids;
+}
+
+// The dense blocks a pull or push names, resolved once
+// (StoreState::ResolveBlocks): each block once, and at most
+// kMaxChunkBytes of float32 values in all (the trainer's chunk plan,
+// trainer/client/placement.cc), or a single block. The count and the
+// repeats are checked before anything is looked up or allocated for the
+// answer: a request of a few bytes naming a large block many times would
+// otherwise cost its size each time.
+template <typename Refs>
+absl::StatusOr<std::vector<DenseTableBlock*>> ResolveDense(
+    const Refs& refs, ParameterStore* store) {
   if (static_cast<size_t>(refs.size()) > kMaxChunkBytes / sizeof(float)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a request names ", refs.size(), " dense blocks; at most ",
                      kMaxChunkBytes / sizeof(float), " fit in one"));
   }
-  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
-  seen.reserve(refs.size());
-  size_t bytes = 0;
-  for (const auto& r : refs) {
-    if (!seen.insert({r.table_id(), r.block()}).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table id ", r.table_id(), " block ", r.block(),
-                       " is named twice in one request"));
+  if (refs.size() > 1) {
+    absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
+    seen.reserve(refs.size());
+    for (const auto& r : refs) {
+      if (!seen.insert({r.table_id(), r.block()}).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table id ", r.table_id(), " block ", r.block(),
+                         " is named twice in one request"));
+      }
     }
-    absl::StatusOr<int64_t> size = store.BlockSize(r.table_id(), r.block());
-    if (!size.ok()) return size.status();
-    bytes += static_cast<size_t>(*size) * sizeof(float);
   }
-  if (bytes > kMaxChunkBytes) {
+  ASSIGN_OR_RETURN(std::vector<DenseTableBlock*> units,
+                   store->state()->ResolveBlocks(ToBlockIds(refs)));
+  size_t bytes = 0;
+  for (const DenseTableBlock* b : units) {
+    bytes += static_cast<size_t>(b->size()) * sizeof(float);
+  }
+  if (units.size() > 1 && bytes > kMaxChunkBytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a request names ", refs.size(), " dense blocks of ",
                      bytes, " bytes; one request carries at most ",
                      kMaxChunkBytes, " (or a single block)"));
   }
-  return absl::OkStatus();
+  return units;
 }
 
-// The dense blocks of a request as the store takes them, decoded into
-// `scratch` where they are not float32 (one vector per block).
+// The dense blocks of a request as the store takes them, with the units
+// they were resolved to (none: the store finds them, and a THRESHOLD block
+// is refused), decoded into `scratch` where they are not float32 (one
+// vector per block).
 absl::Status ToBlockData(
     const google::protobuf::RepeatedPtrField<DenseBlock>& blocks,
-    const ParameterStore& store, std::vector<BlockData>* out,
+    absl::Span<DenseTableBlock* const> units, std::vector<BlockData>* out,
     std::vector<std::vector<float>>* scratch) {
   out->reserve(blocks.size());
   scratch->resize(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     const DenseBlock& b = blocks[i];
+    DenseTableBlock* unit = units.empty() ? nullptr : units[i];
     // A threshold message does not say how long its block is.
-    absl::StatusOr<int64_t> size = 0;
-    if (b.encoding() == THRESHOLD)
-      size = store.BlockSize(b.table_id(), b.block());
+    const int64_t size =
+        b.encoding() == THRESHOLD && unit != nullptr ? unit->size() : 0;
     absl::StatusOr<absl::Span<const float>> values =
-        size.ok()
-            ? DecodeBlockValues(b.encoding(), b.values(), *size, &(*scratch)[i])
-            : size.status();
+        b.encoding() == THRESHOLD && unit == nullptr
+            ? absl::InvalidArgumentError(
+                  "initial values come whole, not threshold-encoded")
+            : DecodeBlockValues(b.encoding(), b.values(), size, &(*scratch)[i]);
     if (!values.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("table id ", b.table_id(), " block ", b.block(), ": ",
                        values.status().message()));
     }
-    out->push_back(BlockData{b.table_id(), b.block(), *values});
+    out->push_back(BlockData{b.table_id(), b.block(), *values, unit});
   }
   return absl::OkStatus();
-}
-
-std::vector<BlockId> ToBlockIds(
-    const google::protobuf::RepeatedPtrField<BlockRef>& refs) {
-  std::vector<BlockId> ids;
-  ids.reserve(refs.size());
-  for (const BlockRef& r : refs)
-    ids.push_back(BlockId{r.table_id(), r.block()});
-  return ids;
 }
 
 // A request that names a shared region its binding did not resolve into a
@@ -130,16 +139,17 @@ absl::Status NoLaneFor(const Request& req) {
 // can write them at any time (but in a lane whose values are Stable, read
 // in place). INVALID_ARGUMENT for an offset outside the
 // lane or values also in the message, NOT_FOUND for an unknown block.
-absl::Status CopyFromLane(const PushRequest& req, const ParameterStore& store,
+absl::Status CopyFromLane(const PushRequest& req,
+                          absl::Span<DenseTableBlock* const> units,
                           const DenseValueLane* lane,
                           std::vector<BlockData>* out,
                           std::unique_ptr<float[]>* copy) {
   if (lane == nullptr) return NoLaneFor(req);
   std::vector<int64_t> sizes;
   int64_t total = 0;
-  for (const DenseBlock& b : req.blocks()) {
-    ASSIGN_OR_RETURN(const int64_t size,
-                     store.BlockSize(b.table_id(), b.block()));
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    const DenseBlock& b = req.blocks(i);
+    const int64_t size = units[i]->size();
     if (b.encoding() != FLOAT32 || !b.values().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table id ", b.table_id(), " block ", b.block(),
@@ -161,7 +171,8 @@ absl::Status CopyFromLane(const PushRequest& req, const ParameterStore& store,
       out->push_back(BlockData{
           b.table_id(), b.block(),
           absl::Span<const float>(lane->Stable(b.shared_offset(), sizes[i]),
-                                  static_cast<size_t>(sizes[i]))});
+                                  static_cast<size_t>(sizes[i])),
+          units[i]});
     }
     return absl::OkStatus();
   }
@@ -172,10 +183,94 @@ absl::Status CopyFromLane(const PushRequest& req, const ParameterStore& store,
     const DenseBlock& b = req.blocks(i);
     const absl::Span<float> to(at, static_cast<size_t>(sizes[i]));
     lane->Read(b.shared_offset(), to);
-    out->push_back(BlockData{b.table_id(), b.block(), to});
+    out->push_back(BlockData{b.table_id(), b.block(), to, units[i]});
     at += sizes[i];
   }
   return absl::OkStatus();
+}
+
+// The shards of the sparse tables a pull reads, resolved once, into
+// *shards; at most kMaxChunkBytes of keys and rows in all (or one key).
+absl::Status ResolveSparseRows(ParameterStore* store, const PullRequest& req,
+                               absl::InlinedVector<SparseShard*, 4>* shards) {
+  // Sparse rows are written straight into the reply's buffers: at most
+  // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
+  // splits them.
+  size_t sparse_bytes = 0, sparse_keys = 0;
+  for (const SparseRows& r : req.sparse()) {
+    ASSIGN_OR_RETURN(SparseShard * shard,
+                     store->state()->ResolveSparse(r.table_id(), r.shard()));
+    shards->push_back(shard);
+    const size_t n = r.keys().size() / sizeof(uint64_t);
+    sparse_keys += n;
+    sparse_bytes +=
+        n * (sizeof(uint64_t) + sizeof(float) * shard->rows().dim());
+  }
+  if (sparse_keys > 1 && sparse_bytes > kMaxChunkBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a pull asks for ", sparse_keys, " sparse rows, ", sparse_bytes,
+        " bytes with their keys; one pull carries at most ", kMaxChunkBytes,
+        " (or one row)"));
+  }
+  return absl::OkStatus();
+}
+
+using BlockOffsets =
+    absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t>;
+
+// With a lane: each block's offset in it, checked (FLOAT32, in the
+// lane); nothing without one (FAILED_PRECONDITION for a request that
+// names a region yet came without its lane).
+absl::Status LanePullTargets(const PullRequest& req,
+                             absl::Span<DenseTableBlock* const> units,
+                             const DenseValueLane* lane,
+                             BlockOffsets* offsets) {
+  if (req.shared_region() == 0 && lane == nullptr) return absl::OkStatus();
+  if (lane == nullptr) return NoLaneFor(req);
+  if (req.encoding() != FLOAT32) {
+    return absl::InvalidArgumentError(
+        "a pull into a shared region asks for FLOAT32 values");
+  }
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    const BlockRef& b = req.blocks(i);
+    RETURN_IF_ERROR(lane->Check(b.shared_offset(), units[i]->size(),
+                                "a shared pull block"));
+    (*offsets)[{b.table_id(), b.block()}] = b.shared_offset();
+  }
+  return absl::OkStatus();
+}
+
+// A pull's encoding and the trainer's incarnation.
+absl::Status CheckPull(const ParameterStore& store, const PullRequest& req) {
+  const ValueEncoding encoding = req.encoding();
+  if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16 &&
+      encoding != THRESHOLD) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull encoding ", ValueEncoding_Name(encoding),
+        ": pulls come as FLOAT32, FLOAT16, BFLOAT16 or THRESHOLD"));
+  }
+  return store.CheckIncarnation(req.trainer_id(), req.incarnation());
+}
+
+// Where a pull's rows of each sparse table go: the reply's buffers, made
+// here, one per table of `shards` (ResolveSparseRows).
+absl::StatusOr<std::vector<SparsePull>> SparseRowTargets(
+    const PullRequest& req, absl::Span<SparseShard* const> shards,
+    PullResponse* resp) {
+  std::vector<SparsePull> sparse;
+  for (int i = 0; i < req.sparse_size(); ++i) {
+    const SparseRows& r = req.sparse(i);
+    ASSIGN_OR_RETURN(const absl::Span<const uint64_t> keys, ViewKeys(r.keys()));
+    const int dim = shards[i]->rows().dim();
+    SparseRows* out = resp->add_sparse();
+    out->set_table_id(r.table_id());
+    out->mutable_values()->resize(keys.size() * dim * sizeof(float));
+    sparse.push_back(
+        SparsePull{r.table_id(), keys,
+                   reinterpret_cast<float*>(out->mutable_values()->data()),
+                   r.shard(), shards[i]});
+  }
+  return sparse;
 }
 
 }  // namespace
@@ -234,9 +329,10 @@ absl::Status RequestHandler::SetInitialValues(
         absl::StrCat("SetInitialValues from trainer ", req.trainer_id(),
                      ": only the chief (trainer 0) sets the initial values"));
   }
+  // Before the job is ready its blocks are the store's to find.
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
-  absl::Status s = ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+  absl::Status s = ToBlockData(req.blocks(), {}, &blocks, &scratch);
   if (s.ok()) s = store_->SetInitialValues(blocks);
   return s;
 }
@@ -340,46 +436,41 @@ absl::Status RequestHandler::Checkpoint(const CheckpointRequest& req,
 
 constexpr uint64_t kMaxGenerationStep = 1 << 16;
 
-absl::Status RequestHandler::Rollback(const RollbackRequest& req,
-                                      RollbackResponse* resp) {
+absl::Status RequestHandler::CheckRollbackCaller(
+    const RollbackRequest& req) const {
   if (checkpointer_ == nullptr) {
     return absl::FailedPreconditionError(
         "rollback requested, but this pserver was started without "
         "--checkpoint_dir");
   }
-  if (store_->ready() && (req.trainer_id() < 0 ||
-                          req.trainer_id() >= store_->job().num_trainers())) {
+  if (!store_->ready()) return absl::OkStatus();
+  if (req.trainer_id() < 0 ||
+      req.trainer_id() >= store_->job().num_trainers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rollback asked by trainer ", req.trainer_id(), ": the job has ",
         store_->job().num_trainers(), " trainers"));
   }
+  return store_->CheckIncarnation(req.trainer_id(), req.incarnation());
+}
+
+void RequestHandler::AskChiefToRollBack(const RollbackRequest& req) {
+  // The chief may be waiting in a pull here for this trainer's push: an
+  // ABORTED pull sends it to look at the pservers itself.
   if (store_->ready()) {
-    RETURN_IF_ERROR(
-        store_->CheckIncarnation(req.trainer_id(), req.incarnation()));
+    store_->state()->waiters.Interrupt(absl::AbortedError(absl::StrCat(
+        "trainer ", req.trainer_id(),
+        " found the pservers disagreeing and asks the chief to roll the "
+        "job back to step ",
+        req.step())));
   }
-  if (req.trainer_id() != 0) {
-    // Only the chief rolls back. Another trainer that finds the pservers
-    // disagreeing wakes it: the chief may be waiting in a pull here for
-    // that trainer's push, and an ABORTED pull sends it to look at the
-    // pservers itself.
-    if (store_->ready()) {
-      store_->state()->waiters.Interrupt(absl::AbortedError(absl::StrCat(
-          "trainer ", req.trainer_id(),
-          " found the pservers disagreeing and asks the chief to roll the "
-          "job back to step ",
-          req.step())));
-    }
-    LOG_EVERY_T(WARNING, 10)
-        << "trainer " << req.trainer_id() << " asks the chief to roll back to "
-        << "step " << req.step() << " (generation " << req.generation()
-        << "): the job's waiting pulls were answered ABORTED";
-    return absl::OkStatus();
-  }
-  absl::MutexLock l(&rollback_mu_);
-  if (store_->ready() && store_->generation() == req.generation() &&
-      store_->base_step() == req.step()) {
-    return absl::OkStatus();  // done already, by another trainer
-  }
+  LOG_EVERY_T(WARNING, 10)
+      << "trainer " << req.trainer_id() << " asks the chief to roll back to "
+      << "step " << req.step() << " (generation " << req.generation()
+      << "): the job's waiting pulls were answered ABORTED";
+}
+
+absl::Status RequestHandler::CheckRollbackGeneration(
+    const RollbackRequest& req) const {
   if (store_->ready() && req.generation() <= store_->generation()) {
     // Generations only grow; this trainer saw an older state.
     return absl::AbortedError(
@@ -394,10 +485,27 @@ absl::Status RequestHandler::Rollback(const RollbackRequest& req,
     return absl::InvalidArgumentError(absl::StrCat(
         "rollback to generation ", req.generation(), ": this pserver is on ",
         "generation ", store_->generation(),
-        ", and a rollback moves it by "
-        "at most ",
-        kMaxGenerationStep, "; refused"));
+        ", and a rollback moves it by at most ", kMaxGenerationStep,
+        "; refused"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status RequestHandler::Rollback(const RollbackRequest& req,
+                                      RollbackResponse* resp) {
+  RETURN_IF_ERROR(CheckRollbackCaller(req));
+  if (req.trainer_id() != 0) {
+    // Only the chief rolls back; another trainer that finds the pservers
+    // disagreeing wakes it.
+    AskChiefToRollBack(req);
+    return absl::OkStatus();
+  }
+  absl::MutexLock l(&rollback_mu_);
+  if (store_->ready() && store_->generation() == req.generation() &&
+      store_->base_step() == req.step()) {
+    return absl::OkStatus();  // done already, by another trainer
+  }
+  RETURN_IF_ERROR(CheckRollbackGeneration(req));
   RecoveryTarget target;
   target.kind = RecoveryTarget::Kind::kRollback;
   target.step = req.step();
@@ -447,48 +555,6 @@ void RequestHandler::Pull(const PullRequest& req, PullResponse* resp,
   }
 }
 
-absl::Status RequestHandler::SparsePullDims(
-    const PullRequest& req, absl::InlinedVector<int, 4>* dims) const {
-  // Sparse rows are written straight into the reply's buffers: at most
-  // kMaxChunkBytes of keys and rows in all (or one key), as the trainer
-  // splits them.
-  size_t sparse_bytes = 0, sparse_keys = 0;
-  for (const SparseRows& r : req.sparse()) {
-    auto dim = store_->SparseDim(r.table_id());
-    if (!dim.ok()) return dim.status();
-    dims->push_back(*dim);
-    const size_t n = r.keys().size() / sizeof(uint64_t);
-    sparse_keys += n;
-    sparse_bytes += n * (sizeof(uint64_t) + sizeof(float) * *dim);
-  }
-  if (sparse_keys > 1 && sparse_bytes > kMaxChunkBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a pull asks for ", sparse_keys, " sparse rows, ", sparse_bytes,
-        " bytes with their keys; one pull carries at most ", kMaxChunkBytes,
-        " (or one row)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RequestHandler::LanePullTargets(const PullRequest& req,
-                                             const DenseValueLane* lane,
-                                             LaneOffsets* offsets) const {
-  if (req.shared_region() == 0 && lane == nullptr) return absl::OkStatus();
-  if (lane == nullptr) return NoLaneFor(req);
-  if (req.encoding() != FLOAT32) {
-    return absl::InvalidArgumentError(
-        "a pull into a shared region asks for FLOAT32 values");
-  }
-  for (const BlockRef& b : req.blocks()) {
-    ASSIGN_OR_RETURN(const int64_t size,
-                     store_->BlockSize(b.table_id(), b.block()));
-    RETURN_IF_ERROR(
-        lane->Check(b.shared_offset(), size, "a shared pull block"));
-    (*offsets)[{b.table_id(), b.block()}] = b.shared_offset();
-  }
-  return absl::OkStatus();
-}
-
 void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
                                std::function<void(absl::Status)>& done,
                                std::shared_ptr<const DenseValueLane> lane) {
@@ -496,58 +562,41 @@ void RequestHandler::StartPull(const PullRequest& req, PullResponse* resp,
     PullNorms(req, resp, done);
     return;
   }
-  const ValueEncoding encoding = req.encoding();
-  if (encoding != FLOAT32 && encoding != FLOAT16 && encoding != BFLOAT16 &&
-      encoding != THRESHOLD) {
-    done(absl::InvalidArgumentError(absl::StrCat(
-        "pull encoding ", ValueEncoding_Name(encoding),
-        ": pulls come as FLOAT32, FLOAT16, BFLOAT16 or THRESHOLD")));
-    return;
-  }
-  if (absl::Status s =
-          store_->CheckIncarnation(req.trainer_id(), req.incarnation());
-      !s.ok()) {
+  if (absl::Status s = CheckPull(*store_, req); !s.ok()) {
     done(s);
     return;
   }
-  if (absl::Status s = CheckDenseRefs(req.blocks(), *store_); !s.ok()) {
-    done(s);
+  absl::StatusOr<std::vector<DenseTableBlock*>> units =
+      ResolveDense(req.blocks(), store_);
+  if (!units.ok()) {
+    done(units.status());
     return;
   }
-  absl::InlinedVector<int, 4> dims;
-  if (absl::Status s = SparsePullDims(req, &dims); !s.ok()) {
+  absl::InlinedVector<SparseShard*, 4> shards;
+  if (absl::Status s = ResolveSparseRows(store_, req, &shards); !s.ok()) {
     done(s);
     return;
   }
   // Through a lane: where each block's values go in it.
   LaneOffsets offsets;
-  if (absl::Status s = LanePullTargets(req, lane.get(), &offsets); !s.ok()) {
+  if (absl::Status s = LanePullTargets(req, *units, lane.get(), &offsets);
+      !s.ok()) {
     done(s);
     return;
   }
   resp->mutable_blocks()->Reserve(req.blocks_size());
-  std::vector<SparsePull> sparse;
-  for (int i = 0; i < req.sparse_size(); ++i) {
-    const SparseRows& r = req.sparse(i);
-    auto keys = ViewKeys(r.keys());
-    if (!keys.ok()) {
-      resp->Clear();
-      done(keys.status());
-      return;
-    }
-    const int dim = dims[i];
-    SparseRows* out = resp->add_sparse();
-    out->set_table_id(r.table_id());
-    out->mutable_values()->resize(keys->size() * dim * sizeof(float));
-    sparse.push_back(SparsePull{
-        r.table_id(), *keys,
-        reinterpret_cast<float*>(out->mutable_values()->data()), r.shard()});
+  absl::StatusOr<std::vector<SparsePull>> sparse =
+      SparseRowTargets(req, shards, resp);
+  if (!sparse.ok()) {
+    resp->Clear();
+    done(sparse.status());
+    return;
   }
   // A compressed block that could not be encoded fails the pull.
   auto failed = std::make_shared<absl::Status>();
   store_->Pull(
-      req.trainer_id(), req.min_version(), req.step(), req.min_clock(),
-      ToBlockIds(req.blocks()), sparse,
+      req.trainer_id(), req.min_version(), req.step(), req.min_clock(), *units,
+      *sparse,
       DenseSink(req, resp, std::move(lane), std::move(offsets), failed),
       [resp, done, failed](absl::Status s, absl::Duration waited) {
         if (s.ok()) s = *failed;
@@ -651,11 +700,13 @@ absl::Status RequestHandler::PushDense(const PushRequest& req,
   std::vector<BlockData> blocks;
   std::vector<std::vector<float>> scratch;
   std::unique_ptr<float[]> lane_copy;
-  absl::Status s = CheckDenseRefs(req.blocks(), *store_);
+  absl::StatusOr<std::vector<DenseTableBlock*>> units =
+      ResolveDense(req.blocks(), store_);
+  absl::Status s = units.status();
   if (s.ok()) {
     s = req.shared_region() != 0 || lane != nullptr
-            ? CopyFromLane(req, *store_, lane, &blocks, &lane_copy)
-            : ToBlockData(req.blocks(), *store_, &blocks, &scratch);
+            ? CopyFromLane(req, *units, lane, &blocks, &lane_copy)
+            : ToBlockData(req.blocks(), *units, &blocks, &scratch);
   }
   int late = 0;
   if (s.ok()) {

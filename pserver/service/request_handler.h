@@ -101,18 +101,17 @@ class RequestHandler {
   void StartPull(const PullRequest& req, PullResponse* resp,
                  std::function<void(absl::Status)>& done,
                  std::shared_ptr<const DenseValueLane> lane);
-  // The dims of the sparse tables a pull reads, into *dims; at most
-  // kMaxChunkBytes of keys and rows in all (or one key).
-  absl::Status SparsePullDims(const PullRequest& req,
-                              absl::InlinedVector<int, 4>* dims) const;
-  // With a lane: each block's offset in it, checked (FLOAT32, in the
-  // lane); nothing without one (FAILED_PRECONDITION for a request that
-  // names a region yet came without its lane).
+  // Rollback's parts: whether its caller may ask (a --checkpoint_dir, a
+  // trainer of the job, its incarnation); a trainer other than the chief
+  // wakes the chief's waiting pulls; whether the asked generation may
+  // follow this pserver's.
+  absl::Status CheckRollbackCaller(const RollbackRequest& req) const;
+  void AskChiefToRollBack(const RollbackRequest& req);
+  absl::Status CheckRollbackGeneration(const RollbackRequest& req) const;
+  // Where a pull's dense blocks go in its lane (request_handler.cc,
+  // LanePullTargets).
   using LaneOffsets =
       absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t>;
-  absl::Status LanePullTargets(const PullRequest& req,
-                               const DenseValueLane* lane,
-                               LaneOffsets* offsets) const;
   // A compressed pull (encoding THRESHOLD): what the trainer holds of
   // each block it asks for.
   using HeldBlocks = absl::flat_hash_map<std::pair<uint32_t, uint32_t>,

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/transport/wire_limits.h"
 #include "pserver/service/request_handler.h"
 
 namespace shardps {
@@ -19,20 +20,27 @@ void RequestHandler::PullNorms(const PullRequest& req, PullResponse* resp,
         "a pull of LARS norms names dense blocks only, without a shared "
         "region");
   }
+  if (s.ok() &&
+      static_cast<size_t>(req.blocks_size()) > kMaxChunkBytes / sizeof(float)) {
+    s = absl::ResourceExhaustedError(absl::StrCat(
+        "a pull of norms names ", req.blocks_size(), " blocks; at most ",
+        kMaxChunkBytes / sizeof(float), " fit in one request"));
+  }
   std::vector<BlockId> blocks;
   absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen;
   for (int i = 0; s.ok() && i < req.blocks_size(); ++i) {
     const BlockRef& b = req.blocks(i);
-    // Every block named must be held here and named once, so what the
-    // pull allocates is bounded by the blocks held, not by the request.
-    s = store_->BlockSize(b.table_id(), b.block()).status();
-    if (s.ok() && !seen.insert({b.table_id(), b.block()}).second) {
+    // Every block is named once, and the store finds each (NOT_FOUND
+    // otherwise) before it writes a norm: what the pull allocates is
+    // bounded by the blocks held, not by the request.
+    if (!seen.insert({b.table_id(), b.block()}).second) {
       s = absl::InvalidArgumentError(
           absl::StrCat("table id ", b.table_id(), " block ", b.block(),
                        " is named twice in one request"));
     }
     blocks.push_back(BlockId{b.table_id(), b.block()});
   }
+
   if (!s.ok()) {
     done(s);
     return;

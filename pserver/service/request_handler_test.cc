@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/shared_memory/shared_calls.h"
 #include "common/testing/temp_dir.h"
-#include "common/transport/shared_calls.h"
 #include "compression/threshold_codec.h"
 #include "compression/value_encoding.h"
 #include "gtest/gtest.h"
-#include "pserver/service/call_table.h"
+#include "pserver/server/call_table.h"
 #include "pserver/testing/handler_testing.h"
 #include "pserver/testing/store_testing.h"
 
@@ -147,6 +147,28 @@ class RequestHandlerTest : public ::testing::Test {
     PushResponse resp;
     return handler_->Push(tcp, &resp);
   }
+  // Step 0: trainer 0's push through region `region_id` (request 7) and
+  // trainer 1's over TCP (request 8).
+  void PushStepZero(uint64_t region_id) {
+    ASSERT_TRUE(SharedPush(7, region_id, 64, 80, /*trainer=*/0).ok());
+    ASSERT_TRUE(TcpPush(/*trainer=*/1, /*request_id=*/8).ok());
+  }
+  // Trainer 0's pull of version 1 into region `region_id`: block 0 at
+  // offset 88, block 1 at 64.
+  PullRequest SharedPull(uint64_t region_id) {
+    PullRequest preq;
+    preq.set_trainer_id(0);
+    preq.set_min_version(1);
+    preq.set_generation(store_.generation());
+    preq.set_shared_region(region_id);
+    BlockRef* r0 = preq.add_blocks();
+    r0->set_block(0);
+    r0->set_shared_offset(88);
+    BlockRef* r1 = preq.add_blocks();
+    r1->set_block(1);
+    r1->set_shared_offset(64);
+    return preq;
+  }
 
   std::vector<float> PullAll(int64_t min_version = 0) {
     PullRequest req;
@@ -236,7 +258,7 @@ TEST_F(RequestHandlerTest, SharedMemoryOpenRefusesBadSizesAndTrainers) {
              absl::StatusCode::kInvalidArgument, "trainer id 2 is not in");
 }
 
-TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
+TEST_F(RequestHandlerTest, SharedMemoryPushOutsideItsRegionIsRefused) {
   InitJob();
   uint64_t id = 0;
   std::unique_ptr<SharedRegion> region = OpenRegion(&id);
@@ -265,20 +287,18 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   ExpectCode(push(6, id, 64, 80), absl::StatusCode::kInvalidArgument, "NaN");
   std::memcpy(base + 80, g + 4, 8);
   ASSERT_TRUE(push(7, id, 64, 80).ok());
-  ASSERT_TRUE(TcpPush(/*trainer=*/1, /*request_id=*/8).ok());
+}
+
+TEST_F(RequestHandlerTest, SharedMemoryPullWritesIntoTheRegion) {
+  InitJob();
+  uint64_t id = 0;
+  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
+  ASSERT_NE(region, nullptr);
+  char* base = region->data();
+  ASSERT_NO_FATAL_FAILURE(PushStepZero(id));
 
   // Pull into the region: values where asked, none in the reply.
-  PullRequest preq;
-  preq.set_trainer_id(0);
-  preq.set_min_version(1);
-  preq.set_generation(store_.generation());
-  preq.set_shared_region(id);
-  BlockRef* r0 = preq.add_blocks();
-  r0->set_block(0);
-  r0->set_shared_offset(88);
-  BlockRef* r1 = preq.add_blocks();
-  r1->set_block(1);
-  r1->set_shared_offset(64);
+  PullRequest preq = SharedPull(id);
   PullResponse presp;
   ASSERT_TRUE(Call(PsRpc::kPull, preq, &presp).ok());
   ASSERT_EQ(presp.blocks_size(), 2);
@@ -289,6 +309,18 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   // SGD lr 0.5 on the mean gradient (2, 2, 2, 2, 4, 4).
   EXPECT_EQ(std::vector<float>(got, got + 6),
             (std::vector<float>{0, 1, 2, 3, 3, 4}));
+}
+
+TEST_F(RequestHandlerTest, SharedMemoryPullOutsideItsRegionIsRefused) {
+  InitJob();
+  uint64_t id = 0;
+  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
+  ASSERT_NE(region, nullptr);
+  ASSERT_NO_FATAL_FAILURE(PushStepZero(id));
+
+  PullRequest preq = SharedPull(id);
+  PullResponse presp;
+  BlockRef* r0 = preq.mutable_blocks(0);
   r0->set_shared_offset(100);  // 100 + 16 > 112
   ExpectCode(Call(PsRpc::kPull, preq, &presp),
              absl::StatusCode::kInvalidArgument, "a shared pull block");
@@ -296,7 +328,16 @@ TEST_F(RequestHandlerTest, SharedMemoryPushAndPull) {
   preq.set_encoding(FLOAT16);
   ExpectCode(Call(PsRpc::kPull, preq, &presp),
              absl::StatusCode::kInvalidArgument, "FLOAT32");
-  preq.set_encoding(FLOAT32);
+}
+
+TEST_F(RequestHandlerTest, ANewSharedRegionReplacesTheOld) {
+  InitJob();
+  uint64_t id = 0;
+  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
+  ASSERT_NE(region, nullptr);
+  ASSERT_NO_FATAL_FAILURE(PushStepZero(id));
+  PullRequest preq = SharedPull(id);
+  PullResponse presp;
 
   // A new region replaces the old: its id is refused from then on.
   uint64_t again = 0;
@@ -653,9 +694,9 @@ TEST_F(RequestHandlerTest, ThresholdMessagesAreDecodedOrRefusedWhole) {
   AppendMessageBytes(bad, &bad_bytes);
   ExpectCode(Push(0, 0, 300, {{0, bad_bytes}}, 0, THRESHOLD),
              absl::StatusCode::kInvalidArgument, "block 0");
-  // A block that is not held: refused before decoding.
+  // A block that is not held: refused before decoding, as a float32 one.
   ExpectCode(Push(0, 0, 299, {{5, bytes}}, 0, THRESHOLD),
-             absl::StatusCode::kInvalidArgument, "block 5 is not held");
+             absl::StatusCode::kNotFound, "block 5 is not held");
   ASSERT_TRUE(Push(0, 0, 301, {{0, bytes}}, 0, THRESHOLD).ok());
   // Trainer 1: an empty message, a zero gradient.
   ASSERT_TRUE(Push(1, 0, 302, {{0, ""}}, 0, THRESHOLD).ok());

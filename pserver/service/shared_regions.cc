@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "common/transport/shared_calls.h"
+#include "common/shared_memory/shared_calls.h"
 #include "glog/logging.h"
 
 namespace shardps {

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "optimizer/optimizer.h"
-#include "pserver/store/step_barrier.h"
+#include "pserver/store/step/step_barrier.h"
 
 namespace shardps {
 

@@ -237,77 +237,102 @@ TEST(DenseTableBlockTest, AReplicatedBlockHoldsPullsAndPushesUntilSettled) {
 // the updates it forwards carry the ratio, so the backup ends with the same
 // bits, and keep the step's norms, so that the backup, once primary,
 // answers a norms pull and a late ratio of a step it applied.
-TEST(DenseTableBlockTest, ABackupOfALarsBlockTakesTheRatioAndKeepsTheNorms) {
-  Membership m(2, true);
-  OptimizerConfig c;
-  c.set_type(OptimizerConfig::LARS);
-  c.set_learning_rate(0.5f);
-  c.set_momentum(0.9f);
-  c.set_trust_coefficient(0.02f);
-  auto lars = Make(c);
-  DenseTableBlock primary(0, 0, 4, "w", lars.get(), &m, 0);
-  DenseTableBlock backup(0, 0, 4, "w", lars.get(), &m, 0);
-  std::vector<AppliedUpdate> sent;
-  std::vector<WaiterPtr> ready;
-  const std::vector<float> init = {1, -2, 3, 4};
-  {
-    absl::MutexLock lp(&primary.mu);
-    absl::MutexLock lb(&backup.mu);
-    primary.SetInitialValue(init);
-    backup.SetInitialValue(init);
+class LarsReplicationTest : public ::testing::Test {
+ protected:
+  static OptimizerConfig LarsConfig() {
+    OptimizerConfig c;
+    c.set_type(OptimizerConfig::LARS);
+    c.set_learning_rate(0.5f);
+    c.set_momentum(0.9f);
+    c.set_trust_coefficient(0.02f);
+    return c;
   }
-  primary.set_replicated();
-  std::mt19937 rng(7);
-  for (int step = 0; step < 10; ++step) {
+
+  // Both blocks start at init_; the primary is replicated.
+  LarsReplicationTest() {
     {
-      absl::MutexLock lp(&primary.mu);
-      absl::MutexLock lb(&backup.mu);
-      // Assembled, not applied: nothing to forward yet.
-      EXPECT_FALSE(PushRandomStep(primary, rng, &ready).has_value());
-      ASSERT_EQ(primary.barrier.version(), step);
-      // A ratio where the step's pushes have not all come: refused.
-      absl::Status early = backup.CanApplyTrust(step).status();
-      EXPECT_TRUE(absl::IsFailedPrecondition(early));
-      EXPECT_NE(early.message().find("not assembled yet"), std::string::npos)
-          << early;
-      ASSERT_TRUE(*primary.CanApplyTrust(step));
-      const float ratio = 0.5f + 0.1f * static_cast<float>(step);
-      std::optional<AppliedUpdate> u = primary.ApplyTrust(step, ratio, &ready);
-      ASSERT_TRUE(u.has_value());
-      sent.push_back(std::move(*u));
-      EXPECT_EQ(sent.back().trust_ratio, ratio);
-      ASSERT_TRUE(backup.ApplyReplicated(sent.back(), &ready).ok());
-      EXPECT_TRUE(*backup.NormsReady(step));
-      // A ratio of a step the backup applied changes nothing.
-      ASSERT_TRUE(*backup.CanApplyTrust(step));
-      const std::vector<float> before = backup.value;
-      EXPECT_FALSE(backup.ApplyTrust(step, 100.0f, &ready).has_value());
-      EXPECT_EQ(backup.value, before);
+      absl::MutexLock lp(&primary_.mu);
+      absl::MutexLock lb(&backup_.mu);
+      primary_.SetInitialValue(init_);
+      backup_.SetInitialValue(init_);
     }
-    primary.Settle();  // the backup holds it: pulls may read it
-    // The backup answers the step's norms with the primary's bits.
+    primary_.set_replicated();
+  }
+
+  // Assembles `step` on the primary, applies its ratio there and forwards
+  // the update to the backup, checking what each refuses on the way.
+  void AssembleAndForwardStep(int step) {
+    absl::MutexLock lp(&primary_.mu);
+    absl::MutexLock lb(&backup_.mu);
+    // Assembled, not applied: nothing to forward yet.
+    EXPECT_FALSE(PushRandomStep(primary_, rng_, &ready_).has_value());
+    ASSERT_EQ(primary_.barrier.version(), step);
+    // A ratio where the step's pushes have not all come: refused.
+    absl::Status early = backup_.CanApplyTrust(step).status();
+    EXPECT_TRUE(absl::IsFailedPrecondition(early));
+    EXPECT_NE(early.message().find("not assembled yet"), std::string::npos)
+        << early;
+    ASSERT_TRUE(*primary_.CanApplyTrust(step));
+    const float ratio = 0.5f + 0.1f * static_cast<float>(step);
+    std::optional<AppliedUpdate> u = primary_.ApplyTrust(step, ratio, &ready_);
+    ASSERT_TRUE(u.has_value());
+    sent_.push_back(std::move(*u));
+    EXPECT_EQ(sent_.back().trust_ratio, ratio);
+    ASSERT_TRUE(backup_.ApplyReplicated(sent_.back(), &ready_).ok());
+    EXPECT_TRUE(*backup_.NormsReady(step));
+    // A ratio of a step the backup applied changes nothing.
+    ASSERT_TRUE(*backup_.CanApplyTrust(step));
+    const std::vector<float> before = backup_.value;
+    EXPECT_FALSE(backup_.ApplyTrust(step, 100.0f, &ready_).has_value());
+    EXPECT_EQ(backup_.value, before);
+  }
+
+  // The backup answers `step`'s norms with the primary's bits.
+  void ExpectSameNorms(int step) {
     double p_norms[3], b_norms[3];
     PullTarget pt;
     pt.norms_out = p_norms;
-    primary.Read(pt, nullptr);
+    primary_.Read(pt, nullptr);
     pt.norms_out = b_norms;
-    backup.Read(pt, nullptr);
+    backup_.Read(pt, nullptr);
     EXPECT_EQ(std::memcmp(p_norms, b_norms, sizeof(p_norms)), 0) << step;
     EXPECT_EQ(b_norms[2], step);
   }
-  absl::MutexLock lp(&primary.mu);
-  absl::MutexLock lb(&backup.mu);
-  EXPECT_EQ(backup.barrier.version(), 10);
-  EXPECT_EQ(std::memcmp(backup.value.data(), primary.value.data(),
-                        primary.value.size() * sizeof(float)),
+
+  Membership m_{2, true};
+  std::unique_ptr<Optimizer> lars_ = Make(LarsConfig());
+  DenseTableBlock primary_{0, 0, 4, "w", lars_.get(), &m_, 0};
+  DenseTableBlock backup_{0, 0, 4, "w", lars_.get(), &m_, 0};
+  std::vector<AppliedUpdate> sent_;
+  std::vector<WaiterPtr> ready_;
+  const std::vector<float> init_ = {1, -2, 3, 4};
+  std::mt19937 rng_{7};
+};
+
+TEST_F(LarsReplicationTest, ABackupOfALarsBlockTakesTheRatioAndKeepsTheNorms) {
+  for (int step = 0; step < 10; ++step) {
+    ASSERT_NO_FATAL_FAILURE(AssembleAndForwardStep(step));
+    primary_.Settle();  // the backup holds it: pulls may read it
+    ExpectSameNorms(step);
+  }
+  absl::MutexLock lp(&primary_.mu);
+  absl::MutexLock lb(&backup_.mu);
+  EXPECT_EQ(backup_.barrier.version(), 10);
+  EXPECT_EQ(std::memcmp(backup_.value.data(), primary_.value.data(),
+                        primary_.value.size() * sizeof(float)),
             0);
-  EXPECT_NE(primary.value, init);
-  // A ratio on a block without LARS is refused.
+  EXPECT_NE(primary_.value, init_);
+}
+
+// A ratio on a block without LARS is refused.
+TEST_F(LarsReplicationTest, ALarsUpdateOnABlockWithoutLarsIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(AssembleAndForwardStep(0));
   auto sgd = Make(testing::Sgd(1.0f));
-  DenseTableBlock plain(0, 0, 4, "w", sgd.get(), &m, 0);
+  DenseTableBlock plain(0, 0, 4, "w", sgd.get(), &m_, 0);
   absl::MutexLock l(&plain.mu);
-  plain.SetInitialValue(init);
-  EXPECT_TRUE(absl::IsInvalidArgument(plain.ApplyReplicated(sent[0], &ready)));
+  plain.SetInitialValue(init_);
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(plain.ApplyReplicated(sent_[0], &ready_)));
 }
 
 TEST(DenseTableBlockTest, AReplicatedUpdateMustFollowTheVersion) {

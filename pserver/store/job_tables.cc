@@ -56,70 +56,81 @@ absl::Status ValidateJob(const JobSpec& job, int expected_trainers) {
   return absl::OkStatus();
 }
 
-absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
-  const TableSpec& spec = job.tables(i);
-  auto opt = Optimizer::Create(spec.optimizer(), job.global_batch_size());
-  if (spec.kind() == TableSpec::SPARSE) {
-    const SparseTableOptions& so = spec.sparse();
-    if (so.dim() <= 0 || so.dim() > (1 << 16)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitJob: sparse table ", spec.name(),
-                       " needs a row dim in [1, 65536], got ", so.dim()));
-    }
-    if (so.admit_after() < 0 || so.evict_after_steps() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitJob: sparse table ", spec.name(),
-                       " has a negative admit_after or evict_after_steps"));
-    }
-    const RowInitializer& init = so.init();
-    if (!RowInitializer::Type_IsValid(init.type())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitJob: sparse table ", spec.name(),
-                       " has unknown initializer type ", init.type()));
-    }
-    // A row's initial values come from the scale alone: NaN, infinite or
-    // absurd ones would be every new row's (and every gradient's) poison.
-    if (!std::isfinite(init.scale()) ||
-        std::fabs(init.scale()) > kMaxInitializerScale ||
-        (init.type() == RowInitializer::UNIFORM && init.scale() < 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "InitJob: sparse table ", spec.name(), " has initializer scale ",
-          init.scale(), "; it must be finite, in [-", kMaxInitializerScale,
-          ", ", kMaxInitializerScale, "], and >= 0 for UNIFORM"));
-    }
-    if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitJob: sparse table ", spec.name(),
-                       " has unknown gradient_mean ", so.gradient_mean()));
-    }
-  } else if (spec.kind() != TableSpec::DENSE) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "InitJob: table ", spec.name(), " has unknown kind ", spec.kind()));
-  } else {
-    int64_t n = 1;
-    for (int64_t d : spec.shape()) {
-      if (d <= 0 || n > (int64_t{1} << 40) / d) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("InitJob: table ", spec.name(), " has a bad shape"));
-      }
-      n *= d;
-    }
-    if (spec.shape_size() == 0 || n == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitJob: table ", spec.name(), " is empty"));
-    }
-    if (spec.block_size() <= 0 || spec.block_size() > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "InitJob: table ", spec.name(), " block_size must be in [1, 2^20]",
-          ", got ", spec.block_size()));
-    }
-    t->num_values = n;
+namespace {
+
+// INVALID_ARGUMENT unless sparse table `spec`'s row initializer has a known
+// type and a sound scale.
+absl::Status ValidateRowInitializer(const TableSpec& spec) {
+  const RowInitializer& init = spec.sparse().init();
+  if (!RowInitializer::Type_IsValid(init.type())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: sparse table ", spec.name(),
+                     " has unknown initializer type ", init.type()));
   }
-  if (!opt.ok()) {
+  // A row's initial values come from the scale alone: NaN, infinite or
+  // absurd ones would be every new row's (and every gradient's) poison.
+  if (!std::isfinite(init.scale()) ||
+      std::fabs(init.scale()) > kMaxInitializerScale ||
+      (init.type() == RowInitializer::UNIFORM && init.scale() < 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "InitJob: table ", spec.name(), ": ", opt.status().message()));
+        "InitJob: sparse table ", spec.name(), " has initializer scale ",
+        init.scale(), "; it must be finite, in [-", kMaxInitializerScale, ", ",
+        kMaxInitializerScale, "], and >= 0 for UNIFORM"));
   }
-  if ((*opt)->needs_table_norms()) {
+  return absl::OkStatus();
+}
+
+// INVALID_ARGUMENT unless sparse table `spec`'s options (row dim, admission
+// and eviction, initializer, gradient mean) are sound.
+absl::Status ValidateSparseOptions(const TableSpec& spec) {
+  const SparseTableOptions& so = spec.sparse();
+  if (so.dim() <= 0 || so.dim() > (1 << 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: sparse table ", spec.name(),
+                     " needs a row dim in [1, 65536], got ", so.dim()));
+  }
+  if (so.admit_after() < 0 || so.evict_after_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: sparse table ", spec.name(),
+                     " has a negative admit_after or evict_after_steps"));
+  }
+  if (absl::Status s = ValidateRowInitializer(spec); !s.ok()) return s;
+  if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: sparse table ", spec.name(),
+                     " has unknown gradient_mean ", so.gradient_mean()));
+  }
+  return absl::OkStatus();
+}
+
+// The number of values of dense table `spec`, or INVALID_ARGUMENT for a bad
+// or empty shape or a block size out of range.
+absl::StatusOr<int64_t> DenseValueCount(const TableSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape()) {
+    if (d <= 0 || n > (int64_t{1} << 40) / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitJob: table ", spec.name(), " has a bad shape"));
+    }
+    n *= d;
+  }
+  if (spec.shape_size() == 0 || n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: table ", spec.name(), " is empty"));
+  }
+  if (spec.block_size() <= 0 || spec.block_size() > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), " block_size must be in [1, 2^20]",
+        ", got ", spec.block_size()));
+  }
+  return n;
+}
+
+// INVALID_ARGUMENT when `optimizer` needs table norms (LARS) that table
+// `spec` of `job` cannot have.
+absl::Status CheckTableNorms(const JobSpec& job, const TableSpec& spec,
+                             const Optimizer& optimizer) {
+  if (optimizer.needs_table_norms()) {
     // The trust ratio's norms meet through the trainers at sync step
     // boundaries (docs/tuning.md, "LARS"); async pushes and K of N have
     // none.
@@ -131,6 +142,29 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
           "replicas_to_aggregate"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
+  const TableSpec& spec = job.tables(i);
+  auto opt = Optimizer::Create(spec.optimizer(), job.global_batch_size());
+  if (spec.kind() == TableSpec::SPARSE) {
+    if (absl::Status s = ValidateSparseOptions(spec); !s.ok()) return s;
+  } else if (spec.kind() != TableSpec::DENSE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), " has unknown kind ", spec.kind()));
+  } else {
+    absl::StatusOr<int64_t> n = DenseValueCount(spec);
+    if (!n.ok()) return n.status();
+    t->num_values = *n;
+  }
+  if (!opt.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: table ", spec.name(), ": ", opt.status().message()));
+  }
+  if (absl::Status s = CheckTableNorms(job, spec, **opt); !s.ok()) return s;
   t->spec = spec;
   t->optimizer = std::move(*opt);
   return absl::OkStatus();
@@ -188,6 +222,44 @@ absl::StatusOr<int64_t> JobTables::SizeBlocks(const std::vector<Table>& tables,
   return bytes;
 }
 
+void JobTables::BuildUnits(absl::Span<const BlockId> blocks,
+                           const std::vector<int64_t>& sizes,
+                           const Membership* membership, int quorum,
+                           MemoryBudget* budget,
+                           absl::Span<const int> sparse_shards) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const BlockId& id = blocks[i];
+    Table& t = tables_[id.table_id];
+    const int64_t size = sizes[i];
+    auto b = std::make_unique<DenseTableBlock>(id.table_id, id.block, size,
+                                               t.spec.name(), t.optimizer.get(),
+                                               membership, quorum);
+    t.blocks.emplace(id.block, std::move(b));
+  }
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    Table& t = tables_[i];
+    for (auto& [index, b] : t.blocks) blocks_.push_back(b.get());
+    if (t.spec.kind() == TableSpec::SPARSE) {
+      sharded_sparse_ = !sparse_shards.empty();
+      std::vector<int> shards(sparse_shards.begin(), sparse_shards.end());
+      if (shards.empty()) shards.push_back(0);
+      for (int shard : shards) {
+        t.sparse.push_back(std::make_unique<SparseShard>(
+            static_cast<uint32_t>(i), t.spec, t.optimizer.get(), membership,
+            quorum, budget, static_cast<uint32_t>(shard),
+            !sparse_shards.empty()));
+        sparse_.push_back(t.sparse.back().get());
+      }
+    }
+  }
+  std::sort(blocks_.begin(), blocks_.end(),
+            [](const DenseTableBlock* a, const DenseTableBlock* b) {
+              return a->LockedBefore(*b);
+            });
+  units_.assign(blocks_.begin(), blocks_.end());
+  units_.insert(units_.end(), sparse_.begin(), sparse_.end());
+}
+
 absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     const JobSpec& job, absl::Span<const BlockId> blocks,
     const Membership* membership, MemoryBudget* budget,
@@ -222,38 +294,8 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   jt->bytes_ = bytes;
   jt->budget_ = budget;
   jt->max_gradient_ = std::numeric_limits<float>::max() / job.num_trainers();
-  const int quorum = job.replicas_to_aggregate();
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const BlockId& id = blocks[i];
-    Table& t = tables[id.table_id];
-    const int64_t size = sizes[i];
-    auto b = std::make_unique<DenseTableBlock>(id.table_id, id.block, size,
-                                               t.spec.name(), t.optimizer.get(),
-                                               membership, quorum);
-    t.blocks.emplace(id.block, std::move(b));
-  }
-  for (size_t i = 0; i < tables.size(); ++i) {
-    Table& t = tables[i];
-    for (auto& [index, b] : t.blocks) jt->blocks_.push_back(b.get());
-    if (t.spec.kind() == TableSpec::SPARSE) {
-      jt->sharded_sparse_ = !sparse_shards.empty();
-      std::vector<int> shards(sparse_shards.begin(), sparse_shards.end());
-      if (shards.empty()) shards.push_back(0);
-      for (int shard : shards) {
-        t.sparse.push_back(std::make_unique<SparseShard>(
-            static_cast<uint32_t>(i), t.spec, t.optimizer.get(), membership,
-            quorum, budget, static_cast<uint32_t>(shard),
-            !sparse_shards.empty()));
-        jt->sparse_.push_back(t.sparse.back().get());
-      }
-    }
-  }
-  std::sort(jt->blocks_.begin(), jt->blocks_.end(),
-            [](const DenseTableBlock* a, const DenseTableBlock* b) {
-              return a->LockedBefore(*b);
-            });
-  jt->units_.assign(jt->blocks_.begin(), jt->blocks_.end());
-  jt->units_.insert(jt->units_.end(), jt->sparse_.begin(), jt->sparse_.end());
+  jt->BuildUnits(blocks, sizes, membership, job.replicas_to_aggregate(), budget,
+                 sparse_shards);
   return jt;
 }
 
@@ -268,7 +310,8 @@ absl::Status JobTables::ResolveDensePush(absl::Span<const BlockData> grads,
   parts->reserve(grads.size());
   for (size_t i = 0; st.ok() && i < grads.size(); ++i) {
     const BlockData& g = grads[i];
-    auto b = FindBlock(g.table_id, g.block);
+    auto b = g.unit != nullptr ? absl::StatusOr<DenseTableBlock*>(g.unit)
+                               : FindBlock(g.table_id, g.block);
     if (!b.ok()) {
       st = b.status();
       break;

@@ -12,10 +12,10 @@
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/dense_table.h"
-#include "pserver/store/membership.h"
 #include "pserver/store/memory_budget.h"
 #include "pserver/store/sparse_shard.h"
 #include "pserver/store/sparse_table.h"
+#include "pserver/store/step/membership.h"
 
 namespace shardps {
 
@@ -29,6 +29,9 @@ struct BlockData {
   uint32_t table_id = 0;
   uint32_t block = 0;
   absl::Span<const float> values;
+  // The block as StoreState::ResolveBlocks found it for the request's
+  // handler; null: the store finds it.
+  DenseTableBlock* unit = nullptr;
 };
 
 // One chunk of a trainer's gradients for a sparse table, as views into the
@@ -51,6 +54,9 @@ struct SparsePull {
   absl::Span<const uint64_t> keys;
   float* out = nullptr;
   int shard = -1;  // as SparseGrads::shard
+  // The shard as StoreState::ResolveSparse found it for the request's
+  // handler; null: the store finds it.
+  SparseShard* unit = nullptr;
 };
 
 // One unit of a push and its payload.
@@ -205,6 +211,13 @@ class JobTables {
                                             absl::Span<const BlockId> blocks,
                                             int num_trainers,
                                             std::vector<int64_t>* sizes);
+  // Makes the units, in lock order: a block of sizes[i] values for each of
+  // `blocks`, and (`sparse_shards`, as Create) the shards of each sparse
+  // table. REQUIRES: the tables described and `blocks` checked (SizeBlocks).
+  void BuildUnits(absl::Span<const BlockId> blocks,
+                  const std::vector<int64_t>& sizes,
+                  const Membership* membership, int quorum,
+                  MemoryBudget* budget, absl::Span<const int> sparse_shards);
 
   std::vector<Table> tables_;
   std::vector<DenseTableBlock*> blocks_;

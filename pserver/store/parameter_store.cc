@@ -6,7 +6,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 
@@ -193,6 +192,91 @@ absl::Status ParameterStore::ApplyPush(int trainer_id, int64_t step,
   return absl::OkStatus();
 }
 
+namespace {
+
+// What a SYNC push does to one of its units, decided before any changes.
+enum class PartFate : uint8_t {
+  kAccumulate,
+  kLate,            // the step went ahead without this push (K of N)
+  kAppliedAlready,  // pushed again after a failover, or LARS's step is out
+};
+using PartFates = absl::InlinedVector<PartFate, 16>;
+
+// ASYNC: each part applied on arrival, at the job's slowest live clock.
+void ApplyNowLocked(StoreState& state, int64_t step,
+                    const std::vector<PushPart>& parts,
+                    AppliedUpdates* applied) {
+  const int64_t job_step = state.staleness->SlowestLiveClock();
+  for (const PushPart& p : parts) {
+    p.unit->mu.AssertHeld();
+    PushPayload payload = p.payload;
+    payload.job_step = job_step;
+    applied->Add(p.unit, p.unit->ApplyNow(step, payload));
+    ++state.updates;
+  }
+}
+
+// SYNC: every unit admits the push before any changes (all or nothing).
+absl::StatusOr<PartFates> AdmitStepLocked(const StoreState& state,
+                                          int trainer_id, int64_t step,
+                                          const std::vector<PushPart>& parts) {
+  PartFates fates(parts.size(), PartFate::kAccumulate);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    BarrierUnit* u = parts[i].unit;
+    u->mu.AssertHeld();
+    if ((state.forwarder.load() != nullptr && step < u->barrier.version()) ||
+        (step == u->barrier.version() && u->barrier.assembled())) {
+      // Applied already, pushed again after a failover; or LARS: the step
+      // is assembled and its norms are out, and a push that comes now (a
+      // retry, or a trainer that rejoined) changes nothing.
+      fates[i] = PartFate::kAppliedAlready;
+      continue;
+    }
+    ASSIGN_OR_RETURN(
+        const StepBarrier::Admission a,
+        u->barrier.Admit(trainer_id, step, parts[i].payload.num_chunks));
+    if (a == StepBarrier::Admission::kLate) fates[i] = PartFate::kLate;
+  }
+  return fates;
+}
+
+// SYNC: the admitted parts accumulated; a unit whose step it completes
+// applies it and releases its pulls into `ready`.
+void AccumulateLocked(StoreState& state, int trainer_id,
+                      const std::vector<PushPart>& parts,
+                      const PartFates& fates, int* late,
+                      std::vector<WaiterPtr>* ready, AppliedUpdates* applied) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    BarrierUnit* u = parts[i].unit;
+    const PushPayload& p = parts[i].payload;
+    u->mu.AssertHeld();
+    if (fates[i] == PartFate::kAppliedAlready) {
+      ++state.duplicates;
+      continue;
+    }
+    if (fates[i] == PartFate::kLate) {
+      ++state.late;
+      if (late != nullptr) ++*late;
+      continue;
+    }
+    const StepBarrier::Received r =
+        u->barrier.Receive(trainer_id, p.num_chunks);
+    if (r.arrival == StepBarrier::Arrival::kDuplicate) {
+      ++state.duplicates;
+      continue;
+    }
+    if (r.first) u->barrier.set_started(state.clock->Now());
+    u->Accumulate(p, r.first);
+    if (r.arrival == StepBarrier::Arrival::kTrainerDone &&
+        u->barrier.Complete()) {
+      applied->Add(u, u->ApplyStep(&p, ready));
+      ++state.updates;
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
                                              uint64_t generation,
                                              const std::vector<PushPart>& parts,
@@ -205,84 +289,20 @@ absl::Status ParameterStore::ApplyPushLocked(int trainer_id, int64_t step,
   UnitLocks locks(units);
   for (const PushPart& p : parts) RETURN_IF_ERROR(state_.CheckServes(*p.unit));
   if (!state_.sync) {
-    const int64_t job_step = state_.staleness->SlowestLiveClock();
-    for (const PushPart& p : parts) {
-      p.unit->mu.AssertHeld();
-      PushPayload payload = p.payload;
-      payload.job_step = job_step;
-      applied->Add(p.unit, p.unit->ApplyNow(step, payload));
-      ++state_.updates;
-    }
+    ApplyNowLocked(state_, step, parts, applied);
     return absl::OkStatus();
   }
-  // Every unit admits the push before any changes: all or nothing.
-  absl::InlinedVector<uint8_t, 16> is_late(parts.size(), 0);
-  for (size_t i = 0; i < parts.size(); ++i) {
-    BarrierUnit* u = parts[i].unit;
-    u->mu.AssertHeld();
-    if (state_.forwarder.load() != nullptr && step < u->barrier.version()) {
-      is_late[i] = 2;  // applied already: pushed again after a failover
-      continue;
-    }
-    if (step == u->barrier.version() && u->barrier.assembled()) {
-      // LARS: the step is assembled and its norms are out; a push that
-      // comes now (a retry, or a trainer that rejoined) changes nothing.
-      is_late[i] = 2;
-      continue;
-    }
-    ASSIGN_OR_RETURN(
-        const StepBarrier::Admission a,
-        u->barrier.Admit(trainer_id, step, parts[i].payload.num_chunks));
-    is_late[i] = a == StepBarrier::Admission::kLate;
-  }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    BarrierUnit* u = parts[i].unit;
-    const PushPayload& p = parts[i].payload;
-    u->mu.AssertHeld();
-    if (is_late[i] == 2) {
-      ++state_.duplicates;
-      continue;
-    }
-    if (is_late[i]) {
-      ++state_.late;  // the step went ahead without this push
-      if (late != nullptr) ++*late;
-      continue;
-    }
-    const StepBarrier::Received r =
-        u->barrier.Receive(trainer_id, p.num_chunks);
-    if (r.arrival == StepBarrier::Arrival::kDuplicate) {
-      ++state_.duplicates;
-      continue;
-    }
-    if (r.first) u->barrier.set_started(state_.clock->Now());
-    u->Accumulate(p, r.first);
-    if (r.arrival == StepBarrier::Arrival::kTrainerDone &&
-        u->barrier.Complete()) {
-      applied->Add(u, u->ApplyStep(&p, ready));
-      ++state_.updates;
-    }
-  }
+  ASSIGN_OR_RETURN(const PartFates fates,
+                   AdmitStepLocked(state_, trainer_id, step, parts));
+  AccumulateLocked(state_, trainer_id, parts, fates, late, ready, applied);
   return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> ParameterStore::BlockSize(uint32_t table_id,
-                                                  uint32_t block) const {
-  if (!state_.is_ready()) return NotReadyError();
-  ASSIGN_OR_RETURN(DenseTableBlock * b,
-                   state_.tables->FindBlock(table_id, block));
-  return b->size();
-}
-
-absl::StatusOr<int> ParameterStore::SparseDim(uint32_t table_id) const {
-  if (!state_.is_ready()) return NotReadyError();
-  ASSIGN_OR_RETURN(SparseShard * s, state_.tables->FindSparse(table_id));
-  return s->rows().dim();
 }
 
 // --- Pulls ---
 
 void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
-                          int64_t min_clock, absl::Span<const BlockId> blocks,
+                          int64_t min_clock,
+                          absl::Span<DenseTableBlock* const> blocks,
                           absl::Span<const SparsePull> sparse, PullSink sink,
                           PullDone done, uint64_t generation,
                           int64_t own_clock) {
@@ -296,7 +316,9 @@ void ParameterStore::Pull(int trainer_id, int64_t min_version, int64_t step,
   auto w = std::make_shared<PullWaiter>();
   if (st.ok()) st = AddBlockTargets(blocks, nullptr, w.get());
   for (size_t i = 0; st.ok() && i < sparse.size(); ++i) {
-    auto s = state_.tables->FindSparse(sparse[i].table_id, sparse[i].shard);
+    const SparsePull& p = sparse[i];
+    auto s = p.unit != nullptr ? absl::StatusOr<SparseShard*>(p.unit)
+                               : state_.tables->FindSparse(p.table_id, p.shard);
     if (s.ok()) {
       w->targets.push_back(PullTarget{*s, sparse[i].keys, sparse[i].out});
     }
@@ -325,7 +347,11 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
   }
   if (st.ok()) st = state_.membership->CheckGeneration("pull", generation);
   auto w = std::make_shared<PullWaiter>();
-  if (st.ok()) st = AddBlockTargets(blocks, out, w.get());
+  if (st.ok()) {
+    absl::StatusOr<std::vector<DenseTableBlock*>> units =
+        state_.ResolveBlocks(blocks);
+    st = units.ok() ? AddBlockTargets(*units, out, w.get()) : units.status();
+  }
   w->trainer_id = trainer_id;
   w->norms_step = step;
   // What DescribeWait reports: the pushes of `step` that are missing.
@@ -333,13 +359,11 @@ void ParameterStore::PullNorms(int trainer_id, int64_t step,
   Admit(std::move(st), w, std::move(done), generation);
 }
 
-absl::Status ParameterStore::AddBlockTargets(absl::Span<const BlockId> blocks,
-                                             double* norms_out,
-                                             PullWaiter* w) const {
+absl::Status ParameterStore::AddBlockTargets(
+    absl::Span<DenseTableBlock* const> blocks, double* norms_out,
+    PullWaiter* w) const {
   for (size_t i = 0; i < blocks.size(); ++i) {
-    ASSIGN_OR_RETURN(
-        DenseTableBlock * b,
-        state_.tables->FindBlock(blocks[i].table_id, blocks[i].block));
+    DenseTableBlock* b = blocks[i];
     w->targets.push_back(PullTarget{
         b, {}, nullptr, norms_out != nullptr ? norms_out + 3 * i : nullptr});
     RETURN_IF_ERROR(state_.CheckServes(*b));
@@ -416,36 +440,6 @@ void ParameterStore::StartPull(const WaiterPtr& w, uint64_t generation) {
   state_.waiters.Start(w);
 }
 
-std::string ParameterStore::DescribeWait(const PullWaiter& w) const {
-  // Which trainers have not pushed the step this pull waits for.
-  std::vector<int> missing;
-  int64_t lowest = INT64_MAX;
-  for (const PullTarget& t : w.targets) {
-    if (!state_.sync) break;
-    absl::MutexLock l(&t.unit->mu);
-    if (t.unit->barrier.version() >= w.min_version) continue;
-    lowest = std::min(lowest, t.unit->barrier.version());
-    t.unit->barrier.AppendMissing(&missing);
-  }
-  std::sort(missing.begin(), missing.end());
-  std::string out;
-  if (lowest != INT64_MAX) {
-    out = absl::StrCat(
-        w.norms_step >= 0 ? "the LARS norms of step " : "version ",
-        w.norms_step >= 0 ? w.norms_step : w.min_version, " (a block is at ",
-        lowest,
-        missing.empty()
-            ? "; every live trainer has pushed: the step is being applied, "
-              "or, LARS, waits for its table norms)"
-            : absl::StrCat("; waiting for the pushes of step ", lowest,
-                           " from trainer(s) ", absl::StrJoin(missing, ","),
-                           ")"));
-  }
-  const std::string gate = state_.staleness->DescribeWait(w);
-  if (!gate.empty()) absl::StrAppend(&out, out.empty() ? "" : "; ", gate);
-  return out;
-}
-
 void ParameterStore::Sweep(absl::Time now) {
   const absl::Duration timeout = state_.options.trainer_timeout;
   if (state_.is_ready() && timeout > absl::ZeroDuration() &&
@@ -466,13 +460,13 @@ void ParameterStore::Sweep(absl::Time now) {
   state_.waiters.Scan(now, state_.options.max_pull_wait,
                       state_.options.report_after, &expired, &to_report);
   for (const WaiterPtr& w : to_report) {
-    const std::string what = DescribeWait(*w);
+    const std::string what = state_.DescribeWait(*w);
     if (what.empty()) continue;
     LOG(WARNING) << "pull from trainer " << w->trainer_id << " has waited "
                  << absl::FormatDuration(now - w->start) << " for " << what;
   }
   for (const WaiterPtr& w : expired) {
-    const std::string what = DescribeWait(*w);
+    const std::string what = state_.DescribeWait(*w);
     ++state_.pull_timeouts;
     LOG(WARNING) << "pull from trainer " << w->trainer_id << " timed out after "
                  << absl::FormatDuration(now - w->start) << " waiting for "

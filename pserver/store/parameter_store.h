@@ -13,8 +13,8 @@
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/job_tables.h"
-#include "pserver/store/pull_waiters.h"
 #include "pserver/store/sparse_table.h"
+#include "pserver/store/step/pull_waiters.h"
 #include "pserver/store/store_state.h"
 #include "pserver/store/trust_step.h"
 
@@ -120,13 +120,6 @@ class ParameterStore {
                           uint64_t generation = kAnyGeneration,
                           uint64_t request_id = 0);
 
-  // The number of values of dense block (table_id, block) held here;
-  // NOT_FOUND when there is none.
-  absl::StatusOr<int64_t> BlockSize(uint32_t table_id, uint32_t block) const;
-  // The row width of sparse table `table_id`; NOT_FOUND or INVALID_ARGUMENT
-  // when there is no such sparse table.
-  absl::StatusOr<int> SparseDim(uint32_t table_id) const;
-
   // Answers once every unit has applied `min_version` updates (SYNC; ASYNC
   // pulls do not wait on versions) and, in ASYNC mode, (with max_staleness
   // >= 0) step minus the slowest trainer's step is at most max_staleness,
@@ -138,7 +131,7 @@ class ParameterStore {
   // `generation` other than the store's is answered ABORTED, and so is a
   // waiting pull when the store is rolled back.
   void Pull(int trainer_id, int64_t min_version, int64_t step,
-            int64_t min_clock, absl::Span<const BlockId> blocks,
+            int64_t min_clock, absl::Span<DenseTableBlock* const> blocks,
             absl::Span<const SparsePull> sparse, PullSink sink, PullDone done,
             uint64_t generation = kAnyGeneration, int64_t own_clock = 0);
 
@@ -234,7 +227,7 @@ class ParameterStore {
   // Adds a target per dense block to *w (with `norms_out`, a norms pull's:
   // three doubles per block there); NOT_FOUND or FAILED_PRECONDITION for a
   // block not held or not served here.
-  absl::Status AddBlockTargets(absl::Span<const BlockId> blocks,
+  absl::Status AddBlockTargets(absl::Span<DenseTableBlock* const> blocks,
                                double* norms_out, PullWaiter* w) const;
   // A pull set up with status `st`: refused (also when as many pulls wait
   // as the job's trainers can need at once), or counted and started.
@@ -244,7 +237,6 @@ class ParameterStore {
   // re-checks the pulls held by the staleness gate.
   void RecheckBarriers(std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.gate);
-  std::string DescribeWait(const PullWaiter& w) const;
   // Sweep: drops the trainers that hold a sync step back for `timeout`.
   void DropStalling(absl::Time now, absl::Duration timeout);
 

@@ -107,16 +107,45 @@ class StoreMembershipTest : public ::testing::Test {
   absl::Time t0_;
 };
 
-TEST_F(StoreMembershipTest, SweepDropsSilentTrainerAndTheStepGoesOn) {
-  Init(SYNC, 3);
-  RegisterAll(3);
-  ASSERT_TRUE(PushW0(0, 0, {2, 2, 2, 2}).ok());
-  ASSERT_TRUE(PushW0(1, 0, {4, 0, 0, 2}).ok());
-  auto pull = StartPull(0, 1, 1, {{0, 0}});
+// Three SYNC trainers, trainer 2 silent after Register: a sweep past
+// --trainer_timeout drops it, and the job goes on without it until it
+// rejoins.
+class StoreDropTest : public StoreMembershipTest {
+ protected:
+  // Trainers 0 and 1 of three push step 0 of w0; trainer 0 pulls its result
+  // into *pull.
+  void PushStep0WithoutTrainer2(std::unique_ptr<PullResult>* pull) {
+    Init(SYNC, 3);
+    RegisterAll(3);
+    ASSERT_TRUE(PushW0(0, 0, {2, 2, 2, 2}).ok());
+    ASSERT_TRUE(PushW0(1, 0, {4, 0, 0, 2}).ok());
+    *pull = StartPull(0, 1, 1, {{0, 0}});
+  }
+
+  // Trainers 0 and 1 keep talking at `at`.
+  void HeartbeatTrainers01(absl::Time at) {
+    ASSERT_TRUE(store_->Heartbeat(0, kInc, at).ok());
+    ASSERT_TRUE(store_->Heartbeat(1, kInc, at).ok());
+  }
+
+  // Step 0 as PushStep0WithoutTrainer2, then sweeps until trainer 2 is
+  // dropped and the step applied.
+  void DropTrainer2() {
+    std::unique_ptr<PullResult> pull;
+    ASSERT_NO_FATAL_FAILURE(PushStep0WithoutTrainer2(&pull));
+    ASSERT_NO_FATAL_FAILURE(HeartbeatTrainers01(t0_ + absl::Seconds(50)));
+    store_->Sweep(t0_ + absl::Seconds(59));
+    store_->Sweep(t0_ + absl::Seconds(61));
+    ASSERT_TRUE(pull->done.HasBeenNotified());
+  }
+};
+
+TEST_F(StoreDropTest, SweepDropsSilentTrainerAndTheStepGoesOn) {
+  std::unique_ptr<PullResult> pull;
+  ASSERT_NO_FATAL_FAILURE(PushStep0WithoutTrainer2(&pull));
   EXPECT_FALSE(pull->done.HasBeenNotified());  // waits for trainer 2
   // Trainers 0 and 1 keep talking; trainer 2 says nothing after Register.
-  ASSERT_TRUE(store_->Heartbeat(0, kInc, t0_ + absl::Seconds(50)).ok());
-  ASSERT_TRUE(store_->Heartbeat(1, kInc, t0_ + absl::Seconds(50)).ok());
+  ASSERT_NO_FATAL_FAILURE(HeartbeatTrainers01(t0_ + absl::Seconds(50)));
 
   store_->Sweep(t0_ + absl::Seconds(59));  // not yet past the timeout
   EXPECT_EQ(store_->counters().dropped_trainers, 0);
@@ -135,8 +164,11 @@ TEST_F(StoreMembershipTest, SweepDropsSilentTrainerAndTheStepGoesOn) {
   EXPECT_EQ(W0(), (std::vector<float>{-2, 1, 2, 2}));
   EXPECT_EQ(W0Version(), 1);
   ExpectOtherBlocksUntouched();
+}
 
-  // The dropped trainer is told so, and changes nothing.
+// The dropped trainer is told so, and changes nothing.
+TEST_F(StoreDropTest, ADroppedTrainerIsToldSoAndChangesNothing) {
+  ASSERT_NO_FATAL_FAILURE(DropTrainer2());
   absl::Status s = PushW0(2, 1, {100, 100, 100, 100});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("dropped"), std::string::npos) << s;
@@ -145,7 +177,10 @@ TEST_F(StoreMembershipTest, SweepDropsSilentTrainerAndTheStepGoesOn) {
   EXPECT_NE(s.message().find("dropped"), std::string::npos) << s;
   EXPECT_EQ(W0(), (std::vector<float>{-2, 1, 2, 2}));
   EXPECT_EQ(W0Version(), 1);
+}
 
+TEST_F(StoreDropTest, AfterADropTheStepsNeedOnlyTheTrainersLeft) {
+  ASSERT_NO_FATAL_FAILURE(DropTrainer2());
   // The next step needs only the two that are left.
   ASSERT_TRUE(PushW0(0, 1, {1, 1, 1, 1}).ok());
   EXPECT_EQ(W0Version(), 1);
@@ -154,11 +189,19 @@ TEST_F(StoreMembershipTest, SweepDropsSilentTrainerAndTheStepGoesOn) {
   EXPECT_EQ(W0(), (std::vector<float>{-4, -1, 0, 0}));
 
   // A later sweep does not drop it again.
-  ASSERT_TRUE(store_->Heartbeat(0, kInc, t0_ + absl::Seconds(100)).ok());
-  ASSERT_TRUE(store_->Heartbeat(1, kInc, t0_ + absl::Seconds(100)).ok());
+  ASSERT_NO_FATAL_FAILURE(HeartbeatTrainers01(t0_ + absl::Seconds(100)));
   store_->Sweep(t0_ + absl::Seconds(120));
   EXPECT_EQ(store_->counters().dropped_trainers, 1);
   EXPECT_EQ(store_->LiveTrainers(), (std::vector<int>{0, 1}));
+}
+
+TEST_F(StoreDropTest, ARestartedTrainerRejoinsFromTheStepAfterTheNewest) {
+  ASSERT_NO_FATAL_FAILURE(DropTrainer2());
+  // Step 1 by the two that are left, and a later sweep.
+  ASSERT_TRUE(PushW0(0, 1, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(PushW0(1, 1, {3, 3, 3, 3}).ok());
+  ASSERT_NO_FATAL_FAILURE(HeartbeatTrainers01(t0_ + absl::Seconds(100)));
+  store_->Sweep(t0_ + absl::Seconds(120));
 
   // Restarted, it rejoins from the step after the newest one held.
   auto r = store_->Register(2, kInc + 1, t0_ + absl::Seconds(121));

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "pserver/store/sparse_table.h"
-#include "pserver/store/step_barrier.h"
+#include "pserver/store/step/step_barrier.h"
 
 namespace shardps {
 

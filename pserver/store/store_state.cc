@@ -1,8 +1,12 @@
 #include "pserver/store/store_state.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -192,6 +196,65 @@ absl::Status StoreState::Forward(const AppliedUpdates& applied, int trainer_id,
 
 void StoreState::ReleaseAll(const std::vector<WaiterPtr>& released) {
   for (const WaiterPtr& w : released) waiters.Release(w);
+}
+
+absl::StatusOr<std::vector<DenseTableBlock*>> StoreState::ResolveBlocks(
+    absl::Span<const BlockId> ids) {
+  if (!is_ready()) {
+    ++rejected;
+    return NotReadyError();
+  }
+  std::vector<DenseTableBlock*> units;
+  units.reserve(ids.size());
+  for (const BlockId& id : ids) {
+    absl::StatusOr<DenseTableBlock*> b =
+        tables->FindBlock(id.table_id, id.block);
+    if (!b.ok()) {
+      ++rejected;
+      return b.status();
+    }
+    units.push_back(*b);
+  }
+  return units;
+}
+
+absl::StatusOr<SparseShard*> StoreState::ResolveSparse(uint32_t table_id,
+                                                       int shard) {
+  absl::StatusOr<SparseShard*> s =
+      is_ready() ? tables->FindSparse(table_id, shard)
+                 : absl::StatusOr<SparseShard*>(NotReadyError());
+  if (!s.ok()) ++rejected;
+  return s;
+}
+
+std::string StoreState::DescribeWait(const PullWaiter& w) const {
+  // Which trainers have not pushed the step this pull waits for.
+  std::vector<int> missing;
+  int64_t lowest = INT64_MAX;
+  for (const PullTarget& t : w.targets) {
+    if (!sync) break;
+    absl::MutexLock l(&t.unit->mu);
+    if (t.unit->barrier.version() >= w.min_version) continue;
+    lowest = std::min(lowest, t.unit->barrier.version());
+    t.unit->barrier.AppendMissing(&missing);
+  }
+  std::sort(missing.begin(), missing.end());
+  std::string out;
+  if (lowest != INT64_MAX) {
+    out = absl::StrCat(
+        w.norms_step >= 0 ? "the LARS norms of step " : "version ",
+        w.norms_step >= 0 ? w.norms_step : w.min_version, " (a block is at ",
+        lowest,
+        missing.empty()
+            ? "; every live trainer has pushed: the step is being applied, "
+              "or, LARS, waits for its table norms)"
+            : absl::StrCat("; waiting for the pushes of step ", lowest,
+                           " from trainer(s) ", absl::StrJoin(missing, ","),
+                           ")"));
+  }
+  const std::string gate = staleness->DescribeWait(w);
+  if (!gate.empty()) absl::StrAppend(&out, out.empty() ? "" : "; ", gate);
+  return out;
 }
 
 StoreCounters StoreState::counters() const {

@@ -15,11 +15,11 @@
 #include "base/clock.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/job_tables.h"
-#include "pserver/store/membership.h"
 #include "pserver/store/memory_budget.h"
-#include "pserver/store/pull_waiters.h"
-#include "pserver/store/staleness_gate.h"
-#include "pserver/store/update_forwarder.h"
+#include "pserver/store/step/membership.h"
+#include "pserver/store/step/pull_waiters.h"
+#include "pserver/store/step/staleness_gate.h"
+#include "pserver/store/step/update_forwarder.h"
 
 namespace shardps {
 
@@ -122,6 +122,23 @@ struct StoreState {
   // are none.
   absl::Status Forward(const AppliedUpdates& applied, int trainer_id,
                        uint64_t request_id, int64_t step);
+  // A request's dense blocks, found once, in the order of `ids`: NOT_FOUND
+  // for one this pserver does not hold (FAILED_PRECONDITION before the job
+  // is ready). The request's handler sizes, decodes and places values by
+  // them and hands them on with its push (BlockData::unit) or pull
+  // (ParameterStore::Pull), which find nothing again.
+  // A failure counts as a refused request.
+  absl::StatusOr<std::vector<DenseTableBlock*>> ResolveBlocks(
+      absl::Span<const BlockId> ids);
+  // The shard of sparse table `table_id` that a request's rows name
+  // (`shard`: SparseGrads::shard), found once, as ResolveBlocks (its width:
+  // rows().dim()); INVALID_ARGUMENT for a dense table.
+  absl::StatusOr<SparseShard*> ResolveSparse(uint32_t table_id, int shard);
+
+  // What pull `w` waits for, for the log and its DEADLINE_EXCEEDED: the
+  // pushes missing from the step, the staleness gate's reason; empty when
+  // nothing is known.
+  std::string DescribeWait(const PullWaiter& w) const;
   // The counters, and membership's.
   StoreCounters counters() const;
   // Answers the released pulls (outside every lock).

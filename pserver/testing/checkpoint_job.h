@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "pserver/store/parameter_store.h"
 #include "pserver/store/table_snapshot.h"
+#include "pserver/testing/store_testing.h"
 
 namespace shardps {
 namespace testing {
@@ -109,7 +110,7 @@ inline absl::Status PushDense(ParameterStore* s, int trainer, int64_t step,
   std::vector<std::vector<float>> grads;
   std::vector<BlockData> d;
   for (const BlockId& id : only) {
-    const int64_t n = *s->BlockSize(id.table_id, id.block);
+    const int64_t n = (*s->state()->ResolveBlocks({id}))[0]->size();
     grads.push_back(Grad(trainer, step, n, id.table_id * 4 + id.block));
   }
   for (size_t i = 0; i < only.size(); ++i) {
@@ -158,8 +159,8 @@ inline std::unique_ptr<CheckpointPull> StartPull(
   if (!owned_keys->empty()) {
     sparse.push_back({kSparseTable, *owned_keys, p->rows.data()});
   }
-  s->Pull(
-      0, min_version, min_version, 0, blocks, sparse,
+  PullByIds(
+      s, 0, min_version, min_version, 0, blocks, sparse,
       [p](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
         p->values.emplace_back(v.begin(), v.end());
       },

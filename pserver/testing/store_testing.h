@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/parameter_store.h"
 
@@ -101,6 +103,26 @@ struct PullArgs {
   int dim = 0;
 };
 
+// ParameterStore::Pull of dense blocks named by id, as a handler makes it:
+// resolved first (StoreState::ResolveBlocks); a block not held, or a store
+// not ready, answers `done` at once, a bad trainer first, as the handler's
+// CheckPull does.
+inline void PullByIds(ParameterStore* store, int trainer_id,
+                      int64_t min_version, int64_t step, int64_t min_clock,
+                      absl::Span<const BlockId> ids,
+                      absl::Span<const SparsePull> sparse, PullSink sink,
+                      PullDone done, uint64_t generation = kAnyGeneration) {
+  absl::StatusOr<std::vector<DenseTableBlock*>> units =
+      store->state()->ResolveBlocks(ids);
+  if (!units.ok()) {
+    absl::Status st = store->state()->CheckReadyAndTrainer(trainer_id);
+    done(st.ok() ? units.status() : st, absl::ZeroDuration());
+    return;
+  }
+  store->Pull(trainer_id, min_version, step, min_clock, *units, sparse,
+              std::move(sink), std::move(done), generation);
+}
+
 // Starts a pull of `blocks` (and, with keys, sparse rows); the result fills
 // when the store answers.
 inline std::unique_ptr<PullResult> StartPull(ParameterStore* store,
@@ -113,8 +135,8 @@ inline std::unique_ptr<PullResult> StartPull(ParameterStore* store,
   auto keys = std::make_shared<std::vector<uint64_t>>(a.keys);
   std::vector<SparsePull> sparse;
   if (!keys->empty()) sparse.push_back({a.sparse_table, *keys, p->rows.data()});
-  store->Pull(
-      a.trainer, a.min_version, a.step, a.min_clock, blocks, sparse,
+  PullByIds(
+      store, a.trainer, a.min_version, a.step, a.min_clock, blocks, sparse,
       [p](uint32_t, uint32_t, int64_t, absl::Span<const float> v) {
         p->values.emplace_back(v.begin(), v.end());
       },

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -23,14 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/launch/flags.h"
-#include "common/launch/launch_env.h"
 #include "common/monitoring/monitoring.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
-#include "trainer/client/grpc_connections.h"
 #include "trainer/core/training_session.h"
 #include "trainer/flags/flags.h"
+#include "trainer/flags/grpc_launch.h"
 #include "trainer/model/model.h"
 #include "trainer/monitoring/trainer_monitoring.h"
 
@@ -77,15 +75,6 @@ std::vector<T*> Pointers(const std::vector<uintptr_t>& addresses) {
   return out;
 }
 
-uint64_t Incarnation() {
-  // 64 random bits: a restarted trainer is told apart from its previous
-  // process (0 means "none sent").
-  uint64_t x = (uint64_t{std::random_device{}()} << 32) ^
-               std::random_device{}() ^
-               static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
-  return x == 0 ? 1 : x;
-}
-
 // A session with its connections and monitoring, made from trainer flags.
 class NativeSession {
  public:
@@ -105,35 +94,21 @@ class NativeSession {
     for (std::string& a : argv_store) argv.push_back(a.data());
     int argc = static_cast<int>(argv.size());
     char** p = argv.data();
-    Check(ParseFlagsWithEnv(&argc, &p, ProcessEnv()));
-    if (argc > 1) {
-      Check(absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument '", p[1], "'")));
-    }
-    auto aliases = LaunchAliases(ProcessEnv(), LaunchRole::kTrainer);
-    Check(aliases.status());
-    Check(ApplyFlagAliases(*aliases));
-    options_ =
-        Value(TrainerOptionsFromFlags(ProcessEnv(), ModelSource::kCaller));
-    connection_ = Value(ConnectionOptionsFromFlags());
+    TrainerLaunch launch =
+        Value(ParseTrainerFlags(&argc, &p, ProcessEnv(), ModelSource::kCaller));
     auto m = MonitoringOptionsFromFlags("0.0.0.0");
     Check(m.status());
-    Check(m->UseTls(connection_.security.tls_cert_pem,
-                    connection_.security.tls_key_pem,
-                    connection_.security.tls_ca_pem));
-    options_.incarnation = Incarnation();
+    const TransportSecurity& tls = launch.connection.security;
+    Check(m->UseTls(tls.tls_cert_pem, tls.tls_key_pem, tls.tls_ca_pem));
     if (m->port >= 0) {
-      metrics_ = std::make_unique<TrainerMetrics>(connection_.job_id,
-                                                  options_.trainer_id);
+      metrics_ = std::make_unique<TrainerMetrics>(launch.connection.job_id,
+                                                  launch.options.trainer_id);
       monitoring_ = Value(MonitoringServer::Start(*m, {metrics_->registry()}));
-      options_.observer = metrics_.get();
+      launch.options.observer = metrics_.get();
     }
-    conn_ = ConnectPservers(connection_,
-                            {options_.replication, options_.failover_after,
-                             options_.pserver_lease});
-    options_.heartbeat_servers = conn_->heartbeat_servers;
-    options_.failover_servers = conn_->failover_servers;
-    options_.heartbeat_interval = connection_.heartbeat_interval;
+    conn_ = ConnectTrainer(&launch);
+    options_ = launch.options;
+    connection_ = launch.connection;
     session_ = std::make_unique<TrainingSession>(options_, conn_->servers);
   }
   ~NativeSession() {

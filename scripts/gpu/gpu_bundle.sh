@@ -65,7 +65,7 @@ say() { echo "gpu_bundle: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 PROGRAMS=(pserver/pserver trainer/trainer tools/step_timer tools/gen_ctr_data
-          kernels/cuda_backend_test trainer/model/model_cuda_test
+          kernels/cuda/cuda_backend_test trainer/model/model_cuda_test
           compression/cuda_threshold_encoder_test)
 # What the GPU machine provides: the driver, CUDA's runtime and libraries,
 # cuDNN (gpu_check.sh finds them, e.g. in PyTorch's nvidia/ packages).
@@ -200,7 +200,7 @@ cudnn_ver="$(awk '/define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{printf "%s%s", sep, $
   echo "shardps-gpu bundle"
   echo "commit: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(. /etc/os-release && echo "$PRETTY_NAME")"
-  echo "build type: $(grep -E '^CMAKE_BUILD_TYPE:' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2-); CUDA code for: $(grep -ohE 'code=\[[a-z_0-9,]+' "$BUILD_DIR/kernels/CMakeFiles/ps_cuda.dir/flags.make" 2>/dev/null | sed 's/code=\[//' | tr '\n' ',' | sed 's/,$//')"
+  echo "build type: $(grep -E '^CMAKE_BUILD_TYPE:' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2-); CUDA code for: $(grep -ohE 'code=\[[a-z_0-9,]+' "$BUILD_DIR/kernels/cuda/CMakeFiles/ps_cuda.dir/flags.make" 2>/dev/null | sed 's/code=\[//' | tr '\n' ',' | sed 's/,$//')"
   echo "nvcc: $("$(grep -E '^CMAKE_CUDA_COMPILER:' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2)" --version 2>/dev/null | grep -oE 'release [0-9.]+, V[0-9.]+' || echo '?')"
   echo "cuDNN headers: ${cudnn_ver:-?}"
   echo "programs: ${targets[*]}"

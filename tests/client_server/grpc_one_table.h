@@ -15,11 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "pserver/service/grpc_server.h"
+#include "pserver/server/grpc_server.h"
 #include "pserver/testing/store_testing.h"
-#include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
+#include "trainer/transport/grpc_ps_client.h"
 
 namespace shardps {
 namespace testing {

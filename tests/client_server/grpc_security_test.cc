@@ -10,14 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/job_id.h"
+#include "common/grpc/grpc_credentials.h"
 #include "common/testing/temp_dir.h"
-#include "common/transport/grpc_credentials.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/service/grpc_server.h"
-#include "trainer/client/grpc_ps_client.h"
+#include "pserver/server/grpc_server.h"
+#include "trainer/transport/grpc_ps_client.h"
 
 namespace shardps {
 namespace {
@@ -27,8 +27,8 @@ using ::testing::HasSubstr;
 // A CA with a pserver and a client certificate, in `dir`.
 void MakeCertificates(const std::string& dir) {
   const std::string cmd =
-      absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/cluster/make_certs.sh ", dir,
-                   " 127.0.0.1,localhost >/dev/null");
+      absl::StrCat("bash ", PS_SOURCE_DIR, "/scripts/cluster/make_certs.sh ",
+                   dir, " 127.0.0.1,localhost >/dev/null");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -1,7 +1,7 @@
 // Shared calls end to end: a pserver served over gRPC in this process, a
 // trainer's ParamClient over GrpcPsClient, pushes and pulls through the
-// region's slots (common/transport/shared_calls.h) rather than gRPC.
-#include "pserver/service/shared_call_binding.h"
+// region's slots (common/shared_memory/shared_calls.h) rather than gRPC.
+#include "pserver/server/shared_call_binding.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -17,11 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "pserver/service/grpc_server.h"
+#include "pserver/server/grpc_server.h"
 #include "tests/client_server/grpc_one_table.h"
-#include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
+#include "trainer/transport/grpc_ps_client.h"
 
 namespace shardps {
 namespace {

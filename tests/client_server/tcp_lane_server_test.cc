@@ -1,7 +1,7 @@
 // The TCP lane end to end: a pserver served over gRPC in this process with
 // its lane, a trainer's ParamClient whose dense values go over the lane
-// (trainer/client/tcp_lane_client.h), and hostile connections.
-#include "pserver/service/tcp_lane_server.h"
+// (trainer/transport/tcp_lane_client.h), and hostile connections.
+#include "pserver/server/tcp_lane_server.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,11 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "pserver/service/grpc_server.h"
+#include "pserver/server/grpc_server.h"
 #include "tests/client_server/grpc_one_table.h"
-#include "trainer/client/grpc_ps_client.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
+#include "trainer/transport/grpc_ps_client.h"
 
 namespace shardps {
 namespace {

@@ -13,7 +13,7 @@
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "trainer/client/fanout.h"
+#include "trainer/client/transfer.h"
 
 namespace shardps {
 

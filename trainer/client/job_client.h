@@ -13,7 +13,7 @@
 #include "common/transport/ps_client_interface.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/placement.h"
-#include "trainer/client/request_stamp.h"
+#include "trainer/transport/request_stamp.h"
 
 namespace shardps {
 
@@ -101,7 +101,7 @@ class JobClient {
   InitJobRequest InitRequest(
       size_t s, const JobSpec& job, const ChunkPlan& plan,
       std::vector<const std::vector<BlockPlacement>*>* chunks) const;
-  // fn(s, done) on every live pserver at once (fanout.h).
+  // fn(s, done) on every live pserver at once (transfer.h).
   absl::Status OnLiveServers(
       const std::function<void(size_t, StatusCallback)>& fn);
 

@@ -14,8 +14,8 @@
 #include "common/testing/temp_dir.h"
 #include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
-#include "pserver/service/call_table.h"
-#include "pserver/service/pserver.h"
+#include "pserver/server/call_table.h"
+#include "pserver/server/pserver.h"
 #include "pserver/testing/store_testing.h"
 
 namespace shardps {

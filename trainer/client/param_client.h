@@ -15,11 +15,11 @@
 #include "compression/pull_delta.h"
 #include "compression/threshold_push_encoder.h"
 #include "proto/ps_service.pb.h"
-#include "trainer/client/fanout.h"
 #include "trainer/client/placement.h"
-#include "trainer/client/request_stamp.h"
-#include "trainer/client/shared_memory_client.h"
-#include "trainer/client/tcp_lane_client.h"
+#include "trainer/client/transfer.h"
+#include "trainer/transport/request_stamp.h"
+#include "trainer/transport/shared_memory_client.h"
+#include "trainer/transport/tcp_lane_client.h"
 
 namespace shardps {
 
@@ -99,8 +99,8 @@ class ParamClient {
   // restarted) answers NOT_FOUND; the call is then sent again over TCP,
   // which that pserver keeps until the next UseSharedMemory.
   // With `calls`, pushes and pulls that go through a region are also sent
-  // through it (common/transport/shared_calls.h) rather than over gRPC, when
-  // the pserver serves them.
+  // through it (common/shared_memory/shared_calls.h) rather than over gRPC,
+  // when the pserver serves them.
   int UseSharedMemory(bool calls = true);
   // How many pservers use shared memory now.
   int shared_servers() const;

@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/transport/wire_limits.h"
 #include "gtest/gtest.h"
-#include "trainer/client/testing/fake_ps_client.h"
+#include "trainer/transport/testing/fake_ps_client.h"
 
 namespace shardps {
 namespace {

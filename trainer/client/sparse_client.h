@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/transport/ps_client_interface.h"
-#include "trainer/client/fanout.h"
-#include "trainer/client/request_stamp.h"
+#include "trainer/client/transfer.h"
+#include "trainer/transport/request_stamp.h"
 
 namespace shardps {
 

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
-#include "pserver/service/call_table.h"
-#include "pserver/service/pserver.h"
+#include "pserver/server/call_table.h"
+#include "pserver/server/pserver.h"
 #include "trainer/client/job_client.h"
 
 namespace shardps {

@@ -71,6 +71,60 @@ void SendNorms(int64_t step, std::vector<NormsPush*> to_send,
   }
 }
 
+// Each pserver's answer to its norms pull, and the pull's status.
+using PullAnswers =
+    std::map<PsClientInterface*, std::pair<PullResponse, absl::Status>>;
+
+// (table, block) -> squared norms (weights, gradient).
+using BlockNormParts =
+    std::map<std::pair<uint32_t, uint32_t>, std::pair<double, double>>;
+
+// Sends every pull of `pulls` at once and waits for all the answers.
+PullAnswers PullAll(const std::map<PsClientInterface*, PullRequest>& pulls) {
+  PullAnswers answers;
+  for (const auto& [server, req] : pulls) answers[server];
+  absl::BlockingCounter pulled(static_cast<int>(pulls.size()));
+  for (const auto& [server, req] : pulls) {
+    auto* answer = &answers[server];
+    server->PullAsync(req, &answer->first, [answer, &pulled](absl::Status st) {
+      answer->second = std::move(st);
+      pulled.DecrementCount();
+    });
+  }
+  pulled.Wait();
+  return answers;
+}
+
+// The block norms of the `answers` to `pulls`, by (table, block); the first
+// failed or short answer, in `servers` (--pservers) order, is the error.
+absl::StatusOr<BlockNormParts> GatherBlockNorms(
+    int64_t step, const std::vector<PsClientInterface*>& servers,
+    const std::map<PsClientInterface*, PullRequest>& pulls,
+    const PullAnswers& answers) {
+  // (table, block) -> squared norms; summed in that order.
+  BlockNormParts parts;
+  for (PsClientInterface* server : servers) {  // errors in --pservers order
+    if (answers.count(server) == 0) continue;
+    const auto& [resp, status] = answers.at(server);
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrCat("LARS norms of step ", step, " from ", server->address(),
+                       ": ", status.message()));
+    }
+    const int asked = pulls.at(server).blocks_size();
+    if (resp.norms_size() != asked) {
+      return absl::DataLossError(
+          absl::StrCat(server->address(), " answered ", resp.norms_size(),
+                       " block norms for ", asked, " blocks"));
+    }
+    for (const BlockNorms& n : resp.norms()) {
+      parts[{n.table_id(), n.block()}] = {n.weights(), n.gradient()};
+    }
+  }
+  return parts;
+}
+
 }  // namespace
 
 absl::Status TableNormExchange::Exchange(int64_t step,
@@ -103,40 +157,12 @@ absl::StatusOr<TableNormExchange::Sums> TableNormExchange::PullNorms(
     req.set_lars_norms(true);
     (*pulls)[servers_[s]] = std::move(req);
   }
-  std::map<PsClientInterface*, std::pair<PullResponse, absl::Status>> answers;
-  for (const auto& [server, req] : *pulls) answers[server];
-  absl::BlockingCounter pulled(static_cast<int>(pulls->size()));
-  for (auto& [server, req] : *pulls) {
-    auto* answer = &answers[server];
-    server->PullAsync(req, &answer->first, [answer, &pulled](absl::Status st) {
-      answer->second = std::move(st);
-      pulled.DecrementCount();
-    });
-  }
-  pulled.Wait();
-  // (table, block) -> squared norms; summed in that order.
-  std::map<std::pair<uint32_t, uint32_t>, std::pair<double, double>> parts;
-  for (PsClientInterface* server : servers_) {  // errors in --pservers order
-    if (answers.count(server) == 0) continue;
-    const auto& [resp, status] = answers.at(server);
-    if (!status.ok()) {
-      return absl::Status(
-          status.code(),
-          absl::StrCat("LARS norms of step ", step, " from ", server->address(),
-                       ": ", status.message()));
-    }
-    const int asked = pulls->at(server).blocks_size();
-    if (resp.norms_size() != asked) {
-      return absl::DataLossError(
-          absl::StrCat(server->address(), " answered ", resp.norms_size(),
-                       " block norms for ", asked, " blocks"));
-    }
-    for (const BlockNorms& n : resp.norms()) {
-      parts[{n.table_id(), n.block()}] = {n.weights(), n.gradient()};
-    }
-  }
+  const PullAnswers answers = PullAll(*pulls);
+  absl::StatusOr<BlockNormParts> parts =
+      GatherBlockNorms(step, servers_, *pulls, answers);
+  if (!parts.ok()) return parts.status();
   Sums sums;
-  for (const auto& [id, n] : parts) {
+  for (const auto& [id, n] : *parts) {
     sums[id.first].first += n.first;
     sums[id.first].second += n.second;
   }

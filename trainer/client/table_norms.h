@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/transport/ps_client_interface.h"
 #include "trainer/client/placement.h"
-#include "trainer/client/request_stamp.h"
+#include "trainer/transport/request_stamp.h"
 
 namespace shardps {
 

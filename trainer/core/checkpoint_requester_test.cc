@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/client/testing/fake_ps_client.h"
+#include "trainer/transport/testing/fake_ps_client.h"
 
 namespace shardps {
 namespace {

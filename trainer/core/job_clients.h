@@ -15,10 +15,10 @@
 #include "proto/ps_service.pb.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
-#include "trainer/client/replica_router.h"
-#include "trainer/client/request_stamp.h"
 #include "trainer/client/sparse_client.h"
 #include "trainer/core/options.h"
+#include "trainer/transport/replica_router.h"
+#include "trainer/transport/request_stamp.h"
 
 namespace shardps {
 

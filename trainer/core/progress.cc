@@ -168,6 +168,52 @@ std::string Percent(double share) {
   return absl::StrCat(static_cast<int>(std::lround(100 * share)), "%");
 }
 
+// What the encoding `p` uses could do to cut the bytes of remote pservers.
+void CompressionAdvice(const NetworkPicture& p, std::vector<std::string>* cut) {
+  switch (p.compression) {
+    case Compression::kNone:
+      cut->push_back(
+          "--compression=bf16 halves the bytes both ways (the canonical "
+          "MLP ended 0.6 points below float32 after one pass)");
+      cut->push_back(
+          "--compression=threshold sends over 200 times fewer bytes both "
+          "ways (1.3 points below after one pass)");
+      break;
+    case Compression::kFp16:
+    case Compression::kBf16:
+      cut->push_back(
+          "--compression=threshold sends over 100 times fewer bytes than "
+          "16-bit values, both ways");
+      break;
+    case Compression::kThreshold:
+      cut->push_back(
+          !p.compressed_pulls
+              ? "--compressed_pulls (the default) shrinks the pulls as much as "
+                "the pushes"
+              : "the transfers are already compressed both ways, so the time "
+                "is round trips and the pservers' work: more pservers, or "
+                "pservers on less busy hosts");
+      break;
+  }
+}
+
+// What the layout (lanes, pservers beside the trainers) could cut.
+void LayoutAdvice(const NetworkPicture& p, std::vector<std::string>* cut) {
+  if (p.shared_servers + p.lane_servers < p.servers &&
+      p.compression != Compression::kThreshold) {
+    cut->push_back(
+        "the TCP lane (trainer and pserver --tcp_lane, the default; not "
+        "with TLS or replication) moves dense values without gRPC's "
+        "copies: 2 to 3 times its throughput (docs/wire_protocol.md)");
+  }
+  if (p.shared_servers == 0) {
+    cut->push_back(
+        "a pserver beside each trainer (docs/deploy.md) halves what each "
+        "host's link carries and moves the local share through shared "
+        "memory");
+  }
+}
+
 }  // namespace
 
 std::string NetworkAdvice(const NetworkPicture& p) {
@@ -180,54 +226,14 @@ std::string NetworkAdvice(const NetworkPicture& p) {
   if (net < kNetworkShareWorthCutting) {
     return absl::StrCat(line, ": nothing to cut");
   }
-  const int remote = p.servers - p.shared_servers;
   std::vector<std::string> cut;
-  if (remote == 0) {
+  if (p.servers == p.shared_servers) {
     cut.push_back(
         "every pserver is on this host, so the time is theirs (applying the "
         "updates): more pservers share it");
   } else {
-    switch (p.compression) {
-      case Compression::kNone:
-        cut.push_back(
-            "--compression=bf16 halves the bytes both ways (the canonical "
-            "MLP ended 0.6 points below float32 after one pass)");
-        cut.push_back(
-            "--compression=threshold sends over 200 times fewer bytes both "
-            "ways (1.3 points below after one pass)");
-        break;
-      case Compression::kFp16:
-      case Compression::kBf16:
-        cut.push_back(
-            "--compression=threshold sends over 100 times fewer bytes than "
-            "16-bit values, both ways");
-        break;
-      case Compression::kThreshold:
-        if (!p.compressed_pulls) {
-          cut.push_back(
-              "--compressed_pulls (the default) shrinks the pulls as much as "
-              "the pushes");
-        } else {
-          cut.push_back(
-              "the transfers are already compressed both ways, so the time "
-              "is round trips and the pservers' work: more pservers, or "
-              "pservers on less busy hosts");
-        }
-        break;
-    }
-    if (p.shared_servers + p.lane_servers < p.servers &&
-        p.compression != Compression::kThreshold) {
-      cut.push_back(
-          "the TCP lane (trainer and pserver --tcp_lane, the default; not "
-          "with TLS or replication) moves dense values without gRPC's "
-          "copies: 2 to 3 times its throughput (docs/wire_protocol.md)");
-    }
-    if (p.shared_servers == 0) {
-      cut.push_back(
-          "a pserver beside each trainer (docs/deploy.md) halves what each "
-          "host's link carries and moves the local share through shared "
-          "memory");
-    }
+    CompressionAdvice(p, &cut);
+    LayoutAdvice(p, &cut);
   }
   return absl::StrCat(line, "; to cut it: ", absl::StrJoin(cut, "; or "),
                       " (docs/performance.md, \"Which layout and "

@@ -10,6 +10,44 @@
 
 namespace shardps {
 
+namespace {
+
+// The checkpoint steps every pserver holds.
+std::vector<int64_t> CommonCheckpoints(
+    const std::vector<GetStatusResponse>& statuses) {
+  std::vector<int64_t> common(statuses[0].checkpoint_steps().begin(),
+                              statuses[0].checkpoint_steps().end());
+  for (const GetStatusResponse& r : statuses) {
+    const auto& steps = r.checkpoint_steps();
+    std::vector<int64_t> keep;
+    for (int64_t c : common) {
+      if (std::find(steps.begin(), steps.end(), c) != steps.end()) {
+        keep.push_back(c);
+      }
+    }
+    common = std::move(keep);
+  }
+  return common;
+}
+
+// Where each pserver stands, for the messages: its timeline, versions and
+// checkpoints.
+std::string DescribeTimelines(const std::vector<GetStatusResponse>& statuses,
+                              const std::vector<std::string>& addresses) {
+  std::vector<std::string> held;
+  for (size_t s = 0; s < statuses.size(); ++s) {
+    const GetStatusResponse& r = statuses[s];
+    held.push_back(absl::StrCat(
+        s < addresses.size() ? addresses[s] : absl::StrCat("pserver ", s),
+        " generation ", r.generation(), " from step ", r.base_step(),
+        " at versions ", r.min_version(), "-", r.max_version(),
+        ", checkpoints [", absl::StrJoin(r.checkpoint_steps(), ","), "]"));
+  }
+  return absl::StrJoin(held, "; ");
+}
+
+}  // namespace
+
 absl::StatusOr<RecoveryPlan> PlanRecovery(
     const std::vector<GetStatusResponse>& statuses,
     const std::vector<std::string>& addresses) {
@@ -33,26 +71,8 @@ absl::StatusOr<RecoveryPlan> PlanRecovery(
   }
   // The pservers disagree (one restarted from its checkpoint): every one
   // rolls back to the newest checkpoint they all hold.
-  std::vector<int64_t> common(statuses[0].checkpoint_steps().begin(),
-                              statuses[0].checkpoint_steps().end());
-  std::vector<std::string> held;
-  for (size_t s = 0; s < statuses.size(); ++s) {
-    const GetStatusResponse& r = statuses[s];
-    const auto& steps = r.checkpoint_steps();
-    held.push_back(absl::StrCat(
-        s < addresses.size() ? addresses[s] : absl::StrCat("pserver ", s),
-        " generation ", r.generation(), " from step ", r.base_step(),
-        " at versions ", r.min_version(), "-", r.max_version(),
-        ", checkpoints [", absl::StrJoin(steps, ","), "]"));
-    std::vector<int64_t> keep;
-    for (int64_t c : common) {
-      if (std::find(steps.begin(), steps.end(), c) != steps.end()) {
-        keep.push_back(c);
-      }
-    }
-    common = std::move(keep);
-  }
-  plan.where = absl::StrJoin(held, "; ");
+  const std::vector<int64_t> common = CommonCheckpoints(statuses);
+  plan.where = DescribeTimelines(statuses, addresses);
   if (common.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot recover: the pservers are on different timelines and hold no "

@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 #include "proto/ps_service.pb.h"
 #include "trainer/client/job_client.h"
-#include "trainer/client/request_stamp.h"
+#include "trainer/transport/request_stamp.h"
 
 namespace shardps {
 

@@ -9,9 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "trainer/client/fanout.h"
 #include "trainer/client/param_client.h"
 #include "trainer/client/sparse_client.h"
+#include "trainer/client/transfer.h"
 #include "trainer/core/checkpoint_requester.h"
 #include "trainer/core/update_sharing.h"
 

@@ -16,8 +16,6 @@
 #include "trainer/client/heartbeat.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/param_client.h"
-#include "trainer/client/replica_router.h"
-#include "trainer/client/request_stamp.h"
 #include "trainer/client/sparse_client.h"
 #include "trainer/core/checkpoint_requester.h"
 #include "trainer/core/job_description.h"
@@ -26,6 +24,8 @@
 #include "trainer/core/progress.h"
 #include "trainer/core/step_exchange.h"
 #include "trainer/core/update_sharing.h"
+#include "trainer/transport/replica_router.h"
+#include "trainer/transport/request_stamp.h"
 
 namespace shardps {
 

@@ -11,8 +11,8 @@
 
 #include "common/transport/in_process_ps_client.h"
 #include "gtest/gtest.h"
-#include "pserver/service/call_table.h"
-#include "pserver/service/pserver.h"
+#include "pserver/server/call_table.h"
+#include "pserver/server/pserver.h"
 
 namespace shardps {
 namespace {

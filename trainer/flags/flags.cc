@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "base/job_id.h"
 #include "base/status_macros.h"
 #include "common/launch/address.h"
@@ -16,7 +18,7 @@
 #include "gflags/gflags.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "trainer/flags/config_override.h"
 
 DEFINE_string(pservers, "",
@@ -236,8 +238,8 @@ absl::Status IdentityFromFlags(const GetEnvFn& env, TrainerOptions* o) {
   return absl::OkStatus();
 }
 
-// The model, its data and the shape of the run.
-absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
+// The model and its data.
+absl::Status ModelFromFlags(ModelSource model, TrainerOptions* o) {
   if (model == ModelSource::kConfig) {
     ASSIGN_OR_RETURN(o->config, ReadModelConfig(FLAGS_config));
     RETURN_IF_ERROR(ApplyConfigSet(FLAGS_config_set, &o->config));
@@ -251,6 +253,11 @@ absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
   if (!FLAGS_test_data.empty()) data->set_test_images(FLAGS_test_data);
   if (!FLAGS_train_labels.empty()) data->set_train_labels(FLAGS_train_labels);
   if (!FLAGS_test_labels.empty()) data->set_test_labels(FLAGS_test_labels);
+  return absl::OkStatus();
+}
+
+// Sync or async, and when the transfers go.
+absl::Status ModeFromFlags(TrainerOptions* o) {
   if (FLAGS_mode == "sync") {
     o->mode = SYNC;
   } else if (FLAGS_mode == "async") {
@@ -265,10 +272,6 @@ absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
   o->max_staleness = FLAGS_max_staleness;
   o->overlap = FLAGS_overlap;
   o->layer_pipeline = FLAGS_layer_pipeline;
-  if (FLAGS_wait_for_trainers_s < 0) {
-    return Bad("--wait_for_trainers_s must be >= 0");
-  }
-  o->wait_for_trainers = absl::Seconds(FLAGS_wait_for_trainers_s);
   if (FLAGS_async_prefetch && o->mode != ASYNC) {
     return Bad("--async_prefetch applies to --mode=async only");
   }
@@ -282,6 +285,13 @@ absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
         "(--async_prefetch already pulls ahead)");
   }
   o->async_overlap = FLAGS_async_overlap;
+  return absl::OkStatus();
+}
+
+// The shape of the run, its files and what it tells.
+absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
+  RETURN_IF_ERROR(ModelFromFlags(model, o));
+  RETURN_IF_ERROR(ModeFromFlags(o));
   o->num_passes = FLAGS_num_passes > 0         ? FLAGS_num_passes
                   : o->config.num_passes() > 0 ? o->config.num_passes()
                                                : 1;
@@ -292,6 +302,10 @@ absl::Status RunFromFlags(ModelSource model, TrainerOptions* o) {
   o->batch_size = FLAGS_batch_size > 0         ? FLAGS_batch_size
                   : o->config.batch_size() > 0 ? o->config.batch_size()
                                                : 64;
+  if (FLAGS_wait_for_trainers_s < 0) {
+    return Bad("--wait_for_trainers_s must be >= 0");
+  }
+  o->wait_for_trainers = absl::Seconds(FLAGS_wait_for_trainers_s);
   o->shuffle = FLAGS_shuffle;
   o->shuffle_seed = FLAGS_seed;
   o->metrics_file = FLAGS_metrics_file;
@@ -517,6 +531,31 @@ std::vector<FlagGroup> TrainerFlagGroups() {
        {"metrics_file", "log_every_steps", "progress", "health_port",
         "health_port_file"}},
   };
+}
+
+absl::StatusOr<TrainerLaunch> ParseTrainerFlags(int* argc, char*** argv,
+                                                const GetEnvFn& env,
+                                                ModelSource model) {
+  RETURN_IF_ERROR(ParseFlagsWithEnv(argc, argv, env));
+  if (*argc > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", (*argv)[1], "'"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<FlagAlias> aliases,
+                   LaunchAliases(env, LaunchRole::kTrainer));
+  RETURN_IF_ERROR(ApplyFlagAliases(aliases));
+  TrainerLaunch launch;
+  ASSIGN_OR_RETURN(launch.options, TrainerOptionsFromFlags(env, model));
+  ASSIGN_OR_RETURN(launch.connection, ConnectionOptionsFromFlags());
+  launch.options.incarnation = NewIncarnation();
+  return launch;
+}
+
+uint64_t NewIncarnation() {
+  const uint64_t x = (uint64_t{std::random_device{}()} << 32) ^
+                     std::random_device{}() ^
+                     static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return x == 0 ? 1 : x;  // 0 means "none sent"
 }
 
 }  // namespace shardps

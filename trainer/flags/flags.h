@@ -9,8 +9,8 @@
 #include "common/launch/flag_help.h"
 #include "common/launch/flags.h"
 #include "common/transport/transport_security.h"
-#include "trainer/client/connection_options.h"
 #include "trainer/core/options.h"
+#include "trainer/transport/connection_options.h"
 
 namespace shardps {
 
@@ -33,6 +33,24 @@ absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
 // The trainer's own flags as --help groups, in the order --help shows
 // them (main.cc adds the security and monitoring groups).
 std::vector<FlagGroup> TrainerFlagGroups();
+
+// Both front ends' start (trainer/main.cc, python/native): the flags of
+// `argv` and the environment parsed (ParseFlagsWithEnv; then TF_CONFIG's
+// and PADDLE_INIT_*'s aliases, the lowest-precedence defaults), the
+// options and the connection read from them, and a new incarnation.
+// INVALID_ARGUMENT, one line naming the flag, for a bad value or an
+// argument that is no flag.
+struct TrainerLaunch {
+  TrainerOptions options;
+  ConnectionOptions connection;
+};
+absl::StatusOr<TrainerLaunch> ParseTrainerFlags(int* argc, char*** argv,
+                                                const GetEnvFn& env,
+                                                ModelSource model);
+
+// 64 random bits, never 0: a restarted trainer is told apart from its
+// previous process (TrainerOptions::incarnation).
+uint64_t NewIncarnation();
 
 // The model config of --config (protobuf text format).
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);

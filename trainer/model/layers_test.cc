@@ -504,6 +504,9 @@ TEST(ImageModelTest, CreateErrorsNameTheLayer) {
     EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(model.status().message(), HasSubstr(c.want)) << c.layers;
   }
+}
+
+TEST(ImageModelTest, CreateErrorsOnTheInputShape) {
   // No square image without input_shape; an input_shape of the wrong size.
   auto not_square =
       Model::Create(Parse("layers { type: MAX_POOL pool_size: 2 } "
@@ -518,6 +521,9 @@ TEST(ImageModelTest, CreateErrorsNameTheLayer) {
   EXPECT_THAT(wrong.status().message(),
               HasSubstr("input_shape 2x3x3 must be positive and multiply to "
                         "the input width 30"));
+}
+
+TEST(ImageModelTest, CreateErrorsOnALayerAfterTheOutput) {
   // Nothing but elementwise layers after the last FC layer.
   auto after =
       Model::Create(Parse("layers { type: FULLY_CONNECTED output_dim: 4 } "

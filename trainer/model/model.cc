@@ -163,6 +163,41 @@ absl::Status CheckOutput(const ModelConfig& cfg,
   return absl::OkStatus();
 }
 
+// Names layer `i` when it has none (its kind's prefix and `i`: "fc0"),
+// then checks that the name is not in `names` (and adds it) and that the
+// type is known; the layer's kind.
+absl::StatusOr<const LayerKind*> NameLayer(
+    int i, LayerConfig* layer, absl::flat_hash_set<std::string>* names) {
+  const LayerKind* kind = FindLayerKind(layer->type());
+  if (layer->name().empty()) {
+    layer->set_name(absl::StrCat(kind != nullptr ? kind->prefix : "layer", i));
+  }
+  if (!names->insert(layer->name()).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer->name(), ": duplicate layer name"));
+  }
+  if (kind == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer->name(), ": unknown layer type ",
+                     static_cast<int>(layer->type())));
+  }
+  return kind;
+}
+
+// The indices of each layer's tables: layer i has the tables from
+// first_table[i] to first_table[i + 1] (the last entry ends the last layer).
+std::vector<std::vector<int>> TablesByLayer(
+    const std::vector<size_t>& first_table) {
+  std::vector<std::vector<int>> layer_tables;
+  for (size_t i = 0; i + 1 < first_table.size(); ++i) {
+    layer_tables.emplace_back();
+    for (size_t t = first_table[i]; t < first_table[i + 1]; ++t) {
+      layer_tables.back().push_back(static_cast<int>(t));
+    }
+  }
+  return layer_tables;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
@@ -188,20 +223,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   std::vector<size_t> first_table;
   for (int i = 0; i < cfg.layers_size(); ++i) {
     LayerConfig* layer = cfg.mutable_layers(i);
-    const LayerKind* kind = FindLayerKind(layer->type());
-    if (layer->name().empty()) {
-      layer->set_name(
-          absl::StrCat(kind != nullptr ? kind->prefix : "layer", i));
-    }
-    if (!names.insert(layer->name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", layer->name(), ": duplicate layer name"));
-    }
-    if (kind == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", layer->name(), ": unknown layer type ",
-                       static_cast<int>(layer->type())));
-    }
+    ASSIGN_OR_RETURN(const LayerKind* kind, NameLayer(i, layer, &names));
     in_shapes.push_back(shape);
     first_table.push_back(model->tables_.size());
     ASSIGN_OR_RETURN(LayerPlan plan, kind->plan(*layer, shape));
@@ -216,12 +238,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   dim = shape.size();
   RETURN_IF_ERROR(CheckOutput(cfg, in_shapes, last_fc, dim, num_classes));
   first_table.push_back(model->tables_.size());
-  for (int i = 0; i < cfg.layers_size(); ++i) {
-    model->layer_tables_.emplace_back();
-    for (size_t t = first_table[i]; t < first_table[i + 1]; ++t) {
-      model->layer_tables_.back().push_back(static_cast<int>(t));
-    }
-  }
+  model->layer_tables_ = TablesByLayer(first_table);
   RETURN_IF_ERROR(model->BindBuffers());
   Backend* be = model->backend_.get();
   // Pass 2: the layers, pointing at the now stable parameter buffers.
