@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/model_export/initial_row.h"
 #include "common/placement/shard_map.h"
@@ -351,6 +352,27 @@ namespace {
 // at a group boundary is detected.
 constexpr uint32_t kSparseMagic = 0x53505432;
 
+// Reads the header SaveHeader writes from `r` and returns its group count:
+// DATA_LOSS when it is malformed or its rows are not of `dim` values and
+// `row_floats` floats of state.
+absl::StatusOr<uint64_t> ReadSparseHeader(BlobReader& r, int32_t dim,
+                                          int32_t row_floats) {
+  uint32_t magic = 0;
+  int32_t their_dim = 0, their_row_floats = 0;
+  uint64_t groups = 0;
+  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&their_dim) ||
+      !r.Get(&their_row_floats) || !r.Get(&groups)) {
+    return absl::DataLossError("sparse table checkpoint: bad header");
+  }
+  if (their_dim != dim || their_row_floats != row_floats) {
+    return absl::DataLossError(absl::StrCat(
+        "sparse table checkpoint: rows of dim ", their_dim, " with ",
+        their_row_floats, " floats of state; this table has dim ", dim, " and ",
+        row_floats));
+  }
+  return groups;
+}
+
 }  // namespace
 
 void SparseTable::ClearAccumulators(Stripe& s) {
@@ -375,6 +397,13 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.free_slots.clear();
   s.sightings.clear();
   s.changed.clear();
+}
+
+void SparseTable::ClearStripes() {
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    ClearStripe(s);
+  }
 }
 
 std::string SparseTable::SaveHeader(int copies) const {
@@ -443,37 +472,38 @@ void SparseTable::SaveRemaining() {
   }
 }
 
+absl::Status SparseTable::RestoreRow(uint64_t key, RowMeta meta,
+                                     absl::Span<const float> row) {
+  Stripe& s = StripeOf(key);
+  absl::MutexLock l(&s.mu);
+  if (s.index.contains(key)) return absl::DataLossError("a key appears twice");
+  const uint32_t slot = NewRow(s, key);
+  if (slot == kNoRow) {
+    return absl::ResourceExhaustedError(
+        "its rows need more than --max_memory_mb allows");
+  }
+  --s.created;  // restored, not created
+  std::memcpy(RowPtr(s, slot), row.data(), sizeof(float) * row.size());
+  meta.key = key;
+  s.meta[slot] = meta;
+  return absl::OkStatus();
+}
+
 absl::Status SparseTable::Deserialize(absl::string_view data,
                                       const KeyFilter& keep) {
-  for (Stripe& s : stripes_) {
-    absl::MutexLock l(&s.mu);
-    ClearStripe(s);
-  }
+  ClearStripes();
   BlobReader r(data);
-  uint32_t magic = 0;
-  int32_t dim = 0, row_floats = 0;
-  uint64_t groups = 0;
-  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
-      !r.Get(&row_floats) || !r.Get(&groups)) {
-    return absl::DataLossError("sparse table checkpoint: bad header");
-  }
-  if (dim != dim_ || row_floats != row_floats_) {
-    return absl::DataLossError(absl::StrCat(
-        "sparse table checkpoint: rows of dim ", dim, " with ", row_floats,
-        " floats of state; this table has dim ", dim_, " and ", row_floats_));
-  }
+  absl::StatusOr<uint64_t> groups = ReadSparseHeader(r, dim_, row_floats_);
+  if (!groups.ok()) return groups.status();
   std::vector<float> row(row_floats_);
   auto fail = [this](absl::string_view what,
                      absl::StatusCode code = absl::StatusCode::kDataLoss) {
-    for (Stripe& s : stripes_) {
-      absl::MutexLock l(&s.mu);
-      ClearStripe(s);
-    }
+    ClearStripes();
     return absl::Status(code, absl::StrCat("sparse table checkpoint: ", what));
   };
   // The stripe count may differ from the writer's: each row goes to the
   // stripe of its key here.
-  for (uint64_t g = 0; g < groups; ++g) {
+  for (uint64_t g = 0; g < *groups; ++g) {
     uint64_t rows = 0;
     if (!r.Get(&rows)) return fail("truncated row count");
     for (uint64_t i = 0; i < rows; ++i) {
@@ -484,18 +514,10 @@ absl::Status SparseTable::Deserialize(absl::string_view data,
         return fail("truncated row");
       }
       if (keep && !keep(key)) continue;
-      Stripe& s = StripeOf(key);
-      absl::MutexLock l(&s.mu);
-      if (s.index.contains(key)) return fail("a key appears twice");
-      const uint32_t slot = NewRow(s, key);
-      if (slot == kNoRow) {
-        return fail("its rows need more than --max_memory_mb allows",
-                    absl::StatusCode::kResourceExhausted);
+      // Cleared outside the stripe's lock: ClearStripes takes it again.
+      if (absl::Status st = RestoreRow(key, m, row); !st.ok()) {
+        return fail(st.message(), st.code());
       }
-      --s.created;  // restored, not created
-      std::memcpy(RowPtr(s, slot), row.data(), sizeof(float) * row.size());
-      m.key = key;
-      s.meta[slot] = m;
     }
     uint64_t sightings = 0;
     if (!r.Get(&sightings)) return fail("truncated sightings count");

@@ -18,7 +18,7 @@
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/memory_budget.h"
-#include "pserver/store/step_barrier.h"
+#include "pserver/store/step/step_barrier.h"
 
 namespace shardps {
 
@@ -199,6 +199,14 @@ class SparseTable {
   void SaveIfPending(Stripe& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Empties `s`, giving its memory back to the budget.
   void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Empties every stripe, each under its lock.
+  void ClearStripes();
+  // Deserialize: row `key` of a checkpoint, with `meta`, into its stripe
+  // (restored, not counted as created). DATA_LOSS for a key already there,
+  // RESOURCE_EXHAUSTED past the budget; the stripe's lock is released on
+  // return, so that the caller can clear the table.
+  absl::Status RestoreRow(uint64_t key, RowMeta meta,
+                          absl::Span<const float> row);
   // The sync accumulators of `s`, emptied.
   void ClearAccumulators(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The row's floats: value, then each optimizer slot.

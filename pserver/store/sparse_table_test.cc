@@ -391,6 +391,35 @@ TEST(SparseTableCheckpointTest, OtherDimOrStateWidthIsDataLossAndEmpty) {
   EXPECT_EQ(other_state.counters().rows, 0);
 }
 
+// A key twice in one blob (a crafted checkpoint: the same group twice) is
+// DATA_LOSS, at once: the table is left empty, its locks free, and it
+// takes a good blob next.
+TEST(SparseTableCheckpointTest, AKeyTwiceIsDataLoss) {
+  auto opt = MakeOptimizer(OptimizerConfig::MOMENTUM, 0.1f);
+  const SparseTableOptions options = SparseOptions(2, /*admit_after=*/2);
+  SparseTable a(options, opt.get());
+  ApplyKeys(&a, 0, {1});
+  ApplyKeys(&a, 1, {1});
+  ASSERT_EQ(a.counters().rows, 1);
+  std::string blob;
+  a.Serialize(&blob);
+  // The header: magic, dim and state width (4 bytes each), group count.
+  constexpr size_t kGroupsAt = 12, kHeader = 20;
+  uint64_t groups = 0;
+  std::memcpy(&groups, blob.data() + kGroupsAt, sizeof(groups));
+  std::string twice = blob + blob.substr(kHeader);
+  groups *= 2;
+  std::memcpy(twice.data() + kGroupsAt, &groups, sizeof(groups));
+
+  SparseTable t(options, opt.get());
+  absl::Status st = t.Deserialize(twice);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("a key appears twice"), std::string::npos) << st;
+  EXPECT_EQ(t.counters().rows, 0);
+  ASSERT_TRUE(t.Deserialize(blob).ok());
+  EXPECT_EQ(ReadAll(t, {1}), ReadAll(a, {1}));
+}
+
 TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
   auto opt = MakeOptimizer(OptimizerConfig::MOMENTUM, 0.1f);
   const SparseTableOptions options = SparseOptions(2, /*admit_after=*/2);
@@ -433,63 +462,87 @@ TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
 // with admission and eviction; every applied update goes to a backup table,
 // which must then hold the same rows to the last bit, and have admitted,
 // dropped and evicted the same keys.
-TEST(SparseShardTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
-  Membership m(2, true);
-  auto adagrad = MakeOptimizer(OptimizerConfig::ADAGRAD, 0.1f);
-  TableSpec spec;
-  spec.set_name("e");
-  spec.set_kind(TableSpec::SPARSE);
-  *spec.mutable_sparse() = Options(4);
-  spec.mutable_sparse()->set_admit_after(2);
-  spec.mutable_sparse()->set_evict_after_steps(6);
-  SparseShard primary(3, spec, adagrad.get(), &m, 0);
-  SparseShard backup(3, spec, adagrad.get(), &m, 0);
-  std::vector<AppliedUpdate> sent;
-  std::vector<WaiterPtr> ready;
-  absl::MutexLock lp(&primary.mu);
-  absl::MutexLock lb(&backup.mu);
-  primary.set_replicated();
-  std::mt19937 rng(3);
-  std::normal_distribution<float> noise;
+class SparseShardReplicationTest : public testing::Test {
+ protected:
+  // Sparse table "e" of rows of 4, admitted at a key's second sighting and
+  // evicted after 6 steps without an update.
+  static TableSpec Spec() {
+    TableSpec spec;
+    spec.set_name("e");
+    spec.set_kind(TableSpec::SPARSE);
+    *spec.mutable_sparse() = Options(4);
+    spec.mutable_sparse()->set_admit_after(2);
+    spec.mutable_sparse()->set_evict_after_steps(6);
+    return spec;
+  }
+
   // Distinct keys of a skewed vocabulary of 60, with gradients.
-  auto draw = [&](std::vector<uint64_t>* keys, std::vector<float>* grads) {
+  void Draw(std::vector<uint64_t>* keys, std::vector<float>* grads) {
     keys->clear();
     for (int i = 0; i < 12; ++i) {
-      const uint64_t k = std::min<uint64_t>(rng() % 60, rng() % 60);
+      const uint64_t k = std::min<uint64_t>(rng_() % 60, rng_() % 60);
       if (std::find(keys->begin(), keys->end(), k) == keys->end()) {
         keys->push_back(k);
       }
     }
     grads->resize(keys->size() * 4);
-    for (float& g : *grads) g = noise(rng);
-  };
-  std::vector<uint64_t> k0, k1;
-  std::vector<float> g0, g1;
-  for (int step = 0; step < 25; ++step) {
-    draw(&k0, &g0);
-    draw(&k1, &g1);
-    primary.Accumulate(PushPayload{g0, k0, 1}, true);
-    primary.Accumulate(PushPayload{g1, k1, 1}, false);
-    primary.barrier.Receive(0, 1);
-    primary.barrier.Receive(1, 1);
-    PushPayload last{g1, k1, 1};
-    // A replicated shard returns each update (value() throws if not).
-    sent.push_back(primary.ApplyStep(&last, &ready).value());
+    for (float& g : *grads) g = noise_(rng_);
   }
-  for (int push = 0; push < 20; ++push) {
-    draw(&k0, &g0);
-    PushPayload p{g0, k0, 1};
-    p.job_step = 25 + push / 2;
-    sent.push_back(primary.ApplyNow(25 + push, p).value());
+
+  // Makes the primary replicated and runs 25 sync steps of two trainers,
+  // then 20 async pushes, keeping each update it applies in sent_.
+  void RunPrimary() ABSL_EXCLUSIVE_LOCKS_REQUIRED(primary_.mu) {
+    primary_.set_replicated();
+    std::vector<uint64_t> k0, k1;
+    std::vector<float> g0, g1;
+    for (int step = 0; step < 25; ++step) {
+      Draw(&k0, &g0);
+      Draw(&k1, &g1);
+      primary_.Accumulate(PushPayload{g0, k0, 1}, true);
+      primary_.Accumulate(PushPayload{g1, k1, 1}, false);
+      primary_.barrier.Receive(0, 1);
+      primary_.barrier.Receive(1, 1);
+      PushPayload last{g1, k1, 1};
+      // A replicated shard returns each update (value() throws if not).
+      sent_.push_back(primary_.ApplyStep(&last, &ready_).value());
+    }
+    for (int push = 0; push < 20; ++push) {
+      Draw(&k0, &g0);
+      PushPayload p{g0, k0, 1};
+      p.job_step = 25 + push / 2;
+      sent_.push_back(primary_.ApplyNow(25 + push, p).value());
+    }
   }
-  ASSERT_EQ(sent.size(), 45u);
-  for (const AppliedUpdate& u : sent) {
-    absl::Status s = backup.ApplyReplicated(u, &ready);
-    ASSERT_TRUE(s.ok()) << s;
+
+  // Applies every update of sent_ to the backup, in order.
+  void ReplicateAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(backup_.mu) {
+    ASSERT_EQ(sent_.size(), 45u);
+    for (const AppliedUpdate& u : sent_) {
+      absl::Status s = backup_.ApplyReplicated(u, &ready_);
+      ASSERT_TRUE(s.ok()) << s;
+    }
   }
-  EXPECT_EQ(backup.barrier.version(), primary.barrier.version());
-  const SparseCounters a = primary.rows().counters();
-  const SparseCounters b = backup.rows().counters();
+
+  Membership m_{2, true};
+  std::unique_ptr<Optimizer> adagrad_ =
+      MakeOptimizer(OptimizerConfig::ADAGRAD, 0.1f);
+  const TableSpec spec_ = Spec();
+  SparseShard primary_{3, spec_, adagrad_.get(), &m_, 0};
+  SparseShard backup_{3, spec_, adagrad_.get(), &m_, 0};
+  std::vector<AppliedUpdate> sent_;
+  std::vector<WaiterPtr> ready_;
+  std::mt19937 rng_{3};
+  std::normal_distribution<float> noise_;
+};
+
+TEST_F(SparseShardReplicationTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
+  absl::MutexLock lp(&primary_.mu);
+  absl::MutexLock lb(&backup_.mu);
+  RunPrimary();
+  ASSERT_NO_FATAL_FAILURE(ReplicateAll());
+  EXPECT_EQ(backup_.barrier.version(), primary_.barrier.version());
+  const SparseCounters a = primary_.rows().counters();
+  const SparseCounters b = backup_.rows().counters();
   EXPECT_EQ(a.rows, b.rows);
   EXPECT_EQ(a.created, b.created);
   EXPECT_EQ(a.evicted, b.evicted);
@@ -498,19 +551,27 @@ TEST(SparseShardTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
   EXPECT_GT(a.evicted, 0) << "nothing evicted: the test covers less";
   EXPECT_GT(a.dropped_updates, 0) << "nothing dropped: the test covers less";
   for (uint64_t k = 0; k < 60; ++k) {
-    const std::vector<float> x = Row(primary.rows(), k);
-    const std::vector<float> y = Row(backup.rows(), k);
+    const std::vector<float> x = Row(primary_.rows(), k);
+    const std::vector<float> y = Row(backup_.rows(), k);
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0)
         << "key " << k;
   }
-  // Out of order, or shaped wrong: refused, nothing applied.
+}
+
+// Out of order, or shaped wrong: refused, nothing applied.
+TEST_F(SparseShardReplicationTest,
+       ABackupRefusesAnUpdateOutOfOrderOrMisshapen) {
+  absl::MutexLock lp(&primary_.mu);
+  absl::MutexLock lb(&backup_.mu);
+  RunPrimary();
+  ASSERT_NO_FATAL_FAILURE(ReplicateAll());
   EXPECT_TRUE(
-      absl::IsFailedPrecondition(backup.ApplyReplicated(sent[0], &ready)));
-  AppliedUpdate bad = sent[0];
-  bad.version = backup.barrier.version();
+      absl::IsFailedPrecondition(backup_.ApplyReplicated(sent_[0], &ready_)));
+  AppliedUpdate bad = sent_[0];
+  bad.version = backup_.barrier.version();
   bad.grad.pop_back();
-  EXPECT_TRUE(absl::IsInvalidArgument(backup.ApplyReplicated(bad, &ready)));
-  EXPECT_EQ(backup.barrier.version(), primary.barrier.version());
+  EXPECT_TRUE(absl::IsInvalidArgument(backup_.ApplyReplicated(bad, &ready_)));
+  EXPECT_EQ(backup_.barrier.version(), primary_.barrier.version());
 }
 
 }  // namespace
