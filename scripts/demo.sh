@@ -30,11 +30,15 @@ if [ -z "$PYTHON" ]; then
   exit 1
 fi
 
-# RelWithDebInfo, as scripts/test.sh builds. GoogleTest and Google
-# Benchmark are not installed by --demo: a new folder builds neither.
-options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+# A new folder: Release (optimised as RelWithDebInfo, without the debug
+# information the demo does not need: a shorter build), without tests
+# and benchmarks (GoogleTest and Google Benchmark are not installed by
+# --demo). An existing folder keeps its settings (scripts/test.sh then
+# builds the tests in it, at its build type).
+options=()
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  options+=(-DPS_BUILD_TESTS=OFF -DPS_BUILD_BENCHMARKS=OFF)
+  options+=(-DCMAKE_BUILD_TYPE=Release -DPS_BUILD_TESTS=OFF
+            -DPS_BUILD_BENCHMARKS=OFF)
 fi
 say "configuring $BUILD_DIR"
 if ! out="$(cmake -S "$REPO" -B "$BUILD_DIR" "${options[@]}" 2>&1)"; then
