@@ -153,6 +153,15 @@ class RequestHandlerTest : public ::testing::Test {
     ASSERT_TRUE(SharedPush(7, region_id, 64, 80, /*trainer=*/0).ok());
     ASSERT_TRUE(TcpPush(/*trainer=*/1, /*request_id=*/8).ok());
   }
+  // A job at version 1: set up, a region of trainer 0's opened (into
+  // *region, its id into *id) and step 0 pushed (PushStepZero).
+  void SharedJobAtVersionOne(std::unique_ptr<SharedRegion>* region,
+                             uint64_t* id) {
+    InitJob();
+    *region = OpenRegion(id);
+    ASSERT_NE(*region, nullptr);
+    ASSERT_NO_FATAL_FAILURE(PushStepZero(*id));
+  }
   // Trainer 0's pull of version 1 into region `region_id`: block 0 at
   // offset 88, block 1 at 64.
   PullRequest SharedPull(uint64_t region_id) {
@@ -290,12 +299,10 @@ TEST_F(RequestHandlerTest, SharedMemoryPushOutsideItsRegionIsRefused) {
 }
 
 TEST_F(RequestHandlerTest, SharedMemoryPullWritesIntoTheRegion) {
-  InitJob();
   uint64_t id = 0;
-  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
-  ASSERT_NE(region, nullptr);
+  std::unique_ptr<SharedRegion> region;
+  ASSERT_NO_FATAL_FAILURE(SharedJobAtVersionOne(&region, &id));
   char* base = region->data();
-  ASSERT_NO_FATAL_FAILURE(PushStepZero(id));
 
   // Pull into the region: values where asked, none in the reply.
   PullRequest preq = SharedPull(id);
@@ -312,11 +319,9 @@ TEST_F(RequestHandlerTest, SharedMemoryPullWritesIntoTheRegion) {
 }
 
 TEST_F(RequestHandlerTest, SharedMemoryPullOutsideItsRegionIsRefused) {
-  InitJob();
   uint64_t id = 0;
-  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
-  ASSERT_NE(region, nullptr);
-  ASSERT_NO_FATAL_FAILURE(PushStepZero(id));
+  std::unique_ptr<SharedRegion> region;
+  ASSERT_NO_FATAL_FAILURE(SharedJobAtVersionOne(&region, &id));
 
   PullRequest preq = SharedPull(id);
   PullResponse presp;
@@ -331,11 +336,9 @@ TEST_F(RequestHandlerTest, SharedMemoryPullOutsideItsRegionIsRefused) {
 }
 
 TEST_F(RequestHandlerTest, ANewSharedRegionReplacesTheOld) {
-  InitJob();
   uint64_t id = 0;
-  std::unique_ptr<SharedRegion> region = OpenRegion(&id);
-  ASSERT_NE(region, nullptr);
-  ASSERT_NO_FATAL_FAILURE(PushStepZero(id));
+  std::unique_ptr<SharedRegion> region;
+  ASSERT_NO_FATAL_FAILURE(SharedJobAtVersionOne(&region, &id));
   PullRequest preq = SharedPull(id);
   PullResponse presp;
 
