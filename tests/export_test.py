@@ -68,7 +68,8 @@ class ExportTest(testlib.ProcessTestCase):
                      "--trainer_id=%d" % k, "--num_gradient_servers=2",
                      "--config=" + CTR_CONFIG, "--train_data=" + train,
                      "--test_data=" + test, "--progress=off",
-                     "--metrics_file=" + metrics.replace("-0", "-%d" % k)] +
+                     "--metrics_file=" + os.path.join(
+                         self.tmp, "metrics-%d.jsonl" % k)] +
                     (["--save_dir=" + self.saved()] if k == 0 else []),
                     stdout=f, stderr=subprocess.STDOUT), log))
         for t, log in trainers:
