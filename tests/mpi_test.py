@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""configs/mpi/shardps_mpi.sh under Open MPI's mpirun, on loopback:
+"""configs/mpi/shardps_mpi.sh (scripts/cluster/scheduler_launch.py's
+`task mpi`) under Open MPI's mpirun, on loopback:
 pservers and trainers of one job as the ranks of one mpirun, trainer ids
 from the rank; a full sync pass of Fashion-MNIST; a trainer that fails at
 start, a pserver that cannot start, a pserver killed mid-run (mpirun exits
@@ -185,8 +186,12 @@ class MpiTest(testlib.ProcessTestCase):
         ranks 2 and 3 are trainers 0 and 1; one sync pass of the default
         config reaches 0.80; mpirun exits 0 once the pservers have stopped
         on SIGTERM."""
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as f:
+            f.write("a-job-token-of-the-tests-own")
         code, out, err, seconds = self.run_mpirun(
-            [(4, ["--mode=sync"])], self.variables(SHARDPS_MPI_PSERVERS=2),
+            [(4, ["--mode=sync"])], self.variables(
+                SHARDPS_MPI_PSERVERS=2, SHARDPS_MPI_AUTH_TOKEN_FILE=token),
             timeout=100)
         self.assertEqual(code, 0, out + err + self.logs())
         self.assertNotIn("shardps_mpi.sh", err)
@@ -199,6 +204,8 @@ class MpiTest(testlib.ProcessTestCase):
             for k in (0, 1):
                 self.assertIn("trainer %d registered" % k, log)
             self.assertIn("signal 15: shutting down", log)
+            self.assertIn("(token, ", log)  # "... on HOST:PORT (token, ..."
+            self.assertNotIn("names no flag", log)
         addresses = self.read("pservers").strip().split(",")
         self.assertEqual(len(addresses), 2, addresses)
         for a in addresses:
@@ -220,7 +227,8 @@ class MpiTest(testlib.ProcessTestCase):
             evals.append(ev)
         self.assertEqual(evals[0]["test_accuracy"], evals[1]["test_accuracy"])
         self.assertEqual(
-            [n for n in os.listdir(self.dir) if n.startswith(".mpi-")], [],
+            [n for n in os.listdir(self.dir) if n.startswith(".rendezvous-")],
+            [],
             "the rendezvous folder is removed at a clean end")
         sys.stderr.write("[accuracy %.4f, mpirun %.1f s] " %
                          (evals[0]["test_accuracy"], seconds))
@@ -240,6 +248,28 @@ class MpiTest(testlib.ProcessTestCase):
                       self.first_line("trainer-0.log"))
         self.assertIn("shardps_mpi.sh: rank 0 of 2 ",
                       self.first_line("pserver-0.log"))
+
+    def test_bad_settings(self):
+        """Settings the launcher refuses: every rank says why, mpirun exits
+        2 at once, and no binary starts."""
+        cases = [
+            ({"SHARDPS_MPI_PSERVERS": 2}, "SHARDPS_MPI_PSERVERS=2: need "
+             "1 <= P < 2 (the job's tasks), so that there is at least one "
+             "trainer"),
+            ({"SHARDPS_MPI_START_TIMEOUT_S": "1m"},
+             "SHARDPS_MPI_START_TIMEOUT_S=1m is not a whole number"),
+            ({"SHARDPS_MPI_TRAINER_FLAGS": "--trainer_id=3"},
+             "the trainer flags may not set --trainer_id: the launcher sets"
+             " it"),
+            ({"SHARDPS_MPI_BIN_DIR": self.tmp},
+             "no executable %s/pserver/pserver (set SHARDPS_MPI_BIN_DIR"
+             % self.tmp)]
+        for extra, message in cases:
+            code, out, err, _ = self.run_mpirun(
+                [(2, [])], self.variables(**extra), timeout=30)
+            self.assertEqual(code, 2, out + err)
+            self.assertIn("shardps_mpi.sh: error: " + message, err)
+            self.assertFalse(os.path.exists(self.path("pserver-0.log")))
 
     def test_pserver_cannot_listen(self):
         """SHARDPS_MPI_PORT names a port already taken: the pserver exits 1

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""configs/slurm/shardps.sbatch under a real Slurm: a one-node cluster that
+"""configs/slurm/shardps.sbatch (scripts/cluster/scheduler_launch.py's
+`slurm-job`) under a real Slurm: a one-node cluster that
 this test starts itself in a temporary folder (munged with its own key and
 socket, slurmctld and slurmd in the foreground, a slurm.conf of its own on
 free ports), then sbatch jobs of pservers and trainers: a full sync pass of
@@ -7,7 +8,7 @@ Fashion-MNIST on 2 pservers and 2 trainers; a trainer flag with a typo (the
 job fails with the trainers' exit status 2 and the error in their logs); a
 trainer flag given to the pservers (the job fails before any trainer
 starts, showing the pserver's error); a pserver killed mid-run (the job
-fails at once instead of waiting on it).
+fails at once instead of waiting on it); scancel (final checkpoints).
 
     python3 tests/slurm_test.py [--bin_dir build] [-k pattern]
 
@@ -438,7 +439,6 @@ class SlurmTest(testlib.ProcessTestCase):
         self.assertEqual((state, code), ("COMPLETED", "0:0"), self.describe())
         out = self.read(self.job_out)
         self.assertIn("every trainer succeeded", out)
-        self.assertIn("pservers stopped (pserver step exit 0)", out)
         self.assertNotIn("error", out)
 
         with open(self.log("pservers")) as f:
@@ -446,14 +446,16 @@ class SlurmTest(testlib.ProcessTestCase):
         self.assertEqual(len(addresses), 2, addresses)
         for a in addresses:
             self.assertRegex(a, r"^[^:,\s]+:\d+$")
-        self.assertIn("pservers serving: " + ",".join(addresses), out)
-        self.assertEqual(sorted(os.listdir(self.log("addresses"))), [
-            "pserver-0.host", "pserver-0.port", "pserver-1.host",
-            "pserver-1.port", "trainer-0.host", "trainer-1.host"])
+        self.assertEqual([n for n in os.listdir(self.dir)
+                          if n.startswith(".rendezvous-")], [],
+                         "the rendezvous folder is removed at the end")
         token = self.log("auth_token")
         self.assertEqual(stat.S_IMODE(os.stat(token).st_mode), 0o600)
         for i in range(2):
             ps_log = self.read(self.log("pserver-%d.log" % i))
+            self.assertRegex(ps_log.split("\n", 1)[0],
+                             r"^shardps.sbatch: rank %d of 4 on \S+ \(job "
+                             r"%s\): \S+/pserver --port=0 " % (i, job))
             self.assertIn("(token, ", ps_log)  # "... on HOST:PORT (token, ..."
             self.assertRegex(ps_log, r"signal \d+: shutting down")
             self.assertNotIn("names no flag", ps_log)
@@ -461,6 +463,9 @@ class SlurmTest(testlib.ProcessTestCase):
         evals = []
         for k in range(2):
             t_log = self.read(self.log("trainer-%d.log" % k))
+            self.assertIn("--pservers=%s --trainer_id=%d " %
+                          (",".join(addresses), k), t_log.split("\n", 1)[0])
+            self.assertIn('trainer %d: {"event":"eval"' % k, out)
             self.assertIn("trainer %d/2:" % k, t_log)
             self.assertNotIn("names no flag", t_log)
             ev = final_eval(self.log("trainer-%d.jsonl" % k), k)
@@ -502,18 +507,24 @@ class SlurmTest(testlib.ProcessTestCase):
                       "--ntasks-per-node=2", self.read(self.job_out))
 
     def test_trainer_flag_typo(self):
-        """A misspelt trainer flag: every trainer stops at start with one
-        line naming it, in its log; the job fails with their exit status
-        (2), and the pserver is stopped."""
+        """A misspelt trainer flag: the trainer that fails first stops the
+        job (--kill-on-bad-exit), its log and the job's output name the
+        flag; the job fails with the trainer's exit status (2), and the
+        pserver is stopped by a signal, not killed."""
         job = self.submit(1, 2, ["--num_pass=2"])
         state, code = self.wait_job(job, 60)
         self.assertEqual((state, code), ("FAILED", "2:0"), self.describe())
-        for k in range(2):
-            self.assertIn("unknown flag --num_pass",
-                          self.read(self.log("trainer-%d.log" % k)))
         out = self.read(self.job_out)
-        self.assertIn("the trainer step failed (exit 2)", out)
-        self.assertIn("pservers stopped (pserver step exit 0)", out)
+        failed = re.search(r"error: trainer (\d) failed \(exit 2\); see "
+                           r"\S+/trainer-\d.log", out)
+        self.assertIsNotNone(failed, out)
+        self.assertIn("unknown flag --num_pass", self.read(
+            self.log("trainer-%s.log" % failed.group(1))))
+        self.assertIn("trainer %s exited with status 2; the end of" %
+                      failed.group(1), out)
+        self.assertIn("unknown flag --num_pass", out)
+        self.assertRegex(self.read(self.log("pserver-0.log")),
+                         r"signal \d+: shutting down")
 
     def test_pserver_flag_for_the_trainers(self):
         """A trainer flag given to the pservers: the pserver stops at start;
@@ -523,8 +534,8 @@ class SlurmTest(testlib.ProcessTestCase):
         state, code = self.wait_job(job, 60)
         self.assertEqual((state, code), ("FAILED", "1:0"), self.describe())
         out = self.read(self.job_out)
-        self.assertIn("the pserver step ended (exit 2) before pserver(s) 0 "
-                      "published an address", out)
+        self.assertIn("pserver 0 exited with status 2 before serving", out)
+        self.assertIn("error: pserver 0 failed (exit 2)", out)
         self.assertIn("unknown flag --checkpoint_every_steps", out)
         self.assertFalse(os.path.exists(self.log("trainer-0.log")))
 
@@ -554,12 +565,37 @@ class SlurmTest(testlib.ProcessTestCase):
         took = time.monotonic() - killed
         self.assertEqual((state, code), ("FAILED", "1:0"), self.describe())
         self.assertLess(took, 20, "the job ended %.1f s after the kill" % took)
-        self.assertIn("the pserver step ended (exit 137) while the trainers "
-                      "ran", self.read(self.job_out))
+        out = self.read(self.job_out)
+        self.assertRegex(out, r"pserver 1 \(\S+:\d+\) exited with status 137 "
+                         r"while the trainers ran")
+        self.assertIn("error: pserver 1 failed (exit 137)", out)
         steps = [m["step"] for m in read_json_lines(metrics)
                  if m.get("event") == "step"]
         self.assertLess(steps[-1], 20 * STEPS_PER_PASS)
         sys.stderr.write("[job ended %.1f s after the kill] " % took)
+
+    def test_scancel(self):
+        """scancel mid-run: Slurm signals every task, each pserver writes a
+        final checkpoint into SHARDPS_SLURM_CHECKPOINT_DIR/pserver-<r> and
+        stops, and the job ends CANCELLED well before KillWait's SIGKILL."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        job = self.submit(1, 1, ["--num_passes=20", "--log_every_steps=10",
+                                 "--checkpoint_every_steps=100000"],
+                          checkpoint_dir=ckpt)
+        metrics = self.log("trainer-0.jsonl")
+        self.assertTrue(wait_for(lambda: [
+            m for m in read_json_lines(metrics) if m.get("event") == "step"],
+            90, 0.1), "no progress:\n" + self.describe())
+        self.cluster.command(["scancel", job])
+        cancelled = time.monotonic()
+        state, _ = self.wait_job(job, 60)
+        self.assertEqual(state, "CANCELLED", self.describe())
+        self.assertLess(time.monotonic() - cancelled, 5, self.describe())
+        ps_log = self.read(self.log("pserver-0.log"))
+        self.assertIn("final checkpoint written", ps_log)
+        self.assertIn("--checkpoint_dir=%s/pserver-0" % ckpt,
+                      ps_log.split("\n", 1)[0])
+        self.assertTrue(os.listdir(os.path.join(ckpt, "pserver-0")))
 
     def test_sweep(self):
         """scripts/sweep/sweep.py --launcher=slurm: the pservers as one srun
@@ -612,7 +648,7 @@ class WithoutSlurmTest(unittest.TestCase):
         r = subprocess.run(["bash", SCRIPT], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, universal_newlines=True,
                            env=clean_env(), timeout=30)
-        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn("submit this file with sbatch --ntasks=P+N", r.stdout)
 
 
