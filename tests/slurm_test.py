@@ -590,7 +590,10 @@ class SlurmTest(testlib.ProcessTestCase):
         cancelled = time.monotonic()
         state, _ = self.wait_job(job, 60)
         self.assertEqual(state, "CANCELLED", self.describe())
-        self.assertLess(time.monotonic() - cancelled, 5, self.describe())
+        # Slurm reports the state after its own clean-up (srun waits up to
+        # KillWait + 2 s); the final checkpoint below shows the stop was a
+        # signal, not KillWait's SIGKILL.
+        self.assertLess(time.monotonic() - cancelled, 20, self.describe())
         ps_log = self.read(self.log("pserver-0.log"))
         self.assertIn("final checkpoint written", ps_log)
         self.assertIn("--checkpoint_dir=%s/pserver-0" % ckpt,

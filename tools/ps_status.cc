@@ -65,7 +65,23 @@ int CheckHealth(const std::vector<std::string>& addrs,
 
 namespace {
 
-// One pserver's line of GetStatus, and its replication line.
+// A sparse table's line: rows against its share, evictions, admission.
+void PrintSparseTable(const shardps::GetStatusResponse& resp,
+                      const shardps::SparseTableStatus& t) {
+  std::cout << absl::StrCat(
+                   "  sparse table ", t.name(),
+                   resp.has_view() ? absl::StrCat(" shard ", t.shard()) : "",
+                   ": ", t.rows(), " rows",
+                   t.max_rows() > 0 ? absl::StrCat(" of ", t.max_rows()) : "",
+                   " (", t.memory_bytes() >> 20, " MiB), ", t.created(),
+                   " created, ", t.evicted_full(), " evicted to make room, ",
+                   t.evicted_expired(), " expired, ", t.refused_rows(),
+                   " refused, ", t.pending_keys(), " awaiting admission")
+            << "\n";
+}
+
+// One pserver's line of GetStatus, its replication line and its sparse
+// tables' lines.
 void PrintStatus(const std::string& addr,
                  const shardps::GetStatusResponse& resp) {
   const std::string where =
@@ -104,6 +120,9 @@ void PrintStatus(const std::string& addr,
                      "}, backup of {", absl::StrJoin(resp.backup_shards(), ","),
                      "}")
               << "\n";
+  }
+  for (const shardps::SparseTableStatus& t : resp.sparse_tables()) {
+    PrintSparseTable(resp, t);
   }
 }
 

@@ -84,6 +84,8 @@ class SparseInputPipeline final : public InputPipeline {
     *t.mutable_sparse()->mutable_init() = c.init();
     t.mutable_sparse()->set_admit_after(c.admit_after());
     t.mutable_sparse()->set_evict_after_steps(c.evict_after_steps());
+    *t.mutable_sparse()->mutable_eviction() = c.eviction();
+    t.mutable_sparse()->set_admission_max_keys(c.admission_max_keys());
     t.mutable_sparse()->set_gradient_mean(c.gradient_mean());
     *t.mutable_optimizer() =
         c.has_optimizer() ? c.optimizer() : config_.optimizer();

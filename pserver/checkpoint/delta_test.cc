@@ -188,7 +188,7 @@ TEST(SparseDeltasTest, EvictedRowsAndForgottenSightingsAreRemoved) {
   std::string ignored;
   table.SaveRemaining();
   table.Apply(5, std::vector<uint64_t>{1}, std::vector<float>{2, 2}, {1.0f});
-  EXPECT_EQ(table.Evict(4), 1);  // key 2 (last at 0); sighting 3 (at 1)
+  EXPECT_EQ(table.Expire(4), 1);  // key 2 (last at 0); sighting 3 (at 1)
   table.Apply(5, std::vector<uint64_t>{4}, std::vector<float>{1, 1}, {1.0f});
   struct Keep : SaveSink {
     std::string bytes;

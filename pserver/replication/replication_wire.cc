@@ -108,6 +108,9 @@ void ToMessage(const AppliedUpdate& u, ReplicatedUpdate* out) {
   out->set_grad(reinterpret_cast<const char*>(u.grad.data()),
                 u.grad.size() * sizeof(float));
   if (u.trust_ratio != 1.0f) out->set_trust_ratio(u.trust_ratio);
+  out->mutable_evicted_full()->Assign(u.evicted_full.begin(),
+                                      u.evicted_full.end());
+  out->mutable_expired()->Assign(u.expired.begin(), u.expired.end());
 }
 
 absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
@@ -147,6 +150,8 @@ absl::StatusOr<AppliedUpdate> FromMessage(const ReplicatedUpdate& m) {
   u.keys.assign(m.keys().begin(), m.keys().end());
   u.scales.assign(m.scales().begin(), m.scales().end());
   u.trust_ratio = m.has_trust_ratio() ? m.trust_ratio() : 1.0f;
+  u.evicted_full.assign(m.evicted_full().begin(), m.evicted_full().end());
+  u.expired.assign(m.expired().begin(), m.expired().end());
   u.grad.resize(m.grad().size() / sizeof(float));
   std::memcpy(u.grad.data(), m.grad().data(), m.grad().size());
   return u;

@@ -51,6 +51,8 @@ TEST(ReplicationWireTest, UpdatesRoundTripToTheBit) {
   u.keys = {5, 1ull << 63, 0};
   u.scales = {0.5f, 1.0f / 3, 1.0f};
   u.grad = {1.5f, -0.0f, 3e-39f, 7.0f, 8.0f, 9.0f};  // a denormal, -0
+  u.evicted_full = {17, 3};
+  u.expired = {1ull << 40};
   ReplicatedUpdate m;
   ToMessage(u, &m);
   std::string bytes;
@@ -67,6 +69,8 @@ TEST(ReplicationWireTest, UpdatesRoundTripToTheBit) {
   EXPECT_EQ(back->job_step, u.job_step);
   EXPECT_EQ(back->keys, u.keys);
   EXPECT_EQ(back->scales, u.scales);
+  EXPECT_EQ(back->evicted_full, u.evicted_full);
+  EXPECT_EQ(back->expired, u.expired);
   ASSERT_EQ(back->grad.size(), u.grad.size());
   EXPECT_EQ(std::memcmp(back->grad.data(), u.grad.data(),
                         u.grad.size() * sizeof(float)),

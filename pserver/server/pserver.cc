@@ -534,11 +534,12 @@ void Pserver::LogCounters(const JobSlot& job) {
     LOG(INFO) << "job " << job.id << ": sparse table " << t.name << ": "
               << t.counters.rows << " rows (" << t.memory_bytes / (1 << 20)
               << " MiB), " << t.counters.created << " created, "
-              << t.counters.evicted << " evicted, " << t.counters.pending_keys
+              << t.counters.evicted_full << " evicted to make room (of at most "
+              << t.counters.max_rows << " rows; 0: no limit), "
+              << t.counters.expired << " expired, " << t.counters.pending_keys
               << " keys awaiting admission, " << t.counters.dropped_updates
               << " updates dropped before admission, "
-              << t.counters.refused_rows << " rows refused past the memory "
-              << "limit";
+              << t.counters.refused_rows << " rows refused for want of room";
   }
 }
 

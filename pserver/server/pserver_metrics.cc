@@ -148,7 +148,7 @@ void AddJobCounters(const std::vector<JobStats>& jobs,
   waiting.AppendTo(out);
 }
 
-// Steps applied, rows and memory per table.
+// Steps applied and memory per table.
 void AddTables(const std::vector<JobStats>& jobs,
                std::vector<prometheus::MetricFamily>* out) {
   FamilyBuilder steps("shardps_pserver_table_steps",
@@ -160,26 +160,11 @@ void AddTables(const std::vector<JobStats>& jobs,
       "Updates not applied because they would have made a value or optimizer "
       "state infinite or NaN: a dense block's step or push, a sparse row's",
       MetricType::Counter);
-  FamilyBuilder rows("shardps_pserver_sparse_rows",
-                     "Rows of the sparse table held here", MetricType::Gauge);
-  FamilyBuilder created("shardps_pserver_sparse_rows_created_total",
-                        "Rows of the sparse table created here",
-                        MetricType::Counter);
-  FamilyBuilder evicted("shardps_pserver_sparse_rows_evicted_total",
-                        "Rows of the sparse table evicted here",
-                        MetricType::Counter);
-  FamilyBuilder refused("shardps_pserver_sparse_rows_refused_total",
-                        "New rows refused past --max_memory_mb",
-                        MetricType::Counter);
   FamilyBuilder memory("shardps_pserver_memory_bytes",
                        "Memory held by the job's parameters and optimizer "
                        "state: dense blocks (values, gradient sums, "
                        "optimizer slots), and sparse rows",
                        MetricType::Gauge);
-  FamilyBuilder table_memory("shardps_pserver_sparse_memory_bytes",
-                             "Memory held by the sparse table's rows and "
-                             "their optimizer state",
-                             MetricType::Gauge);
   for (const JobStats& j : jobs) {
     for (const auto& t : j.tables) {
       steps.Add({{"job_id", j.id}, {"table", t.name}},
@@ -191,18 +176,54 @@ void AddTables(const std::vector<JobStats>& jobs,
                static_cast<double>(j.dense_bytes));
     double sparse_bytes = 0;
     for (const auto& t : j.sparse) {
-      const Labels l{{"job_id", j.id}, {"table", t.name}};
-      rows.Add(l, static_cast<double>(t.counters.rows));
-      created.Add(l, static_cast<double>(t.counters.created));
-      evicted.Add(l, static_cast<double>(t.counters.evicted));
-      refused.Add(l, static_cast<double>(t.counters.refused_rows));
-      table_memory.Add(l, static_cast<double>(t.memory_bytes));
       sparse_bytes += static_cast<double>(t.memory_bytes);
     }
     memory.Add({{"job_id", j.id}, {"kind", "sparse"}}, sparse_bytes);
   }
-  for (FamilyBuilder* b : {&steps, &non_finite, &rows, &created, &evicted,
-                           &refused, &memory, &table_memory}) {
+  for (FamilyBuilder* b : {&steps, &non_finite, &memory}) b->AppendTo(out);
+}
+
+// Each sparse table's rows: held, created, evicted, refused, its share.
+void AddSparseTables(const std::vector<JobStats>& jobs,
+                     std::vector<prometheus::MetricFamily>* out) {
+  FamilyBuilder rows("shardps_pserver_sparse_rows",
+                     "Rows of the sparse table held here", MetricType::Gauge);
+  FamilyBuilder created("shardps_pserver_sparse_rows_created_total",
+                        "Rows of the sparse table created here",
+                        MetricType::Counter);
+  FamilyBuilder evicted("shardps_pserver_sparse_rows_evicted_total",
+                        "Rows of the sparse table evicted here, by reason "
+                        "(full: to make room for new rows in its memory "
+                        "share; expired: TTL, norm or evict_after_steps)",
+                        MetricType::Counter);
+  FamilyBuilder max_rows("shardps_pserver_sparse_rows_max",
+                         "The rows the sparse table's memory share holds "
+                         "here (0: no limit)",
+                         MetricType::Gauge);
+  FamilyBuilder refused("shardps_pserver_sparse_rows_refused_total",
+                        "New rows refused: no room in the memory share "
+                        "that eviction could free",
+                        MetricType::Counter);
+  FamilyBuilder table_memory("shardps_pserver_sparse_memory_bytes",
+                             "Memory held by the sparse table's rows and "
+                             "their optimizer state",
+                             MetricType::Gauge);
+  for (const JobStats& j : jobs) {
+    for (const auto& t : j.sparse) {
+      const Labels l{{"job_id", j.id}, {"table", t.name}};
+      rows.Add(l, static_cast<double>(t.counters.rows));
+      created.Add(l, static_cast<double>(t.counters.created));
+      evicted.Add({{"job_id", j.id}, {"table", t.name}, {"reason", "full"}},
+                  static_cast<double>(t.counters.evicted_full));
+      evicted.Add({{"job_id", j.id}, {"table", t.name}, {"reason", "expired"}},
+                  static_cast<double>(t.counters.expired));
+      max_rows.Add(l, static_cast<double>(t.counters.max_rows));
+      refused.Add(l, static_cast<double>(t.counters.refused_rows));
+      table_memory.Add(l, static_cast<double>(t.memory_bytes));
+    }
+  }
+  for (FamilyBuilder* b :
+       {&rows, &created, &evicted, &max_rows, &refused, &table_memory}) {
     b->AppendTo(out);
   }
 }
@@ -268,6 +289,7 @@ std::vector<prometheus::MetricFamily> PserverCollector::Collect() const {
       .AppendTo(&out);
   AddJobCounters(jobs, &out);
   AddTables(jobs, &out);
+  AddSparseTables(jobs, &out);
   AddCheckpoints(jobs, &out);
   return out;
 }

@@ -322,9 +322,10 @@ TEST_F(HostileRequestTest, JobOverTheMemoryLimitIsRefused) {
   EXPECT_FALSE(store_->ready());
 }
 
-// New sparse rows past --max_memory_mb are refused (their updates dropped
-// and counted); rows that exist go on training, and so does the job.
-TEST_F(HostileRequestTest, SparseRowsPastTheLimitAreRefused) {
+// New sparse rows past the table's share of --max_memory_mb take the place
+// of the least recently updated ones (docs/sparse_memory.md) instead of
+// being refused; the job goes on.
+TEST_F(HostileRequestTest, SparseRowsPastTheLimitEvictTheOldest) {
   StoreOptions o = Options();
   o.max_memory_bytes = 40 << 20;  // the dense tables take 32 MiB
   store_ = std::make_unique<ParameterStore>(o);
@@ -351,17 +352,20 @@ TEST_F(HostileRequestTest, SparseRowsPastTheLimitAreRefused) {
     return s;
   };
   // Rows of 256 KiB: the 8 MiB of room less an eighth of the limit for the
-  // step's sums take about 12 of them, not 64.
+  // step's sums hold 11 of them (max_rows), not 64.
   for (int step = 0; step < 16; ++step) {
     absl::Status s = push_rows(1 + step, step, 4 * step, 4);
     ASSERT_TRUE(s.ok()) << step << " " << s;
   }
   const SparseCounters c = store_->SparseStats()[0].counters;
-  EXPECT_GT(c.refused_rows, 0);
-  EXPECT_LT(c.rows, 64);
-  EXPECT_EQ(c.rows + c.refused_rows, 64);
+  EXPECT_EQ(c.refused_rows, 0);
+  EXPECT_GT(c.max_rows, 0);
+  EXPECT_LE(c.rows, c.max_rows);
+  EXPECT_EQ(c.rows + c.evicted_full, 64);
+  // The newest rows are there: the last push's keys 60..63 read as trained.
   // The job goes on: a row that exists still trains.
-  ASSERT_TRUE(push_rows(100, 16, 0, 1).ok());
+  ASSERT_TRUE(push_rows(100, 16, 60, 1).ok());
+  EXPECT_EQ(store_->SparseStats()[0].counters.evicted_full, c.evicted_full);
 }
 
 // ExportRows reads every row's value: the chief's alone, in a ready job, at

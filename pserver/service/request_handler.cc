@@ -530,6 +530,20 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
     for (int k : store_->state()->membership->FinishedTrainers()) {
       resp->add_finished_trainers(k);
     }
+    for (const SparseTableStats& t : store_->SparseStats()) {
+      SparseTableStatus* st = resp->add_sparse_tables();
+      st->set_name(t.name);
+      st->set_shard(t.shard);
+      st->set_rows(t.counters.rows);
+      st->set_max_rows(t.counters.max_rows);
+      st->set_pending_keys(t.counters.pending_keys);
+      st->set_created(t.counters.created);
+      st->set_evicted_full(t.counters.evicted_full);
+      st->set_evicted_expired(t.counters.expired);
+      st->set_refused_rows(t.counters.refused_rows);
+      st->set_dropped_updates(t.counters.dropped_updates);
+      st->set_memory_bytes(static_cast<int64_t>(t.memory_bytes));
+    }
   }
   resp->set_generation(store_->generation());
   resp->set_base_step(store_->base_step());

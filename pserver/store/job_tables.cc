@@ -80,6 +80,44 @@ absl::Status ValidateRowInitializer(const TableSpec& spec) {
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT unless sparse table `spec`'s eviction and admission
+// bounds are sound.
+absl::Status ValidateEviction(const TableSpec& spec) {
+  const SparseTableOptions& so = spec.sparse();
+  const EvictionOptions& e = so.eviction();
+  auto bad = [&spec](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("InitJob: sparse table ",
+                                                   spec.name(), ": ", what,
+                                                   " (docs/sparse_memory.md)"));
+  };
+  if (!EvictionOptions::Policy_IsValid(e.policy())) {
+    return bad(absl::StrCat("unknown eviction policy ", e.policy()));
+  }
+  if (e.lfu_half_life_steps() < 0 || e.ttl_steps() < 0 ||
+      e.scan_every_steps() < 0) {
+    return bad(
+        "eviction lfu_half_life_steps, ttl_steps and scan_every_steps "
+        "must be >= 0");
+  }
+  // Ten years of seconds; a norm a float can hold.
+  if (!(e.ttl_seconds() >= 0 && e.ttl_seconds() <= 3.2e8)) {
+    return bad(absl::StrCat("eviction ttl_seconds ", e.ttl_seconds(),
+                            " is not in [0, 3.2e8]"));
+  }
+  if (!(e.min_l2_norm() >= 0 && std::isfinite(e.min_l2_norm()))) {
+    return bad(absl::StrCat("eviction min_l2_norm ", e.min_l2_norm(),
+                            " is not finite and >= 0"));
+  }
+  if (so.admission_max_keys() < 0 || so.admission_max_keys() > (1ll << 32)) {
+    return bad(absl::StrCat("admission_max_keys ", so.admission_max_keys(),
+                            " is not in [0, 2^32]"));
+  }
+  if (so.admit_after() > (1ll << 31)) {
+    return bad(absl::StrCat("admit_after ", so.admit_after(), " is past 2^31"));
+  }
+  return absl::OkStatus();
+}
+
 // INVALID_ARGUMENT unless sparse table `spec`'s options (row dim, admission
 // and eviction, initializer, gradient mean) are sound.
 absl::Status ValidateSparseOptions(const TableSpec& spec) {
@@ -95,6 +133,7 @@ absl::Status ValidateSparseOptions(const TableSpec& spec) {
                      " has a negative admit_after or evict_after_steps"));
   }
   if (absl::Status s = ValidateRowInitializer(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateEviction(spec); !s.ok()) return s;
   if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
     return absl::InvalidArgumentError(
         absl::StrCat("InitJob: sparse table ", spec.name(),
@@ -226,7 +265,8 @@ void JobTables::BuildUnits(absl::Span<const BlockId> blocks,
                            const std::vector<int64_t>& sizes,
                            const Membership* membership, int quorum,
                            MemoryBudget* budget,
-                           absl::Span<const int> sparse_shards) {
+                           absl::Span<const int> sparse_shards,
+                           int64_t sparse_share) {
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockId& id = blocks[i];
     Table& t = tables_[id.table_id];
@@ -247,7 +287,7 @@ void JobTables::BuildUnits(absl::Span<const BlockId> blocks,
         t.sparse.push_back(std::make_unique<SparseShard>(
             static_cast<uint32_t>(i), t.spec, t.optimizer.get(), membership,
             quorum, budget, static_cast<uint32_t>(shard),
-            !sparse_shards.empty()));
+            !sparse_shards.empty(), sparse_share));
         sparse_.push_back(t.sparse.back().get());
       }
     }
@@ -258,6 +298,17 @@ void JobTables::BuildUnits(absl::Span<const BlockId> blocks,
             });
   units_.assign(blocks_.begin(), blocks_.end());
   units_.insert(units_.end(), sparse_.begin(), sparse_.end());
+}
+
+int64_t JobTables::SparseShare(const JobSpec& job, const MemoryBudget* budget,
+                               int64_t dense_bytes, size_t shards) {
+  const int64_t limit = budget != nullptr ? budget->EffectiveLimit() : 0;
+  int64_t units = 0;
+  for (const TableSpec& t : job.tables()) {
+    if (t.kind() == TableSpec::SPARSE) units += std::max<int64_t>(1, shards);
+  }
+  if (limit <= 0 || units == 0) return 0;
+  return std::max<int64_t>(1, (limit - limit / 8 - dense_bytes) / units);
 }
 
 absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
@@ -295,7 +346,8 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   jt->budget_ = budget;
   jt->max_gradient_ = std::numeric_limits<float>::max() / job.num_trainers();
   jt->BuildUnits(blocks, sizes, membership, job.replicas_to_aggregate(), budget,
-                 sparse_shards);
+                 sparse_shards,
+                 SparseShare(job, budget, bytes, sparse_shards.size()));
   return jt;
 }
 
@@ -440,7 +492,8 @@ VersionRange JobTables::Versions() const {
 std::vector<SparseTableStats> JobTables::SparseStats() const {
   std::vector<SparseTableStats> out;
   for (const SparseShard* s : sparse_) {
-    out.push_back(SparseTableStats{s->table_name(), s->rows().counters(),
+    out.push_back(SparseTableStats{s->table_name(), s->index(),
+                                   s->rows().counters(),
                                    s->rows().MemoryBytes()});
   }
   return out;

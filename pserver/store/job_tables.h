@@ -101,6 +101,7 @@ struct VersionRange {
 // Rows, memory and admission/eviction counters of a sparse table.
 struct SparseTableStats {
   std::string name;
+  uint32_t shard = 0;  // a replicated job's shard (0 otherwise)
   SparseCounters counters;
   size_t memory_bytes = 0;
 };
@@ -217,7 +218,13 @@ class JobTables {
   void BuildUnits(absl::Span<const BlockId> blocks,
                   const std::vector<int64_t>& sizes,
                   const Membership* membership, int quorum,
-                  MemoryBudget* budget, absl::Span<const int> sparse_shards);
+                  MemoryBudget* budget, absl::Span<const int> sparse_shards,
+                  int64_t sparse_share);
+  // Each sparse unit's memory share: the tightest limit of `budget` less
+  // its headroom (an eighth) and the job's `dense_bytes`, split evenly over
+  // the job's sparse tables (times their `shards` here); 0 without a limit.
+  static int64_t SparseShare(const JobSpec& job, const MemoryBudget* budget,
+                             int64_t dense_bytes, size_t shards);
 
   std::vector<Table> tables_;
   std::vector<DenseTableBlock*> blocks_;

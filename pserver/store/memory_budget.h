@@ -1,6 +1,7 @@
 #ifndef SHARDPS_PSERVER_STORE_MEMORY_BUDGET_H_
 #define SHARDPS_PSERVER_STORE_MEMORY_BUDGET_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -56,6 +57,12 @@ class MemoryBudget {
   }
 
   int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  // The tightest limit in force: this budget's or its parent's (0: none).
+  int64_t EffectiveLimit() const {
+    const int64_t parent = parent_ != nullptr ? parent_->EffectiveLimit() : 0;
+    if (limit_ <= 0) return parent;
+    return parent <= 0 ? limit_ : std::min(limit_, parent);
+  }
   // This budget's own limit (0: none; the parent's may still bound it).
   int64_t limit() const { return limit_; }
   // What growing stores (sparse rows) leave free for the sums of a sync

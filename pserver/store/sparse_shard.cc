@@ -14,17 +14,18 @@ namespace shardps {
 SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
                          const Optimizer* optimizer,
                          const Membership* membership, int quorum,
-                         MemoryBudget* budget, uint32_t shard, bool sharded)
+                         MemoryBudget* budget, uint32_t shard, bool sharded,
+                         int64_t memory_share)
     : BarrierUnit(
           table_id, shard,
           sharded ? absl::StrCat("sparse table ", spec.name(), " shard ", shard)
                   : absl::StrCat("sparse table ", spec.name()),
           "table", membership, quorum),
       name_(spec.name()),
-      evict_after_(spec.sparse().evict_after_steps()),
       options_(spec.sparse()),
       optimizer_(optimizer),
-      rows_(spec.sparse(), optimizer, SparseTable::kDefaultStripes, budget) {}
+      rows_(spec.sparse(), optimizer, SparseTable::kDefaultStripes, budget,
+            memory_share) {}
 
 absl::Status SparseShard::Verify(absl::string_view blob) const {
   // Deserialize empties the table it fails on: load into a scratch one.
@@ -43,7 +44,9 @@ std::optional<AppliedUpdate> SparseShard::ApplyStep(
   rows_.ApplyAccumulated(version, barrier.num_done(),
                          u.has_value() ? &*u : nullptr);
   barrier.Advance(ready);
-  Evict(barrier.version());
+  if (ExpiryDue(barrier.version(), /*sync=*/true)) {
+    Expire(barrier.version(), u.has_value() ? &u->expired : nullptr);
+  }
   Reached();
   return u;
 }
@@ -58,20 +61,21 @@ std::optional<AppliedUpdate> SparseShard::ApplyNow(int64_t step,
     u->grad.assign(p.values.begin(), p.values.end());
   }
   const float one[] = {1.0f};
-  rows_.Apply(step, p.keys, p.values, one);
+  rows_.Apply(step, p.keys, p.values, one,
+              u.has_value() ? &u->evicted_full : nullptr);
   barrier.Bump();
-  PaceEviction(p.job_step);
+  // Paced by the slowest live trainer, not by this push's step: one
+  // client's step cannot expire the others' rows.
+  if (ExpiryDue(p.job_step, /*sync=*/false)) {
+    Expire(p.job_step, u.has_value() ? &u->expired : nullptr);
+  }
   return u;
 }
 
-void SparseShard::PaceEviction(int64_t job_step) {
-  // Paced by the slowest live trainer, not by this push's step: one
-  // client's step cannot evict the others' rows.
-  if (evict_after_ > 0 &&
-      job_step >= last_evict_step_ + std::max<int64_t>(1, evict_after_ / 2)) {
-    last_evict_step_ = job_step;
-    Evict(job_step);
-  }
+bool SparseShard::ExpiryDue(int64_t step, bool sync) {
+  if (!rows_.policy().PassDue(step, last_expiry_step_, sync)) return false;
+  last_expiry_step_ = step;
+  return true;
 }
 
 absl::Status SparseShard::ApplyReplicated(const AppliedUpdate& update,
@@ -85,24 +89,30 @@ absl::Status SparseShard::ApplyReplicated(const AppliedUpdate& update,
                      update.grad.size(), " gradient values and ",
                      update.scales.size(), " scales (dim ", rows_.dim(), ")"));
   }
-  rows_.Apply(update.step, update.keys, update.grad, update.scales);
+  // The primary's evictions, not this pserver's own: the same rows go.
+  rows_.DropRows(update.evicted_full, /*full=*/true);
+  rows_.Apply(update.step, update.keys, update.grad, update.scales,
+              /*evicted_full=*/nullptr, /*evict_when_full=*/false);
+  int64_t step = update.job_step;
   if (update.sync) {
     barrier.Advance(ready);
-    Evict(barrier.version());
-    Reached();
+    step = barrier.version();
   } else {
     barrier.Bump();
-    PaceEviction(update.job_step);
   }
+  if (ExpiryDue(step, update.sync)) {
+    rows_.DropRows(update.expired, /*full=*/false);
+    rows_.ForgetSightings(step);
+  }
+  if (update.sync) Reached();
   return absl::OkStatus();
 }
 
-void SparseShard::Evict(int64_t step) {
-  if (evict_after_ <= 0) return;
-  const int64_t n = rows_.Evict(step);
+void SparseShard::Expire(int64_t step, std::vector<uint64_t>* expired) {
+  const int64_t n = rows_.Expire(step, expired);
   if (n > 0) {
-    LOG(INFO) << "sparse table " << name_ << ": evicted " << n
-              << " rows not updated since step " << step - evict_after_;
+    VLOG(1) << "sparse table " << name_ << ": " << n << " rows expired at step "
+            << step;
   }
 }
 

@@ -16,19 +16,20 @@ namespace shardps {
 // The rows of one sparse table held on this pserver as one barrier unit:
 // a sync step of the table is complete when every trainer has sent all its
 // chunks of it; then each key gets the mean over the trainers that pushed
-// it. ASYNC pushes are applied on arrival. Rows not updated for
-// evict_after_steps are evicted after every sync step, and every
-// evict_after_steps / 2 steps in ASYNC mode. `mu` guards the barrier and
-// the eviction schedule; the rows lock their own stripes. Thread-safe.
+// it. ASYNC pushes are applied on arrival. Expired rows (EvictionPolicy)
+// are removed when the policy's pass is due; a primary's evictions travel
+// with its updates, and a backup makes the same ones. `mu` guards the
+// barrier and the expiry schedule; the rows lock their own stripes.
+// Thread-safe.
 class SparseShard final : public BarrierUnit {
  public:
   // `optimizer` and `membership` must outlive the shard.
   // `shard`: its index among the table's units (replication; named "sparse
-  // table e shard 2" when `sharded`).
+  // table e shard 2" when `sharded`). `memory_share`: SparseTable's.
   SparseShard(uint32_t table_id, const TableSpec& spec,
               const Optimizer* optimizer, const Membership* membership,
               int quorum, MemoryBudget* budget = nullptr, uint32_t shard = 0,
-              bool sharded = false);
+              bool sharded = false, int64_t memory_share = 0);
 
   // Whether `blob` (a checkpoint of this table, SparseTable::Serialize)
   // would load: DATA_LOSS otherwise. Changes nothing.
@@ -68,17 +69,19 @@ class SparseShard final : public BarrierUnit {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
  private:
-  // ASYNC: evicts every evict_after_steps / 2 steps of `job_step`.
-  void PaceEviction(int64_t job_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Evicts the rows not updated since `step` - evict_after_steps.
-  void Evict(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether the expiry pass is due at `step` (EvictionPolicy::PassDue);
+  // notes it as run when it is.
+  bool ExpiryDue(int64_t step, bool sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A primary's pass: removes the expired rows (their keys into `expired`
+  // unless null).
+  void Expire(int64_t step, std::vector<uint64_t>* expired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const std::string name_;
-  const int64_t evict_after_;
   const SparseTableOptions options_;
   const Optimizer* const optimizer_;
   SparseTable rows_;
-  int64_t last_evict_step_ ABSL_GUARDED_BY(mu) = 0;
+  int64_t last_expiry_step_ ABSL_GUARDED_BY(mu) = 0;
 };
 
 }  // namespace shardps

@@ -17,20 +17,82 @@ namespace {
 // the cache until they are used.
 constexpr size_t kLookupBatch = 256;
 
+// The admission counters a table keeps in all (admission_max_keys, or an
+// eighth of its memory share); 0 without admission.
+int64_t AdmissionKeys(const SparseTableOptions& o, int64_t memory_share) {
+  if (o.admit_after() <= 1) return 0;
+  if (o.admission_max_keys() > 0) return o.admission_max_keys();
+  if (memory_share <= 0) return int64_t{1} << 20;
+  return std::max<int64_t>(65536,
+                           memory_share / 8 / SightingTable::kEntryBytes);
+}
+
+// The rows the share holds once the admission counters are paid for.
+int64_t RowsInShare(int64_t memory_share, int64_t admission_keys,
+                    int row_floats) {
+  const int64_t row_bytes =
+      memory_share - admission_keys * SightingTable::kEntryBytes;
+  return std::max<int64_t>(
+      0, row_bytes / (int64_t{row_floats} * int64_t{sizeof(float)}));
+}
+
+// The rows a stripe may hold: its part of the share (at least one); 0
+// without a share.
+int64_t MaxRowsPerStripe(int64_t memory_share, int64_t admission_keys,
+                         int row_floats, int stripes) {
+  if (memory_share <= 0) return 0;
+  const int64_t rows = std::max<int64_t>(
+      1, RowsInShare(memory_share, admission_keys, row_floats) / stripes);
+  // Whole chunks, so that what is reserved stays within the share.
+  const int64_t chunk = std::clamp<int64_t>(
+      SparseTable::kChunkBytes / (int64_t{row_floats} * sizeof(float)), 1,
+      SparseTable::kMaxRowsPerChunk);
+  return rows >= chunk ? rows / chunk * chunk : rows;
+}
+
+// `requested` stripes, or fewer when the share holds fewer than
+// kMinRowsPerStripe rows a stripe: a row's stripe must have room for it.
+int StripesFor(int64_t memory_share, int64_t admission_keys, int row_floats,
+               int requested) {
+  requested = std::max(1, requested);
+  if (memory_share <= 0) return requested;
+  const int64_t rows = RowsInShare(memory_share, admission_keys, row_floats);
+  return static_cast<int>(
+      std::clamp<int64_t>(rows / SparseTable::kMinRowsPerStripe, 1, requested));
+}
+
 }  // namespace
 
 SparseTable::SparseTable(const SparseTableOptions& options,
                          const Optimizer* optimizer, int num_stripes,
-                         MemoryBudget* budget)
+                         MemoryBudget* budget, int64_t memory_share,
+                         const Clock* clock)
     : dim_(options.dim()),
       row_floats_(options.dim() * (1 + optimizer->num_slots())),
+      num_stripes_(StripesFor(memory_share,
+                              AdmissionKeys(options, memory_share), row_floats_,
+                              num_stripes)),
+      sightings_per_stripe_(AdmissionKeys(options, memory_share) /
+                            num_stripes_),
+      max_rows_per_stripe_(
+          MaxRowsPerStripe(memory_share, sightings_per_stripe_ * num_stripes_,
+                           row_floats_, num_stripes_)),
       rows_per_chunk_(static_cast<int>(std::clamp<int64_t>(
           kChunkBytes / (int64_t{row_floats_} * sizeof(float)), 1,
-          kMaxRowsPerChunk))),
+          max_rows_per_stripe_ > 0
+              ? std::min<int64_t>(kMaxRowsPerChunk, max_rows_per_stripe_)
+              : kMaxRowsPerChunk))),
       budget_(budget),
       options_(options),
       optimizer_(optimizer),
-      stripes_(std::max(1, num_stripes)) {}
+      policy_(options),
+      clock_(clock != nullptr ? clock : Clock::Real()),
+      stripes_(num_stripes_) {
+  for (Stripe& s : stripes_) {
+    absl::MutexLock l(&s.mu);
+    s.sightings.Reset(sightings_per_stripe_);
+  }
+}
 
 SparseTable::~SparseTable() {
   for (Stripe& s : stripes_) {
@@ -117,10 +179,22 @@ uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
   float* row = RowPtr(s, slot);
   InitialRow(key, row);
   std::fill(row + dim_, row + row_floats_, optimizer_->initial_slot_value());
-  s.meta[slot] = RowMeta{key, 0, 0};
+  s.meta[slot] = RowMeta{key, 0, 0, NowSeconds()};
   s.index.emplace(key, slot);
   ++s.created;
   return slot;
+}
+
+int64_t SparseTable::NowSeconds() const {
+  return absl::ToUnixSeconds(clock_->Now());
+}
+
+SparseTable::ApplyContext SparseTable::MakeContext(int64_t step) const {
+  ApplyContext c;
+  c.step = step;
+  c.now_seconds = NowSeconds();
+  c.slots.resize(optimizer_->num_slots());
+  return c;
 }
 
 void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
@@ -149,77 +223,112 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
   }
 }
 
-void SparseTable::ApplyOne(Stripe& s, int64_t step, uint64_t key,
-                           const float* grad, float scale, bool maybe_added,
-                           std::vector<absl::Span<float>>* slots) {
-  auto it = maybe_added ? s.index.find(key) : s.index.end();
-  uint32_t slot;
-  if (it != s.index.end()) {
-    slot = it->second;
-  } else {
-    const int64_t admit_after = std::max<int64_t>(1, options_.admit_after());
-    if (admit_after > 1) {
-      Changed(s, key);
-      Sighting& seen = s.sightings[key];
-      seen.last_step = step;
-      if (++seen.count < admit_after) {
-        ++s.dropped;
-        return;
-      }
-      s.sightings.erase(key);
-    }
-    slot = NewRow(s, key);
-    Changed(s, key);  // a row now, whatever its first update does
-    if (slot == kNoRow) {
-      ++s.refused;
-      LOG_EVERY_T(WARNING, 60)
-          << "sparse table: a new row needs memory past --max_memory_mb="
-          << (budget_->limit() >> 20) << " (less an eighth kept for step "
-          << "sums); new rows are refused and their updates dropped, "
-          << "existing rows go on training";
-      return;
-    }
-  }
-  UpdateRow(s, slot, step, grad, scale, slots);
+void SparseTable::RemoveRow(Stripe& s, uint64_t key, uint32_t slot) {
+  Changed(s, key);
+  s.free_slots.push_back(slot);
+  s.index.erase(key);
 }
 
-void SparseTable::UpdateRow(Stripe& s, uint32_t slot, int64_t step,
-                            const float* grad, float scale,
-                            std::vector<absl::Span<float>>* slots) {
+void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
+                          ApplyContext* c) {
+  if (fresh->empty()) return;
+  std::stable_sort(
+      fresh->begin(), fresh->end(),
+      [](const NewKey& a, const NewKey& b) { return a.key < b.key; });
+  // Which entries create a row (1), update the row an earlier entry of the
+  // same key created (2), or were dropped by admission (0).
+  std::vector<uint8_t> what(fresh->size(), 0);
+  int64_t creating = 0;
+  for (size_t i = 0; i < fresh->size(); ++i) {
+    const uint64_t key = (*fresh)[i].key;
+    if (i > 0 && (*fresh)[i - 1].key == key && what[i - 1] != 0) {
+      what[i] = 2;
+    } else if (SparseTableEviction::Admit(*this, s, key, c->step)) {
+      what[i] = 1;
+      ++creating;
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(s.index.size());
+  if (c->evict_when_full && policy_.evicts_when_full() &&
+      max_rows_per_stripe_ > 0 && rows + creating > max_rows_per_stripe_) {
+    // Down to a sixteenth below the limit, so that the scan of the stripe
+    // is not repeated for every new row.
+    const int64_t target =
+        max_rows_per_stripe_ - std::max<int64_t>(1, max_rows_per_stripe_ / 16);
+    SparseTableEviction::EvictLowest(
+        *this, s, rows + creating - std::max<int64_t>(target, 0), c);
+  }
+  uint32_t slot = kNoRow;
+  for (size_t i = 0; i < fresh->size(); ++i) {
+    const NewKey& k = (*fresh)[i];
+    if (what[i] == 1) {
+      Changed(s, k.key);  // a row now, or refused: either way a change
+      const bool room =
+          max_rows_per_stripe_ <= 0 ||
+          static_cast<int64_t>(s.index.size()) < max_rows_per_stripe_ ||
+          !c->evict_when_full;
+      slot = room ? NewRow(s, k.key) : kNoRow;
+      if (slot == kNoRow && c->evict_when_full && policy_.evicts_when_full() &&
+          SparseTableEviction::EvictLowest(*this, s, 1, c) == 1) {
+        slot = NewRow(s, k.key);
+      }
+      if (slot == kNoRow) {
+        ++s.refused;
+        LOG_EVERY_T(WARNING, 60)
+            << "sparse table: no room for a new row (its stripe holds its "
+               "share of --max_memory_mb, and every row there was updated "
+               "in this step, or eviction is off); new rows are refused and "
+               "their updates dropped, existing rows go on training";
+        continue;
+      }
+    }
+    if (what[i] != 0 && slot != kNoRow) UpdateRow(s, slot, k.grad, k.scale, c);
+  }
+}
+
+void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
+                            float scale, ApplyContext* c) {
   float* row = RowPtr(s, slot);
-  for (size_t k = 0; k < slots->size(); ++k) {
-    (*slots)[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
+  for (size_t k = 0; k < c->slots.size(); ++k) {
+    c->slots[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
   }
   RowMeta& meta = s.meta[slot];
-  if (!optimizer_->ApplyIfFinite(step, meta.updates, scale,
+  if (!optimizer_->ApplyIfFinite(c->step, meta.updates, scale,
                                  absl::MakeConstSpan(grad, dim_),
-                                 absl::MakeSpan(row, dim_), *slots)) {
+                                 absl::MakeSpan(row, dim_), c->slots)) {
     ++s.non_finite;
     LOG_EVERY_T(WARNING, 10)
-        << "sparse table: the update of a row at step " << step
+        << "sparse table: the update of a row at step " << c->step
         << " would make it infinite or NaN (a huge gradient or learning "
            "rate); not applied (shardps_pserver_non_finite_updates_total "
            "counts them)";
     return;
   }
   ++meta.updates;
-  meta.last_step = step;
+  meta.last_step = c->step;
+  meta.last_seconds = c->now_seconds;
   Changed(s, meta.key);
 }
 
 void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
                         absl::Span<const float> grads,
-                        absl::Span<const float> scales) {
-  std::vector<absl::Span<float>> slots(optimizer_->num_slots());
+                        absl::Span<const float> scales,
+                        std::vector<uint64_t>* evicted_full,
+                        bool evict_when_full) {
+  ApplyContext c = MakeContext(step);
+  c.evict_when_full = evict_when_full;
+  c.evicted_full = evicted_full;
   std::vector<uint32_t> order, begin;
   GroupByStripe(keys, &order, &begin);
   uint64_t batch_keys[kLookupBatch];
   uint32_t rows[kLookupBatch];
+  std::vector<NewKey> fresh;
   for (size_t i = 0; i < stripes_.size(); ++i) {
     Stripe& s = stripes_[i];
     if (begin[i] == begin[i + 1]) continue;
     absl::MutexLock l(&s.mu);
-    SaveIfPending(s);
+    SparseTableBlob::SaveIfPending(*this, s);
+    fresh.clear();
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
@@ -230,13 +339,13 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
         const float* g = grads.data() + k * dim_;
         const float scale = scales.size() == 1 ? scales[0] : scales[k];
         if (rows[j] != kNoRow) {
-          UpdateRow(s, rows[j], step, g, scale, &slots);
+          UpdateRow(s, rows[j], g, scale, &c);
         } else {
-          ApplyOne(s, step, batch_keys[j], g, scale, /*maybe_added=*/true,
-                   &slots);
+          fresh.push_back({batch_keys[j], g, scale});
         }
       }
     }
+    AddRows(s, &fresh, &c);
   }
 }
 
@@ -278,13 +387,16 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
       options_.gradient_mean() == SparseTableOptions::STEP_TRAINERS &&
       step_trainers > 0;
   const float step_scale = per_step ? 1.0f / step_trainers : 0.0f;
-  std::vector<absl::Span<float>> slots(optimizer_->num_slots());
+  ApplyContext c = MakeContext(step);
+  if (applied != nullptr) c.evicted_full = &applied->evicted_full;
   uint32_t rows[kLookupBatch];
+  std::vector<NewKey> fresh;
   int64_t n = 0;
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     const size_t keys = s.accum_keys.size();
-    if (keys > 0) SaveIfPending(s);
+    if (keys > 0) SparseTableBlob::SaveIfPending(*this, s);
+    fresh.clear();
     for (size_t b = 0; b < keys; b += kLookupBatch) {
       const size_t m = std::min(kLookupBatch, keys - b);
       FindRows(s, absl::MakeConstSpan(s.accum_keys.data() + b, m),
@@ -294,13 +406,13 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
         const float scale =
             per_step ? step_scale : 1.0f / s.accum_counts[b + j];
         if (rows[j] != kNoRow) {
-          UpdateRow(s, rows[j], step, sum, scale, &slots);
+          UpdateRow(s, rows[j], sum, scale, &c);
         } else {
-          ApplyOne(s, step, s.accum_keys[b + j], sum, scale,
-                   /*maybe_added=*/false, &slots);
+          fresh.push_back({s.accum_keys[b + j], sum, scale});
         }
       }
     }
+    AddRows(s, &fresh, &c);
     n += static_cast<int64_t>(keys);
     if (applied != nullptr) {
       applied->keys.insert(applied->keys.end(), s.accum_keys.begin(),
@@ -317,64 +429,6 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
   return n;
 }
 
-int64_t SparseTable::Evict(int64_t current_step) {
-  const int64_t after = options_.evict_after_steps();
-  if (after <= 0) return 0;
-  const int64_t oldest = current_step - after;
-  int64_t removed = 0;
-  for (Stripe& s : stripes_) {
-    absl::MutexLock l(&s.mu);
-    SaveIfPending(s);
-    for (auto it = s.index.begin(); it != s.index.end();) {
-      auto cur = it++;
-      if (s.meta[cur->second].last_step < oldest) {
-        Changed(s, cur->first);
-        s.free_slots.push_back(cur->second);
-        s.index.erase(cur);
-        ++removed;
-        ++s.evicted;
-      }
-    }
-    for (auto it = s.sightings.begin(); it != s.sightings.end();) {
-      auto cur = it++;
-      if (cur->second.last_step < oldest) {
-        Changed(s, cur->first);
-        s.sightings.erase(cur);
-      }
-    }
-  }
-  return removed;
-}
-
-namespace {
-
-// "SPT2". The header counts the stripe groups that follow, so a blob cut
-// at a group boundary is detected.
-constexpr uint32_t kSparseMagic = 0x53505432;
-
-// Reads the header SaveHeader writes from `r` and returns its group count:
-// DATA_LOSS when it is malformed or its rows are not of `dim` values and
-// `row_floats` floats of state.
-absl::StatusOr<uint64_t> ReadSparseHeader(BlobReader& r, int32_t dim,
-                                          int32_t row_floats) {
-  uint32_t magic = 0;
-  int32_t their_dim = 0, their_row_floats = 0;
-  uint64_t groups = 0;
-  if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&their_dim) ||
-      !r.Get(&their_row_floats) || !r.Get(&groups)) {
-    return absl::DataLossError("sparse table checkpoint: bad header");
-  }
-  if (their_dim != dim || their_row_floats != row_floats) {
-    return absl::DataLossError(absl::StrCat(
-        "sparse table checkpoint: rows of dim ", their_dim, " with ",
-        their_row_floats, " floats of state; this table has dim ", dim, " and ",
-        row_floats));
-  }
-  return groups;
-}
-
-}  // namespace
-
 void SparseTable::ClearAccumulators(Stripe& s) {
   const int64_t bytes =
       static_cast<int64_t>(s.accum_keys.size()) * (dim_ * sizeof(float) + 32);
@@ -387,7 +441,7 @@ void SparseTable::ClearAccumulators(Stripe& s) {
 }
 
 void SparseTable::ClearStripe(Stripe& s) {
-  SaveIfPending(s);
+  SparseTableBlob::SaveIfPending(*this, s);
   ClearAccumulators(s);
   if (budget_ != nullptr) budget_->Release(s.reserved);
   s.reserved = 0;
@@ -395,7 +449,7 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.chunks.clear();
   s.meta.clear();
   s.free_slots.clear();
-  s.sightings.clear();
+  s.sightings.Clear();
   s.changed.clear();
 }
 
@@ -406,149 +460,21 @@ void SparseTable::ClearStripes() {
   }
 }
 
-std::string SparseTable::SaveHeader(int copies) const {
-  std::string out;
-  AppendPod(&out, kSparseMagic);
-  AppendPod<int32_t>(&out, dim_);
-  AppendPod<int32_t>(&out, row_floats_);
-  AppendPod<uint64_t>(&out, stripes_.size() * copies);
-  return out;
-}
-
-void SparseTable::AppendGroup(const Stripe& s, std::string* out) const {
-  AppendPod<uint64_t>(out, s.index.size());
-  for (const auto& [key, slot] : s.index) {
-    const RowMeta& m = s.meta[slot];
-    AppendPod(out, key);
-    AppendPod(out, m.last_step);
-    AppendPod(out, m.updates);
-    AppendFloats(out, RowPtr(s, slot), row_floats_);
-  }
-  AppendPod<uint64_t>(out, s.sightings.size());
-  for (const auto& [key, seen] : s.sightings) {
-    AppendPod(out, key);
-    AppendPod(out, seen.count);
-    AppendPod(out, seen.last_step);
-  }
-}
-
-void SparseTable::Serialize(std::string* out) const {
-  out->append(SaveHeader());
-  for (const Stripe& s : stripes_) {
-    absl::MutexLock l(&s.mu);
-    AppendGroup(s, out);
-  }
-}
-
-void SparseTable::MarkForSave(SaveSink* sink, uint32_t table_id, bool delta) {
-  for (Stripe& s : stripes_) {
-    absl::MutexLock l(&s.mu);
-    s.pending_save = sink;
-    s.pending_table = table_id;
-    s.pending_delta = delta;
-  }
-}
-
-void SparseTable::SaveIfPending(Stripe& s) const {
-  if (s.pending_save == nullptr) return;
-  std::string group;
-  if (s.pending_delta) {
-    SparseDeltas::AppendGroup(*this, s, &group);
-  } else {
-    group.reserve(16 + s.index.size() * (24 + sizeof(float) * row_floats_) +
-                  s.sightings.size() * 24);
-    AppendGroup(s, &group);
-  }
-  // Every save, whole or not, is the base of the next delta.
-  s.changed.clear();
-  s.pending_save->Append(s.pending_table, group);
-  s.pending_save = nullptr;
-}
-
-void SparseTable::SaveRemaining() {
-  for (Stripe& s : stripes_) {
-    absl::MutexLock l(&s.mu);
-    SaveIfPending(s);
-  }
-}
-
-absl::Status SparseTable::RestoreRow(uint64_t key, RowMeta meta,
-                                     absl::Span<const float> row) {
-  Stripe& s = StripeOf(key);
-  absl::MutexLock l(&s.mu);
-  if (s.index.contains(key)) return absl::DataLossError("a key appears twice");
-  const uint32_t slot = NewRow(s, key);
-  if (slot == kNoRow) {
-    return absl::ResourceExhaustedError(
-        "its rows need more than --max_memory_mb allows");
-  }
-  --s.created;  // restored, not created
-  std::memcpy(RowPtr(s, slot), row.data(), sizeof(float) * row.size());
-  meta.key = key;
-  s.meta[slot] = meta;
-  return absl::OkStatus();
-}
-
-absl::Status SparseTable::Deserialize(absl::string_view data,
-                                      const KeyFilter& keep) {
-  ClearStripes();
-  BlobReader r(data);
-  absl::StatusOr<uint64_t> groups = ReadSparseHeader(r, dim_, row_floats_);
-  if (!groups.ok()) return groups.status();
-  std::vector<float> row(row_floats_);
-  auto fail = [this](absl::string_view what,
-                     absl::StatusCode code = absl::StatusCode::kDataLoss) {
-    ClearStripes();
-    return absl::Status(code, absl::StrCat("sparse table checkpoint: ", what));
-  };
-  // The stripe count may differ from the writer's: each row goes to the
-  // stripe of its key here.
-  for (uint64_t g = 0; g < *groups; ++g) {
-    uint64_t rows = 0;
-    if (!r.Get(&rows)) return fail("truncated row count");
-    for (uint64_t i = 0; i < rows; ++i) {
-      uint64_t key = 0;
-      RowMeta m;
-      if (!r.Get(&key) || !r.Get(&m.last_step) || !r.Get(&m.updates) ||
-          !r.GetFloats(row.data(), row.size())) {
-        return fail("truncated row");
-      }
-      if (keep && !keep(key)) continue;
-      // Cleared outside the stripe's lock: ClearStripes takes it again.
-      if (absl::Status st = RestoreRow(key, m, row); !st.ok()) {
-        return fail(st.message(), st.code());
-      }
-    }
-    uint64_t sightings = 0;
-    if (!r.Get(&sightings)) return fail("truncated sightings count");
-    for (uint64_t i = 0; i < sightings; ++i) {
-      uint64_t key = 0;
-      Sighting seen;
-      if (!r.Get(&key) || !r.Get(&seen.count) || !r.Get(&seen.last_step)) {
-        return fail("truncated sighting");
-      }
-      if (keep && !keep(key)) continue;
-      Stripe& s = StripeOf(key);
-      absl::MutexLock l(&s.mu);
-      s.sightings[key] = seen;
-    }
-  }
-  if (!r.done()) return fail("trailing bytes");
-  return absl::OkStatus();
-}
-
 SparseCounters SparseTable::counters() const {
   SparseCounters c;
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     c.rows += static_cast<int64_t>(s.index.size());
-    c.pending_keys += static_cast<int64_t>(s.sightings.size());
+    c.pending_keys += s.sightings.size();
     c.created += s.created;
-    c.evicted += s.evicted;
+    c.evicted_full += s.evicted_full;
+    c.expired += s.expired;
     c.dropped_updates += s.dropped;
     c.refused_rows += s.refused;
     c.non_finite_updates += s.non_finite;
   }
+  c.evicted = c.evicted_full + c.expired;
+  c.max_rows = max_rows_per_stripe_ * static_cast<int64_t>(stripes_.size());
   return c;
 }
 
@@ -558,8 +484,7 @@ size_t SparseTable::MemoryBytes() const {
     absl::MutexLock l(&s.mu);
     // A flat_hash_map slot is the pair plus one control byte.
     bytes += s.index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
-    bytes +=
-        s.sightings.capacity() * (sizeof(std::pair<uint64_t, Sighting>) + 1);
+    if (s.sightings.allocated()) bytes += s.sightings.Bytes();
     bytes += s.chunks.size() * sizeof(float) * rows_per_chunk_ * row_floats_;
     bytes += s.meta.capacity() * sizeof(RowMeta);
     bytes += s.free_slots.capacity() * sizeof(uint32_t);

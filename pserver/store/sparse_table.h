@@ -15,9 +15,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "base/clock.h"
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/memory_budget.h"
+#include "pserver/store/rows/eviction_policy.h"
+#include "pserver/store/rows/sighting_table.h"
 #include "pserver/store/step/step_barrier.h"
 
 namespace shardps {
@@ -25,11 +28,14 @@ namespace shardps {
 // Counters of a sparse table, cumulative except `rows` and `pending_keys`.
 struct SparseCounters {
   int64_t rows = 0;             // rows held now
+  int64_t max_rows = 0;         // the memory share in rows; 0: no limit
   int64_t pending_keys = 0;     // keys seen, not yet admitted
   int64_t created = 0;          // rows created
-  int64_t evicted = 0;          // rows removed by eviction
+  int64_t evicted = 0;          // rows removed by eviction, both kinds:
+  int64_t evicted_full = 0;     //   to make room for new rows
+  int64_t expired = 0;          //   past a TTL or below the norm
   int64_t dropped_updates = 0;  // gradients of keys not yet admitted
-  int64_t refused_rows = 0;     // new rows past --max_memory_mb, dropped
+  int64_t refused_rows = 0;     // new rows that found no room, dropped
   // Row updates not applied: they would have made the row non-finite.
   int64_t non_finite_updates = 0;
 };
@@ -41,7 +47,9 @@ struct SparseCounters {
 // first. Memory grows with the keys updated, never with the key space: rows
 // live in chunks of kRowsPerChunk, indexed by an absl::flat_hash_map.
 // Keys are split over stripes by Mix64(key), each with its own mutex; no lock
-// covers the whole table. Thread-safe.
+// covers the whole table. With a memory share, each stripe holds at most
+// its part of it in rows: a new row then takes the place of the rows the
+// EvictionPolicy scores lowest (docs/sparse_memory.md). Thread-safe.
 class SparseDeltas;
 
 class SparseTable {
@@ -51,14 +59,18 @@ class SparseTable {
   // row is larger) this many bytes.
   static constexpr int kMaxRowsPerChunk = 1024;
   static constexpr int64_t kChunkBytes = 256 << 10;
+  static constexpr int64_t kMinRowsPerStripe = 64;
 
   // REQUIRES: options.dim() > 0. `optimizer` must outlive the table, and
-  // `budget` (may be null: no limit) too. A row chunk is allocated only
-  // when `budget` has room for it; otherwise new rows are refused (their
-  // gradients dropped and counted as refused_rows, with a warning).
+  // `budget` (may be null: no limit) and `clock` (null: the real one) too.
+  // `memory_share`: the bytes of rows and admission counters the table may
+  // hold (0: no limit but the budget's). A row chunk is allocated only when
+  // `budget` has room for it; a row that finds none takes the place of
+  // the lowest-scored row of its stripe, or is refused (its gradients
+  // dropped and counted as refused_rows, with a warning).
   SparseTable(const SparseTableOptions& options, const Optimizer* optimizer,
-              int num_stripes = kDefaultStripes,
-              MemoryBudget* budget = nullptr);
+              int num_stripes = kDefaultStripes, MemoryBudget* budget = nullptr,
+              int64_t memory_share = 0, const Clock* clock = nullptr);
   // Gives back to the budget what the table holds.
   ~SparseTable();
 
@@ -77,10 +89,15 @@ class SparseTable {
   // learning rate and marks the rows updated. A key not yet admitted (see
   // SparseTableOptions.admit_after) counts a sighting and its gradient is
   // dropped and counted; at the sighting that admits it, its row is created
-  // and updated.
-  // REQUIRES: keys distinct; grads.size() == keys.size() * dim.
+  // and updated. New rows past the memory share evict the lowest-scored
+  // rows not updated at `step` (their keys appended to `evicted_full`,
+  // unless null) unless `evict_when_full` is false (a backup, which evicts
+  // what its primary did).
+  // REQUIRES: grads.size() == keys.size() * dim.
   void Apply(int64_t step, absl::Span<const uint64_t> keys,
-             absl::Span<const float> grads, absl::Span<const float> scales);
+             absl::Span<const float> grads, absl::Span<const float> scales,
+             std::vector<uint64_t>* evicted_full = nullptr,
+             bool evict_when_full = true);
 
   // SYNC: adds one trainer's gradients for the step being assembled (keys
   // distinct within a call; each trainer pushes a key at most once a step).
@@ -91,17 +108,25 @@ class SparseTable {
   // trainers that pushed the key, or with gradient_mean STEP_TRAINERS over
   // `step_trainers`), and clears the accumulators. Returns the keys updated.
   // With `applied`, also appends each key, its summed gradient and its scale
-  // there, so that Apply(step, keys, grad, scales) elsewhere does the same.
+  // there, and the rows evicted to make room (evicted_full), so that
+  // DropRows(evicted_full) and Apply(step, keys, grad, scales) elsewhere do
+  // the same.
   // `step_trainers`: the trainers whose pushes made up the step, the divisor
   // of every key's sum with gradient_mean STEP_TRAINERS (else each key's
   // sum is divided by the pushes it had).
   int64_t ApplyAccumulated(int64_t step, int step_trainers,
                            AppliedUpdate* applied = nullptr);
 
-  // Removes the rows not updated for evict_after_steps steps before
-  // `current_step`, and forgets pending sightings as old. Returns the rows
-  // removed. A no-op when eviction is off.
-  int64_t Evict(int64_t current_step);
+  // Removes the rows the policy finds expired at `step` (keys appended to
+  // `expired` unless null) and forgets sightings older than its step TTL.
+  // Returns the rows removed.
+  int64_t Expire(int64_t step, std::vector<uint64_t>* expired = nullptr);
+  // Forgets the sightings older than the step TTL at `step`.
+  void ForgetSightings(int64_t step);
+  // Removes the rows of `keys` (those it holds): a backup's copy of its
+  // primary's evictions, counted as `full` ones or expired.
+  void DropRows(absl::Span<const uint64_t> keys, bool full);
+  const EvictionPolicy& policy() const { return policy_; }
 
   // The initial value of `key`'s row (dim floats).
   void InitialRow(uint64_t key, float* out) const;
@@ -148,11 +173,22 @@ class SparseTable {
   struct RowMeta {
     uint64_t key = 0;
     int64_t last_step = 0;
-    int64_t updates = 0;  // Adam's t - 1
+    int64_t updates = 0;       // Adam's t - 1
+    int64_t last_seconds = 0;  // wall clock; not saved (a restore's)
   };
-  struct Sighting {
-    int64_t count = 0;
-    int64_t last_step = 0;
+  // What one Apply or ApplyAccumulated call shares with its rows.
+  struct ApplyContext {
+    int64_t step = 0;
+    int64_t now_seconds = 0;
+    bool evict_when_full = true;
+    std::vector<uint64_t>* evicted_full = nullptr;
+    std::vector<absl::Span<float>> slots;  // the optimizer's, of one row
+  };
+  // A key of a stripe's batch without a row (yet): AddRows's input.
+  struct NewKey {
+    uint64_t key;
+    const float* grad;
+    float scale;
   };
   struct Stripe {
     mutable absl::Mutex mu;
@@ -160,7 +196,7 @@ class SparseTable {
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
     std::vector<RowMeta> meta ABSL_GUARDED_BY(mu);  // per slot
     std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
-    absl::flat_hash_map<uint64_t, Sighting> sightings ABSL_GUARDED_BY(mu);
+    SightingTable sightings ABSL_GUARDED_BY(mu);
     // SYNC accumulators: key to its position in accum_sums (dim floats) and
     // accum_counts (trainers that pushed it).
     absl::flat_hash_map<uint64_t, uint32_t> accum_index ABSL_GUARDED_BY(mu);
@@ -168,7 +204,8 @@ class SparseTable {
     std::vector<float> accum_sums ABSL_GUARDED_BY(mu);
     std::vector<int32_t> accum_counts ABSL_GUARDED_BY(mu);
     int64_t created ABSL_GUARDED_BY(mu) = 0;
-    int64_t evicted ABSL_GUARDED_BY(mu) = 0;
+    int64_t evicted_full ABSL_GUARDED_BY(mu) = 0;
+    int64_t expired ABSL_GUARDED_BY(mu) = 0;
     int64_t dropped ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t non_finite ABSL_GUARDED_BY(mu) = 0;
@@ -182,8 +219,10 @@ class SparseTable {
     absl::flat_hash_set<uint64_t> changed ABSL_GUARDED_BY(mu);
   };
   static constexpr uint32_t kNoRow = UINT32_MAX;
-  friend class SparseDeltas;     // reads and writes stripes for deltas
-  friend class SparseRowExport;  // reads rows a page at a time
+  friend class SparseDeltas;         // reads and writes stripes for deltas
+  friend class SparseTableBlob;      // reads and writes stripes for saves
+  friend class SparseTableEviction;  // admits, evicts and expires rows
+  friend class SparseRowExport;      // reads rows a page at a time
   // Notes a change of `key` in `s` for the next delta.
   void Changed(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     if (track_changes_) s.changed.insert(key);
@@ -191,22 +230,10 @@ class SparseTable {
 
   Stripe& StripeOf(uint64_t key) const;
   size_t StripeIndex(uint64_t key) const;
-  // Appends the stripe's group (rows, then sightings) as Serialize does.
-  void AppendGroup(const Stripe& s, std::string* out) const
-      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
-  // Writes the stripe's group to the save that marked it, if any: called
-  // before every change.
-  void SaveIfPending(Stripe& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Empties `s`, giving its memory back to the budget.
   void ClearStripe(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Empties every stripe, each under its lock.
   void ClearStripes();
-  // Deserialize: row `key` of a checkpoint, with `meta`, into its stripe
-  // (restored, not counted as created). DATA_LOSS for a key already there,
-  // RESOURCE_EXHAUSTED past the budget; the stripe's lock is released on
-  // return, so that the caller can clear the table.
-  absl::Status RestoreRow(uint64_t key, RowMeta meta,
-                          absl::Span<const float> row);
   // The sync accumulators of `s`, emptied.
   void ClearAccumulators(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The row's floats: value, then each optimizer slot.
@@ -215,18 +242,21 @@ class SparseTable {
   // A new row for `key`, or kNoRow when the budget has no room for the
   // chunk it needs.
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Applies one update to `key`, which FindRows did not find (admission
-  // included). `maybe_added`: an earlier key of the same batch may have
-  // added it (a push's keys may repeat; the accumulated keys of a sync
-  // step do not).
-  void ApplyOne(Stripe& s, int64_t step, uint64_t key, const float* grad,
-                float scale, bool maybe_added,
-                std::vector<absl::Span<float>>* slots)
+  // Applies the updates of the keys of a stripe's batch that had no row,
+  // in key order (so that admission and eviction do not depend on the
+  // order of the pushes): counts their sightings, makes room for the
+  // admitted ones, creates and updates them. A key may appear more than
+  // once (a push's keys may repeat).
+  void AddRows(Stripe& s, std::vector<NewKey>* fresh, ApplyContext* c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Frees the row of `key` in `slot` (index entry, slot, change note).
+  void RemoveRow(Stripe& s, uint64_t key, uint32_t slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Applies one update to the row in `slot`.
-  void UpdateRow(Stripe& s, uint32_t slot, int64_t step, const float* grad,
-                 float scale, std::vector<absl::Span<float>>* slots)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  void UpdateRow(Stripe& s, uint32_t slot, const float* grad, float scale,
+                 ApplyContext* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  ApplyContext MakeContext(int64_t step) const;
+  int64_t NowSeconds() const;
   // slots[j] = the slot of keys[j] in `s`, or kNoRow. Lookups run ahead of
   // use by prefetching the index and the rows' first `row_bytes`: a table
   // larger than the cache is bound by memory latency, not by work.
@@ -241,13 +271,99 @@ class SparseTable {
 
   const int dim_;
   const int row_floats_;  // dim * (1 + optimizer slots)
+  // The stripes asked for, fewer when the share holds few rows (at least
+  // kMinRowsPerStripe a stripe).
+  const int num_stripes_;
+  // Admission counters per stripe; 0 when admit_after <= 1.
+  const int64_t sightings_per_stripe_;
+  // Rows a stripe may hold (the memory share's part); 0: no limit.
+  const int64_t max_rows_per_stripe_;
   const int rows_per_chunk_;
   MemoryBudget* const budget_;
   const SparseTableOptions options_;
   const Optimizer* const optimizer_;
+  const EvictionPolicy policy_;
+  const Clock* const clock_;
   mutable std::vector<Stripe> stripes_;
   std::atomic<bool> track_changes_{false};
 };
+
+// A sparse table's checkpoint blobs (SPT2, docs/checkpoint_format.md):
+// what SparseTable's Serialize, Deserialize and streaming saves do.
+class SparseTableBlob {
+ public:
+  static std::string Header(const SparseTable& t, int copies);
+  static void Serialize(const SparseTable& t, std::string* out);
+  static absl::Status Load(SparseTable& t, absl::string_view data,
+                           const SparseTable::KeyFilter& keep);
+  static void MarkForSave(SparseTable& t, SaveSink* sink, uint32_t table_id,
+                          bool delta);
+  static void SaveRemaining(SparseTable& t);
+  // Appends the stripe's group (rows, then sightings) as Serialize does.
+  static void AppendGroup(const SparseTable& t, const SparseTable::Stripe& s,
+                          std::string* out) ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Writes the stripe's group to the save that marked it, if any: called
+  // before every change.
+  static void SaveIfPending(const SparseTable& t, SparseTable::Stripe& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Load: row `key` of a checkpoint, with `meta`, into its stripe
+  // (restored, not counted as created). DATA_LOSS for a key already there,
+  // RESOURCE_EXHAUSTED past the budget; the stripe's lock is released on
+  // return, so that the caller can clear the table.
+  static absl::Status RestoreRow(SparseTable& t, uint64_t key,
+                                 SparseTable::RowMeta meta,
+                                 absl::Span<const float> row);
+  // Load and SparseDeltas::Apply: sets the sighting of `key`.
+  static void RestoreSighting(SparseTable& t, uint64_t key, Sighting seen);
+};
+
+// What keeps a sparse table within its memory share: SparseTable's
+// admission, eviction and expiry (docs/sparse_memory.md).
+class SparseTableEviction {
+ public:
+  // Counts a sighting of `key`; whether it is admitted now.
+  static bool Admit(SparseTable& t, SparseTable::Stripe& s, uint64_t key,
+                    int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Removes the `count` lowest-scored rows of `s` not updated at c->step
+  // (their keys into c->evicted_full); returns how many went.
+  static int64_t EvictLowest(SparseTable& t, SparseTable::Stripe& s,
+                             int64_t count, SparseTable::ApplyContext* c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  static int64_t Expire(SparseTable& t, int64_t step,
+                        std::vector<uint64_t>* expired);
+  static void ForgetSightings(SparseTable& t, int64_t step);
+  static void DropRows(SparseTable& t, absl::Span<const uint64_t> keys,
+                       bool full);
+};
+
+inline int64_t SparseTable::Expire(int64_t step,
+                                   std::vector<uint64_t>* expired) {
+  return SparseTableEviction::Expire(*this, step, expired);
+}
+inline void SparseTable::ForgetSightings(int64_t step) {
+  SparseTableEviction::ForgetSightings(*this, step);
+}
+inline void SparseTable::DropRows(absl::Span<const uint64_t> keys, bool full) {
+  SparseTableEviction::DropRows(*this, keys, full);
+}
+
+inline void SparseTable::Serialize(std::string* out) const {
+  SparseTableBlob::Serialize(*this, out);
+}
+inline absl::Status SparseTable::Deserialize(absl::string_view data,
+                                             const KeyFilter& keep) {
+  return SparseTableBlob::Load(*this, data, keep);
+}
+inline std::string SparseTable::SaveHeader(int copies) const {
+  return SparseTableBlob::Header(*this, copies);
+}
+inline void SparseTable::MarkForSave(SaveSink* sink, uint32_t table_id,
+                                     bool delta) {
+  SparseTableBlob::MarkForSave(*this, sink, table_id, delta);
+}
+inline void SparseTable::SaveRemaining() {
+  SparseTableBlob::SaveRemaining(*this);
+}
 
 // A sparse table's incremental checkpoints (docs/checkpoint_format.md,
 // "Deltas"): the SPD1 blob holds, per stripe, only the keys changed since

@@ -89,10 +89,10 @@ void SparseDeltas::AppendGroup(const SparseTable& t,
       AppendPod(&rows, m.updates);
       AppendFloats(&rows, t.RowPtr(s, it->second), t.row_floats_);
       ++num_rows;
-    } else if (auto seen = s.sightings.find(key); seen != s.sightings.end()) {
+    } else if (const Sighting* seen = s.sightings.Find(key)) {
       AppendPod(&sightings, key);
-      AppendPod(&sightings, seen->second.count);
-      AppendPod(&sightings, seen->second.last_step);
+      AppendPod(&sightings, seen->count);
+      AppendPod(&sightings, seen->last_step);
       ++num_sightings;
     } else {
       AppendPod(&removed, key);
@@ -136,7 +136,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
-    s.sightings.erase(key);
+    s.sightings.Erase(key);
     uint32_t slot;
     if (auto it = s.index.find(key); it != s.index.end()) {
       slot = it->second;
@@ -159,10 +159,12 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
   auto sighting = [&](uint64_t key, int64_t count,
                       int64_t last) -> absl::Status {
     if (keep && !keep(key)) return absl::OkStatus();
-    SparseTable::Stripe& s = t->StripeOf(key);
-    absl::MutexLock l(&s.mu);
-    DropRow(s, key);
-    s.sightings[key] = SparseTable::Sighting{count, last};
+    {
+      SparseTable::Stripe& s = t->StripeOf(key);
+      absl::MutexLock l(&s.mu);
+      DropRow(s, key);
+    }
+    SparseTableBlob::RestoreSighting(*t, key, Sighting{count, last});
     return absl::OkStatus();
   };
   auto removed = [&](uint64_t key) -> absl::Status {
@@ -170,7 +172,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
     DropRow(s, key);
-    s.sightings.erase(key);
+    s.sightings.Erase(key);
     return absl::OkStatus();
   };
   return Walk(blob, t->dim_, t->row_floats_, row, sighting, removed);

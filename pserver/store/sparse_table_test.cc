@@ -146,8 +146,8 @@ TEST(SparseTableTest, EvictionRemovesRowsNotUpdatedForTSteps) {
   const auto init1 = Row(t, 1);
   t.Apply(0, old_key, g, one);
   t.Apply(8, new_key, g, one);
-  EXPECT_EQ(t.Evict(10), 0);  // step 0 is 10 steps back: kept
-  EXPECT_EQ(t.Evict(11), 1);
+  EXPECT_EQ(t.Expire(10), 0);  // step 0 is 10 steps back: kept
+  EXPECT_EQ(t.Expire(11), 1);
   EXPECT_EQ(Row(t, 1), init1);  // gone: reads as new again
   EXPECT_EQ(t.counters().rows, 1);
   EXPECT_EQ(t.counters().evicted, 1);

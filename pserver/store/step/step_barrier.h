@@ -163,6 +163,10 @@ struct AppliedUpdate {
   std::vector<float> scales;   // 1 (dense) or one per key
   std::vector<float> grad;
   float trust_ratio = 1.0f;  // LARS: the table's ratio the step applied
+  // Sparse: rows evicted to make room for new ones (before the update),
+  // and rows that expired (after it): a backup removes the same.
+  std::vector<uint64_t> evicted_full;
+  std::vector<uint64_t> expired;
 };
 
 // Receives a pulled dense block, under that block's lock.
