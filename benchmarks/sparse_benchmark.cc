@@ -193,12 +193,16 @@ void BM_SparseTrainerStep(benchmark::State& state) {
 }
 BENCHMARK(BM_SparseTrainerStep)->Arg(16)->UseRealTime()->MinTime(2.0);
 
-// Memory of the pserver's table per million rows, ids spread over 2^40.
+// Memory of the pserver's table per million rows, ids spread over 2^40, by
+// row dim and optimizer (its OptimizerConfig::Type: 2 ADAGRAD, 3 ADAM, 6
+// ROWWISE_ADAGRAD, 7 ROWWISE_ADAM).
 void BM_SparseMemoryPerMillionRows(benchmark::State& state) {
   const int dim = static_cast<int>(state.range(0));
+  const auto type = static_cast<OptimizerConfig::Type>(state.range(1));
+  state.SetLabel(OptimizerConfig::Type_Name(type));
   for (auto _ : state) {
     OptimizerConfig oc;
-    oc.set_type(OptimizerConfig::ADAGRAD);
+    oc.set_type(type);
     oc.set_learning_rate(0.05f);
     auto opt = std::move(*Optimizer::Create(oc, 1));
     SparseTableOptions so;
@@ -217,13 +221,14 @@ void BM_SparseMemoryPerMillionRows(benchmark::State& state) {
         mib * 1e6 / static_cast<double>(table.counters().rows);
     state.counters["bytes_per_row"] =
         static_cast<double>(table.MemoryBytes()) / table.counters().rows;
-    state.counters["payload_bytes_per_row"] = 4.0 * dim * 2;
+    state.counters["payload_bytes_per_row"] =
+        4.0 * (dim + opt->StateFloats(dim));
   }
 }
 BENCHMARK(BM_SparseMemoryPerMillionRows)
-    ->Arg(8)
-    ->Arg(16)
-    ->Arg(64)
+    ->ArgsProduct({{8, 16, 64},
+                   {OptimizerConfig::ADAGRAD, OptimizerConfig::ROWWISE_ADAGRAD,
+                    OptimizerConfig::ADAM, OptimizerConfig::ROWWISE_ADAM}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

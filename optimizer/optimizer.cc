@@ -98,8 +98,10 @@ absl::Status SetUpTypeConfig(OptimizerConfig* config) {
     case OptimizerConfig::MOMENTUM:
       return CheckMomentum(*config);
     case OptimizerConfig::ADAGRAD:
+    case OptimizerConfig::ROWWISE_ADAGRAD:
       return SetUpAdagrad(config);
     case OptimizerConfig::ADAM:
+    case OptimizerConfig::ROWWISE_ADAM:
       return SetUpAdam(config);
     case OptimizerConfig::FTRL:
       return SetUpFtrl(config);
@@ -108,6 +110,37 @@ absl::Status SetUpTypeConfig(OptimizerConfig* config) {
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown optimizer type ", config->type()));
+  }
+}
+
+// Row-wise Adagrad (FBGEMM's rowwise_adagrad): one accumulator for the
+// row, acc += mean(g^2); p -= lr * g / (sqrt(acc) + eps).
+void ApplyRowwiseAdagrad(float lr, float eps, float grad_scale,
+                         absl::Span<const float> grad, absl::Span<float> value,
+                         float& acc) {
+  double sum = 0;
+  for (float g : grad) sum += double{g * grad_scale} * (g * grad_scale);
+  acc += static_cast<float>(sum / static_cast<double>(value.size()));
+  const float step = lr / (std::sqrt(acc) + eps);
+  for (size_t i = 0; i < value.size(); ++i) {
+    value[i] -= step * (grad[i] * grad_scale);
+  }
+}
+
+// Adam with m per value and v per row (FBGEMM's partial row-wise Adam):
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) mean(g^2);
+// p -= lr_t * m / (sqrt(v) + eps), lr_t bias-corrected as Adam's.
+void ApplyRowwiseAdam(float lr_t, float beta1, float beta2, float eps,
+                      float grad_scale, absl::Span<const float> grad,
+                      absl::Span<float> value, absl::Span<float> m, float& v) {
+  double sum = 0;
+  for (float g : grad) sum += double{g * grad_scale} * (g * grad_scale);
+  v = beta2 * v + (1.0f - beta2) * static_cast<float>(
+                                       sum / static_cast<double>(grad.size()));
+  const float denom = std::sqrt(v) + eps;
+  for (size_t i = 0; i < value.size(); ++i) {
+    m[i] = beta1 * m[i] + (1.0f - beta1) * (grad[i] * grad_scale);
+    value[i] -= lr_t * m[i] / denom;
   }
 }
 
@@ -209,10 +242,16 @@ Optimizer::Optimizer(const OptimizerConfig& config,
     case OptimizerConfig::LARS:
       num_slots_ = 1;
       break;
+    case OptimizerConfig::ROWWISE_ADAGRAD:
+      rowwise_ = true;
+      [[fallthrough]];
     case OptimizerConfig::ADAGRAD:
       num_slots_ = 1;
       initial_slot_value_ = config_.initial_accumulator();
       break;
+    case OptimizerConfig::ROWWISE_ADAM:
+      rowwise_ = true;
+      [[fallthrough]];
     case OptimizerConfig::ADAM:
     case OptimizerConfig::FTRL:  // z and n
       num_slots_ = 2;
@@ -232,11 +271,16 @@ Optimizer::Optimizer(const OptimizerConfig& config,
       bounded_step_ = true;
       break;
     case OptimizerConfig::ADAGRAD:
+    case OptimizerConfig::ROWWISE_ADAGRAD:
       bounded_step_ =
           config_.epsilon() > 0 || config_.initial_accumulator() > 0;
       break;
     case OptimizerConfig::ADAM:
       bounded_step_ = config_.epsilon() > 0 && b1 * b1 < b2;
+      break;
+    case OptimizerConfig::ROWWISE_ADAM:
+      // m_i^2 may pass the row's mean of g^2 that v follows: not bounded.
+      bounded_step_ = false;
       break;
     case OptimizerConfig::FTRL:
       // z grows by at most a factor (beta + sqrt(n)) / beta over a job.
@@ -265,15 +309,20 @@ void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
                                 slots[0]);
       break;
     case OptimizerConfig::ADAM: {
-      const double t = static_cast<double>(update_count + 1);
-      const double b1 = config_.beta1(), b2 = config_.beta2();
-      const float lr_t = static_cast<float>(
-          lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t)));
-      ApplyAdam<CpuDevice>()(lr_t, config_.beta1(), config_.beta2(),
-                             config_.epsilon(), grad_scale, grad, value,
-                             slots[0], slots[1]);
+      ApplyAdam<CpuDevice>()(AdamRate(lr, update_count), config_.beta1(),
+                             config_.beta2(), config_.epsilon(), grad_scale,
+                             grad, value, slots[0], slots[1]);
       break;
     }
+    case OptimizerConfig::ROWWISE_ADAGRAD:
+      ApplyRowwiseAdagrad(lr, config_.epsilon(), grad_scale, grad, value,
+                          slots[0][0]);
+      break;
+    case OptimizerConfig::ROWWISE_ADAM:
+      ApplyRowwiseAdam(AdamRate(lr, update_count), config_.beta1(),
+                       config_.beta2(), config_.epsilon(), grad_scale, grad,
+                       value, slots[0], slots[1][0]);
+      break;
     case OptimizerConfig::FTRL:
       ApplyFtrl<CpuDevice>()(lr, config_.beta(), config_.l1(), config_.l2(),
                              grad_scale, grad, value, slots[0], slots[1]);
@@ -286,6 +335,43 @@ void Optimizer::Apply(int64_t step, int64_t update_count, float grad_scale,
     default:
       break;
   }
+}
+
+float Optimizer::AdamRate(float lr, int64_t update_count) const {
+  const double t = static_cast<double>(update_count + 1);
+  const double b1 = config_.beta1(), b2 = config_.beta2();
+  return static_cast<float>(lr * std::sqrt(1 - std::pow(b2, t)) /
+                            (1 - std::pow(b1, t)));
+}
+
+bool Optimizer::ApplyRowIfFinite(
+    int64_t step, int64_t update_count, float grad_scale,
+    absl::Span<const float> grad, absl::Span<float> value,
+    absl::Span<const absl::Span<float>> slots) const {
+  // A row-wise update reads the whole row: saved whole, restored whole.
+  thread_local std::vector<float> saved;
+  size_t total = value.size();
+  for (const auto& s : slots) total += s.size();
+  saved.resize(total);
+  auto save = [&](bool back) {
+    size_t at = 0;
+    auto one = [&](absl::Span<float> s) {
+      if (back) {
+        std::memcpy(s.data(), &saved[at], s.size() * sizeof(float));
+      } else {
+        std::memcpy(&saved[at], s.data(), s.size() * sizeof(float));
+      }
+      at += s.size();
+    };
+    one(value);
+    for (const auto& s : slots) one(s);
+  };
+  save(false);
+  Apply(step, update_count, grad_scale, grad, value, slots);
+  bool finite = AllFinite(value.data(), value.size());
+  for (const auto& s : slots) finite = finite && AllFinite(s.data(), s.size());
+  if (!finite) save(true);
+  return finite;
 }
 
 bool Optimizer::ApplyIfFinite(int64_t step, int64_t update_count,
@@ -310,6 +396,9 @@ bool Optimizer::ApplyIfFinite(int64_t step, int64_t update_count,
       std::isfinite(scale) && AllWithin(grad.data(), n, bound)) {
     Apply(step, update_count, grad_scale, grad, value, slots, trust_ratio);
     return true;
+  }
+  if (rowwise_) {
+    return ApplyRowIfFinite(step, update_count, grad_scale, grad, value, slots);
   }
   constexpr size_t kChunk = 2048;  // the chunk's streams stay in L1
   const size_t streams = 1 + slots.size();

@@ -55,8 +55,18 @@ class Optimizer {
 
   // Number of state vectors per value: 0 (SGD), 1 (momentum, Adagrad) or
   // 2 (Adam: m and v; FTRL: z and n, with the value the closed-form weight);
-  // LARS 1 (the velocity).
+  // LARS 1 (the velocity); ROWWISE_ADAGRAD 1 and ROWWISE_ADAM 2, of which
+  // the last holds one float for the whole row.
   int num_slots() const { return num_slots_; }
+  // Whether the last slot is one float per row (row-wise optimizers: sparse
+  // tables only), and the floats of state a row of `dim` values holds.
+  bool rowwise() const { return rowwise_; }
+  int SlotWidth(int slot, int dim) const {
+    return rowwise_ && slot == num_slots_ - 1 ? 1 : dim;
+  }
+  int StateFloats(int dim) const {
+    return rowwise_ ? (num_slots_ - 1) * dim + 1 : num_slots_ * dim;
+  }
   // Initial value of every state element (Adagrad's accumulator, else 0).
   float initial_slot_value() const { return initial_slot_value_; }
 
@@ -64,8 +74,8 @@ class Optimizer {
   // the number of updates this block has seen before (Adam's t - 1).
   // `trust_ratio` multiplies LARS's learning rate (TrustRatio of the whole
   // table); other types ignore it.
-  // REQUIRES: grad, value and every slot have the same length;
-  //           slots.size() == num_slots().
+  // REQUIRES: grad, value and every slot have the same length (a
+  //           row-wise last slot: 1); slots.size() == num_slots().
   void Apply(int64_t step, int64_t update_count, float grad_scale,
              absl::Span<const float> grad, absl::Span<float> value,
              absl::Span<const absl::Span<float>> slots,
@@ -109,10 +119,17 @@ class Optimizer {
 
  private:
   Optimizer(const OptimizerConfig& config, LearningRateSchedule schedule);
+  // Adam's step size at update t = update_count + 1, bias-corrected.
+  float AdamRate(float lr, int64_t update_count) const;
+  // ApplyIfFinite's slow path for row-wise optimizers: the row whole.
+  bool ApplyRowIfFinite(int64_t step, int64_t update_count, float grad_scale,
+                        absl::Span<const float> grad, absl::Span<float> value,
+                        absl::Span<const absl::Span<float>> slots) const;
 
   const OptimizerConfig config_;
   const LearningRateSchedule schedule_;
   int num_slots_ = 0;
+  bool rowwise_ = false;
   float initial_slot_value_ = 0;
   // ApplyIfFinite may skip its copy when the gradient is within bounds.
   bool bounded_step_ = false;

@@ -75,7 +75,7 @@ absl::Status ForEachSparseRecord(
   uint64_t groups = 0;
   if (!r.Get(&magic) || magic != kSparseMagic || !r.Get(&dim) ||
       !r.Get(&row_floats) || !r.Get(&groups) || dim <= 0 || row_floats < dim ||
-      row_floats % dim != 0) {
+      row_floats > (1 << 20)) {
     return bad("bad header");
   }
   RETURN_IF_ERROR(header(dim, row_floats));

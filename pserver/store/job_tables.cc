@@ -204,6 +204,12 @@ absl::Status JobTables::DescribeTable(const JobSpec& job, int i, Table* t) {
         "InitJob: table ", spec.name(), ": ", opt.status().message()));
   }
   if (absl::Status s = CheckTableNorms(job, spec, **opt); !s.ok()) return s;
+  if ((*opt)->rowwise() && spec.kind() != TableSpec::SPARSE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: dense table ", spec.name(), " has optimizer ",
+        OptimizerConfig::Type_Name(spec.optimizer().type()),
+        ", which keeps state per sparse row: use ADAGRAD or ADAM"));
+  }
   t->spec = spec;
   t->optimizer = std::move(*opt);
   return absl::OkStatus();

@@ -194,6 +194,12 @@ class JobTables {
   // Pulls the units' barriers hold, answered or not (tests).
   size_t HeldPulls() const;
 
+  // Each sparse unit's memory share: the tightest limit of `budget` less
+  // its headroom (an eighth) and the job's `dense_bytes`, split evenly over
+  // the job's sparse tables (times their `shards` here); 0 without a limit.
+  static int64_t SparseShare(const JobSpec& job, const MemoryBudget* budget,
+                             int64_t dense_bytes, size_t shards);
+
  private:
   struct Table {
     TableSpec spec;
@@ -220,11 +226,6 @@ class JobTables {
                   const Membership* membership, int quorum,
                   MemoryBudget* budget, absl::Span<const int> sparse_shards,
                   int64_t sparse_share);
-  // Each sparse unit's memory share: the tightest limit of `budget` less
-  // its headroom (an eighth) and the job's `dense_bytes`, split evenly over
-  // the job's sparse tables (times their `shards` here); 0 without a limit.
-  static int64_t SparseShare(const JobSpec& job, const MemoryBudget* budget,
-                             int64_t dense_bytes, size_t shards);
 
   std::vector<Table> tables_;
   std::vector<DenseTableBlock*> blocks_;

@@ -92,6 +92,54 @@ TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
             "InitJob: block of unknown table id 5");
 }
 
+TEST(JobTablesTest, EvictionAndRowwiseOptionsAreChecked) {
+  JobSpec job = Job();
+  job.mutable_tables(0)->mutable_optimizer()->set_type(
+      OptimizerConfig::ROWWISE_ADAGRAD);
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: dense table w has optimizer ROWWISE_ADAGRAD, which keeps "
+            "state per sparse row: use ADAGRAD or ADAM");
+  job = Job();
+  job.mutable_tables(1)->mutable_optimizer()->set_type(
+      OptimizerConfig::ROWWISE_ADAM);
+  EXPECT_TRUE(CreateError(job, {}).ok());
+  job = Job();
+  EvictionOptions* e =
+      job.mutable_tables(1)->mutable_sparse()->mutable_eviction();
+  e->set_ttl_seconds(-1);
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e: eviction ttl_seconds -1 is not in [0, "
+            "3.2e8] (docs/sparse_memory.md)");
+  e->set_ttl_seconds(0);
+  e->set_policy(static_cast<EvictionOptions::Policy>(9));
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e: unknown eviction policy 9 "
+            "(docs/sparse_memory.md)");
+  e->set_policy(EvictionOptions::LFU);
+  e->set_min_l2_norm(std::nanf(""));
+  EXPECT_NE(CreateError(job, {}).message().find("min_l2_norm"),
+            std::string::npos);
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_admission_max_keys(-5);
+  EXPECT_NE(CreateError(job, {}).message().find("admission_max_keys -5"),
+            std::string::npos);
+}
+
+TEST(JobTablesTest, EachSparseTableGetsItsShareOfTheTightestLimit) {
+  MemoryBudget pserver(800 << 20);
+  MemoryBudget job_budget(80 << 20, &pserver);
+  JobSpec job = Job();
+  *job.add_tables() = SparseTableSpec("f", 4, Sgd(1));
+  // (80 MiB - 10 MiB of headroom - 1 MiB of dense state) / 2 tables.
+  EXPECT_EQ(JobTables::SparseShare(job, &job_budget, 1 << 20, 0),
+            (69 << 20) / 2);
+  // Two shards of each held here: four units.
+  EXPECT_EQ(JobTables::SparseShare(job, &job_budget, 1 << 20, 2),
+            (69 << 20) / 4);
+  MemoryBudget unlimited(0);
+  EXPECT_EQ(JobTables::SparseShare(job, &unlimited, 0, 0), 0);
+}
+
 TEST(JobTablesTest, UnitsInLockOrderAndLookups) {
   Membership m(2, true);
   auto t = JobTables::Create(Job(), {{0, 2}, {0, 0}}, &m);

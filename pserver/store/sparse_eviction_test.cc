@@ -223,5 +223,36 @@ TEST(SparseEvictionTest, WallClockTtlAndNormExpire) {
   EXPECT_EQ(n.counters().rows, 0);
 }
 
+TEST(SparseEvictionTest, RowwiseStateIsOneFloatARowAndSurvivesACheckpoint) {
+  OptimizerConfig oc;
+  oc.set_type(OptimizerConfig::ROWWISE_ADAGRAD);
+  oc.set_learning_rate(0.1f);
+  auto rowwise = std::move(*Optimizer::Create(oc, 1));
+  oc.set_type(OptimizerConfig::ADAGRAD);
+  auto plain = std::move(*Optimizer::Create(oc, 1));
+  SparseTableOptions o = Options();
+  o.set_dim(16);
+  SparseTable lean(o, rowwise.get(), 4), full(o, plain.get(), 4);
+  std::vector<uint64_t> keys(4096);
+  std::iota(keys.begin(), keys.end(), 1);
+  std::vector<float> g(keys.size() * 16, 0.25f);
+  const float one[] = {1.0f};
+  lean.Apply(1, keys, g, one);
+  full.Apply(1, keys, g, one);
+  // 16 values and 1 accumulator against 16 and 16, in the checkpoint too.
+  std::string lean_blob, full_blob;
+  lean.Serialize(&lean_blob);
+  full.Serialize(&full_blob);
+  EXPECT_EQ(full_blob.size() - lean_blob.size(), keys.size() * 15 * 4);
+  EXPECT_LT(lean.MemoryBytes(), full.MemoryBytes());
+  SparseTable back(o, rowwise.get(), 4);
+  ASSERT_TRUE(back.Deserialize(lean_blob).ok());
+  std::string again;
+  back.Serialize(&again);
+  EXPECT_EQ(again.size(), lean_blob.size());
+  // An Adagrad checkpoint does not load into a row-wise table.
+  EXPECT_EQ(back.Deserialize(full_blob).code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace shardps

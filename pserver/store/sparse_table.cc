@@ -68,7 +68,7 @@ SparseTable::SparseTable(const SparseTableOptions& options,
                          MemoryBudget* budget, int64_t memory_share,
                          const Clock* clock)
     : dim_(options.dim()),
-      row_floats_(options.dim() * (1 + optimizer->num_slots())),
+      row_floats_(options.dim() + optimizer->StateFloats(options.dim())),
       num_stripes_(StripesFor(memory_share,
                               AdmissionKeys(options, memory_share), row_floats_,
                               num_stripes)),
@@ -179,14 +179,28 @@ uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
   float* row = RowPtr(s, slot);
   InitialRow(key, row);
   std::fill(row + dim_, row + row_floats_, optimizer_->initial_slot_value());
-  s.meta[slot] = RowMeta{key, 0, 0, NowSeconds()};
+  s.meta[slot] = RowMeta{key, 0, 0};
+  Stamp(s, slot, NowSeconds());
   s.index.emplace(key, slot);
   ++s.created;
   return slot;
 }
 
 int64_t SparseTable::NowSeconds() const {
-  return absl::ToUnixSeconds(clock_->Now());
+  return absl::ToUnixSeconds(clock_->Now()) - kClockEpoch;
+}
+
+RowUse SparseTable::UseOf(const Stripe& s, uint32_t slot) const {
+  const RowMeta& m = s.meta[slot];
+  return RowUse{m.last_step, m.updates,
+                policy_.uses_clock() ? int64_t{s.seconds[slot]} : 0};
+}
+
+void SparseTable::Stamp(Stripe& s, uint32_t slot, int64_t now_seconds) const {
+  if (!policy_.uses_clock()) return;
+  if (s.seconds.size() <= slot) s.seconds.resize(s.meta.size());
+  s.seconds[slot] =
+      static_cast<uint32_t>(std::clamp<int64_t>(now_seconds, 0, UINT32_MAX));
 }
 
 SparseTable::ApplyContext SparseTable::MakeContext(int64_t step) const {
@@ -289,8 +303,11 @@ void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
 void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
                             float scale, ApplyContext* c) {
   float* row = RowPtr(s, slot);
+  float* state = row + dim_;
   for (size_t k = 0; k < c->slots.size(); ++k) {
-    c->slots[k] = absl::MakeSpan(row + dim_ * (1 + k), dim_);
+    const int width = optimizer_->SlotWidth(static_cast<int>(k), dim_);
+    c->slots[k] = absl::MakeSpan(state, width);
+    state += width;
   }
   RowMeta& meta = s.meta[slot];
   if (!optimizer_->ApplyIfFinite(c->step, meta.updates, scale,
@@ -306,7 +323,7 @@ void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
   }
   ++meta.updates;
   meta.last_step = c->step;
-  meta.last_seconds = c->now_seconds;
+  Stamp(s, slot, c->now_seconds);
   Changed(s, meta.key);
 }
 
@@ -448,6 +465,7 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.index.clear();
   s.chunks.clear();
   s.meta.clear();
+  s.seconds.clear();
   s.free_slots.clear();
   s.sightings.Clear();
   s.changed.clear();
@@ -487,6 +505,7 @@ size_t SparseTable::MemoryBytes() const {
     if (s.sightings.allocated()) bytes += s.sightings.Bytes();
     bytes += s.chunks.size() * sizeof(float) * rows_per_chunk_ * row_floats_;
     bytes += s.meta.capacity() * sizeof(RowMeta);
+    bytes += s.seconds.capacity() * sizeof(uint32_t);
     bytes += s.free_slots.capacity() * sizeof(uint32_t);
     bytes +=
         s.accum_index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +

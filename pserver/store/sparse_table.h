@@ -173,8 +173,7 @@ class SparseTable {
   struct RowMeta {
     uint64_t key = 0;
     int64_t last_step = 0;
-    int64_t updates = 0;       // Adam's t - 1
-    int64_t last_seconds = 0;  // wall clock; not saved (a restore's)
+    int64_t updates = 0;  // Adam's t - 1
   };
   // What one Apply or ApplyAccumulated call shares with its rows.
   struct ApplyContext {
@@ -195,6 +194,10 @@ class SparseTable {
     absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
     std::vector<RowMeta> meta ABSL_GUARDED_BY(mu);  // per slot
+    // Per slot, when the policy uses the clock: the wall clock of the
+    // row's last update (or creation, or restore), seconds since
+    // kClockEpoch. Not saved.
+    std::vector<uint32_t> seconds ABSL_GUARDED_BY(mu);
     std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
     SightingTable sightings ABSL_GUARDED_BY(mu);
     // SYNC accumulators: key to its position in accum_sums (dim floats) and
@@ -256,7 +259,15 @@ class SparseTable {
   void UpdateRow(Stripe& s, uint32_t slot, const float* grad, float scale,
                  ApplyContext* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   ApplyContext MakeContext(int64_t step) const;
+  // The wall clock, in seconds since kClockEpoch (2020-01-01 UTC).
+  static constexpr int64_t kClockEpoch = 1577836800;
   int64_t NowSeconds() const;
+  // What the policy scores the row in `slot` by.
+  RowUse UseOf(const Stripe& s, uint32_t slot) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Notes the wall clock of the row in `slot`, if the policy uses it.
+  void Stamp(Stripe& s, uint32_t slot, int64_t now_seconds) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // slots[j] = the slot of keys[j] in `s`, or kNoRow. Lookups run ahead of
   // use by prefetching the index and the rows' first `row_bytes`: a table
   // larger than the cache is bound by memory latency, not by work.
@@ -270,7 +281,7 @@ class SparseTable {
                      std::vector<uint32_t>* begin) const;
 
   const int dim_;
-  const int row_floats_;  // dim * (1 + optimizer slots)
+  const int row_floats_;  // dim + the optimizer's state (StateFloats)
   // The stripes asked for, fewer when the share holds few rows (at least
   // kMinRowsPerStripe a stripe).
   const int num_stripes_;

@@ -124,7 +124,7 @@ absl::Status SparseTableBlob::RestoreRow(SparseTable& t, uint64_t key,
   --s.created;  // restored, not created
   std::memcpy(t.RowPtr(s, slot), row.data(), sizeof(float) * row.size());
   meta.key = key;
-  meta.last_seconds = s.meta[slot].last_seconds;  // the restore's
+  // The row's wall clock stays the restore's (NewRow's).
   s.meta[slot] = meta;
   return absl::OkStatus();
 }

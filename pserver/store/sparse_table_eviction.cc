@@ -39,9 +39,8 @@ int64_t SparseTableEviction::EvictLowest(SparseTable& t, SparseTable::Stripe& s,
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(s.index.size());
   for (const auto& [key, slot] : s.index) {
-    const SparseTable::RowMeta& m = s.meta[slot];
-    if (m.last_step == c->step) continue;  // updated in this step: kept
-    const RowUse use{m.last_step, m.updates, m.last_seconds};
+    const RowUse use = t.UseOf(s, slot);
+    if (use.last_step == c->step) continue;  // updated in this step: kept
     candidates.push_back(
         {t.policy_.Score(use, t.RowPtr(s, slot), t.dim_, c->step), key, slot});
   }
@@ -66,8 +65,7 @@ int64_t SparseTableEviction::Expire(SparseTable& t, int64_t step,
       SparseTableBlob::SaveIfPending(t, s);
       for (auto it = s.index.begin(); it != s.index.end();) {
         auto cur = it++;
-        const SparseTable::RowMeta& m = s.meta[cur->second];
-        const RowUse use{m.last_step, m.updates, m.last_seconds};
+        const RowUse use = t.UseOf(s, cur->second);
         if (!t.policy_.Expired(use, t.RowPtr(s, cur->second), t.dim_, step,
                                now)) {
           continue;

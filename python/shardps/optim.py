@@ -158,6 +158,18 @@ class Adam(Optimizer):
                 "epsilon": self.eps}
 
 
+class RowwiseAdagrad(Adagrad):
+    """Sparse tables only: one accumulator per row, acc += mean(g * g) over
+    the row (FBGEMM's rowwise_adagrad; docs/sparse_memory.md)."""
+    TYPE = "ROWWISE_ADAGRAD"
+
+
+class RowwiseAdam(Adam):
+    """Sparse tables only: Adam with the first moment per value and the
+    second per row, the mean of g * g (FBGEMM's partial row-wise Adam)."""
+    TYPE = "ROWWISE_ADAM"
+
+
 class FTRL(Optimizer):
     """FTRL-Proximal (McMahan et al. 2013), per coordinate."""
     TYPE = "FTRL"
@@ -197,6 +209,7 @@ def check(optimizer, what="optimizer"):
     if not isinstance(optimizer, Optimizer):
         raise TypeError(
             "%s must be a shardps.optim optimizer (SGD, Momentum, Adagrad, "
-            "Adam, FTRL, LARS): the pservers apply it; got %r" %
+            "Adam, RowwiseAdagrad, RowwiseAdam, FTRL, LARS): the pservers "
+            "apply it; got %r" %
             (what, optimizer))
     return optimizer

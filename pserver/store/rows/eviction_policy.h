@@ -46,6 +46,11 @@ class EvictionPolicy {
   bool PassDue(int64_t step, int64_t last_pass, bool sync) const;
   // Evict the lowest-scored rows when full, rather than refuse new ones.
   bool evicts_when_full() const { return !refuse_when_full_; }
+  // Whether rows need the wall clock of their last update (TTL, or
+  // ttl_seconds): the table keeps it only then.
+  bool uses_clock() const {
+    return policy_ == EvictionOptions::TTL || ttl_seconds_ > 0;
+  }
   // The smallest step TTL in force (0: none).
   int64_t ttl_steps() const { return ttl_steps_; }
 
