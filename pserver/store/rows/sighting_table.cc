@@ -48,20 +48,25 @@ SightingTable::Entry* SightingTable::Slot(uint64_t key, bool* found,
   return empty != nullptr ? empty : weakest;
 }
 
-int64_t SightingTable::See(uint64_t key, int64_t step, uint64_t* dropped,
-                           bool* dropped_any) {
+SightingTable::Entry* SightingTable::Claim(uint64_t key, uint64_t* dropped,
+                                           bool* dropped_any) {
   bool found = false, full = false;
   Entry* e = Slot(key, &found, &full);
-  if (!found) {
-    if (full) {
-      *dropped = e->key;
-      *dropped_any = true;
-    } else {
-      ++size_;
-    }
-    e->key = key;
-    e->seen = Sighting{};
+  if (found) return e;
+  if (full) {
+    *dropped = e->key;
+    *dropped_any = true;
+  } else {
+    ++size_;
   }
+  e->key = key;
+  e->seen = Sighting{};
+  return e;
+}
+
+int64_t SightingTable::See(uint64_t key, int64_t step, uint64_t* dropped,
+                           bool* dropped_any) {
+  Entry* e = Claim(key, dropped, dropped_any);
   ++e->seen.count;
   e->seen.last_step = step;
   return e->seen.count;
@@ -84,18 +89,7 @@ void SightingTable::Set(uint64_t key, Sighting seen, uint64_t* dropped,
     Erase(key);
     return;
   }
-  bool found = false, full = false;
-  Entry* e = Slot(key, &found, &full);
-  if (!found) {
-    if (full) {
-      *dropped = e->key;
-      *dropped_any = true;
-    } else {
-      ++size_;
-    }
-    e->key = key;
-  }
-  e->seen = seen;
+  Claim(key, dropped, dropped_any)->seen = seen;
 }
 
 void SightingTable::Erase(uint64_t key) {

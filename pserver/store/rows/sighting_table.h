@@ -75,6 +75,9 @@ class SightingTable {
   // entry, *full set when that one holds another key).
   Entry* Slot(uint64_t key, bool* found, bool* full);
   size_t Bucket(uint64_t key) const;
+  // The entry of `key`, made (with a fresh sighting) if it had none: in an
+  // empty place, or in place of its bucket's weakest (*dropped).
+  Entry* Claim(uint64_t key, uint64_t* dropped, bool* dropped_any);
 
   int64_t buckets_;
   std::vector<Entry> entries_;
