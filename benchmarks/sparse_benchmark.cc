@@ -194,12 +194,15 @@ void BM_SparseTrainerStep(benchmark::State& state) {
 BENCHMARK(BM_SparseTrainerStep)->Arg(16)->UseRealTime()->MinTime(2.0);
 
 // Memory of the pserver's table per million rows, ids spread over 2^40, by
-// row dim and optimizer (its OptimizerConfig::Type: 2 ADAGRAD, 3 ADAM, 6
-// ROWWISE_ADAGRAD, 7 ROWWISE_ADAM).
+// row dim, optimizer (its OptimizerConfig::Type: 2 ADAGRAD, 3 ADAM, 6
+// ROWWISE_ADAGRAD, 7 ROWWISE_ADAM) and storage_type (0 FLOAT32, 1 BF16).
 void BM_SparseMemoryPerMillionRows(benchmark::State& state) {
   const int dim = static_cast<int>(state.range(0));
   const auto type = static_cast<OptimizerConfig::Type>(state.range(1));
-  state.SetLabel(OptimizerConfig::Type_Name(type));
+  const auto storage =
+      static_cast<SparseTableOptions::RowStorage>(state.range(2));
+  state.SetLabel(OptimizerConfig::Type_Name(type) + " " +
+                 SparseTableOptions::RowStorage_Name(storage));
   for (auto _ : state) {
     OptimizerConfig oc;
     oc.set_type(type);
@@ -207,6 +210,7 @@ void BM_SparseMemoryPerMillionRows(benchmark::State& state) {
     auto opt = std::move(*Optimizer::Create(oc, 1));
     SparseTableOptions so;
     so.set_dim(dim);
+    so.set_storage_type(storage);
     SparseTable table(so, opt.get());
     std::mt19937_64 rng(1);
     std::vector<uint64_t> keys(10000);
@@ -222,13 +226,14 @@ void BM_SparseMemoryPerMillionRows(benchmark::State& state) {
     state.counters["bytes_per_row"] =
         static_cast<double>(table.MemoryBytes()) / table.counters().rows;
     state.counters["payload_bytes_per_row"] =
-        4.0 * (dim + opt->StateFloats(dim));
+        RowCodec(storage).bytes_per_float() * (dim + opt->StateFloats(dim));
   }
 }
 BENCHMARK(BM_SparseMemoryPerMillionRows)
     ->ArgsProduct({{8, 16, 64},
                    {OptimizerConfig::ADAGRAD, OptimizerConfig::ROWWISE_ADAGRAD,
-                    OptimizerConfig::ADAM, OptimizerConfig::ROWWISE_ADAM}})
+                    OptimizerConfig::ADAM, OptimizerConfig::ROWWISE_ADAM},
+                   {SparseTableOptions::FLOAT32, SparseTableOptions::BF16}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

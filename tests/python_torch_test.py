@@ -150,18 +150,20 @@ class PythonTorchTest(testlib.ProcessTestCase):
 
     # Sparse ---------------------------------------------------------------
 
-    def sharded_embedding(self, job, kind, mode, dim):
+    def sharded_embedding(self, job, kind, mode, dim, storage="float32"):
         """Table "emb" of `job` as a ShardedEmbeddingBag ("bag", of `mode`)
         or a ShardedEmbedding, with the pservers' Adagrad."""
         adagrad = shardps.optim.Adagrad(lr=0.1, initial_accumulator_value=0.1)
         if kind == "bag":
             return shardps.torch.ShardedEmbeddingBag(
-                job, "emb", dim, adagrad, init=("uniform", 0.5), mode=mode)
+                job, "emb", dim, adagrad, init=("uniform", 0.5), mode=mode,
+                storage=storage)
         return shardps.torch.ShardedEmbedding(job, "emb", dim, adagrad,
-                                              init=("uniform", 0.5))
+                                              init=("uniform", 0.5),
+                                              storage=storage)
 
     def sparse_against_torch(self, port, kind, mode=None, weights=False,
-                             prefetch=False):
+                             prefetch=False, storage="float32"):
         """20 steps of a ShardedEmbeddingBag / ShardedEmbedding against
         its torch namesake with torch.optim.Adagrad; returns the largest
         difference of the rows and of the losses. `prefetch`: the next
@@ -169,7 +171,7 @@ class PythonTorchTest(testlib.ProcessTestCase):
         where other ids are asked for (the forward then pulls)."""
         job = self.job(port)
         dim, steps = 8, 20
-        emb = self.sharded_embedding(job, kind, mode, dim)
+        emb = self.sharded_embedding(job, kind, mode, dim, storage)
         head = torch.nn.Linear(dim, 1)
         opt = shardps.torch.DistributedOptimizer(
             head, job, shardps.optim.SGD(lr=0.05))
@@ -219,6 +221,18 @@ class PythonTorchTest(testlib.ProcessTestCase):
         rows, loss = self.sparse_against_torch(port, "bag", "mean")
         self.assertLess(rows, 1e-6)
         self.assertLess(loss, 1e-5)
+
+    def test_bf16_rows_follow_torch_within_bf16s_rounding(self):
+        """Rows held in bf16 (8 bits of precision, stochastic rounding)
+        train as float32 torch does, to a few of bf16's steps (2^-9 at
+        0.5), not exactly."""
+        _, port, _ = self.start_pserver("ps")
+        rows, loss = self.sparse_against_torch(port, "bag", "mean",
+                                               storage="bf16")
+        sys.stderr.write("[rows %.1e, loss %.1e] " % (rows, loss))
+        self.assertLess(rows, 0.02)
+        self.assertGreater(rows, 1e-6)  # they are rounded
+        self.assertLess(loss, 0.01)
 
     def test_embedding_equals_torch(self):
         _, port, _ = self.start_pserver("ps")
@@ -490,6 +504,12 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.check_bad_optimizers(chief, model)
         emb = shardps.torch.ShardedEmbeddingBag(chief, "emb", 4,
                                                 shardps.optim.SGD(lr=0.1))
+        with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                    "storage must be 'float32', "
+                                    "'bf16' or 'fp16', got 'half'"):
+            shardps.torch.ShardedEmbeddingBag(chief, "emb2", 4,
+                                              shardps.optim.SGD(lr=0.1),
+                                              storage="half")
         with self.assertRaisesRegex(shardps.InvalidArgumentError,
                                     "table emb is added twice"):
             shardps.torch.ShardedEmbeddingBag(chief, "emb", 4,

@@ -86,6 +86,7 @@ class SparseInputPipeline final : public InputPipeline {
     t.mutable_sparse()->set_evict_after_steps(c.evict_after_steps());
     *t.mutable_sparse()->mutable_eviction() = c.eviction();
     t.mutable_sparse()->set_admission_max_keys(c.admission_max_keys());
+    t.mutable_sparse()->set_storage_type(c.storage_type());
     t.mutable_sparse()->set_gradient_mean(c.gradient_mean());
     *t.mutable_optimizer() =
         c.has_optimizer() ? c.optimizer() : config_.optimizer();

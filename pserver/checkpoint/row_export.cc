@@ -14,15 +14,15 @@ uint64_t SparseRowExport::Page(const SparseTable& table, uint64_t from,
   size_t stripe = static_cast<size_t>(from >> 32);
   uint32_t slot = static_cast<uint32_t>(from);
   size_t n = 0;
+  std::vector<float> scratch(dim);
   for (; stripe < table.stripes_.size(); ++stripe, slot = 0) {
     const SparseTable::Stripe& s = table.stripes_[stripe];
     absl::MutexLock l(&s.mu);
-    for (; slot < s.meta.size(); ++slot) {
-      const uint64_t key = s.meta[slot].key;
-      auto it = s.index.find(key);
-      if (it == s.index.end() || it->second != slot) continue;  // free
+    for (; slot < s.slots_used; ++slot) {
+      const uint64_t key = table.Head(s, slot)->key;
+      if (table.Lookup(s, key) != slot) continue;  // free
       if (n == max_rows) return (uint64_t{stripe} << 32) | slot;
-      const float* row = table.RowPtr(s, slot);
+      const float* row = table.RowFloats(s, slot, dim, scratch.data());
       keys->push_back(key);
       values->insert(values->end(), row, row + dim);
       ++n;

@@ -118,6 +118,27 @@ absl::Status ValidateEviction(const TableSpec& spec) {
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT for a storage_type that is unknown, or FP16 under an
+// optimizer that keeps squared gradients (half precision flushes those
+// below 6e-8 to 0, and a zero accumulator makes the next step huge).
+absl::Status ValidateStorage(const TableSpec& spec) {
+  const SparseTableOptions& so = spec.sparse();
+  if (!SparseTableOptions::RowStorage_IsValid(so.storage_type())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitJob: sparse table ", spec.name(),
+                     " has unknown storage_type ", so.storage_type()));
+  }
+  const OptimizerConfig::Type type = spec.optimizer().type();
+  if (so.storage_type() == SparseTableOptions::FP16 &&
+      type != OptimizerConfig::SGD && type != OptimizerConfig::MOMENTUM) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitJob: sparse table ", spec.name(), ": storage_type FP16 cannot ",
+        "hold ", OptimizerConfig::Type_Name(type),
+        "'s state (squared gradients under 6e-8 become 0); use BF16"));
+  }
+  return absl::OkStatus();
+}
+
 // INVALID_ARGUMENT unless sparse table `spec`'s options (row dim, admission
 // and eviction, initializer, gradient mean) are sound.
 absl::Status ValidateSparseOptions(const TableSpec& spec) {
@@ -139,7 +160,7 @@ absl::Status ValidateSparseOptions(const TableSpec& spec) {
         absl::StrCat("InitJob: sparse table ", spec.name(),
                      " has unknown gradient_mean ", so.gradient_mean()));
   }
-  return absl::OkStatus();
+  return ValidateStorage(spec);
 }
 
 // The number of values of dense table `spec`, or INVALID_ARGUMENT for a bad

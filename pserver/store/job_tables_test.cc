@@ -55,6 +55,25 @@ TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
       static_cast<SparseTableOptions::GradientMean>(7));
   EXPECT_EQ(CreateError(job, {}).message(),
             "InitJob: sparse table e has unknown gradient_mean 7");
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_storage_type(
+      static_cast<SparseTableOptions::RowStorage>(5));
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e has unknown storage_type 5");
+  // FP16 holds SGD's and momentum's rows, not squared gradients.
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_storage_type(
+      SparseTableOptions::FP16);
+  EXPECT_TRUE(CreateError(job, {}).ok());
+  job.mutable_tables(1)->mutable_optimizer()->set_type(
+      OptimizerConfig::ROWWISE_ADAGRAD);
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e: storage_type FP16 cannot hold "
+            "ROWWISE_ADAGRAD's state (squared gradients under 6e-8 become "
+            "0); use BF16");
+  job.mutable_tables(1)->mutable_sparse()->set_storage_type(
+      SparseTableOptions::BF16);
+  EXPECT_TRUE(CreateError(job, {}).ok());
   // The audit's initializers: NaN and absurd scales, a negative UNIFORM
   // range, an unknown type.
   for (float scale : {std::nanf(""), 3e38f, -1.0f}) {

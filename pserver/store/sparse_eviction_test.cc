@@ -30,9 +30,10 @@ SparseTableOptions Options(const std::string& extra = "") {
   return o;
 }
 
-// One stripe of SGD rows of dim 1: 4 bytes a row, so a share of 40 bytes
-// holds 10 rows.
-constexpr int64_t kTenRows = 40;
+// One stripe of SGD rows of dim 1: a row is 24 bytes (a 20-byte head and
+// its float) and ten rows' index is 16 entries of 8 bytes, so a share of
+// 368 bytes holds 10 rows.
+constexpr int64_t kTenRows = 10 * 24 + 16 * 8;
 
 void Push(SparseTable& t, int64_t step, std::vector<uint64_t> keys,
           std::vector<uint64_t>* evicted = nullptr) {
@@ -142,9 +143,10 @@ TEST(SparseEvictionTest, RefuseWhenFullKeepsTheOldBehaviour) {
 
 TEST(SparseEvictionTest, ABudgetWithoutRoomEvictsInTheStripeInstead) {
   auto opt = Sgd();
-  // No share, but a budget of 16 KiB: the second chunk of 1024 rows (4 KiB)
-  // past the headroom does not fit.
-  MemoryBudget budget(8 << 10);
+  // No share, but a budget of 16 KiB: a chunk of 256 rows (6 KiB) and
+  // their index (4 KiB) fit under its limit less the headroom (14 KiB), a
+  // second chunk does not.
+  MemoryBudget budget(16 << 10);
   SparseTable t(Options(), opt.get(), 1, &budget);
   for (uint64_t k = 1; k <= 3000; ++k) Push(t, static_cast<int64_t>(k), {k});
   const SparseCounters c = t.counters();
@@ -176,9 +178,12 @@ TEST(SparseEvictionTest, AdmissionCountersStayBoundedUnderUniqueKeys) {
 TEST(SparseEvictionTest, ABackupThatDropsThePrimarysEvictionsMatchesIt) {
   auto opt = Sgd();
   const SparseTableOptions o = Options("eviction { policy: LFU }");
-  SparseTable primary(o, opt.get(), 4, nullptr, 400);
-  // The backup's own share is smaller: it must not evict on its own.
-  SparseTable backup(o, opt.get(), 4, nullptr, 200);
+  // 100 rows and their index of 256 entries: never full in a step of 40
+  // keys, so the primary evicts and never refuses.
+  SparseTable primary(o, opt.get(), 4, nullptr, 100 * 24 + 256 * 8);
+  // The backup's own share is smaller (50 rows): it must not evict on its
+  // own.
+  SparseTable backup(o, opt.get(), 4, nullptr, 50 * 24 + 128 * 8);
   std::mt19937 rng(7);
   for (int64_t step = 1; step <= 30; ++step) {
     std::vector<uint64_t> keys;

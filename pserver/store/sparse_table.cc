@@ -13,10 +13,6 @@
 namespace shardps {
 namespace {
 
-// Keys are looked up this many at a time: their rows, prefetched, stay in
-// the cache until they are used.
-constexpr size_t kLookupBatch = 256;
-
 // The admission counters a table keeps in all (admission_max_keys, or an
 // eighth of its memory share); 0 without admission.
 int64_t AdmissionKeys(const SparseTableOptions& o, int64_t memory_share) {
@@ -27,36 +23,72 @@ int64_t AdmissionKeys(const SparseTableOptions& o, int64_t memory_share) {
                            memory_share / 8 / SightingTable::kEntryBytes);
 }
 
-// The rows the share holds once the admission counters are paid for.
-int64_t RowsInShare(int64_t memory_share, int64_t admission_keys,
-                    int row_floats) {
-  const int64_t row_bytes =
-      memory_share - admission_keys * SightingTable::kEntryBytes;
-  return std::max<int64_t>(
-      0, row_bytes / (int64_t{row_floats} * int64_t{sizeof(float)}));
+// The rows, with their index, that `bytes` hold: the index's size steps
+// by powers of two, so the best count is the largest that fits under one
+// of its sizes.
+int64_t RowsFitting(int64_t bytes, int row_bytes) {
+  int64_t best = 0;
+  for (int64_t cap = 16; cap * 8 <= bytes; cap *= 2) {
+    const int64_t rows = std::min((bytes - cap * 8) / row_bytes, cap * 3 / 4);
+    if (static_cast<int64_t>(RowIndex::BytesFor(static_cast<size_t>(rows))) +
+            rows * row_bytes <=
+        bytes) {
+      best = std::max(best, rows);
+    }
+  }
+  return best;
 }
 
-// The rows a stripe may hold: its part of the share (at least one); 0
-// without a share.
+// The bytes of the share left for rows once the admission counters are
+// paid for.
+int64_t RowBytesInShare(int64_t memory_share, int64_t admission_keys) {
+  return std::max<int64_t>(
+      0, memory_share - admission_keys * SightingTable::kEntryBytes);
+}
+
+// A row's bytes in its chunk: the head, then its floats in `codec`'s
+// storage, padded to 4 bytes (float32 floats stay aligned).
+int RowStride(int row_floats, const RowCodec& codec, size_t head_bytes) {
+  const int bytes =
+      static_cast<int>(head_bytes) + row_floats * codec.bytes_per_float();
+  return (bytes + 3) / 4 * 4;
+}
+
+// The bits a row's stochastic rounding draws from at its update number
+// `updates`: the same on every run and every replica.
+uint64_t RoundingSeed(uint64_t key, uint32_t updates) {
+  return Mix64(key ^ Mix64(updates + 0x632BE59BD9B4E019ULL));
+}
+
+// A per-thread buffer of at least n floats.
+float* Scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// The rows a stripe may hold: what its part of the share holds with their
+// index (at least one); 0 without a share.
 int64_t MaxRowsPerStripe(int64_t memory_share, int64_t admission_keys,
-                         int row_floats, int stripes) {
+                         int row_bytes, int stripes) {
   if (memory_share <= 0) return 0;
   const int64_t rows = std::max<int64_t>(
-      1, RowsInShare(memory_share, admission_keys, row_floats) / stripes);
+      1, RowsFitting(RowBytesInShare(memory_share, admission_keys) / stripes,
+                     row_bytes));
   // Whole chunks, so that what is reserved stays within the share.
   const int64_t chunk = std::clamp<int64_t>(
-      SparseTable::kChunkBytes / (int64_t{row_floats} * sizeof(float)), 1,
-      SparseTable::kMaxRowsPerChunk);
+      SparseTable::kChunkBytes / row_bytes, 1, SparseTable::kMaxRowsPerChunk);
   return rows >= chunk ? rows / chunk * chunk : rows;
 }
 
 // `requested` stripes, or fewer when the share holds fewer than
 // kMinRowsPerStripe rows a stripe: a row's stripe must have room for it.
-int StripesFor(int64_t memory_share, int64_t admission_keys, int row_floats,
+int StripesFor(int64_t memory_share, int64_t admission_keys, int row_bytes,
                int requested) {
   requested = std::max(1, requested);
   if (memory_share <= 0) return requested;
-  const int64_t rows = RowsInShare(memory_share, admission_keys, row_floats);
+  const int64_t rows =
+      RowsFitting(RowBytesInShare(memory_share, admission_keys), row_bytes);
   return static_cast<int>(
       std::clamp<int64_t>(rows / SparseTable::kMinRowsPerStripe, 1, requested));
 }
@@ -69,16 +101,18 @@ SparseTable::SparseTable(const SparseTableOptions& options,
                          const Clock* clock)
     : dim_(options.dim()),
       row_floats_(options.dim() + optimizer->StateFloats(options.dim())),
+      codec_(options.storage_type()),
+      row_bytes_(RowStride(row_floats_, codec_, sizeof(RowHead))),
       num_stripes_(StripesFor(memory_share,
-                              AdmissionKeys(options, memory_share), row_floats_,
+                              AdmissionKeys(options, memory_share), row_bytes_,
                               num_stripes)),
       sightings_per_stripe_(AdmissionKeys(options, memory_share) /
                             num_stripes_),
       max_rows_per_stripe_(
           MaxRowsPerStripe(memory_share, sightings_per_stripe_ * num_stripes_,
-                           row_floats_, num_stripes_)),
+                           row_bytes_, num_stripes_)),
       rows_per_chunk_(static_cast<int>(std::clamp<int64_t>(
-          kChunkBytes / (int64_t{row_floats_} * sizeof(float)), 1,
+          kChunkBytes / row_bytes_, 1,
           max_rows_per_stripe_ > 0
               ? std::min<int64_t>(kMaxRowsPerChunk, max_rows_per_stripe_)
               : kMaxRowsPerChunk))),
@@ -130,25 +164,54 @@ void SparseTable::GroupByStripe(absl::Span<const uint64_t> keys,
 
 void SparseTable::FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
                            size_t row_bytes, uint32_t* slots) const {
-  constexpr size_t kAhead = 16;
   const size_t n = keys.size();
-  for (size_t j = 0; j < std::min(n, kAhead); ++j) s.index.prefetch(keys[j]);
+  uint32_t hashes[kLookupBatch];
   for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) s.index.prefetch(keys[j + kAhead]);
-    auto it = s.index.find(keys[j]);
-    if (it == s.index.end()) {
-      slots[j] = kNoRow;
-      continue;
-    }
-    slots[j] = it->second;
-    const char* row = reinterpret_cast<const char*>(RowPtr(s, it->second));
+    hashes[j] = RowIndex::Hash(keys[j]);
+    s.index.Prefetch(hashes[j]);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    slots[j] = s.index.First(hashes[j]);
+    if (slots[j] == kNoRow) continue;
+    const char* row = reinterpret_cast<const char*>(Head(s, slots[j]));
     for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (slots[j] != kNoRow && Head(s, slots[j])->key != keys[j]) {
+      slots[j] = Lookup(s, keys[j]);  // another key of the same hash
+    }
   }
 }
 
-float* SparseTable::RowPtr(const Stripe& s, uint32_t slot) const {
-  return s.chunks[slot / rows_per_chunk_].get() +
-         static_cast<size_t>(slot % rows_per_chunk_) * row_floats_;
+uint32_t SparseTable::Lookup(const Stripe& s, uint64_t key) const {
+  return s.index.Find(key, RowIndex::Hash(key),
+                      [this, &s](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                        return Head(s, slot)->key;
+                      });
+}
+
+const float* SparseTable::RowFloats(const Stripe& s, uint32_t slot, int n,
+                                    float* scratch) const {
+  if (codec_.is_float32()) return static_cast<const float*>(Payload(s, slot));
+  codec_.Decode(Payload(s, slot), n, scratch);
+  return scratch;
+}
+
+void SparseTable::SetRow(Stripe& s, uint32_t slot, const float* row) const {
+  codec_.EncodeNearest(row, row_floats_, Payload(s, slot));
+}
+
+SparseTable::RowMeta SparseTable::MetaOf(const Stripe& s, uint32_t slot) const {
+  const RowHead* h = Head(s, slot);
+  return RowMeta{h->key, h->last_step, int64_t{h->updates}};
+}
+
+void SparseTable::SetMeta(Stripe& s, uint32_t slot, const RowMeta& meta) const {
+  RowHead* h = Head(s, slot);
+  h->key = meta.key;
+  h->last_step = meta.last_step;
+  h->updates = static_cast<uint32_t>(
+      std::clamp<int64_t>(meta.updates, 0, int64_t{UINT32_MAX}));
 }
 
 void SparseTable::InitialRow(uint64_t key, float* out) const {
@@ -161,27 +224,35 @@ uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
     slot = s.free_slots.back();
     s.free_slots.pop_back();
   } else {
-    slot = static_cast<uint32_t>(s.meta.size());
+    slot = s.slots_used;
     if (slot % rows_per_chunk_ == 0) {
-      const int64_t bytes =
-          int64_t{rows_per_chunk_} * row_floats_ * sizeof(float);
+      const int64_t bytes = int64_t{rows_per_chunk_} * row_bytes_;
       // Rows stop short of the limit, leaving room for a step's sums.
       if (budget_ != nullptr &&
           !budget_->TryReserve(bytes, budget_->headroom())) {
         return kNoRow;
       }
       s.reserved += bytes;
-      s.chunks.emplace_back(
-          new float[static_cast<size_t>(rows_per_chunk_) * row_floats_]);
+      s.chunks.emplace_back(new uint8_t[static_cast<size_t>(bytes)]);
     }
-    s.meta.emplace_back();
+    ++s.slots_used;
   }
-  float* row = RowPtr(s, slot);
+  // The index's growth is memory too: reserved before it happens.
+  if (const int64_t grow = static_cast<int64_t>(s.index.GrowthBytes());
+      grow > 0) {
+    if (budget_ != nullptr && !budget_->TryReserve(grow, budget_->headroom())) {
+      s.free_slots.push_back(slot);
+      return kNoRow;
+    }
+    s.reserved += grow;
+  }
+  float* row = Scratch(row_floats_);
   InitialRow(key, row);
   std::fill(row + dim_, row + row_floats_, optimizer_->initial_slot_value());
-  s.meta[slot] = RowMeta{key, 0, 0};
+  SetRow(s, slot, row);
+  SetMeta(s, slot, RowMeta{key, 0, 0});
   Stamp(s, slot, NowSeconds());
-  s.index.emplace(key, slot);
+  s.index.Insert(RowIndex::Hash(key), slot);
   ++s.created;
   return slot;
 }
@@ -191,14 +262,14 @@ int64_t SparseTable::NowSeconds() const {
 }
 
 RowUse SparseTable::UseOf(const Stripe& s, uint32_t slot) const {
-  const RowMeta& m = s.meta[slot];
-  return RowUse{m.last_step, m.updates,
+  const RowHead* h = Head(s, slot);
+  return RowUse{h->last_step, int64_t{h->updates},
                 policy_.uses_clock() ? int64_t{s.seconds[slot]} : 0};
 }
 
 void SparseTable::Stamp(Stripe& s, uint32_t slot, int64_t now_seconds) const {
   if (!policy_.uses_clock()) return;
-  if (s.seconds.size() <= slot) s.seconds.resize(s.meta.size());
+  if (s.seconds.size() <= slot) s.seconds.resize(s.slots_used);
   s.seconds[slot] =
       static_cast<uint32_t>(std::clamp<int64_t>(now_seconds, 0, UINT32_MAX));
 }
@@ -208,6 +279,7 @@ SparseTable::ApplyContext SparseTable::MakeContext(int64_t step) const {
   c.step = step;
   c.now_seconds = NowSeconds();
   c.slots.resize(optimizer_->num_slots());
+  if (!codec_.is_float32()) c.row.resize(row_floats_);
   return c;
 }
 
@@ -223,14 +295,16 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
-      FindRows(s, absl::MakeConstSpan(batch_keys, n), sizeof(float) * dim_,
+      FindRows(s, absl::MakeConstSpan(batch_keys, n),
+               sizeof(RowHead) +
+                   static_cast<size_t>(codec_.bytes_per_float()) * dim_,
                slots);
       for (size_t j = 0; j < n; ++j) {
         float* dst = out + static_cast<size_t>(order[b + j]) * dim_;
         if (slots[j] == kNoRow) {
           InitialRow(batch_keys[j], dst);
         } else {
-          std::memcpy(dst, RowPtr(s, slots[j]), sizeof(float) * dim_);
+          codec_.Decode(Payload(s, slots[j]), dim_, dst);
         }
       }
     }
@@ -240,7 +314,7 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
 void SparseTable::RemoveRow(Stripe& s, uint64_t key, uint32_t slot) {
   Changed(s, key);
   s.free_slots.push_back(slot);
-  s.index.erase(key);
+  s.index.Erase(RowIndex::Hash(key), slot);
 }
 
 void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
@@ -302,15 +376,20 @@ void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
 
 void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
                             float scale, ApplyContext* c) {
-  float* row = RowPtr(s, slot);
+  RowHead* head = Head(s, slot);
+  float* row = static_cast<float*>(Payload(s, slot));
+  if (!codec_.is_float32()) {
+    row = c->row.data();
+    codec_.Decode(Payload(s, slot), row_floats_, row);
+  }
   float* state = row + dim_;
   for (size_t k = 0; k < c->slots.size(); ++k) {
     const int width = optimizer_->SlotWidth(static_cast<int>(k), dim_);
     c->slots[k] = absl::MakeSpan(state, width);
     state += width;
   }
-  RowMeta& meta = s.meta[slot];
-  if (!optimizer_->ApplyIfFinite(c->step, meta.updates, scale,
+  const uint32_t updates = head->updates;
+  if (!optimizer_->ApplyIfFinite(c->step, updates, scale,
                                  absl::MakeConstSpan(grad, dim_),
                                  absl::MakeSpan(row, dim_), c->slots)) {
     ++s.non_finite;
@@ -321,10 +400,15 @@ void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
            "counts them)";
     return;
   }
-  ++meta.updates;
-  meta.last_step = c->step;
+  const uint64_t key = head->key;
+  if (!codec_.is_float32()) {
+    codec_.EncodeStochastic(row, row_floats_, RoundingSeed(key, updates),
+                            Payload(s, slot));
+  }
+  if (updates != UINT32_MAX) head->updates = updates + 1;
+  head->last_step = c->step;
   Stamp(s, slot, c->now_seconds);
-  Changed(s, meta.key);
+  Changed(s, key);
 }
 
 void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
@@ -349,8 +433,7 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
-      FindRows(s, absl::MakeConstSpan(batch_keys, n),
-               sizeof(float) * row_floats_, rows);
+      FindRows(s, absl::MakeConstSpan(batch_keys, n), row_bytes_, rows);
       for (size_t j = 0; j < n; ++j) {
         const size_t k = order[b + j];
         const float* g = grads.data() + k * dim_;
@@ -416,8 +499,8 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
     fresh.clear();
     for (size_t b = 0; b < keys; b += kLookupBatch) {
       const size_t m = std::min(kLookupBatch, keys - b);
-      FindRows(s, absl::MakeConstSpan(s.accum_keys.data() + b, m),
-               sizeof(float) * row_floats_, rows);
+      FindRows(s, absl::MakeConstSpan(s.accum_keys.data() + b, m), row_bytes_,
+               rows);
       for (size_t j = 0; j < m; ++j) {
         const float* sum = s.accum_sums.data() + (b + j) * dim_;
         const float scale =
@@ -462,9 +545,9 @@ void SparseTable::ClearStripe(Stripe& s) {
   ClearAccumulators(s);
   if (budget_ != nullptr) budget_->Release(s.reserved);
   s.reserved = 0;
-  s.index.clear();
+  s.index.Clear();
   s.chunks.clear();
-  s.meta.clear();
+  s.slots_used = 0;
   s.seconds.clear();
   s.free_slots.clear();
   s.sightings.Clear();
@@ -500,11 +583,10 @@ size_t SparseTable::MemoryBytes() const {
   size_t bytes = 0;
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
-    // A flat_hash_map slot is the pair plus one control byte.
-    bytes += s.index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
+    bytes += s.index.Bytes();
     if (s.sightings.allocated()) bytes += s.sightings.Bytes();
-    bytes += s.chunks.size() * sizeof(float) * rows_per_chunk_ * row_floats_;
-    bytes += s.meta.capacity() * sizeof(RowMeta);
+    bytes +=
+        s.chunks.size() * static_cast<size_t>(rows_per_chunk_) * row_bytes_;
     bytes += s.seconds.capacity() * sizeof(uint32_t);
     bytes += s.free_slots.capacity() * sizeof(uint32_t);
     bytes +=

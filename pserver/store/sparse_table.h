@@ -20,6 +20,8 @@
 #include "proto/ps_service.pb.h"
 #include "pserver/store/memory_budget.h"
 #include "pserver/store/rows/eviction_policy.h"
+#include "pserver/store/rows/row_codec.h"
+#include "pserver/store/rows/row_index.h"
 #include "pserver/store/rows/sighting_table.h"
 #include "pserver/store/step/step_barrier.h"
 
@@ -41,11 +43,13 @@ struct SparseCounters {
 };
 
 // The rows of one sparse table that one pserver holds: uint64 key to `dim`
-// floats plus the optimizer's per-row state. A row is created on first
-// update from an initializer seeded by (table seed, key) only, so its
-// initial value does not depend on which pserver or trainer touched it
-// first. Memory grows with the keys updated, never with the key space: rows
-// live in chunks of kRowsPerChunk, indexed by an absl::flat_hash_map.
+// floats plus the optimizer's per-row state, held as float32, bf16 or fp16
+// (storage_type; RowCodec). A row is created on first update from an
+// initializer seeded by (table seed, key) only, so its initial value does
+// not depend on which pserver or trainer touched it first. Memory grows
+// with the keys updated, never with the key space: rows (a 20-byte head of
+// key, last step and update count, then the floats) live in chunks of up
+// to kMaxRowsPerChunk, indexed by a RowIndex.
 // Keys are split over stripes by Mix64(key), each with its own mutex; no lock
 // covers the whole table. With a memory share, each stripe holds at most
 // its part of it in rows: a new row then takes the place of the rows the
@@ -57,7 +61,7 @@ class SparseTable {
   static constexpr int kDefaultStripes = 64;
   // Rows are allocated in chunks of at most this many rows and (unless one
   // row is larger) this many bytes.
-  static constexpr int kMaxRowsPerChunk = 1024;
+  static constexpr int kMaxRowsPerChunk = 256;
   static constexpr int64_t kChunkBytes = 256 << 10;
   static constexpr int64_t kMinRowsPerStripe = 64;
 
@@ -78,6 +82,7 @@ class SparseTable {
   SparseTable& operator=(const SparseTable&) = delete;
 
   int dim() const { return dim_; }
+  SparseTableOptions::RowStorage storage() const { return codec_.type(); }
 
   // Copies the rows of `keys` to `out` (keys.size() * dim floats). A key
   // without a row reads as its initial value; reading creates nothing.
@@ -170,11 +175,20 @@ class SparseTable {
   size_t MemoryBytes() const;
 
  private:
+  // What a checkpoint keeps of a row besides its floats.
   struct RowMeta {
     uint64_t key = 0;
     int64_t last_step = 0;
     int64_t updates = 0;  // Adam's t - 1
   };
+  // The start of a row in its chunk; the row's floats follow, in the
+  // table's storage. Packed: 20 bytes, so that a bf16 row of dim 16 with
+  // one accumulator takes 56.
+  struct RowHead {
+    uint64_t key;
+    int64_t last_step;
+    uint32_t updates;  // Adam's t - 1, saturated at UINT32_MAX
+  } __attribute__((packed));
   // What one Apply or ApplyAccumulated call shares with its rows.
   struct ApplyContext {
     int64_t step = 0;
@@ -182,6 +196,7 @@ class SparseTable {
     bool evict_when_full = true;
     std::vector<uint64_t>* evicted_full = nullptr;
     std::vector<absl::Span<float>> slots;  // the optimizer's, of one row
+    std::vector<float> row;  // a decoded row (storage other than float32)
   };
   // A key of a stripe's batch without a row (yet): AddRows's input.
   struct NewKey {
@@ -191,9 +206,9 @@ class SparseTable {
   };
   struct Stripe {
     mutable absl::Mutex mu;
-    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
-    std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
-    std::vector<RowMeta> meta ABSL_GUARDED_BY(mu);  // per slot
+    RowIndex index ABSL_GUARDED_BY(mu);
+    std::vector<std::unique_ptr<uint8_t[]>> chunks ABSL_GUARDED_BY(mu);
+    uint32_t slots_used ABSL_GUARDED_BY(mu) = 0;  // free or not
     // Per slot, when the policy uses the clock: the wall clock of the
     // row's last update (or creation, or restore), seconds since
     // kClockEpoch. Not saved.
@@ -222,6 +237,9 @@ class SparseTable {
     absl::flat_hash_set<uint64_t> changed ABSL_GUARDED_BY(mu);
   };
   static constexpr uint32_t kNoRow = UINT32_MAX;
+  // Keys are looked up this many at a time: their rows, prefetched, stay in
+  // the cache until they are used.
+  static constexpr size_t kLookupBatch = 256;
   friend class SparseDeltas;         // reads and writes stripes for deltas
   friend class SparseTableBlob;      // reads and writes stripes for saves
   friend class SparseTableEviction;  // admits, evicts and expires rows
@@ -239,8 +257,32 @@ class SparseTable {
   void ClearStripes();
   // The sync accumulators of `s`, emptied.
   void ClearAccumulators(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // The row's floats: value, then each optimizer slot.
-  float* RowPtr(const Stripe& s, uint32_t slot) const
+  // The row in `slot`: its head, then its floats (value, then each
+  // optimizer slot) in the table's storage.
+  RowHead* Head(const Stripe& s, uint32_t slot) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+    return reinterpret_cast<RowHead*>(
+        s.chunks[slot / rows_per_chunk_].get() +
+        static_cast<size_t>(slot % rows_per_chunk_) * row_bytes_);
+  }
+  void* Payload(const Stripe& s, uint32_t slot) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+    return reinterpret_cast<uint8_t*>(Head(s, slot)) + sizeof(RowHead);
+  }
+  // The first `n` floats of the row in `slot`: in place for float32
+  // storage, else decoded into `scratch` (n floats).
+  const float* RowFloats(const Stripe& s, uint32_t slot, int n,
+                         float* scratch) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Sets the row's floats (row_floats_ of them), rounded to the nearest.
+  void SetRow(Stripe& s, uint32_t slot, const float* row) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  RowMeta MetaOf(const Stripe& s, uint32_t slot) const
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Sets the head of the row in `slot` (updates saturated).
+  void SetMeta(Stripe& s, uint32_t slot, const RowMeta& meta) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // The slot of `key`'s row in `s`, or kNoRow.
+  uint32_t Lookup(const Stripe& s, uint64_t key) const
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // A new row for `key`, or kNoRow when the budget has no room for the
   // chunk it needs.
@@ -268,9 +310,10 @@ class SparseTable {
   // Notes the wall clock of the row in `slot`, if the policy uses it.
   void Stamp(Stripe& s, uint32_t slot, int64_t now_seconds) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // slots[j] = the slot of keys[j] in `s`, or kNoRow. Lookups run ahead of
-  // use by prefetching the index and the rows' first `row_bytes`: a table
-  // larger than the cache is bound by memory latency, not by work.
+  // slots[j] = the slot of keys[j] in `s`, or kNoRow (at most
+  // kLookupBatch keys). The batch's index entries are prefetched, then its
+  // rows' first `row_bytes`, then the keys are checked: a table larger
+  // than the cache is bound by memory latency, not by work.
   void FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
                 size_t row_bytes, uint32_t* slots) const
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);
@@ -282,6 +325,8 @@ class SparseTable {
 
   const int dim_;
   const int row_floats_;  // dim + the optimizer's state (StateFloats)
+  const RowCodec codec_;
+  const int row_bytes_;  // a row's bytes in its chunk, head included
   // The stripes asked for, fewer when the share holds few rows (at least
   // kMinRowsPerStripe a stripe).
   const int num_stripes_;
@@ -404,8 +449,8 @@ class SparseDeltas {
 
  private:
   // Frees `key`'s row in `s`, if it has one.
-  static void DropRow(SparseTable::Stripe& s, uint64_t key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  static void DropRow(const SparseTable& t, SparseTable::Stripe& s,
+                      uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 };
 
 }  // namespace shardps

@@ -53,13 +53,15 @@ void SparseTableBlob::AppendGroup(const SparseTable& t,
                                   const SparseTable::Stripe& s,
                                   std::string* out) {
   AppendPod<uint64_t>(out, s.index.size());
-  for (const auto& [key, slot] : s.index) {
-    const SparseTable::RowMeta& m = s.meta[slot];
-    AppendPod(out, key);
+  std::vector<float> scratch(t.row_floats_);
+  s.index.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const SparseTable::RowMeta m = t.MetaOf(s, slot);
+    AppendPod(out, m.key);
     AppendPod(out, m.last_step);
     AppendPod(out, m.updates);
-    AppendFloats(out, t.RowPtr(s, slot), t.row_floats_);
-  }
+    AppendFloats(out, t.RowFloats(s, slot, t.row_floats_, scratch.data()),
+                 t.row_floats_);
+  });
   AppendPod<uint64_t>(out, static_cast<uint64_t>(s.sightings.size()));
   s.sightings.ForEach([out](uint64_t key, const Sighting& seen) {
     AppendPod(out, key);
@@ -115,17 +117,19 @@ absl::Status SparseTableBlob::RestoreRow(SparseTable& t, uint64_t key,
                                          absl::Span<const float> row) {
   SparseTable::Stripe& s = t.StripeOf(key);
   absl::MutexLock l(&s.mu);
-  if (s.index.contains(key)) return absl::DataLossError("a key appears twice");
+  if (t.Lookup(s, key) != SparseTable::kNoRow) {
+    return absl::DataLossError("a key appears twice");
+  }
   const uint32_t slot = t.NewRow(s, key);
   if (slot == SparseTable::kNoRow) {
     return absl::ResourceExhaustedError(
         "its rows need more than --max_memory_mb allows");
   }
   --s.created;  // restored, not created
-  std::memcpy(t.RowPtr(s, slot), row.data(), sizeof(float) * row.size());
+  t.SetRow(s, slot, row.data());
   meta.key = key;
   // The row's wall clock stays the restore's (NewRow's).
-  s.meta[slot] = meta;
+  t.SetMeta(s, slot, meta);
   return absl::OkStatus();
 }
 

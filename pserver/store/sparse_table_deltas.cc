@@ -81,13 +81,15 @@ void SparseDeltas::AppendGroup(const SparseTable& t,
                                const SparseTable::Stripe& s, std::string* out) {
   std::string rows, sightings, removed;
   uint64_t num_rows = 0, num_sightings = 0, num_removed = 0;
+  std::vector<float> scratch(t.row_floats_);
   for (uint64_t key : s.changed) {
-    if (auto it = s.index.find(key); it != s.index.end()) {
-      const SparseTable::RowMeta& m = s.meta[it->second];
+    if (const uint32_t slot = t.Lookup(s, key); slot != SparseTable::kNoRow) {
+      const SparseTable::RowMeta m = t.MetaOf(s, slot);
       AppendPod(&rows, key);
       AppendPod(&rows, m.last_step);
       AppendPod(&rows, m.updates);
-      AppendFloats(&rows, t.RowPtr(s, it->second), t.row_floats_);
+      AppendFloats(&rows, t.RowFloats(s, slot, t.row_floats_, scratch.data()),
+                   t.row_floats_);
       ++num_rows;
     } else if (const Sighting* seen = s.sightings.Find(key)) {
       AppendPod(&sightings, key);
@@ -123,24 +125,24 @@ absl::Status SparseDeltas::Verify(const SparseTable& t,
       [&](uint64_t key, int64_t, int64_t) { return once(key); }, once);
 }
 
-void SparseDeltas::DropRow(SparseTable::Stripe& s, uint64_t key) {
-  auto it = s.index.find(key);
-  if (it == s.index.end()) return;
-  s.free_slots.push_back(it->second);
-  s.index.erase(it);
+void SparseDeltas::DropRow(const SparseTable& t, SparseTable::Stripe& s,
+                           uint64_t key) {
+  const uint32_t slot = t.Lookup(s, key);
+  if (slot == SparseTable::kNoRow) return;
+  s.free_slots.push_back(slot);
+  s.index.Erase(RowIndex::Hash(key), slot);
 }
 
 absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
                                  const SparseTable::KeyFilter& keep) {
+  std::vector<float> floats(t->row_floats_);
   auto row = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
     if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
     s.sightings.Erase(key);
-    uint32_t slot;
-    if (auto it = s.index.find(key); it != s.index.end()) {
-      slot = it->second;
-    } else {
+    uint32_t slot = t->Lookup(s, key);
+    if (slot == SparseTable::kNoRow) {
       slot = t->NewRow(s, key);
       if (slot == SparseTable::kNoRow) {
         return absl::ResourceExhaustedError(
@@ -148,12 +150,14 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
       }
       --s.created;  // restored, not created
     }
-    SparseTable::RowMeta& m = s.meta[slot];
+    SparseTable::RowMeta m;
     m.key = key;
     std::memcpy(&m.last_step, bytes.data(), 8);
     std::memcpy(&m.updates, bytes.data() + 8, 8);
-    std::memcpy(t->RowPtr(s, slot), bytes.data() + 16,
+    t->SetMeta(s, slot, m);
+    std::memcpy(floats.data(), bytes.data() + 16,
                 sizeof(float) * t->row_floats_);
+    t->SetRow(s, slot, floats.data());
     return absl::OkStatus();
   };
   auto sighting = [&](uint64_t key, int64_t count,
@@ -162,7 +166,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     {
       SparseTable::Stripe& s = t->StripeOf(key);
       absl::MutexLock l(&s.mu);
-      DropRow(s, key);
+      DropRow(*t, s, key);
     }
     SparseTableBlob::RestoreSighting(*t, key, Sighting{count, last});
     return absl::OkStatus();
@@ -171,7 +175,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
-    DropRow(s, key);
+    DropRow(*t, s, key);
     s.sightings.Erase(key);
     return absl::OkStatus();
   };

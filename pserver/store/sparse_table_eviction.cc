@@ -38,12 +38,15 @@ int64_t SparseTableEviction::EvictLowest(SparseTable& t, SparseTable::Stripe& s,
   if (count <= 0) return 0;
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(s.index.size());
-  for (const auto& [key, slot] : s.index) {
+  std::vector<float> value(t.dim_);
+  s.index.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const RowUse use = t.UseOf(s, slot);
-    if (use.last_step == c->step) continue;  // updated in this step: kept
+    if (use.last_step == c->step) return;  // updated in this step: kept
     candidates.push_back(
-        {t.policy_.Score(use, t.RowPtr(s, slot), t.dim_, c->step), key, slot});
-  }
+        {t.policy_.Score(use, t.RowFloats(s, slot, t.dim_, value.data()),
+                         t.dim_, c->step),
+         t.Head(s, slot)->key, slot});
+  });
   const size_t n = std::min(candidates.size(), static_cast<size_t>(count));
   EvictionPolicy::SelectLowest(&candidates, n);
   for (size_t i = 0; i < n; ++i) {
@@ -60,20 +63,23 @@ int64_t SparseTableEviction::Expire(SparseTable& t, int64_t step,
   int64_t removed = 0;
   if (t.policy_.expires()) {
     const int64_t now = t.NowSeconds();
+    std::vector<float> value(t.dim_);
     for (SparseTable::Stripe& s : t.stripes_) {
       absl::MutexLock l(&s.mu);
       SparseTableBlob::SaveIfPending(t, s);
-      for (auto it = s.index.begin(); it != s.index.end();) {
-        auto cur = it++;
-        const RowUse use = t.UseOf(s, cur->second);
-        if (!t.policy_.Expired(use, t.RowPtr(s, cur->second), t.dim_, step,
-                               now)) {
-          continue;
+      // Found first, then removed: removal moves index entries.
+      std::vector<uint32_t> gone;
+      s.index.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (t.policy_.Expired(t.UseOf(s, slot),
+                              t.RowFloats(s, slot, t.dim_, value.data()),
+                              t.dim_, step, now)) {
+          gone.push_back(slot);
         }
-        if (expired != nullptr) expired->push_back(cur->first);
-        t.Changed(s, cur->first);
-        s.free_slots.push_back(cur->second);
-        s.index.erase(cur);
+      });
+      for (uint32_t slot : gone) {
+        const uint64_t key = t.Head(s, slot)->key;
+        if (expired != nullptr) expired->push_back(key);
+        t.RemoveRow(s, key, slot);
         ++s.expired;
         ++removed;
       }
@@ -105,9 +111,9 @@ void SparseTableEviction::DropRows(SparseTable& t,
     SparseTable::Stripe& s = t.StripeOf(key);
     absl::MutexLock l(&s.mu);
     SparseTableBlob::SaveIfPending(t, s);
-    auto it = s.index.find(key);
-    if (it == s.index.end()) continue;
-    t.RemoveRow(s, key, it->second);
+    const uint32_t slot = t.Lookup(s, key);
+    if (slot == SparseTable::kNoRow) continue;
+    t.RemoveRow(s, key, slot);
     ++(full ? s.evicted_full : s.expired);
   }
 }

@@ -293,10 +293,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
 _INIT_TYPES = {"zeros": "ZERO", "zero": "ZERO", "uniform": "UNIFORM",
                "constant": "CONSTANT"}
 _MEANS = {"step_trainers": "STEP_TRAINERS", "key_pushers": "KEY_PUSHERS"}
+_STORAGES = {"float32": "FLOAT32", "bf16": "BF16", "fp16": "FP16"}
 
 
 def _sparse_text(dim, init, seed, admit_after, evict_after_steps,
-                 gradient_mean):
+                 gradient_mean, storage):
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         _bad("dim must be a positive integer, got %r" % (dim,))
     if isinstance(init, str):
@@ -317,10 +318,14 @@ def _sparse_text(dim, init, seed, admit_after, evict_after_steps,
     if gradient_mean not in _MEANS:
         _bad("gradient_mean must be 'step_trainers' or 'key_pushers', got "
              "%r" % (gradient_mean,))
+    if storage not in _STORAGES:
+        _bad("storage must be 'float32', 'bf16' or 'fp16', got %r" %
+             (storage,))
     return ("dim: %d init { type: %s scale: %r seed: %d } admit_after: %d "
-            "evict_after_steps: %d gradient_mean: %s" % (
+            "evict_after_steps: %d gradient_mean: %s storage_type: %s" % (
                 dim, _INIT_TYPES[init[0]], scale, seed, admit_after,
-                evict_after_steps, _MEANS[gradient_mean]))
+                evict_after_steps, _MEANS[gradient_mean],
+                _STORAGES[storage]))
 
 
 # The last ids _unique was given and its answer: tables that share ids (an
@@ -364,13 +369,13 @@ class _ShardedRows(torch.nn.Module):
     gradients pushed at the optimizer's step."""
 
     def __init__(self, job, name, dim, optimizer, init, seed, admit_after,
-                 evict_after_steps, gradient_mean):
+                 evict_after_steps, gradient_mean, storage):
         super().__init__()
         _optim.check(optimizer)
         self.name = name
         self.dim = dim
         text = _sparse_text(dim, init, seed, admit_after, evict_after_steps,
-                            gradient_mean)
+                            gradient_mean, storage)
         self._job = job
         self._table = job._add_sparse_table(name, text, optimizer, self)
         # This step's (ids, rows) of each forward with gradients.
@@ -492,15 +497,18 @@ class ShardedEmbeddingBag(_ShardedRows):
     that many steps is dropped (0: never). ``gradient_mean``: what a sync
     step's summed gradient of an id is divided by: "step_trainers" (N
     trainers of batch b train as one of batch N*b, as dense tables do) or
-    "key_pushers" (the trainers that pushed the id)."""
+    "key_pushers" (the trainers that pushed the id). ``storage``: how the
+    pservers hold the rows and their optimizer state: "float32", "bf16"
+    (half the bytes, stochastic rounding; docs/sparse_memory.md) or
+    "fp16" (SGD and momentum only)."""
 
     def __init__(self, job, name, dim, optimizer, init=("uniform", 0.05),
                  seed=1, admit_after=0, evict_after_steps=0, mode="mean",
-                 gradient_mean="step_trainers"):
+                 gradient_mean="step_trainers", storage="float32"):
         if mode not in ("sum", "mean"):
             _bad("mode must be 'sum' or 'mean', got %r" % (mode,))
         super().__init__(job, name, dim, optimizer, init, seed, admit_after,
-                         evict_after_steps, gradient_mean)
+                         evict_after_steps, gradient_mean, storage)
         self.mode = mode
 
     def forward(self, ids, offsets=None, per_sample_weights=None):
@@ -533,9 +541,9 @@ class ShardedEmbedding(_ShardedRows):
 
     def __init__(self, job, name, dim, optimizer, init=("uniform", 0.05),
                  seed=1, admit_after=0, evict_after_steps=0,
-                 gradient_mean="step_trainers"):
+                 gradient_mean="step_trainers", storage="float32"):
         super().__init__(job, name, dim, optimizer, init, seed, admit_after,
-                         evict_after_steps, gradient_mean)
+                         evict_after_steps, gradient_mean, storage)
 
     def forward(self, ids):
         ids = self._ids(ids)
