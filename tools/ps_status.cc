@@ -73,10 +73,20 @@ void PrintSparseTable(const shardps::GetStatusResponse& resp,
                    resp.has_view() ? absl::StrCat(" shard ", t.shard()) : "",
                    ": ", t.rows(), " rows",
                    t.max_rows() > 0 ? absl::StrCat(" of ", t.max_rows()) : "",
-                   " (", t.memory_bytes() >> 20, " MiB), ", t.created(),
-                   " created, ", t.evicted_full(), " evicted to make room, ",
-                   t.evicted_expired(), " expired, ", t.refused_rows(),
-                   " refused, ", t.pending_keys(), " awaiting admission")
+                   " (", t.memory_bytes() >> 20, " MiB",
+                   t.rows() > 0
+                       ? absl::StrCat(", ", t.memory_bytes() / t.rows(),
+                                      " bytes a row")
+                       : "",
+                   t.storage_type() != shardps::SparseTableOptions::FLOAT32
+                       ? absl::StrCat(
+                             ", ", shardps::SparseTableOptions::RowStorage_Name(
+                                       t.storage_type()))
+                       : "",
+                   "), ", t.created(), " created, ", t.evicted_full(),
+                   " evicted to make room, ", t.evicted_expired(), " expired, ",
+                   t.refused_rows(), " refused, ", t.pending_keys(),
+                   " awaiting admission")
             << "\n";
 }
 

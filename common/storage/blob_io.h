@@ -3,8 +3,8 @@
 
 // Little-endian binary blobs of fixed-size values, for the pserver's
 // checkpoint files (pserver/store/parameter_store.cc,
-// pserver/store/sparse_table.cc). The hosts ShardPS runs on are little-endian,
-// so values are copied as they lie in memory.
+// pserver/store/sparse/sparse_table.cc). The hosts ShardPS runs on are
+// little-endian, so values are copied as they lie in memory.
 
 #include <cstdint>
 #include <cstring>

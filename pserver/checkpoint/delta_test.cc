@@ -11,7 +11,7 @@
 #include "pserver/checkpoint/checkpointer.h"
 #include "pserver/checkpoint/recovery.h"
 #include "pserver/checkpoint/store_snapshots.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 #include "pserver/testing/checkpoint_job.h"
 
 namespace shardps {

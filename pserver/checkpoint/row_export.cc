@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "pserver/store/sparse_shard.h"
+#include "pserver/store/sparse/sparse_shard.h"
 
 namespace shardps {
 
@@ -18,11 +18,11 @@ uint64_t SparseRowExport::Page(const SparseTable& table, uint64_t from,
   for (; stripe < table.stripes_.size(); ++stripe, slot = 0) {
     const SparseTable::Stripe& s = table.stripes_[stripe];
     absl::MutexLock l(&s.mu);
-    for (; slot < s.slots_used; ++slot) {
-      const uint64_t key = table.Head(s, slot)->key;
-      if (table.Lookup(s, key) != slot) continue;  // free
+    for (; slot < s.rows.slots_used(); ++slot) {
+      const uint64_t key = s.rows.Head(slot)->key;
+      if (s.rows.Find(key) != slot) continue;  // free
       if (n == max_rows) return (uint64_t{stripe} << 32) | slot;
-      const float* row = table.RowFloats(s, slot, dim, scratch.data());
+      const float* row = s.rows.Floats(slot, dim, scratch.data());
       keys->push_back(key);
       values->insert(values->end(), row, row + dim);
       ++n;

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/parameter_store.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 

@@ -17,7 +17,7 @@
 #include "pserver/checkpoint/reshard.h"
 #include "pserver/checkpoint/row_export.h"
 #include "pserver/checkpoint/store_snapshots.h"
-#include "pserver/store/sparse_shard.h"
+#include "pserver/store/sparse/sparse_shard.h"
 #include "pserver/testing/checkpoint_job.h"
 
 namespace shardps {

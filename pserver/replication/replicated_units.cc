@@ -7,7 +7,7 @@
 #include "common/storage/blob_io.h"
 #include "glog/logging.h"
 #include "pserver/store/dense_table.h"
-#include "pserver/store/sparse_shard.h"
+#include "pserver/store/sparse/sparse_shard.h"
 #include "pserver/store/table_snapshot.h"
 
 namespace shardps {

@@ -533,7 +533,16 @@ void Pserver::LogCounters(const JobSlot& job) {
   for (const auto& t : store.SparseStats()) {
     LOG(INFO) << "job " << job.id << ": sparse table " << t.name << ": "
               << t.counters.rows << " rows (" << t.memory_bytes / (1 << 20)
-              << " MiB), " << t.counters.created << " created, "
+              << " MiB"
+              << (t.counters.rows > 0
+                      ? absl::StrCat(", ", t.memory_bytes / t.counters.rows,
+                                     " bytes a row")
+                      : "")
+              << (t.storage != SparseTableOptions::FLOAT32
+                      ? absl::StrCat(", ", SparseTableOptions::RowStorage_Name(
+                                               t.storage))
+                      : "")
+              << "), " << t.counters.created << " created, "
               << t.counters.evicted_full << " evicted to make room (of at most "
               << t.counters.max_rows << " rows; 0: no limit), "
               << t.counters.expired << " expired, " << t.counters.pending_keys

@@ -17,7 +17,7 @@
 #include "pserver/checkpoint/checkpointer.h"
 #include "pserver/replication/replica_set.h"
 #include "pserver/service/request_handler.h"
-#include "pserver/store/memory_budget.h"
+#include "pserver/store/memory/memory_budget.h"
 #include "pserver/store/parameter_store.h"
 
 namespace shardps {

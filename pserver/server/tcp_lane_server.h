@@ -16,7 +16,7 @@
 #include "common/transport/tcp_lane.h"
 #include "pserver/server/dispatcher.h"
 #include "pserver/service/request_handler.h"
-#include "pserver/store/memory_budget.h"
+#include "pserver/store/memory/memory_budget.h"
 
 namespace shardps {
 

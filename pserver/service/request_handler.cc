@@ -543,6 +543,7 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
       st->set_refused_rows(t.counters.refused_rows);
       st->set_dropped_updates(t.counters.dropped_updates);
       st->set_memory_bytes(static_cast<int64_t>(t.memory_bytes));
+      st->set_storage_type(t.storage);
     }
   }
   resp->set_generation(store_->generation());

@@ -15,7 +15,7 @@
 #include "common/shared_memory/shared_region.h"
 #include "common/transport/dense_value_lane.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/store/memory_budget.h"
+#include "pserver/store/memory/memory_budget.h"
 #include "pserver/store/parameter_store.h"
 
 namespace shardps {

@@ -519,9 +519,9 @@ VersionRange JobTables::Versions() const {
 std::vector<SparseTableStats> JobTables::SparseStats() const {
   std::vector<SparseTableStats> out;
   for (const SparseShard* s : sparse_) {
-    out.push_back(SparseTableStats{s->table_name(), s->index(),
-                                   s->rows().counters(),
-                                   s->rows().MemoryBytes()});
+    out.push_back(
+        SparseTableStats{s->table_name(), s->index(), s->rows().counters(),
+                         s->rows().MemoryBytes(), s->rows().storage()});
   }
   return out;
 }

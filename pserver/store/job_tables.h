@@ -12,9 +12,9 @@
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/dense_table.h"
-#include "pserver/store/memory_budget.h"
-#include "pserver/store/sparse_shard.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/memory/memory_budget.h"
+#include "pserver/store/sparse/sparse_shard.h"
+#include "pserver/store/sparse/sparse_table.h"
 #include "pserver/store/step/membership.h"
 
 namespace shardps {
@@ -104,6 +104,7 @@ struct SparseTableStats {
   uint32_t shard = 0;  // a replicated job's shard (0 otherwise)
   SparseCounters counters;
   size_t memory_bytes = 0;
+  SparseTableOptions::RowStorage storage = SparseTableOptions::FLOAT32;
 };
 // A table with units here, and the steps applied to it: the most of its
 // units' versions (a sync step, or an async push).

@@ -41,21 +41,8 @@ TEST(JobTablesTest, JobWideChecks) {
   EXPECT_EQ(ValidateJob(job, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
+TEST(JobTablesTest, StorageTypeChecksNameTheProblem) {
   JobSpec job = Job();
-  job.mutable_tables(1)->set_name("w");
-  EXPECT_EQ(CreateError(job, {}).message(),
-            "InitJob: table 1 has an empty or repeated name 'w'");
-  job = Job();
-  job.mutable_tables(1)->mutable_sparse()->set_dim(0);
-  EXPECT_EQ(CreateError(job, {}).message(),
-            "InitJob: sparse table e needs a row dim in [1, 65536], got 0");
-  job = Job();
-  job.mutable_tables(1)->mutable_sparse()->set_gradient_mean(
-      static_cast<SparseTableOptions::GradientMean>(7));
-  EXPECT_EQ(CreateError(job, {}).message(),
-            "InitJob: sparse table e has unknown gradient_mean 7");
-  job = Job();
   job.mutable_tables(1)->mutable_sparse()->set_storage_type(
       static_cast<SparseTableOptions::RowStorage>(5));
   EXPECT_EQ(CreateError(job, {}).message(),
@@ -74,6 +61,22 @@ TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
   job.mutable_tables(1)->mutable_sparse()->set_storage_type(
       SparseTableOptions::BF16);
   EXPECT_TRUE(CreateError(job, {}).ok());
+}
+
+TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {
+  JobSpec job = Job();
+  job.mutable_tables(1)->set_name("w");
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: table 1 has an empty or repeated name 'w'");
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_dim(0);
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e needs a row dim in [1, 65536], got 0");
+  job = Job();
+  job.mutable_tables(1)->mutable_sparse()->set_gradient_mean(
+      static_cast<SparseTableOptions::GradientMean>(7));
+  EXPECT_EQ(CreateError(job, {}).message(),
+            "InitJob: sparse table e has unknown gradient_mean 7");
   // The audit's initializers: NaN and absurd scales, a negative UNIFORM
   // range, an unknown type.
   for (float scale : {std::nanf(""), 3e38f, -1.0f}) {

@@ -13,7 +13,7 @@
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/job_tables.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 #include "pserver/store/step/pull_waiters.h"
 #include "pserver/store/store_state.h"
 #include "pserver/store/trust_step.h"

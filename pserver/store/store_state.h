@@ -15,7 +15,7 @@
 #include "base/clock.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/job_tables.h"
-#include "pserver/store/memory_budget.h"
+#include "pserver/store/memory/memory_budget.h"
 #include "pserver/store/step/membership.h"
 #include "pserver/store/step/pull_waiters.h"
 #include "pserver/store/step/staleness_gate.h"

@@ -11,7 +11,7 @@
 #include "base/clock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 namespace {

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "common/storage/blob_io.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 namespace {
@@ -83,12 +83,12 @@ void SparseDeltas::AppendGroup(const SparseTable& t,
   uint64_t num_rows = 0, num_sightings = 0, num_removed = 0;
   std::vector<float> scratch(t.row_floats_);
   for (uint64_t key : s.changed) {
-    if (const uint32_t slot = t.Lookup(s, key); slot != SparseTable::kNoRow) {
+    if (const uint32_t slot = s.rows.Find(key); slot != SparseTable::kNoRow) {
       const SparseTable::RowMeta m = t.MetaOf(s, slot);
       AppendPod(&rows, key);
       AppendPod(&rows, m.last_step);
       AppendPod(&rows, m.updates);
-      AppendFloats(&rows, t.RowFloats(s, slot, t.row_floats_, scratch.data()),
+      AppendFloats(&rows, s.rows.Floats(slot, t.row_floats_, scratch.data()),
                    t.row_floats_);
       ++num_rows;
     } else if (const Sighting* seen = s.sightings.Find(key)) {
@@ -125,12 +125,9 @@ absl::Status SparseDeltas::Verify(const SparseTable& t,
       [&](uint64_t key, int64_t, int64_t) { return once(key); }, once);
 }
 
-void SparseDeltas::DropRow(const SparseTable& t, SparseTable::Stripe& s,
-                           uint64_t key) {
-  const uint32_t slot = t.Lookup(s, key);
-  if (slot == SparseTable::kNoRow) return;
-  s.free_slots.push_back(slot);
-  s.index.Erase(RowIndex::Hash(key), slot);
+void SparseDeltas::DropRow(SparseTable::Stripe& s, uint64_t key) {
+  const uint32_t slot = s.rows.Find(key);
+  if (slot != SparseTable::kNoRow) s.rows.Remove(key, slot);
 }
 
 absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
@@ -141,7 +138,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
     s.sightings.Erase(key);
-    uint32_t slot = t->Lookup(s, key);
+    uint32_t slot = s.rows.Find(key);
     if (slot == SparseTable::kNoRow) {
       slot = t->NewRow(s, key);
       if (slot == SparseTable::kNoRow) {
@@ -157,7 +154,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     t->SetMeta(s, slot, m);
     std::memcpy(floats.data(), bytes.data() + 16,
                 sizeof(float) * t->row_floats_);
-    t->SetRow(s, slot, floats.data());
+    s.rows.SetFloats(slot, floats.data());
     return absl::OkStatus();
   };
   auto sighting = [&](uint64_t key, int64_t count,
@@ -166,7 +163,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     {
       SparseTable::Stripe& s = t->StripeOf(key);
       absl::MutexLock l(&s.mu);
-      DropRow(*t, s, key);
+      DropRow(s, key);
     }
     SparseTableBlob::RestoreSighting(*t, key, Sighting{count, last});
     return absl::OkStatus();
@@ -175,7 +172,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
-    DropRow(*t, s, key);
+    DropRow(s, key);
     s.sightings.Erase(key);
     return absl::OkStatus();
   };

@@ -1,4 +1,4 @@
-#include "pserver/store/memory_budget.h"
+#include "pserver/store/memory/memory_budget.h"
 
 #include <string>
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 
@@ -37,15 +37,15 @@ int64_t SparseTableEviction::EvictLowest(SparseTable& t, SparseTable::Stripe& s,
                                          SparseTable::ApplyContext* c) {
   if (count <= 0) return 0;
   std::vector<EvictionCandidate> candidates;
-  candidates.reserve(s.index.size());
+  candidates.reserve(s.rows.size());
   std::vector<float> value(t.dim_);
-  s.index.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  s.rows.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const RowUse use = t.UseOf(s, slot);
     if (use.last_step == c->step) return;  // updated in this step: kept
     candidates.push_back(
-        {t.policy_.Score(use, t.RowFloats(s, slot, t.dim_, value.data()),
-                         t.dim_, c->step),
-         t.Head(s, slot)->key, slot});
+        {t.policy_.Score(use, s.rows.Floats(slot, t.dim_, value.data()), t.dim_,
+                         c->step),
+         s.rows.Head(slot)->key, slot});
   });
   const size_t n = std::min(candidates.size(), static_cast<size_t>(count));
   EvictionPolicy::SelectLowest(&candidates, n);
@@ -69,15 +69,15 @@ int64_t SparseTableEviction::Expire(SparseTable& t, int64_t step,
       SparseTableBlob::SaveIfPending(t, s);
       // Found first, then removed: removal moves index entries.
       std::vector<uint32_t> gone;
-      s.index.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      s.rows.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         if (t.policy_.Expired(t.UseOf(s, slot),
-                              t.RowFloats(s, slot, t.dim_, value.data()),
-                              t.dim_, step, now)) {
+                              s.rows.Floats(slot, t.dim_, value.data()), t.dim_,
+                              step, now)) {
           gone.push_back(slot);
         }
       });
       for (uint32_t slot : gone) {
-        const uint64_t key = t.Head(s, slot)->key;
+        const uint64_t key = s.rows.Head(slot)->key;
         if (expired != nullptr) expired->push_back(key);
         t.RemoveRow(s, key, slot);
         ++s.expired;
@@ -111,7 +111,7 @@ void SparseTableEviction::DropRows(SparseTable& t,
     SparseTable::Stripe& s = t.StripeOf(key);
     absl::MutexLock l(&s.mu);
     SparseTableBlob::SaveIfPending(t, s);
-    const uint32_t slot = t.Lookup(s, key);
+    const uint32_t slot = s.rows.Find(key);
     if (slot == SparseTable::kNoRow) continue;
     t.RemoveRow(s, key, slot);
     ++(full ? s.evicted_full : s.expired);

@@ -1,8 +1,9 @@
-#ifndef SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
-#define SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
+#ifndef SHARDPS_PSERVER_STORE_SPARSE_SPARSE_TABLE_H_
+#define SHARDPS_PSERVER_STORE_SPARSE_SPARSE_TABLE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,10 +19,10 @@
 #include "base/clock.h"
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
-#include "pserver/store/memory_budget.h"
+#include "pserver/store/memory/memory_budget.h"
 #include "pserver/store/rows/eviction_policy.h"
 #include "pserver/store/rows/row_codec.h"
-#include "pserver/store/rows/row_index.h"
+#include "pserver/store/rows/row_slab.h"
 #include "pserver/store/rows/sighting_table.h"
 #include "pserver/store/step/step_barrier.h"
 
@@ -181,14 +182,6 @@ class SparseTable {
     int64_t last_step = 0;
     int64_t updates = 0;  // Adam's t - 1
   };
-  // The start of a row in its chunk; the row's floats follow, in the
-  // table's storage. Packed: 20 bytes, so that a bf16 row of dim 16 with
-  // one accumulator takes 56.
-  struct RowHead {
-    uint64_t key;
-    int64_t last_step;
-    uint32_t updates;  // Adam's t - 1, saturated at UINT32_MAX
-  } __attribute__((packed));
   // What one Apply or ApplyAccumulated call shares with its rows.
   struct ApplyContext {
     int64_t step = 0;
@@ -205,15 +198,14 @@ class SparseTable {
     float scale;
   };
   struct Stripe {
+    Stripe(int row_floats, RowCodec codec, int rows_per_chunk)
+        : rows(row_floats, codec, rows_per_chunk) {}
     mutable absl::Mutex mu;
-    RowIndex index ABSL_GUARDED_BY(mu);
-    std::vector<std::unique_ptr<uint8_t[]>> chunks ABSL_GUARDED_BY(mu);
-    uint32_t slots_used ABSL_GUARDED_BY(mu) = 0;  // free or not
+    RowSlab rows ABSL_GUARDED_BY(mu);
     // Per slot, when the policy uses the clock: the wall clock of the
     // row's last update (or creation, or restore), seconds since
     // kClockEpoch. Not saved.
     std::vector<uint32_t> seconds ABSL_GUARDED_BY(mu);
-    std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
     SightingTable sightings ABSL_GUARDED_BY(mu);
     // SYNC accumulators: key to its position in accum_sums (dim floats) and
     // accum_counts (trainers that pushed it).
@@ -227,7 +219,7 @@ class SparseTable {
     int64_t dropped ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t non_finite ABSL_GUARDED_BY(mu) = 0;
-    // Bytes of chunks and accumulators counted in the budget.
+    // Bytes of rows, index and accumulators counted in the budget.
     int64_t reserved ABSL_GUARDED_BY(mu) = 0;
     // A streaming save that has not written this stripe yet.
     SaveSink* pending_save ABSL_GUARDED_BY(mu) = nullptr;
@@ -236,10 +228,8 @@ class SparseTable {
     // With TrackChanges: the keys changed since the last save.
     absl::flat_hash_set<uint64_t> changed ABSL_GUARDED_BY(mu);
   };
-  static constexpr uint32_t kNoRow = UINT32_MAX;
-  // Keys are looked up this many at a time: their rows, prefetched, stay in
-  // the cache until they are used.
-  static constexpr size_t kLookupBatch = 256;
+  static constexpr uint32_t kNoRow = RowSlab::kNone;
+  static constexpr size_t kLookupBatch = RowSlab::kLookupBatch;
   friend class SparseDeltas;         // reads and writes stripes for deltas
   friend class SparseTableBlob;      // reads and writes stripes for saves
   friend class SparseTableEviction;  // admits, evicts and expires rows
@@ -257,35 +247,13 @@ class SparseTable {
   void ClearStripes();
   // The sync accumulators of `s`, emptied.
   void ClearAccumulators(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // The row in `slot`: its head, then its floats (value, then each
-  // optimizer slot) in the table's storage.
-  RowHead* Head(const Stripe& s, uint32_t slot) const
-      ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
-    return reinterpret_cast<RowHead*>(
-        s.chunks[slot / rows_per_chunk_].get() +
-        static_cast<size_t>(slot % rows_per_chunk_) * row_bytes_);
-  }
-  void* Payload(const Stripe& s, uint32_t slot) const
-      ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
-    return reinterpret_cast<uint8_t*>(Head(s, slot)) + sizeof(RowHead);
-  }
-  // The first `n` floats of the row in `slot`: in place for float32
-  // storage, else decoded into `scratch` (n floats).
-  const float* RowFloats(const Stripe& s, uint32_t slot, int n,
-                         float* scratch) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
-  // Sets the row's floats (row_floats_ of them), rounded to the nearest.
-  void SetRow(Stripe& s, uint32_t slot, const float* row) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   RowMeta MetaOf(const Stripe& s, uint32_t slot) const
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // Sets the head of the row in `slot` (updates saturated).
   void SetMeta(Stripe& s, uint32_t slot, const RowMeta& meta) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // The slot of `key`'s row in `s`, or kNoRow.
-  uint32_t Lookup(const Stripe& s, uint64_t key) const
-      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // A new row for `key`, or kNoRow when the budget has no room for the
-  // chunk it needs.
+  // chunk or index growth it needs.
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Applies the updates of the keys of a stripe's batch that had no row,
   // in key order (so that admission and eviction do not depend on the
@@ -310,13 +278,6 @@ class SparseTable {
   // Notes the wall clock of the row in `slot`, if the policy uses it.
   void Stamp(Stripe& s, uint32_t slot, int64_t now_seconds) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // slots[j] = the slot of keys[j] in `s`, or kNoRow (at most
-  // kLookupBatch keys). The batch's index entries are prefetched, then its
-  // rows' first `row_bytes`, then the keys are checked: a table larger
-  // than the cache is bound by memory latency, not by work.
-  void FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
-                size_t row_bytes, uint32_t* slots) const
-      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // The positions of `keys` grouped by stripe, in the keys' order within a
   // stripe: stripe i's are order[begin[i]] to order[begin[i + 1] - 1].
   void GroupByStripe(absl::Span<const uint64_t> keys,
@@ -340,7 +301,8 @@ class SparseTable {
   const Optimizer* const optimizer_;
   const EvictionPolicy policy_;
   const Clock* const clock_;
-  mutable std::vector<Stripe> stripes_;
+  // A deque: a Stripe (its mutex) never moves.
+  mutable std::deque<Stripe> stripes_;
   std::atomic<bool> track_changes_{false};
 };
 
@@ -449,10 +411,10 @@ class SparseDeltas {
 
  private:
   // Frees `key`'s row in `s`, if it has one.
-  static void DropRow(const SparseTable& t, SparseTable::Stripe& s,
-                      uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  static void DropRow(SparseTable::Stripe& s, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 };
 
 }  // namespace shardps
 
-#endif  // SHARDPS_PSERVER_STORE_SPARSE_TABLE_H_
+#endif  // SHARDPS_PSERVER_STORE_SPARSE_SPARSE_TABLE_H_

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 namespace {

@@ -1,4 +1,4 @@
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pserver/store/sparse_shard.h"
+#include "pserver/store/sparse/sparse_shard.h"
 
 namespace shardps {
 namespace {
@@ -462,7 +462,10 @@ TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
 // with admission and eviction; every applied update goes to a backup table,
 // which must then hold the same rows to the last bit, and have admitted,
 // dropped and evicted the same keys.
-class SparseShardReplicationTest : public testing::Test {
+// The parameter: the rows' storage_type (bf16 rounds stochastically, from
+// bits a backup draws alike).
+class SparseShardReplicationTest
+    : public testing::TestWithParam<SparseTableOptions::RowStorage> {
  protected:
   // Sparse table "e" of rows of 4, admitted at a key's second sighting and
   // evicted after 6 steps without an update.
@@ -471,6 +474,7 @@ class SparseShardReplicationTest : public testing::Test {
     spec.set_name("e");
     spec.set_kind(TableSpec::SPARSE);
     *spec.mutable_sparse() = Options(4);
+    spec.mutable_sparse()->set_storage_type(GetParam());
     spec.mutable_sparse()->set_admit_after(2);
     spec.mutable_sparse()->set_evict_after_steps(6);
     return spec;
@@ -535,7 +539,7 @@ class SparseShardReplicationTest : public testing::Test {
   std::normal_distribution<float> noise_;
 };
 
-TEST_F(SparseShardReplicationTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
+TEST_P(SparseShardReplicationTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
   absl::MutexLock lp(&primary_.mu);
   absl::MutexLock lb(&backup_.mu);
   RunPrimary();
@@ -559,7 +563,7 @@ TEST_F(SparseShardReplicationTest, ABackupApplyingTheUpdatesHoldsTheSameRows) {
 }
 
 // Out of order, or shaped wrong: refused, nothing applied.
-TEST_F(SparseShardReplicationTest,
+TEST_P(SparseShardReplicationTest,
        ABackupRefusesAnUpdateOutOfOrderOrMisshapen) {
   absl::MutexLock lp(&primary_.mu);
   absl::MutexLock lb(&backup_.mu);
@@ -573,6 +577,14 @@ TEST_F(SparseShardReplicationTest,
   EXPECT_TRUE(absl::IsInvalidArgument(backup_.ApplyReplicated(bad, &ready_)));
   EXPECT_EQ(backup_.barrier.version(), primary_.barrier.version());
 }
+
+INSTANTIATE_TEST_SUITE_P(Storages, SparseShardReplicationTest,
+                         testing::Values(SparseTableOptions::FLOAT32,
+                                         SparseTableOptions::BF16),
+                         [](const auto& info) {
+                           return std::string(
+                               SparseTableOptions::RowStorage_Name(info.param));
+                         });
 
 }  // namespace
 }  // namespace shardps

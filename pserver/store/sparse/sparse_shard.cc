@@ -1,5 +1,5 @@
 // SparseShard: a sparse table as a barrier unit.
-#include "pserver/store/sparse_shard.h"
+#include "pserver/store/sparse/sparse_shard.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 

@@ -1,5 +1,5 @@
-#ifndef SHARDPS_PSERVER_STORE_SPARSE_SHARD_H_
-#define SHARDPS_PSERVER_STORE_SPARSE_SHARD_H_
+#ifndef SHARDPS_PSERVER_STORE_SPARSE_SPARSE_SHARD_H_
+#define SHARDPS_PSERVER_STORE_SPARSE_SPARSE_SHARD_H_
 
 #include <cstdint>
 #include <memory>
@@ -8,7 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 #include "pserver/store/step/step_barrier.h"
 
 namespace shardps {
@@ -86,4 +86,4 @@ class SparseShard final : public BarrierUnit {
 
 }  // namespace shardps
 
-#endif  // SHARDPS_PSERVER_STORE_SPARSE_SHARD_H_
+#endif  // SHARDPS_PSERVER_STORE_SPARSE_SPARSE_SHARD_H_

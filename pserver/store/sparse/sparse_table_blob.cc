@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/storage/blob_io.h"
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
 namespace {
@@ -52,14 +52,14 @@ std::string SparseTableBlob::Header(const SparseTable& t, int copies) {
 void SparseTableBlob::AppendGroup(const SparseTable& t,
                                   const SparseTable::Stripe& s,
                                   std::string* out) {
-  AppendPod<uint64_t>(out, s.index.size());
+  AppendPod<uint64_t>(out, s.rows.size());
   std::vector<float> scratch(t.row_floats_);
-  s.index.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  s.rows.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const SparseTable::RowMeta m = t.MetaOf(s, slot);
     AppendPod(out, m.key);
     AppendPod(out, m.last_step);
     AppendPod(out, m.updates);
-    AppendFloats(out, t.RowFloats(s, slot, t.row_floats_, scratch.data()),
+    AppendFloats(out, s.rows.Floats(slot, t.row_floats_, scratch.data()),
                  t.row_floats_);
   });
   AppendPod<uint64_t>(out, static_cast<uint64_t>(s.sightings.size()));
@@ -95,7 +95,7 @@ void SparseTableBlob::SaveIfPending(const SparseTable& t,
   if (s.pending_delta) {
     SparseDeltas::AppendGroup(t, s, &group);
   } else {
-    group.reserve(16 + s.index.size() * (24 + sizeof(float) * t.row_floats_) +
+    group.reserve(16 + s.rows.size() * (24 + sizeof(float) * t.row_floats_) +
                   static_cast<size_t>(s.sightings.size()) * 24);
     AppendGroup(t, s, &group);
   }
@@ -117,7 +117,7 @@ absl::Status SparseTableBlob::RestoreRow(SparseTable& t, uint64_t key,
                                          absl::Span<const float> row) {
   SparseTable::Stripe& s = t.StripeOf(key);
   absl::MutexLock l(&s.mu);
-  if (t.Lookup(s, key) != SparseTable::kNoRow) {
+  if (s.rows.Find(key) != SparseTable::kNoRow) {
     return absl::DataLossError("a key appears twice");
   }
   const uint32_t slot = t.NewRow(s, key);
@@ -126,7 +126,7 @@ absl::Status SparseTableBlob::RestoreRow(SparseTable& t, uint64_t key,
         "its rows need more than --max_memory_mb allows");
   }
   --s.created;  // restored, not created
-  t.SetRow(s, slot, row.data());
+  s.rows.SetFloats(slot, row.data());
   meta.key = key;
   // The row's wall clock stays the restore's (NewRow's).
   t.SetMeta(s, slot, meta);

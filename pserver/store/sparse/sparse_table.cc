@@ -1,4 +1,4 @@
-#include "pserver/store/sparse_table.h"
+#include "pserver/store/sparse/sparse_table.h"
 
 #include <algorithm>
 #include <cstring>
@@ -44,14 +44,6 @@ int64_t RowsFitting(int64_t bytes, int row_bytes) {
 int64_t RowBytesInShare(int64_t memory_share, int64_t admission_keys) {
   return std::max<int64_t>(
       0, memory_share - admission_keys * SightingTable::kEntryBytes);
-}
-
-// A row's bytes in its chunk: the head, then its floats in `codec`'s
-// storage, padded to 4 bytes (float32 floats stay aligned).
-int RowStride(int row_floats, const RowCodec& codec, size_t head_bytes) {
-  const int bytes =
-      static_cast<int>(head_bytes) + row_floats * codec.bytes_per_float();
-  return (bytes + 3) / 4 * 4;
 }
 
 // The bits a row's stochastic rounding draws from at its update number
@@ -102,7 +94,7 @@ SparseTable::SparseTable(const SparseTableOptions& options,
     : dim_(options.dim()),
       row_floats_(options.dim() + optimizer->StateFloats(options.dim())),
       codec_(options.storage_type()),
-      row_bytes_(RowStride(row_floats_, codec_, sizeof(RowHead))),
+      row_bytes_(RowSlab::RowBytes(row_floats_, codec_)),
       num_stripes_(StripesFor(memory_share,
                               AdmissionKeys(options, memory_share), row_bytes_,
                               num_stripes)),
@@ -121,7 +113,10 @@ SparseTable::SparseTable(const SparseTableOptions& options,
       optimizer_(optimizer),
       policy_(options),
       clock_(clock != nullptr ? clock : Clock::Real()),
-      stripes_(num_stripes_) {
+      stripes_() {
+  for (int i = 0; i < num_stripes_; ++i) {
+    stripes_.emplace_back(row_floats_, codec_, rows_per_chunk_);
+  }
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     s.sightings.Reset(sightings_per_stripe_);
@@ -162,52 +157,13 @@ void SparseTable::GroupByStripe(absl::Span<const uint64_t> keys,
   }
 }
 
-void SparseTable::FindRows(const Stripe& s, absl::Span<const uint64_t> keys,
-                           size_t row_bytes, uint32_t* slots) const {
-  const size_t n = keys.size();
-  uint32_t hashes[kLookupBatch];
-  for (size_t j = 0; j < n; ++j) {
-    hashes[j] = RowIndex::Hash(keys[j]);
-    s.index.Prefetch(hashes[j]);
-  }
-  for (size_t j = 0; j < n; ++j) {
-    slots[j] = s.index.First(hashes[j]);
-    if (slots[j] == kNoRow) continue;
-    const char* row = reinterpret_cast<const char*>(Head(s, slots[j]));
-    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
-  }
-  for (size_t j = 0; j < n; ++j) {
-    if (slots[j] != kNoRow && Head(s, slots[j])->key != keys[j]) {
-      slots[j] = Lookup(s, keys[j]);  // another key of the same hash
-    }
-  }
-}
-
-uint32_t SparseTable::Lookup(const Stripe& s, uint64_t key) const {
-  return s.index.Find(key, RowIndex::Hash(key),
-                      [this, &s](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                        return Head(s, slot)->key;
-                      });
-}
-
-const float* SparseTable::RowFloats(const Stripe& s, uint32_t slot, int n,
-                                    float* scratch) const {
-  if (codec_.is_float32()) return static_cast<const float*>(Payload(s, slot));
-  codec_.Decode(Payload(s, slot), n, scratch);
-  return scratch;
-}
-
-void SparseTable::SetRow(Stripe& s, uint32_t slot, const float* row) const {
-  codec_.EncodeNearest(row, row_floats_, Payload(s, slot));
-}
-
 SparseTable::RowMeta SparseTable::MetaOf(const Stripe& s, uint32_t slot) const {
-  const RowHead* h = Head(s, slot);
+  const RowHead* h = s.rows.Head(slot);
   return RowMeta{h->key, h->last_step, int64_t{h->updates}};
 }
 
 void SparseTable::SetMeta(Stripe& s, uint32_t slot, const RowMeta& meta) const {
-  RowHead* h = Head(s, slot);
+  RowHead* h = s.rows.Head(slot);
   h->key = meta.key;
   h->last_step = meta.last_step;
   h->updates = static_cast<uint32_t>(
@@ -219,40 +175,21 @@ void SparseTable::InitialRow(uint64_t key, float* out) const {
 }
 
 uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
-  uint32_t slot;
-  if (!s.free_slots.empty()) {
-    slot = s.free_slots.back();
-    s.free_slots.pop_back();
-  } else {
-    slot = s.slots_used;
-    if (slot % rows_per_chunk_ == 0) {
-      const int64_t bytes = int64_t{rows_per_chunk_} * row_bytes_;
-      // Rows stop short of the limit, leaving room for a step's sums.
-      if (budget_ != nullptr &&
-          !budget_->TryReserve(bytes, budget_->headroom())) {
-        return kNoRow;
-      }
-      s.reserved += bytes;
-      s.chunks.emplace_back(new uint8_t[static_cast<size_t>(bytes)]);
-    }
-    ++s.slots_used;
-  }
-  // The index's growth is memory too: reserved before it happens.
-  if (const int64_t grow = static_cast<int64_t>(s.index.GrowthBytes());
-      grow > 0) {
-    if (budget_ != nullptr && !budget_->TryReserve(grow, budget_->headroom())) {
-      s.free_slots.push_back(slot);
+  // A chunk and the index's growth are reserved before they are made. Rows
+  // stop short of the limit, leaving room for a step's sums.
+  if (const int64_t bytes = s.rows.BytesToAdd(); bytes > 0) {
+    if (budget_ != nullptr &&
+        !budget_->TryReserve(bytes, budget_->headroom())) {
       return kNoRow;
     }
-    s.reserved += grow;
+    s.reserved += bytes;
   }
+  const uint32_t slot = s.rows.Add(key);
   float* row = Scratch(row_floats_);
   InitialRow(key, row);
   std::fill(row + dim_, row + row_floats_, optimizer_->initial_slot_value());
-  SetRow(s, slot, row);
-  SetMeta(s, slot, RowMeta{key, 0, 0});
+  s.rows.SetFloats(slot, row);
   Stamp(s, slot, NowSeconds());
-  s.index.Insert(RowIndex::Hash(key), slot);
   ++s.created;
   return slot;
 }
@@ -262,14 +199,14 @@ int64_t SparseTable::NowSeconds() const {
 }
 
 RowUse SparseTable::UseOf(const Stripe& s, uint32_t slot) const {
-  const RowHead* h = Head(s, slot);
+  const RowHead* h = s.rows.Head(slot);
   return RowUse{h->last_step, int64_t{h->updates},
                 policy_.uses_clock() ? int64_t{s.seconds[slot]} : 0};
 }
 
 void SparseTable::Stamp(Stripe& s, uint32_t slot, int64_t now_seconds) const {
   if (!policy_.uses_clock()) return;
-  if (s.seconds.size() <= slot) s.seconds.resize(s.slots_used);
+  if (s.seconds.size() <= slot) s.seconds.resize(s.rows.slots_used());
   s.seconds[slot] =
       static_cast<uint32_t>(std::clamp<int64_t>(now_seconds, 0, UINT32_MAX));
 }
@@ -295,16 +232,16 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
-      FindRows(s, absl::MakeConstSpan(batch_keys, n),
-               sizeof(RowHead) +
-                   static_cast<size_t>(codec_.bytes_per_float()) * dim_,
-               slots);
+      s.rows.FindBatch(absl::MakeConstSpan(batch_keys, n),
+                       sizeof(RowHead) +
+                           static_cast<size_t>(codec_.bytes_per_float()) * dim_,
+                       slots);
       for (size_t j = 0; j < n; ++j) {
         float* dst = out + static_cast<size_t>(order[b + j]) * dim_;
         if (slots[j] == kNoRow) {
           InitialRow(batch_keys[j], dst);
         } else {
-          codec_.Decode(Payload(s, slots[j]), dim_, dst);
+          codec_.Decode(s.rows.Payload(slots[j]), dim_, dst);
         }
       }
     }
@@ -313,8 +250,7 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
 
 void SparseTable::RemoveRow(Stripe& s, uint64_t key, uint32_t slot) {
   Changed(s, key);
-  s.free_slots.push_back(slot);
-  s.index.Erase(RowIndex::Hash(key), slot);
+  s.rows.Remove(key, slot);
 }
 
 void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
@@ -336,7 +272,7 @@ void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
       ++creating;
     }
   }
-  const int64_t rows = static_cast<int64_t>(s.index.size());
+  const int64_t rows = static_cast<int64_t>(s.rows.size());
   if (c->evict_when_full && policy_.evicts_when_full() &&
       max_rows_per_stripe_ > 0 && rows + creating > max_rows_per_stripe_) {
     // Down to a sixteenth below the limit, so that the scan of the stripe
@@ -353,7 +289,7 @@ void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
       Changed(s, k.key);  // a row now, or refused: either way a change
       const bool room =
           max_rows_per_stripe_ <= 0 ||
-          static_cast<int64_t>(s.index.size()) < max_rows_per_stripe_ ||
+          static_cast<int64_t>(s.rows.size()) < max_rows_per_stripe_ ||
           !c->evict_when_full;
       slot = room ? NewRow(s, k.key) : kNoRow;
       if (slot == kNoRow && c->evict_when_full && policy_.evicts_when_full() &&
@@ -376,11 +312,11 @@ void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
 
 void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
                             float scale, ApplyContext* c) {
-  RowHead* head = Head(s, slot);
-  float* row = static_cast<float*>(Payload(s, slot));
+  RowHead* head = s.rows.Head(slot);
+  float* row = static_cast<float*>(s.rows.Payload(slot));
   if (!codec_.is_float32()) {
     row = c->row.data();
-    codec_.Decode(Payload(s, slot), row_floats_, row);
+    codec_.Decode(s.rows.Payload(slot), row_floats_, row);
   }
   float* state = row + dim_;
   for (size_t k = 0; k < c->slots.size(); ++k) {
@@ -403,7 +339,7 @@ void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
   const uint64_t key = head->key;
   if (!codec_.is_float32()) {
     codec_.EncodeStochastic(row, row_floats_, RoundingSeed(key, updates),
-                            Payload(s, slot));
+                            s.rows.Payload(slot));
   }
   if (updates != UINT32_MAX) head->updates = updates + 1;
   head->last_step = c->step;
@@ -433,7 +369,7 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
-      FindRows(s, absl::MakeConstSpan(batch_keys, n), row_bytes_, rows);
+      s.rows.FindBatch(absl::MakeConstSpan(batch_keys, n), row_bytes_, rows);
       for (size_t j = 0; j < n; ++j) {
         const size_t k = order[b + j];
         const float* g = grads.data() + k * dim_;
@@ -499,8 +435,8 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
     fresh.clear();
     for (size_t b = 0; b < keys; b += kLookupBatch) {
       const size_t m = std::min(kLookupBatch, keys - b);
-      FindRows(s, absl::MakeConstSpan(s.accum_keys.data() + b, m), row_bytes_,
-               rows);
+      s.rows.FindBatch(absl::MakeConstSpan(s.accum_keys.data() + b, m),
+                       row_bytes_, rows);
       for (size_t j = 0; j < m; ++j) {
         const float* sum = s.accum_sums.data() + (b + j) * dim_;
         const float scale =
@@ -545,11 +481,8 @@ void SparseTable::ClearStripe(Stripe& s) {
   ClearAccumulators(s);
   if (budget_ != nullptr) budget_->Release(s.reserved);
   s.reserved = 0;
-  s.index.Clear();
-  s.chunks.clear();
-  s.slots_used = 0;
+  s.rows.Clear();
   s.seconds.clear();
-  s.free_slots.clear();
   s.sightings.Clear();
   s.changed.clear();
 }
@@ -565,7 +498,7 @@ SparseCounters SparseTable::counters() const {
   SparseCounters c;
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
-    c.rows += static_cast<int64_t>(s.index.size());
+    c.rows += static_cast<int64_t>(s.rows.size());
     c.pending_keys += s.sightings.size();
     c.created += s.created;
     c.evicted_full += s.evicted_full;
@@ -583,12 +516,9 @@ size_t SparseTable::MemoryBytes() const {
   size_t bytes = 0;
   for (const Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
-    bytes += s.index.Bytes();
+    bytes += s.rows.Bytes();
     if (s.sightings.allocated()) bytes += s.sightings.Bytes();
-    bytes +=
-        s.chunks.size() * static_cast<size_t>(rows_per_chunk_) * row_bytes_;
     bytes += s.seconds.capacity() * sizeof(uint32_t);
-    bytes += s.free_slots.capacity() * sizeof(uint32_t);
     bytes +=
         s.accum_index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
         s.accum_keys.capacity() * sizeof(uint64_t) +
