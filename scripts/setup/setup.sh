@@ -24,6 +24,7 @@ BUILD_PACKAGES=(
   zlib1g-dev libopenblas-dev
   libssl-dev  # common/tls: checks certificates and keys at start
   prometheus-cpp-dev  # /metrics of pserver and trainer
+  librocksdb-dev  # the disk tier of sparse tables (--sparse_store_dir)
 )
 DEMO_PACKAGES=(
   python3  # scripts/cluster/local_cluster.py

@@ -1,0 +1,211 @@
+#include "pserver/store/disk/row_store.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "common/placement/shard_map.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace shardps {
+namespace {
+
+constexpr size_t kKeyBytes = 10;  // the bucket (2 bytes), the key (8)
+
+// Big-endian, so that a bucket's keys are one range.
+void EncodeKey(uint64_t key, char out[kKeyBytes]) {
+  const int bucket = RowStore::BucketOf(key);
+  out[0] = static_cast<char>(bucket >> 8);
+  out[1] = static_cast<char>(bucket & 0xFF);
+  for (int i = 0; i < 8; ++i) {
+    out[2 + i] = static_cast<char>((key >> (56 - 8 * i)) & 0xFF);
+  }
+}
+
+uint64_t DecodeKey(const rocksdb::Slice& s) {
+  uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) {
+    key = (key << 8) | static_cast<uint8_t>(s.data()[2 + i]);
+  }
+  return key;
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what,
+                       const std::string& dir) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat("sparse row store ", dir, ": ", what,
+                                           " failed: ", s.ToString());
+  if (s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(message, " (the disk of --sparse_store_dir is full)"));
+  }
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  return absl::UnavailableError(message);
+}
+
+}  // namespace
+
+class RowStore::Snapshot {
+ public:
+  Snapshot(rocksdb::DB* db, const rocksdb::Snapshot* snapshot)
+      : db_(db), snapshot_(snapshot) {}
+  ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
+  const rocksdb::Snapshot* get() const { return snapshot_; }
+
+ private:
+  rocksdb::DB* const db_;
+  const rocksdb::Snapshot* const snapshot_;
+};
+
+int RowStore::BucketOf(uint64_t key) {
+  return static_cast<int>((Mix64(key) >> 24) % kBuckets);
+}
+
+absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
+    const Options& options) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("sparse row store: cannot make ",
+                                               options.dir, ": ", ec.message(),
+                                               " (--sparse_store_dir)"));
+  }
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.error_if_exists = true;
+  o.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
+  o.max_write_buffer_number = 2;
+  o.max_background_jobs = 2;
+  o.compression = rocksdb::kNoCompression;  // floats hardly compress
+  o.avoid_flush_during_shutdown = true;     // the directory goes next
+  o.max_open_files = 256;
+  // The info LOG in the directory, kept small.
+  o.max_log_file_size = 1 << 20;
+  o.keep_log_file_num = 2;
+  auto cache = rocksdb::NewLRUCache(
+      static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1)));
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  table.cache_index_and_filter_blocks = true;  // within the cache's bytes
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  // Most keys a push asks for are new: a filter answers them without a
+  // read.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // Whatever a previous pserver left there is not this table's.
+  rocksdb::Status s = rocksdb::DestroyDB(options.dir, o);
+  if (!s.ok()) return FromRocks(s, "emptying the directory", options.dir);
+  rocksdb::DB* db = nullptr;
+  s = rocksdb::DB::Open(o, options.dir, &db);
+  if (!s.ok()) return FromRocks(s, "opening", options.dir);
+  return std::unique_ptr<RowStore>(new RowStore(
+      options.dir, std::unique_ptr<rocksdb::DB>(db), std::move(cache),
+      2 * options.write_buffer_bytes + options.block_cache_bytes));
+}
+
+RowStore::RowStore(std::string dir, std::unique_ptr<rocksdb::DB> db,
+                   std::shared_ptr<rocksdb::Cache> cache, int64_t memory_bytes)
+    : dir_(std::move(dir)),
+      cache_(std::move(cache)),
+      db_(std::move(db)),
+      memory_bytes_(memory_bytes) {}
+
+RowStore::~RowStore() {
+  db_->Close().PermitUncheckedError();
+  db_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::shared_ptr<const RowStore::Snapshot> RowStore::TakeSnapshot() const {
+  return std::make_shared<const Snapshot>(db_.get(), db_->GetSnapshot());
+}
+
+absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
+                                std::vector<std::string>* values,
+                                std::vector<bool>* found,
+                                const Snapshot* snapshot) const {
+  const size_t n = keys.size();
+  values->resize(n);
+  found->assign(n, false);
+  if (n == 0) return absl::OkStatus();
+  std::vector<char> encoded(n * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    EncodeKey(keys[i], &encoded[i * kKeyBytes]);
+    slices[i] = rocksdb::Slice(&encoded[i * kKeyBytes], kKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> pinned(n);
+  std::vector<rocksdb::Status> statuses(n);
+  rocksdb::ReadOptions ro;
+  if (snapshot != nullptr) ro.snapshot = snapshot->get();
+  db_->MultiGet(ro, db_->DefaultColumnFamily(), n, slices.data(), pinned.data(),
+                statuses.data());
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok()) return FromRocks(statuses[i], "a read", dir_);
+    (*values)[i].assign(pinned[i].data(), pinned[i].size());
+    (*found)[i] = true;
+  }
+  return absl::OkStatus();
+}
+
+RowStore::Batch::Batch() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+RowStore::Batch::~Batch() = default;
+
+void RowStore::Batch::Put(uint64_t key, absl::string_view row) {
+  char k[kKeyBytes];
+  EncodeKey(key, k);
+  batch_
+      ->Put(rocksdb::Slice(k, kKeyBytes),
+            rocksdb::Slice(row.data(), row.size()))
+      .PermitUncheckedError();
+  ++count_;
+}
+
+void RowStore::Batch::Delete(uint64_t key) {
+  char k[kKeyBytes];
+  EncodeKey(key, k);
+  batch_->Delete(rocksdb::Slice(k, kKeyBytes)).PermitUncheckedError();
+  ++count_;
+}
+
+absl::Status RowStore::Write(Batch& batch) {
+  if (batch.count_ == 0) return absl::OkStatus();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;  // rebuilt from a checkpoint after a crash
+  return FromRocks(db_->Write(wo, batch.batch_.get()), "a write", dir_);
+}
+
+absl::Status RowStore::ForEachInBucket(
+    int bucket, const Snapshot& snapshot,
+    const std::function<void(uint64_t key, absl::string_view row)>& f) const {
+  const char lo[2] = {static_cast<char>(bucket >> 8),
+                      static_cast<char>(bucket & 0xFF)};
+  const int next = bucket + 1;
+  const char hi[2] = {static_cast<char>(next >> 8),
+                      static_cast<char>(next & 0xFF)};
+  rocksdb::Slice upper(hi, 2);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot.get();
+  ro.fill_cache = false;  // a checkpoint's scan would push out the hot rows
+  if (next < kBuckets) ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(rocksdb::Slice(lo, 2)); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != kKeyBytes) {
+      return absl::DataLossError(absl::StrCat(
+          "sparse row store ", dir_, ": a key of ", k.size(), " bytes"));
+    }
+    f(DecodeKey(k), absl::string_view(it->value().data(), it->value().size()));
+  }
+  return FromRocks(it->status(), "a scan", dir_);
+}
+
+}  // namespace shardps

@@ -1,0 +1,207 @@
+#include "pserver/store/disk/row_store.h"
+
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/temp_dir.h"
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+std::unique_ptr<RowStore> OpenIn(const std::string& dir) {
+  RowStore::Options o;
+  o.dir = dir;
+  o.write_buffer_bytes = 1 << 20;
+  o.block_cache_bytes = 1 << 20;
+  absl::StatusOr<std::unique_ptr<RowStore>> store = RowStore::Open(o);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+std::string RowOf(uint64_t key) { return absl::StrCat("row-", key); }
+
+TEST(RowStoreTest, PutsDeletesAndReadsInBatches) {
+  testing::ScopedTempDir tmp("row_store");
+  auto store = OpenIn(tmp.Path("t"));
+  ASSERT_NE(store, nullptr);
+  RowStore::Batch b;
+  for (uint64_t k = 0; k < 1000; ++k) b.Put(k * 7919, RowOf(k * 7919));
+  b.Delete(7919 * 5);
+  ASSERT_TRUE(store->Write(b).ok());
+  std::vector<uint64_t> keys = {0, 7919, 7919 * 5, 3, ~uint64_t{0}, 7919 * 999};
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  ASSERT_TRUE(store->MultiGet(keys, &values, &found).ok());
+  EXPECT_EQ(found, (std::vector<bool>{true, true, false, false, false, true}));
+  EXPECT_EQ(values[0], RowOf(0));
+  EXPECT_EQ(values[1], RowOf(7919));
+  EXPECT_EQ(values[5], RowOf(7919 * 999));
+}
+
+TEST(RowStoreTest, SnapshotsSeeTheStoreAsItWas) {
+  testing::ScopedTempDir tmp("row_store");
+  auto store = OpenIn(tmp.Path("t"));
+  ASSERT_NE(store, nullptr);
+  RowStore::Batch before;
+  before.Put(1, "one");
+  before.Put(2, "two");
+  ASSERT_TRUE(store->Write(before).ok());
+  auto snapshot = store->TakeSnapshot();
+  RowStore::Batch after;
+  after.Put(1, "uno");
+  after.Delete(2);
+  after.Put(3, "tres");
+  ASSERT_TRUE(store->Write(after).ok());
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  ASSERT_TRUE(store->MultiGet({1, 2, 3}, &values, &found, snapshot.get()).ok());
+  EXPECT_EQ(found, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(values[0], "one");
+  ASSERT_TRUE(store->MultiGet({1, 2, 3}, &values, &found).ok());
+  EXPECT_EQ(found, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(values[0], "uno");
+}
+
+TEST(RowStoreTest, BucketsHoldEveryKeyOnce) {
+  testing::ScopedTempDir tmp("row_store");
+  auto store = OpenIn(tmp.Path("t"));
+  ASSERT_NE(store, nullptr);
+  RowStore::Batch b;
+  std::set<uint64_t> want;
+  for (uint64_t k = 1; k <= 20000; ++k) {
+    const uint64_t key = k * 0x9E3779B97F4A7C15ULL;
+    b.Put(key, RowOf(key));
+    want.insert(key);
+  }
+  ASSERT_TRUE(store->Write(b).ok());
+  auto snapshot = store->TakeSnapshot();
+  std::set<uint64_t> seen;
+  int nonempty = 0;
+  for (int bucket = 0; bucket < RowStore::kBuckets; ++bucket) {
+    int here = 0;
+    ASSERT_TRUE(store
+                    ->ForEachInBucket(bucket, *snapshot,
+                                      [&](uint64_t key, absl::string_view row) {
+                                        EXPECT_EQ(RowStore::BucketOf(key),
+                                                  bucket);
+                                        EXPECT_EQ(row, RowOf(key));
+                                        EXPECT_TRUE(seen.insert(key).second);
+                                        ++here;
+                                      })
+                    .ok());
+    nonempty += here > 0;
+  }
+  EXPECT_EQ(seen, want);
+  EXPECT_GT(nonempty, RowStore::kBuckets * 9 / 10);
+}
+
+TEST(RowStoreTest, OpenEmptiesTheDirectoryAndCloseRemovesIt) {
+  testing::ScopedTempDir tmp("row_store");
+  const std::string dir = tmp.Path("t");
+  {
+    auto store = OpenIn(dir);
+    ASSERT_NE(store, nullptr);
+    RowStore::Batch b;
+    b.Put(5, "five");
+    ASSERT_TRUE(store->Write(b).ok());
+    // A second store on the same directory (another pserver given the same
+    // --sparse_store_dir and table) is refused while the first is open.
+    RowStore::Options o;
+    o.dir = dir;
+    absl::StatusOr<std::unique_ptr<RowStore>> twice = RowStore::Open(o);
+    ASSERT_FALSE(twice.ok());
+    EXPECT_EQ(twice.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(twice.status().message().find(dir), std::string::npos)
+        << twice.status();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  // Files left by a pserver killed with -9 are not taken for rows.
+  std::filesystem::create_directories(dir);
+  {
+    auto store = OpenIn(dir);
+    ASSERT_NE(store, nullptr);
+    std::vector<std::string> values;
+    std::vector<bool> found;
+    ASSERT_TRUE(store->MultiGet({5}, &values, &found).ok());
+    EXPECT_FALSE(found[0]);
+  }
+}
+
+TEST(RowStoreTest, UnwritableDirectoryIsNamed) {
+  RowStore::Options o;
+  o.dir = "/proc/shardps-no-such/t";
+  absl::StatusOr<std::unique_ptr<RowStore>> store = RowStore::Open(o);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(store.status().message().find("/proc/shardps-no-such/t"),
+            std::string::npos)
+      << store.status();
+}
+
+// A tmpfs of `bytes` at a new directory, unmounted by the destructor. Needs
+// CAP_SYS_ADMIN (CI runs the suite as root).
+class SmallDisk {
+ public:
+  SmallDisk(const std::string& dir, int64_t bytes) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string opts = absl::StrCat("size=", bytes);
+    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+      ADD_FAILURE() << "mounting a tmpfs at " << dir
+                    << " failed: " << std::strerror(errno)
+                    << " (the full-disk test needs root)";
+      return;
+    }
+    mounted_ = true;
+  }
+  ~SmallDisk() {
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+TEST(RowStoreTest, FullDiskIsResourceExhaustedAndKeepsWhatWasWritten) {
+  testing::ScopedTempDir tmp("row_store");
+  SmallDisk disk(tmp.Path("disk"), 3 << 20);
+  ASSERT_TRUE(disk.mounted());
+  auto store = OpenIn(tmp.Path("disk/t"));
+  ASSERT_NE(store, nullptr);
+  const std::string row(200, 'r');
+  absl::Status st;
+  uint64_t written = 0;
+  // 64 MiB of rows into 3 MiB: some write must fail, and say why.
+  for (uint64_t batch = 0; batch < 320 && st.ok(); ++batch) {
+    RowStore::Batch b;
+    for (int i = 0; i < 1024; ++i) b.Put(batch * 1024 + i, row);
+    st = store->Write(b);
+    if (st.ok()) written = (batch + 1) * 1024;
+  }
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("full"), std::string::npos) << st;
+  ASSERT_GT(written, 0u);
+  // Every acknowledged write still reads back.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < written; k += 97) keys.push_back(k);
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  ASSERT_TRUE(store->MultiGet(keys, &values, &found).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(found[i]) << "key " << keys[i];
+    EXPECT_EQ(values[i], row);
+  }
+}
+
+}  // namespace
+}  // namespace shardps
