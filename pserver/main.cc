@@ -26,6 +26,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "pserver/server/grpc_server.h"
+#include "pserver/store/disk/row_store.h"
 
 DEFINE_int32(port, shardps::kDefaultPort,
              "TCP port to serve on; 0 picks a free port");
@@ -110,6 +111,13 @@ DEFINE_int64(max_memory_mb_per_job, 0,
              "within --max_memory_mb for all jobs, so that one job cannot "
              "starve the others (RESOURCE_EXHAUSTED past it). 0: no limit "
              "of its own");
+
+DEFINE_string(sparse_store_dir, "",
+              "a local directory for the rows of sparse tables with a disk "
+              "tier (SparseTableOptions.disk; RocksDB, one database per "
+              "table, in pserver-<pid>/, emptied at start and removed at "
+              "exit). Working memory, not durability: checkpoints and "
+              "replication keep the rows. Empty: such tables are refused");
 
 namespace {
 
@@ -216,6 +224,12 @@ shardps::PserverOptions JobsFromFlags(shardps::Env* checkpoint_env) {
   p.max_shared_regions = FLAGS_max_shared_regions;
   p.job_retention = absl::Seconds(FLAGS_job_retention);
   p.env = checkpoint_env;
+  if (!FLAGS_sparse_store_dir.empty()) {
+    absl::StatusOr<std::string> dir =
+        shardps::RowStore::MakeProcessDir(FLAGS_sparse_store_dir);
+    if (!dir.ok()) FailFlags(dir.status().message());
+    p.store.sparse_store_dir = *dir;
+  }
   return p;
 }
 
@@ -272,7 +286,7 @@ std::vector<shardps::FlagGroup> PserverFlagGroups() {
             "tcp_lane_spin_us", "max_connections_per_ip"}},
           {"Jobs and memory",
            {"max_jobs", "job_retention", "max_memory_mb",
-            "max_memory_mb_per_job", "max_shared_regions"}},
+            "max_memory_mb_per_job", "max_shared_regions", "sparse_store_dir"}},
           {"Checkpoints (docs/checkpoint_format.md)",
            {"checkpoint_dir", "keep_checkpoints", "full_checkpoint_every",
             "restore_from", "shared_checkpoint_root"}},

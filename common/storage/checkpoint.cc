@@ -322,6 +322,12 @@ absl::Status CheckpointStream::Append(size_t blob, absl::string_view data) {
   return b.status;
 }
 
+void CheckpointStream::Fail(size_t blob, const absl::Status& why) {
+  Blob& b = *blobs_.at(blob);
+  absl::MutexLock l(&b.mu);
+  if (b.status.ok()) b.status = why;
+}
+
 int64_t CheckpointStream::bytes() const {
   int64_t n = 0;
   for (const auto& b : blobs_) {

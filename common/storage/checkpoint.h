@@ -90,6 +90,9 @@ class CheckpointStream {
 
   // Appends `data` to blob `blob` (its index in BeginStream's names).
   absl::Status Append(size_t blob, absl::string_view data);
+  // Fails blob `blob` with `why` (a part of it could not be read): Commit
+  // returns it, and later appends are refused.
+  void Fail(size_t blob, const absl::Status& why);
   int64_t step() const { return step_; }
   // Bytes appended so far, over all blobs.
   int64_t bytes() const;

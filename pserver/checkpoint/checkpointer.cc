@@ -149,6 +149,9 @@ class StreamSink : public SaveSink {
   void Append(uint32_t table_id, absl::string_view record) override {
     stream_->Append(table_id, record).IgnoreError();
   }
+  void Fail(uint32_t table_id, const absl::Status& why) override {
+    stream_->Fail(table_id, why);
+  }
 
  private:
   CheckpointStream* const stream_;

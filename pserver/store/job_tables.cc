@@ -1,14 +1,18 @@
 #include "pserver/store/job_tables.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "common/placement/shard_map.h"
+#include "glog/logging.h"
 #include "kernels/finite.h"
+#include "pserver/store/sparse/disk_tier_plan.h"
 
 namespace shardps {
 namespace {
@@ -155,6 +159,7 @@ absl::Status ValidateSparseOptions(const TableSpec& spec) {
   }
   if (absl::Status s = ValidateRowInitializer(spec); !s.ok()) return s;
   if (absl::Status s = ValidateEviction(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateDiskTier(spec); !s.ok()) return s;
   if (!SparseTableOptions::GradientMean_IsValid(so.gradient_mean())) {
     return absl::InvalidArgumentError(
         absl::StrCat("InitJob: sparse table ", spec.name(),
@@ -293,7 +298,8 @@ void JobTables::BuildUnits(absl::Span<const BlockId> blocks,
                            const Membership* membership, int quorum,
                            MemoryBudget* budget,
                            absl::Span<const int> sparse_shards,
-                           int64_t sparse_share) {
+                           int64_t sparse_share,
+                           std::vector<std::vector<DiskTier>> disk) {
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockId& id = blocks[i];
     Table& t = tables_[id.table_id];
@@ -310,11 +316,15 @@ void JobTables::BuildUnits(absl::Span<const BlockId> blocks,
       sharded_sparse_ = !sparse_shards.empty();
       std::vector<int> shards(sparse_shards.begin(), sparse_shards.end());
       if (shards.empty()) shards.push_back(0);
-      for (int shard : shards) {
+      for (size_t k = 0; k < shards.size(); ++k) {
+        DiskTier tier;
+        if (k < disk[i].size()) tier = std::move(disk[i][k]);
         t.sparse.push_back(std::make_unique<SparseShard>(
             static_cast<uint32_t>(i), t.spec, t.optimizer.get(), membership,
-            quorum, budget, static_cast<uint32_t>(shard),
-            !sparse_shards.empty(), sparse_share));
+            quorum, budget, static_cast<uint32_t>(shards[k]),
+            !sparse_shards.empty(),
+            tier.store != nullptr ? tier.row_share : sparse_share,
+            std::move(tier.store)));
         sparse_.push_back(t.sparse.back().get());
       }
     }
@@ -338,10 +348,46 @@ int64_t JobTables::SparseShare(const JobSpec& job, const MemoryBudget* budget,
   return std::max<int64_t>(1, (limit - limit / 8 - dense_bytes) / units);
 }
 
+absl::Status JobTables::OpenDiskTiers(
+    const std::vector<Table>& tables, size_t shards, int64_t sparse_share,
+    const std::string& dir, std::vector<std::vector<DiskTier>>* disk) {
+  // Each job's tables in a directory of their own: a job made again (or
+  // another job) never meets this one's files.
+  static std::atomic<int64_t> made{0};
+  const int64_t n = made.fetch_add(1);
+  disk->resize(tables.size());
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const TableSpec& spec = tables[i].spec;
+    if (spec.kind() != TableSpec::SPARSE || !spec.sparse().has_disk()) {
+      continue;
+    }
+    if (dir.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "InitJob: sparse table ", spec.name(),
+          " has a disk tier (disk { ... }), and this pserver has no "
+          "--sparse_store_dir to keep its rows in"));
+    }
+    for (size_t k = 0; k < std::max<size_t>(1, shards); ++k) {
+      ASSIGN_OR_RETURN(
+          DiskTierPlan plan,
+          PlanDiskTier(spec, sparse_share,
+                       absl::StrCat(dir, "/tables-", n, "/t", i, "-s", k)));
+      ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store,
+                       RowStore::Open(plan.store));
+      LOG(INFO) << "sparse table " << spec.name() << ": rows beyond "
+                << plan.row_share / double(1 << 20) << " MiB in memory go to "
+                << store->dir() << " (RocksDB, "
+                << store->MemoryBytes() / double(1 << 20) << " MiB of memory)";
+      (*disk)[i].push_back(DiskTier{std::move(store), plan.row_share});
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
     const JobSpec& job, absl::Span<const BlockId> blocks,
     const Membership* membership, MemoryBudget* budget,
-    absl::Span<const int> sparse_shards) {
+    absl::Span<const int> sparse_shards, const std::string& sparse_store_dir) {
   std::unique_ptr<JobTables> jt(new JobTables);
   std::vector<Table>& tables = jt->tables_;
   tables.resize(job.tables_size());
@@ -372,9 +418,13 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
   jt->bytes_ = bytes;
   jt->budget_ = budget;
   jt->max_gradient_ = std::numeric_limits<float>::max() / job.num_trainers();
+  const int64_t sparse_share =
+      SparseShare(job, budget, bytes, sparse_shards.size());
+  std::vector<std::vector<DiskTier>> disk;
+  RETURN_IF_ERROR(OpenDiskTiers(tables, sparse_shards.size(), sparse_share,
+                                sparse_store_dir, &disk));
   jt->BuildUnits(blocks, sizes, membership, job.replicas_to_aggregate(), budget,
-                 sparse_shards,
-                 SparseShare(job, budget, bytes, sparse_shards.size()));
+                 sparse_shards, sparse_share, std::move(disk));
   return jt;
 }
 

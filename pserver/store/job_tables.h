@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -129,10 +130,14 @@ class JobTables {
   // With replication (docs/replication.md), `sparse_shards` lists the
   // shards this pserver holds of each sparse table: one unit per shard,
   // its index the shard. Empty: one unit per sparse table, index 0.
+  // Sparse tables with a disk tier keep their rows under
+  // `sparse_store_dir` (a new directory each; FAILED_PRECONDITION when
+  // empty, UNAVAILABLE when RocksDB cannot open there).
   static absl::StatusOr<std::unique_ptr<JobTables>> Create(
       const JobSpec& job, absl::Span<const BlockId> blocks,
       const Membership* membership, MemoryBudget* budget = nullptr,
-      absl::Span<const int> sparse_shards = {});
+      absl::Span<const int> sparse_shards = {},
+      const std::string& sparse_store_dir = "");
   // Gives bytes() back to the budget.
   ~JobTables();
 
@@ -222,11 +227,23 @@ class JobTables {
   // Makes the units, in lock order: a block of sizes[i] values for each of
   // `blocks`, and (`sparse_shards`, as Create) the shards of each sparse
   // table. REQUIRES: the tables described and `blocks` checked (SizeBlocks).
+  // `disk[t][k]`: the disk tier of sparse table t's k-th shard (in
+  // `sparse_shards`' order) and its rows' share, or null.
+  struct DiskTier {
+    std::unique_ptr<RowStore> store;
+    int64_t row_share = 0;
+  };
   void BuildUnits(absl::Span<const BlockId> blocks,
                   const std::vector<int64_t>& sizes,
                   const Membership* membership, int quorum,
                   MemoryBudget* budget, absl::Span<const int> sparse_shards,
-                  int64_t sparse_share);
+                  int64_t sparse_share,
+                  std::vector<std::vector<DiskTier>> disk);
+  // Opens the disk tier of every shard of each sparse table that has one.
+  static absl::Status OpenDiskTiers(const std::vector<Table>& tables,
+                                    size_t shards, int64_t sparse_share,
+                                    const std::string& dir,
+                                    std::vector<std::vector<DiskTier>>* disk);
 
   std::vector<Table> tables_;
   std::vector<DenseTableBlock*> blocks_;

@@ -57,7 +57,7 @@ absl::StatusOr<bool> StoreState::InitJob(const JobSpec& spec,
       std::make_unique<Membership>(spec.num_trainers(), is_sync);
   ASSIGN_OR_RETURN(std::unique_ptr<JobTables> new_tables,
                    JobTables::Create(spec, blocks, new_membership.get(), budget,
-                                     sparse_shards));
+                                     sparse_shards, options.sparse_store_dir));
   size_t value_bytes = 0;
   for (const DenseTableBlock* b : new_tables->blocks()) {
     value_bytes += static_cast<size_t>(b->size()) * sizeof(float);

@@ -53,6 +53,10 @@ struct StoreOptions {
   // bounded by the replies its trainers' pulls of every table take.
   // Default: 4 MiB.
   size_t pull_reply_bytes = size_t{4} << 20;
+  // Where sparse tables with a disk tier keep their rows (a directory of
+  // this process, --sparse_store_dir's pserver-<pid>). Empty: such tables
+  // are refused. Default: empty.
+  std::string sparse_store_dir;
 };
 
 // Counters, cumulative since start.

@@ -254,6 +254,14 @@ class MemorySink : public SaveSink {
     blobs_[table_id].append(record.data(), record.size());
     ++appends_;
   }
+  void Fail(uint32_t table_id, const absl::Status& why) override {
+    absl::MutexLock l(&mu_);
+    if (failed_.ok()) failed_ = why;
+  }
+  absl::Status failed() {
+    absl::MutexLock l(&mu_);
+    return failed_;
+  }
   StoreSnapshot ToSnapshot(const CheckpointInfo& info) {
     absl::MutexLock l(&mu_);
     StoreSnapshot snap;
@@ -272,6 +280,7 @@ class MemorySink : public SaveSink {
   absl::Mutex mu_;
   std::map<uint32_t, std::string> blobs_ ABSL_GUARDED_BY(mu_);
   int appends_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace testing

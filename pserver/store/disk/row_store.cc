@@ -1,10 +1,16 @@
 #include "pserver/store/disk/row_store.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/placement/shard_map.h"
+#include "glog/logging.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
@@ -65,6 +71,39 @@ class RowStore::Snapshot {
 
 int RowStore::BucketOf(uint64_t key) {
   return static_cast<int>((Mix64(key) >> 24) % kBuckets);
+}
+
+absl::StatusOr<std::string> RowStore::MakeProcessDir(const std::string& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "--sparse_store_dir: cannot make ", root, ": ", ec.message()));
+  }
+  const std::string self = absl::StrCat("pserver-", getpid());
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    if (name.rfind("pserver-", 0) != 0 ||
+        !absl::SimpleAtoi(name.substr(8), &pid) || pid <= 0) {
+      continue;
+    }
+    if (name == self || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::error_code gone;
+      std::filesystem::remove_all(entry.path(), gone);
+      if (!gone && name != self) {
+        LOG(INFO) << "--sparse_store_dir: removed " << entry.path().string()
+                  << ", left by a pserver no longer running";
+      }
+    }
+  }
+  const std::string dir = absl::StrCat(root, "/", self);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "--sparse_store_dir: cannot make ", dir, ": ", ec.message()));
+  }
+  return dir;
 }
 
 absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
@@ -181,6 +220,22 @@ absl::Status RowStore::Write(Batch& batch) {
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;  // rebuilt from a checkpoint after a crash
   return FromRocks(db_->Write(wo, batch.batch_.get()), "a write", dir_);
+}
+
+absl::Status RowStore::Clear() {
+  // Every key: its first byte is that of a bucket below kBuckets.
+  const char hi[1] = {static_cast<char>((kBuckets >> 8) + 1)};
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  return FromRocks(db_->DeleteRange(wo, db_->DefaultColumnFamily(),
+                                    rocksdb::Slice(), rocksdb::Slice(hi, 1)),
+                   "emptying", dir_);
+}
+
+int64_t RowStore::EstimatedRows() const {
+  uint64_t n = 0;
+  if (!db_->GetIntProperty("rocksdb.estimate-num-keys", &n)) return 0;
+  return static_cast<int64_t>(n);
 }
 
 absl::Status RowStore::ForEachInBucket(

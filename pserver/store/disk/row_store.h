@@ -41,6 +41,12 @@ class RowStore {
     int64_t block_cache_bytes = 8 << 20;
   };
 
+  // This process's directory under `root` (--sparse_store_dir):
+  // root/pserver-<pid>, made empty. The directories of processes no
+  // longer alive there (a pserver killed with -9) are removed first.
+  // UNAVAILABLE, naming the directory, when it cannot be made.
+  static absl::StatusOr<std::string> MakeProcessDir(const std::string& root);
+
   // Opens an empty store in options.dir (its parents are created, and a
   // database already there is destroyed): UNAVAILABLE, naming the
   // directory and RocksDB's reason, when it cannot.
@@ -87,6 +93,12 @@ class RowStore {
   // directory named), else UNAVAILABLE for other I/O errors; nothing of
   // the batch is applied then.
   absl::Status Write(Batch& batch);
+
+  // Deletes every row.
+  absl::Status Clear();
+  // RocksDB's estimate of the rows held (deleted rows may count until a
+  // compaction).
+  int64_t EstimatedRows() const;
 
   // f(key, row) for every row of `bucket` in `snapshot`, in key order of
   // their encoding. Stops at, and returns, a read error.

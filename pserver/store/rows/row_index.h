@@ -63,12 +63,16 @@ class RowIndex {
   static size_t BytesFor(size_t n);
   void Clear();
 
+  // The smallest index allocated, in entries, and an entry's bytes.
+  static constexpr size_t kMinCapacity = 16;
+  static constexpr size_t kEntryBytes = 8;
+
  private:
   struct Entry {
     uint32_t hash;
     uint32_t slot;  // kNone: empty
   };
-  static constexpr size_t kMinCapacity = 16;
+  static_assert(sizeof(Entry) == kEntryBytes);
   void Grow();
 
   std::unique_ptr<Entry[]> entries_;

@@ -15,7 +15,7 @@ SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
                          const Optimizer* optimizer,
                          const Membership* membership, int quorum,
                          MemoryBudget* budget, uint32_t shard, bool sharded,
-                         int64_t memory_share)
+                         int64_t memory_share, std::unique_ptr<RowStore> store)
     : BarrierUnit(
           table_id, shard,
           sharded ? absl::StrCat("sparse table ", spec.name(), " shard ", shard)
@@ -25,9 +25,10 @@ SparseShard::SparseShard(uint32_t table_id, const TableSpec& spec,
       options_(spec.sparse()),
       optimizer_(optimizer),
       rows_(spec.sparse(), optimizer, SparseTable::kDefaultStripes, budget,
-            memory_share) {}
+            memory_share, /*clock=*/nullptr, std::move(store)) {}
 
 absl::Status SparseShard::Verify(absl::string_view blob) const {
+  if (rows_.on_disk()) return SparseTableBlob::Check(rows_, blob);
   // Deserialize empties the table it fails on: load into a scratch one.
   SparseTable scratch(options_, optimizer_, /*num_stripes=*/1);
   return scratch.Deserialize(blob);

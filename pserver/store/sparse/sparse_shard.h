@@ -25,14 +25,18 @@ class SparseShard final : public BarrierUnit {
  public:
   // `optimizer` and `membership` must outlive the shard.
   // `shard`: its index among the table's units (replication; named "sparse
-  // table e shard 2" when `sharded`). `memory_share`: SparseTable's.
+  // table e shard 2" when `sharded`). `memory_share` and `store` (the disk
+  // tier, or null): SparseTable's.
   SparseShard(uint32_t table_id, const TableSpec& spec,
               const Optimizer* optimizer, const Membership* membership,
               int quorum, MemoryBudget* budget = nullptr, uint32_t shard = 0,
-              bool sharded = false, int64_t memory_share = 0);
+              bool sharded = false, int64_t memory_share = 0,
+              std::unique_ptr<RowStore> store = nullptr);
 
   // Whether `blob` (a checkpoint of this table, SparseTable::Serialize)
-  // would load: DATA_LOSS otherwise. Changes nothing.
+  // would load: DATA_LOSS otherwise. Changes nothing. (With a disk tier,
+  // whose rows outnumber memory, it checks the framing only: a key twice
+  // is not found.)
   absl::Status Verify(absl::string_view blob) const;
 
   SparseTable& rows() { return rows_; }

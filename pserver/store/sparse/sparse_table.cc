@@ -27,9 +27,11 @@ int64_t AdmissionKeys(const SparseTableOptions& o, int64_t memory_share) {
 // by powers of two, so the best count is the largest that fits under one
 // of its sizes.
 int64_t RowsFitting(int64_t bytes, int row_bytes) {
+  constexpr int64_t kEntry = RowIndex::kEntryBytes;
   int64_t best = 0;
-  for (int64_t cap = 16; cap * 8 <= bytes; cap *= 2) {
-    const int64_t rows = std::min((bytes - cap * 8) / row_bytes, cap * 3 / 4);
+  for (int64_t cap = RowIndex::kMinCapacity; cap * kEntry <= bytes; cap *= 2) {
+    const int64_t rows =
+        std::min((bytes - cap * kEntry) / row_bytes, cap * 3 / 4);
     if (static_cast<int64_t>(RowIndex::BytesFor(static_cast<size_t>(rows))) +
             rows * row_bytes <=
         bytes) {
@@ -85,12 +87,20 @@ int StripesFor(int64_t memory_share, int64_t admission_keys, int row_bytes,
       std::clamp<int64_t>(rows / SparseTable::kMinRowsPerStripe, 1, requested));
 }
 
+// A disk tier's cache evicts by LFU unless the table says otherwise.
+SparseTableOptions WithDiskDefaults(SparseTableOptions o) {
+  if (o.has_disk() && !o.has_eviction()) {
+    o.mutable_eviction()->set_policy(EvictionOptions::LFU);
+  }
+  return o;
+}
+
 }  // namespace
 
 SparseTable::SparseTable(const SparseTableOptions& options,
                          const Optimizer* optimizer, int num_stripes,
                          MemoryBudget* budget, int64_t memory_share,
-                         const Clock* clock)
+                         const Clock* clock, std::unique_ptr<RowStore> store)
     : dim_(options.dim()),
       row_floats_(options.dim() + optimizer->StateFloats(options.dim())),
       codec_(options.storage_type()),
@@ -109,11 +119,16 @@ SparseTable::SparseTable(const SparseTableOptions& options,
               ? std::min<int64_t>(kMaxRowsPerChunk, max_rows_per_stripe_)
               : kMaxRowsPerChunk))),
       budget_(budget),
-      options_(options),
+      options_(WithDiskDefaults(options)),
       optimizer_(optimizer),
-      policy_(options),
+      policy_(options_),
       clock_(clock != nullptr ? clock : Clock::Real()),
-      stripes_() {
+      stripes_(),
+      store_(std::move(store)) {
+  // Counted whatever the limit: the job's share was checked for it.
+  if (store_ != nullptr && budget_ != nullptr) {
+    budget_->Add(store_->MemoryBytes());
+  }
   for (int i = 0; i < num_stripes_; ++i) {
     stripes_.emplace_back(row_floats_, codec_, rows_per_chunk_);
   }
@@ -127,6 +142,14 @@ SparseTable::~SparseTable() {
   for (Stripe& s : stripes_) {
     absl::MutexLock l(&s.mu);
     ClearStripe(s);
+  }
+  if (store_ != nullptr) {
+    {
+      absl::MutexLock l(&disk_mu_);
+      store_save_snapshot_.reset();  // before the store closes
+      restoring_.reset();
+    }
+    if (budget_ != nullptr) budget_->Release(store_->MemoryBytes());
   }
 }
 
@@ -174,16 +197,21 @@ void SparseTable::InitialRow(uint64_t key, float* out) const {
   InitialSparseRow(options_.init(), dim_, key, out);
 }
 
-uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
+bool SparseTable::ReserveRow(Stripe& s) {
   // A chunk and the index's growth are reserved before they are made. Rows
   // stop short of the limit, leaving room for a step's sums.
   if (const int64_t bytes = s.rows.BytesToAdd(); bytes > 0) {
     if (budget_ != nullptr &&
         !budget_->TryReserve(bytes, budget_->headroom())) {
-      return kNoRow;
+      return false;
     }
     s.reserved += bytes;
   }
+  return true;
+}
+
+uint32_t SparseTable::NewRow(Stripe& s, uint64_t key) {
+  if (!ReserveRow(s)) return kNoRow;
   const uint32_t slot = s.rows.Add(key);
   float* row = Scratch(row_floats_);
   InitialRow(key, row);
@@ -225,6 +253,8 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
   GroupByStripe(keys, &order, &begin);
   uint64_t batch_keys[kLookupBatch];
   uint32_t slots[kLookupBatch];
+  // The disk tier: keys not in memory, read from disk at the end.
+  std::vector<uint32_t> misses;
   for (size_t i = 0; i < stripes_.size(); ++i) {
     const Stripe& s = stripes_[i];
     if (begin[i] == begin[i + 1]) continue;
@@ -238,7 +268,9 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
                        slots);
       for (size_t j = 0; j < n; ++j) {
         float* dst = out + static_cast<size_t>(order[b + j]) * dim_;
-        if (slots[j] == kNoRow) {
+        if (slots[j] == kNoRow && store_ != nullptr) {
+          misses.push_back(order[b + j]);
+        } else if (slots[j] == kNoRow) {
           InitialRow(batch_keys[j], dst);
         } else {
           codec_.Decode(s.rows.Payload(slots[j]), dim_, dst);
@@ -246,6 +278,9 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
       }
     }
   }
+  // Outside the stripes' locks: a row that left memory since was written
+  // to disk first.
+  if (store_ != nullptr) SparseTableDisk::ReadMisses(*this, keys, misses, out);
 }
 
 void SparseTable::RemoveRow(Stripe& s, uint64_t key, uint32_t slot) {
@@ -259,54 +294,91 @@ void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
   std::stable_sort(
       fresh->begin(), fresh->end(),
       [](const NewKey& a, const NewKey& b) { return a.key < b.key; });
-  // Which entries create a row (1), update the row an earlier entry of the
-  // same key created (2), or were dropped by admission (0).
-  std::vector<uint8_t> what(fresh->size(), 0);
-  int64_t creating = 0;
-  for (size_t i = 0; i < fresh->size(); ++i) {
+  const size_t n = fresh->size();
+  std::vector<uint8_t> fate(n, kDropped);
+  // With the disk tier, rows on disk are read back, not created.
+  std::vector<std::string> stored;
+  if (store_ != nullptr &&
+      !SparseTableDisk::Find(*this, s, *fresh, &fate, &stored)) {
+    return;  // the disk cannot be read: no row may be made (counted)
+  }
+  int64_t adding = 0;
+  for (size_t i = 0; i < n; ++i) {
     const uint64_t key = (*fresh)[i].key;
-    if (i > 0 && (*fresh)[i - 1].key == key && what[i - 1] != 0) {
-      what[i] = 2;
+    if (fate[i] == kLoad) {
+      ++adding;
+    } else if (i > 0 && (*fresh)[i - 1].key == key && fate[i - 1] != kDropped) {
+      fate[i] = kAgain;
     } else if (SparseTableEviction::Admit(*this, s, key, c->step)) {
-      what[i] = 1;
-      ++creating;
+      fate[i] = kCreate;
+      ++adding;
     }
   }
+  // Rows leave memory: dropped, or written to the disk tier.
+  const bool evicts =
+      store_ != nullptr || (c->evict_when_full && policy_.evicts_when_full());
   const int64_t rows = static_cast<int64_t>(s.rows.size());
-  if (c->evict_when_full && policy_.evicts_when_full() &&
-      max_rows_per_stripe_ > 0 && rows + creating > max_rows_per_stripe_) {
+  if (evicts && max_rows_per_stripe_ > 0 &&
+      rows + adding > max_rows_per_stripe_) {
     // Down to a sixteenth below the limit, so that the scan of the stripe
     // is not repeated for every new row.
     const int64_t target =
         max_rows_per_stripe_ - std::max<int64_t>(1, max_rows_per_stripe_ / 16);
     SparseTableEviction::EvictLowest(
-        *this, s, rows + creating - std::max<int64_t>(target, 0), c);
+        *this, s, rows + adding - std::max<int64_t>(target, 0), c);
   }
-  uint32_t slot = kNoRow;
-  for (size_t i = 0; i < fresh->size(); ++i) {
-    const NewKey& k = (*fresh)[i];
-    if (what[i] == 1) {
-      Changed(s, k.key);  // a row now, or refused: either way a change
-      const bool room =
-          max_rows_per_stripe_ <= 0 ||
-          static_cast<int64_t>(s.rows.size()) < max_rows_per_stripe_ ||
-          !c->evict_when_full;
-      slot = room ? NewRow(s, k.key) : kNoRow;
-      if (slot == kNoRow && c->evict_when_full && policy_.evicts_when_full() &&
-          SparseTableEviction::EvictLowest(*this, s, 1, c) == 1) {
-        slot = NewRow(s, k.key);
-      }
-      if (slot == kNoRow) {
-        ++s.refused;
-        LOG_EVERY_T(WARNING, 60)
-            << "sparse table: no room for a new row (its stripe holds its "
-               "share of --max_memory_mb, and every row there was updated "
-               "in this step, or eviction is off); new rows are refused and "
-               "their updates dropped, existing rows go on training";
-        continue;
-      }
+  // The rows made or read back first, then their updates: rows read back
+  // must leave the disk before they change.
+  std::vector<uint32_t> slot(n, kNoRow);
+  std::vector<uint64_t> loaded_keys;
+  std::vector<size_t> loaded_at;
+  auto make = [&](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    const uint64_t key = (*fresh)[i].key;
+    return fate[i] == kLoad ? SparseTableDisk::Load(*this, s, key, stored[i])
+                            : NewRow(s, key);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (fate[i] != kCreate && fate[i] != kLoad) continue;
+    Changed(s, (*fresh)[i].key);  // a row now, or refused: either way a change
+    const bool room =
+        max_rows_per_stripe_ <= 0 ||
+        static_cast<int64_t>(s.rows.size()) < max_rows_per_stripe_ ||
+        (!c->evict_when_full && store_ == nullptr);
+    slot[i] = room ? make(i) : kNoRow;
+    if (slot[i] == kNoRow && evicts &&
+        SparseTableEviction::EvictLowest(*this, s, 1, c) == 1) {
+      slot[i] = make(i);
     }
-    if (what[i] != 0 && slot != kNoRow) UpdateRow(s, slot, k.grad, k.scale, c);
+    if (slot[i] == kNoRow) {
+      ++s.refused;
+      LOG_EVERY_T(WARNING, 60)
+          << "sparse table: no room for a new row (its stripe holds its "
+             "share of --max_memory_mb, and every row there was updated "
+             "in this step, or eviction is off, or the disk tier takes no "
+             "writes); new rows are refused and their updates dropped, "
+             "existing rows go on training";
+      continue;
+    }
+    // Kept through the step's evictions, as an updated row is.
+    s.rows.Head(slot[i])->last_step = c->step;
+    if (fate[i] == kLoad) {
+      loaded_keys.push_back((*fresh)[i].key);
+      loaded_at.push_back(i);
+    }
+  }
+  if (!loaded_keys.empty()) {
+    std::vector<uint32_t> loaded(loaded_at.size());
+    for (size_t j = 0; j < loaded.size(); ++j) loaded[j] = slot[loaded_at[j]];
+    if (!SparseTableDisk::Forget(*this, s, loaded_keys,
+                                 absl::MakeSpan(loaded))) {
+      for (size_t i : loaded_at) slot[i] = kNoRow;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (fate[i] == kAgain) slot[i] = slot[i - 1];
+    if (slot[i] == kNoRow) continue;
+    const NewKey& k = (*fresh)[i];
+    UpdateRow(s, slot[i], k.grad, k.scale, c);
   }
 }
 
@@ -485,6 +557,7 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.seconds.clear();
   s.sightings.Clear();
   s.changed.clear();
+  s.pending_snapshot.reset();
 }
 
 void SparseTable::ClearStripes() {
@@ -492,6 +565,7 @@ void SparseTable::ClearStripes() {
     absl::MutexLock l(&s.mu);
     ClearStripe(s);
   }
+  if (store_ != nullptr) SparseTableDisk::Clear(*this);
 }
 
 SparseCounters SparseTable::counters() const {
@@ -506,6 +580,14 @@ SparseCounters SparseTable::counters() const {
     c.dropped_updates += s.dropped;
     c.refused_rows += s.refused;
     c.non_finite_updates += s.non_finite;
+    c.spilled_rows += s.spilled;
+    c.loaded_rows += s.loaded;
+    c.disk_errors += s.disk_errors;
+  }
+  if (store_ != nullptr) {
+    c.on_disk = true;
+    c.disk_rows = store_->EstimatedRows();
+    c.disk_errors += read_errors_.load();
   }
   c.evicted = c.evicted_full + c.expired;
   c.max_rows = max_rows_per_stripe_ * static_cast<int64_t>(stripes_.size());
@@ -525,6 +607,7 @@ size_t SparseTable::MemoryBytes() const {
         s.accum_sums.capacity() * sizeof(float) +
         s.accum_counts.capacity() * sizeof(int32_t);
   }
+  if (store_ != nullptr) bytes += static_cast<size_t>(store_->MemoryBytes());
   return bytes;
 }
 

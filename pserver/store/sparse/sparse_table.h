@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "optimizer/optimizer.h"
 #include "proto/ps_service.pb.h"
+#include "pserver/store/disk/row_store.h"
 #include "pserver/store/memory/memory_budget.h"
 #include "pserver/store/rows/eviction_policy.h"
 #include "pserver/store/rows/row_codec.h"
@@ -41,6 +42,14 @@ struct SparseCounters {
   int64_t refused_rows = 0;     // new rows that found no room, dropped
   // Row updates not applied: they would have made the row non-finite.
   int64_t non_finite_updates = 0;
+  // The disk tier (SparseTableOptions.disk): `rows` are those in memory.
+  bool on_disk = false;
+  int64_t disk_rows = 0;     // rows on disk now
+  int64_t spilled_rows = 0;  // rows written to disk to make room
+  int64_t loaded_rows = 0;   // rows read back into memory to be updated
+  // Reads and writes of the disk that failed (their updates dropped, or
+  // pulls answered with initial values).
+  int64_t disk_errors = 0;
 };
 
 // The rows of one sparse table that one pserver holds: uint64 key to `dim`
@@ -54,7 +63,9 @@ struct SparseCounters {
 // Keys are split over stripes by Mix64(key), each with its own mutex; no lock
 // covers the whole table. With a memory share, each stripe holds at most
 // its part of it in rows: a new row then takes the place of the rows the
-// EvictionPolicy scores lowest (docs/sparse_memory.md). Thread-safe.
+// EvictionPolicy scores lowest (docs/sparse_memory.md). With a RowStore
+// (the disk tier), the stripes are a cache: rows that leave it are written
+// to disk, not dropped (SparseTableDisk). Thread-safe.
 class SparseDeltas;
 
 class SparseTable {
@@ -73,9 +84,13 @@ class SparseTable {
   // `budget` has room for it; a row that finds none takes the place of
   // the lowest-scored row of its stripe, or is refused (its gradients
   // dropped and counted as refused_rows, with a warning).
+  // With `store` (the disk tier), `memory_share` bounds the rows cached in
+  // memory (and the store's own memory, which is counted in the budget);
+  // the store must be empty.
   SparseTable(const SparseTableOptions& options, const Optimizer* optimizer,
               int num_stripes = kDefaultStripes, MemoryBudget* budget = nullptr,
-              int64_t memory_share = 0, const Clock* clock = nullptr);
+              int64_t memory_share = 0, const Clock* clock = nullptr,
+              std::unique_ptr<RowStore> store = nullptr);
   // Gives back to the budget what the table holds.
   ~SparseTable();
 
@@ -84,6 +99,7 @@ class SparseTable {
 
   int dim() const { return dim_; }
   SparseTableOptions::RowStorage storage() const { return codec_.type(); }
+  bool on_disk() const { return store_ != nullptr; }
 
   // Copies the rows of `keys` to `out` (keys.size() * dim floats). A key
   // without a row reads as its initial value; reading creates nothing.
@@ -197,6 +213,13 @@ class SparseTable {
     const float* grad;
     float scale;
   };
+  // What AddRows does with a NewKey.
+  enum Fate : uint8_t {
+    kDropped = 0,  // not admitted yet (or refused, or the disk failed)
+    kCreate = 1,   // a new row
+    kAgain = 2,    // updates the row an earlier entry of its key made
+    kLoad = 3,     // its row is on disk: read back, then updated
+  };
   struct Stripe {
     Stripe(int row_floats, RowCodec codec, int rows_per_chunk)
         : rows(row_floats, codec, rows_per_chunk) {}
@@ -219,12 +242,18 @@ class SparseTable {
     int64_t dropped ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t non_finite ABSL_GUARDED_BY(mu) = 0;
+    int64_t spilled ABSL_GUARDED_BY(mu) = 0;
+    int64_t loaded ABSL_GUARDED_BY(mu) = 0;
+    int64_t disk_errors ABSL_GUARDED_BY(mu) = 0;
     // Bytes of rows, index and accumulators counted in the budget.
     int64_t reserved ABSL_GUARDED_BY(mu) = 0;
     // A streaming save that has not written this stripe yet.
     SaveSink* pending_save ABSL_GUARDED_BY(mu) = nullptr;
     uint32_t pending_table ABSL_GUARDED_BY(mu) = 0;
     bool pending_delta ABSL_GUARDED_BY(mu) = false;
+    // The disk tier: the store as it was at the pending save's instant.
+    std::shared_ptr<const RowStore::Snapshot> pending_snapshot
+        ABSL_GUARDED_BY(mu);
     // With TrackChanges: the keys changed since the last save.
     absl::flat_hash_set<uint64_t> changed ABSL_GUARDED_BY(mu);
   };
@@ -234,6 +263,7 @@ class SparseTable {
   friend class SparseTableBlob;      // reads and writes stripes for saves
   friend class SparseTableEviction;  // admits, evicts and expires rows
   friend class SparseRowExport;      // reads rows a page at a time
+  friend class SparseTableDisk;      // moves rows between memory and disk
   // Notes a change of `key` in `s` for the next delta.
   void Changed(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     if (track_changes_) s.changed.insert(key);
@@ -252,6 +282,9 @@ class SparseTable {
   // Sets the head of the row in `slot` (updates saturated).
   void SetMeta(Stripe& s, uint32_t slot, const RowMeta& meta) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Reserves in the budget what the stripe's next row allocates (a chunk,
+  // the index's growth); false when it has no room.
+  bool ReserveRow(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // A new row for `key`, or kNoRow when the budget has no room for the
   // chunk or index growth it needs.
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
@@ -297,13 +330,26 @@ class SparseTable {
   const int64_t max_rows_per_stripe_;
   const int rows_per_chunk_;
   MemoryBudget* const budget_;
-  const SparseTableOptions options_;
+  const SparseTableOptions options_;  // eviction LFU by default on disk
   const Optimizer* const optimizer_;
   const EvictionPolicy policy_;
   const Clock* const clock_;
   // A deque: a Stripe (its mutex) never moves.
   mutable std::deque<Stripe> stripes_;
   std::atomic<bool> track_changes_{false};
+  // The disk tier, or null. Its memory is held in the budget.
+  std::unique_ptr<RowStore> store_;
+  // Guards what a save or a restore of the disk tier keeps between calls.
+  mutable absl::Mutex disk_mu_;
+  // A whole save's store part, written by SaveRemaining.
+  SaveSink* store_save_ ABSL_GUARDED_BY(disk_mu_) = nullptr;
+  uint32_t store_save_table_ ABSL_GUARDED_BY(disk_mu_) = 0;
+  std::shared_ptr<const RowStore::Snapshot> store_save_snapshot_
+      ABSL_GUARDED_BY(disk_mu_);
+  // Rows a restore writes to disk, a batch at a time.
+  std::unique_ptr<RowStore::Batch> restoring_ ABSL_GUARDED_BY(disk_mu_);
+  // Pulls of rows on disk that failed to read (Read is const).
+  mutable std::atomic<int64_t> read_errors_{0};
 };
 
 // A sparse table's checkpoint blobs (SPT2, docs/checkpoint_format.md):
@@ -324,6 +370,9 @@ class SparseTableBlob {
   // before every change.
   static void SaveIfPending(const SparseTable& t, SparseTable::Stripe& s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Walks an SPT2 blob for `t` (header, dim, framing) without loading it:
+  // DATA_LOSS saying what is wrong. A key twice is not looked for.
+  static absl::Status Check(const SparseTable& t, absl::string_view data);
   // Load: row `key` of a checkpoint, with `meta`, into its stripe
   // (restored, not counted as created). DATA_LOSS for a key already there,
   // RESOURCE_EXHAUSTED past the budget; the stripe's lock is released on
@@ -352,6 +401,92 @@ class SparseTableEviction {
   static void ForgetSightings(SparseTable& t, int64_t step);
   static void DropRows(SparseTable& t, absl::Span<const uint64_t> keys,
                        bool full);
+};
+
+// A sparse table's disk tier (SparseTableOptions.disk; docs/sparse_memory.md,
+// "Disk tier"): the stripes cache the rows of a RowStore. A key's row is
+// in one of the two at most: a row read back into memory is deleted from
+// disk, and a row leaves memory only once it is written to disk, both
+// under its stripe's lock. On disk a row is its bytes in the stripe (a
+// RowHead, then its floats in the table's storage). A whole checkpoint
+// holds the stripes' groups, then one group per RowStore bucket, read
+// from a snapshot taken with every stripe locked.
+class SparseTableDisk {
+ public:
+  // Groups a whole blob of `t` holds besides its stripes'.
+  static int ExtraGroups(const SparseTable& t) {
+    return t.store_ != nullptr ? RowStore::kBuckets : 0;
+  }
+  // Read: the rows of keys[p], for each p in `misses` (keys not in memory),
+  // into `out` (initial values for those not on disk, and for all when the
+  // disk cannot be read: counted and logged).
+  static void ReadMisses(const SparseTable& t, absl::Span<const uint64_t> keys,
+                         absl::Span<const uint32_t> misses, float* out);
+  // AddRows: fate[i] = kLoad, with the row's bytes in rows[i], for the
+  // first entry of each key of `fresh` (sorted by key) whose row is on
+  // disk. False when the disk cannot be read (counted, logged): then no
+  // key of `fresh` may make a row.
+  static bool Find(SparseTable& t, SparseTable::Stripe& s,
+                   absl::Span<const SparseTable::NewKey> fresh,
+                   std::vector<uint8_t>* fate, std::vector<std::string>* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // A slot holding the row `bytes` read from disk for `key`, or kNoRow
+  // when the budget has no room (or the bytes are not a row of `t`:
+  // counted as a disk error).
+  static uint32_t Load(SparseTable& t, SparseTable::Stripe& s, uint64_t key,
+                       const std::string& bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Deletes from disk the rows just loaded into `s` (slots[i] holds
+  // keys[i]). When that fails, takes them out of memory again (their disk
+  // copies stand), sets their slots to kNoRow and returns false.
+  static bool Forget(SparseTable& t, SparseTable::Stripe& s,
+                     absl::Span<const uint64_t> keys,
+                     absl::Span<uint32_t> slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // EvictLowest: writes the rows in `slots` to disk, then frees them.
+  // False, freeing nothing, when the write fails (counted, logged).
+  static bool Spill(SparseTable& t, SparseTable::Stripe& s,
+                    absl::Span<const uint32_t> slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+
+  // Saves. MarkForSave takes the snapshot with every stripe locked and
+  // marks them; a whole save's disk groups are written by SaveRemaining,
+  // and a delta's changed keys on disk are read from the snapshot.
+  static void MarkForSave(SparseTable& t, SaveSink* sink, uint32_t table_id,
+                          bool delta);
+  static void SaveRemaining(SparseTable& t);
+  // Serialize: the stripes' groups, then the disk's.
+  static void Serialize(const SparseTable& t, std::string* out);
+  // SparseDeltas::AppendGroup: appends the rows of those `keys` (changed,
+  // neither in memory nor counted as sightings) on disk in `snapshot` to
+  // `rows`, and the others to `removed`.
+  // An error when the disk cannot be read.
+  static absl::Status AppendChanged(const SparseTable& t,
+                                    const RowStore::Snapshot* snapshot,
+                                    absl::Span<const uint64_t> keys,
+                                    std::string* rows, uint64_t* num_rows,
+                                    std::string* removed,
+                                    uint64_t* num_removed);
+
+  // Restores write rows straight to disk (and drop any copy in memory),
+  // a batch at a time; FinishRestore writes the last batch.
+  static absl::Status RestoreRow(SparseTable& t, uint64_t key,
+                                 const SparseTable::RowMeta& meta,
+                                 absl::Span<const float> row);
+  static absl::Status DropRow(SparseTable& t, uint64_t key);
+  static absl::Status FinishRestore(SparseTable& t);
+  // Empties the disk (ClearStripes).
+  static void Clear(SparseTable& t);
+
+ private:
+  static absl::Status Flush(SparseTable& t, bool all)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.disk_mu_);
+  // The disk's groups of a whole save, from `snapshot`, each passed to
+  // `emit`.
+  // Stops at, and returns, a read error.
+  static absl::Status ForEachGroup(
+      const SparseTable& t, const RowStore::Snapshot& snapshot,
+      const std::function<void(const std::string&)>& emit);
 };
 
 inline int64_t SparseTable::Expire(int64_t step,
@@ -396,8 +531,11 @@ class SparseDeltas {
   static std::string Header(const SparseTable& t, int copies = 1);
   // Stripe `s`'s group: rows, sightings and removed keys of its changed
   // keys.
-  static void AppendGroup(const SparseTable& t, const SparseTable::Stripe& s,
-                          std::string* out) ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // An error when the disk tier cannot be read.
+  static absl::Status AppendGroup(const SparseTable& t,
+                                  const SparseTable::Stripe& s,
+                                  std::string* out)
+      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // Checks an SPD1 blob for `t` (framing, dim, width, no key twice in a
   // list) without changing it: DATA_LOSS saying what is wrong.
   static absl::Status Verify(const SparseTable& t, absl::string_view blob);
@@ -410,9 +548,9 @@ class SparseDeltas {
                             const SparseTable::KeyFilter& keep = nullptr);
 
  private:
-  // Frees `key`'s row in `s`, if it has one.
-  static void DropRow(SparseTable::Stripe& s, uint64_t key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Frees `key`'s row in `s`, if it has one (and on disk).
+  static absl::Status DropRow(SparseTable& t, SparseTable::Stripe& s,
+                              uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 };
 
 }  // namespace shardps

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/storage/blob_io.h"
+#include "glog/logging.h"
 #include "pserver/store/sparse/sparse_table.h"
 
 namespace shardps {
@@ -45,7 +46,10 @@ std::string SparseTableBlob::Header(const SparseTable& t, int copies) {
   AppendPod(&out, kSparseMagic);
   AppendPod<int32_t>(&out, t.dim_);
   AppendPod<int32_t>(&out, t.row_floats_);
-  AppendPod<uint64_t>(&out, t.stripes_.size() * copies);
+  AppendPod<uint64_t>(&out,
+                      (t.stripes_.size() +
+                       static_cast<size_t>(SparseTableDisk::ExtraGroups(t))) *
+                          copies);
   return out;
 }
 
@@ -72,6 +76,7 @@ void SparseTableBlob::AppendGroup(const SparseTable& t,
 
 void SparseTableBlob::Serialize(const SparseTable& t, std::string* out) {
   out->append(Header(t, 1));
+  if (t.store_ != nullptr) return SparseTableDisk::Serialize(t, out);
   for (const SparseTable::Stripe& s : t.stripes_) {
     absl::MutexLock l(&s.mu);
     AppendGroup(t, s, out);
@@ -80,6 +85,9 @@ void SparseTableBlob::Serialize(const SparseTable& t, std::string* out) {
 
 void SparseTableBlob::MarkForSave(SparseTable& t, SaveSink* sink,
                                   uint32_t table_id, bool delta) {
+  if (t.store_ != nullptr) {
+    return SparseTableDisk::MarkForSave(t, sink, table_id, delta);
+  }
   for (SparseTable::Stripe& s : t.stripes_) {
     absl::MutexLock l(&s.mu);
     s.pending_save = sink;
@@ -93,7 +101,10 @@ void SparseTableBlob::SaveIfPending(const SparseTable& t,
   if (s.pending_save == nullptr) return;
   std::string group;
   if (s.pending_delta) {
-    SparseDeltas::AppendGroup(t, s, &group);
+    if (absl::Status st = SparseDeltas::AppendGroup(t, s, &group); !st.ok()) {
+      LOG(ERROR) << "sparse table: a delta checkpoint: " << st;
+      s.pending_save->Fail(s.pending_table, st);
+    }
   } else {
     group.reserve(16 + s.rows.size() * (24 + sizeof(float) * t.row_floats_) +
                   static_cast<size_t>(s.sightings.size()) * 24);
@@ -103,6 +114,7 @@ void SparseTableBlob::SaveIfPending(const SparseTable& t,
   s.changed.clear();
   s.pending_save->Append(s.pending_table, group);
   s.pending_save = nullptr;
+  s.pending_snapshot.reset();
 }
 
 void SparseTableBlob::SaveRemaining(SparseTable& t) {
@@ -110,11 +122,15 @@ void SparseTableBlob::SaveRemaining(SparseTable& t) {
     absl::MutexLock l(&s.mu);
     SaveIfPending(t, s);
   }
+  if (t.store_ != nullptr) SparseTableDisk::SaveRemaining(t);
 }
 
 absl::Status SparseTableBlob::RestoreRow(SparseTable& t, uint64_t key,
                                          SparseTable::RowMeta meta,
                                          absl::Span<const float> row) {
+  // The disk tier: restored rows go to disk (a key twice: the last wins).
+  if (t.store_ != nullptr)
+    return SparseTableDisk::RestoreRow(t, key, meta, row);
   SparseTable::Stripe& s = t.StripeOf(key);
   absl::MutexLock l(&s.mu);
   if (s.rows.Find(key) != SparseTable::kNoRow) {
@@ -145,6 +161,39 @@ void SparseTableBlob::RestoreSighting(SparseTable& t, uint64_t key,
     if (t.budget_ != nullptr) t.budget_->Add(s.sightings.Bytes());
     s.reserved += s.sightings.Bytes();
   }
+}
+
+absl::Status SparseTableBlob::Check(const SparseTable& t,
+                                    absl::string_view data) {
+  BlobReader r(data);
+  absl::StatusOr<uint64_t> groups = ReadSparseHeader(r, t.dim_, t.row_floats_);
+  if (!groups.ok()) return groups.status();
+  std::vector<float> row(t.row_floats_);
+  auto bad = [](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("sparse table checkpoint: ", what));
+  };
+  for (uint64_t g = 0; g < *groups; ++g) {
+    uint64_t n = 0;
+    if (!r.Get(&n)) return bad("truncated row count");
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t key = 0;
+      int64_t last_step = 0, updates = 0;
+      if (!r.Get(&key) || !r.Get(&last_step) || !r.Get(&updates) ||
+          !r.GetFloats(row.data(), row.size())) {
+        return bad("truncated row");
+      }
+    }
+    if (!r.Get(&n)) return bad("truncated sightings count");
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t key = 0;
+      int64_t count = 0, last_step = 0;
+      if (!r.Get(&key) || !r.Get(&count) || !r.Get(&last_step)) {
+        return bad("truncated sighting");
+      }
+    }
+  }
+  if (!r.done()) return bad("trailing bytes");
+  return absl::OkStatus();
 }
 
 absl::Status SparseTableBlob::Load(SparseTable& t, absl::string_view data,
@@ -190,6 +239,11 @@ absl::Status SparseTableBlob::Load(SparseTable& t, absl::string_view data,
     }
   }
   if (!r.done()) return fail("trailing bytes");
+  if (t.store_ != nullptr) {
+    if (absl::Status st = SparseTableDisk::FinishRestore(t); !st.ok()) {
+      return fail(st.message(), st.code());
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -77,11 +77,14 @@ std::string SparseDeltas::Header(const SparseTable& t, int copies) {
   return out;
 }
 
-void SparseDeltas::AppendGroup(const SparseTable& t,
-                               const SparseTable::Stripe& s, std::string* out) {
+absl::Status SparseDeltas::AppendGroup(const SparseTable& t,
+                                       const SparseTable::Stripe& s,
+                                       std::string* out) {
   std::string rows, sightings, removed;
   uint64_t num_rows = 0, num_sightings = 0, num_removed = 0;
   std::vector<float> scratch(t.row_floats_);
+  // The disk tier: changed keys in neither; their rows may be on disk.
+  std::vector<uint64_t> elsewhere;
   for (uint64_t key : s.changed) {
     if (const uint32_t slot = s.rows.Find(key); slot != SparseTable::kNoRow) {
       const SparseTable::RowMeta m = t.MetaOf(s, slot);
@@ -97,16 +100,19 @@ void SparseDeltas::AppendGroup(const SparseTable& t,
       AppendPod(&sightings, seen->last_step);
       ++num_sightings;
     } else {
-      AppendPod(&removed, key);
-      ++num_removed;
+      elsewhere.push_back(key);
     }
   }
+  RETURN_IF_ERROR(SparseTableDisk::AppendChanged(t, s.pending_snapshot.get(),
+                                                 elsewhere, &rows, &num_rows,
+                                                 &removed, &num_removed));
   AppendPod(out, num_rows);
   out->append(rows);
   AppendPod(out, num_sightings);
   out->append(sightings);
   AppendPod(out, num_removed);
   out->append(removed);
+  return absl::OkStatus();
 }
 
 absl::Status SparseDeltas::Verify(const SparseTable& t,
@@ -125,9 +131,12 @@ absl::Status SparseDeltas::Verify(const SparseTable& t,
       [&](uint64_t key, int64_t, int64_t) { return once(key); }, once);
 }
 
-void SparseDeltas::DropRow(SparseTable::Stripe& s, uint64_t key) {
+absl::Status SparseDeltas::DropRow(SparseTable& t, SparseTable::Stripe& s,
+                                   uint64_t key) {
   const uint32_t slot = s.rows.Find(key);
   if (slot != SparseTable::kNoRow) s.rows.Remove(key, slot);
+  return t.store_ != nullptr ? SparseTableDisk::DropRow(t, key)
+                             : absl::OkStatus();
 }
 
 absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
@@ -135,7 +144,20 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
   std::vector<float> floats(t->row_floats_);
   auto row = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
     if (keep && !keep(key)) return absl::OkStatus();
+    SparseTable::RowMeta m;
+    m.key = key;
+    std::memcpy(&m.last_step, bytes.data(), 8);
+    std::memcpy(&m.updates, bytes.data() + 8, 8);
+    std::memcpy(floats.data(), bytes.data() + 16,
+                sizeof(float) * t->row_floats_);
     SparseTable::Stripe& s = t->StripeOf(key);
+    if (t->store_ != nullptr) {
+      {
+        absl::MutexLock l(&s.mu);
+        s.sightings.Erase(key);
+      }
+      return SparseTableDisk::RestoreRow(*t, key, m, floats);
+    }
     absl::MutexLock l(&s.mu);
     s.sightings.Erase(key);
     uint32_t slot = s.rows.Find(key);
@@ -147,13 +169,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
       }
       --s.created;  // restored, not created
     }
-    SparseTable::RowMeta m;
-    m.key = key;
-    std::memcpy(&m.last_step, bytes.data(), 8);
-    std::memcpy(&m.updates, bytes.data() + 8, 8);
     t->SetMeta(s, slot, m);
-    std::memcpy(floats.data(), bytes.data() + 16,
-                sizeof(float) * t->row_floats_);
     s.rows.SetFloats(slot, floats.data());
     return absl::OkStatus();
   };
@@ -163,7 +179,7 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     {
       SparseTable::Stripe& s = t->StripeOf(key);
       absl::MutexLock l(&s.mu);
-      DropRow(s, key);
+      RETURN_IF_ERROR(DropRow(*t, s, key));
     }
     SparseTableBlob::RestoreSighting(*t, key, Sighting{count, last});
     return absl::OkStatus();
@@ -172,11 +188,12 @@ absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,
     if (keep && !keep(key)) return absl::OkStatus();
     SparseTable::Stripe& s = t->StripeOf(key);
     absl::MutexLock l(&s.mu);
-    DropRow(s, key);
     s.sightings.Erase(key);
-    return absl::OkStatus();
+    return DropRow(*t, s, key);
   };
-  return Walk(blob, t->dim_, t->row_floats_, row, sighting, removed);
+  RETURN_IF_ERROR(Walk(blob, t->dim_, t->row_floats_, row, sighting, removed));
+  return t->store_ != nullptr ? SparseTableDisk::FinishRestore(*t)
+                              : absl::OkStatus();
 }
 
 }  // namespace shardps

@@ -49,6 +49,12 @@ int64_t SparseTableEviction::EvictLowest(SparseTable& t, SparseTable::Stripe& s,
   });
   const size_t n = std::min(candidates.size(), static_cast<size_t>(count));
   EvictionPolicy::SelectLowest(&candidates, n);
+  if (t.store_ != nullptr) {
+    // The disk tier: written there, not lost (and not a backup's concern).
+    std::vector<uint32_t> slots(n);
+    for (size_t i = 0; i < n; ++i) slots[i] = candidates[i].slot;
+    return SparseTableDisk::Spill(t, s, slots) ? static_cast<int64_t>(n) : 0;
+  }
   for (size_t i = 0; i < n; ++i) {
     t.RemoveRow(s, candidates[i].key, candidates[i].slot);
     if (c->evicted_full != nullptr)

@@ -37,6 +37,9 @@ class SaveSink {
   // blob of table `table_id`. A failure is kept by the sink and ends the
   // save; the caller goes on.
   virtual void Append(uint32_t table_id, absl::string_view record) = 0;
+  // Ends the save with `why`: a part of table `table_id` could not be
+  // read (a sparse table's disk tier).
+  virtual void Fail(uint32_t table_id, const absl::Status& why) = 0;
 };
 
 struct PullWaiter;  // pserver/store/step/pull_waiters.h
