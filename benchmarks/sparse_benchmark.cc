@@ -1,5 +1,7 @@
 // Sparse push and pull throughput against a pserver over loopback TCP, with
-// Zipf-distributed keys over 2^40, and the pserver's memory per million rows.
+// Zipf-distributed keys over 2^40, the pserver's memory per million rows,
+// and push and pull of one table in memory and with a disk tier
+// (BM_SparseTiers).
 //
 //   sparse_benchmark [--benchmark_filter=...]
 //
@@ -10,19 +12,24 @@
 // process less the benchmark's thread: the rows per pserver core, the
 // client's gRPC threads counted against the pserver.
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "common/launch/malloc_tuning.h"
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
 #include "pserver/server/grpc_server.h"
+#include "pserver/store/disk/row_store.h"
+#include "pserver/store/sparse/sparse_table.h"
 #include "trainer/client/job_client.h"
 #include "trainer/client/sparse_client.h"
 #include "trainer/data/sparse_batch.h"
@@ -236,6 +243,101 @@ BENCHMARK(BM_SparseMemoryPerMillionRows)
                    {SparseTableOptions::FLOAT32, SparseTableOptions::BF16}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
+
+// The rows of one table (no transport), push and pull at dim 16 with the
+// Zipf batches of BM_SparsePushPull, by storage_type (0 FLOAT32, 1 BF16)
+// and where the rows are: cache_pct 0 in memory without limit, else a
+// disk tier whose memory caches that percentage of the working set (the
+// distinct keys of the batches; rows/s after a warm-up pass over them).
+// bytes_per_row: memory over rows in memory; disk_bytes_per_row: the
+// store's files over rows on disk.
+// A table of rows of kDim floats (Adagrad) in `storage`, in memory
+// (cache_pct 0), or with a disk tier in `dir` whose memory holds cache_pct
+// percent of `rows` rows.
+std::unique_ptr<SparseTable> TierTable(SparseTableOptions::RowStorage storage,
+                                       int cache_pct, int64_t rows,
+                                       const Optimizer* opt,
+                                       const std::string& dir) {
+  constexpr int kDim = 16;
+  SparseTableOptions so;
+  so.set_dim(kDim);
+  so.set_storage_type(storage);
+  std::unique_ptr<RowStore> store;
+  int64_t share = 0;
+  if (cache_pct > 0) {
+    so.mutable_disk();
+    RowStore::Options ro;
+    ro.dir = dir;
+    store = std::move(*RowStore::Open(ro));
+    // A row and its share of the index (at most 3/4 full, 8 bytes an entry).
+    const int64_t row_bytes =
+        RowSlab::RowBytes(kDim + opt->StateFloats(kDim), RowCodec(storage)) +
+        16;
+    share = rows * cache_pct / 100 * row_bytes;
+  }
+  return std::make_unique<SparseTable>(so, opt, SparseTable::kDefaultStripes,
+                                       nullptr, share, nullptr,
+                                       std::move(store));
+}
+
+void BM_SparseTiers(benchmark::State& state) {
+  constexpr int kDim = 16;
+  const auto storage =
+      static_cast<SparseTableOptions::RowStorage>(state.range(0));
+  const int cache_pct = static_cast<int>(state.range(1));
+  const auto batches = ZipfBatches(64, 1.1, 1e8, 7);
+  absl::flat_hash_set<uint64_t> working_set;
+  for (const auto& b : batches) working_set.insert(b.begin(), b.end());
+  OptimizerConfig oc;
+  oc.set_type(OptimizerConfig::ADAGRAD);
+  oc.set_learning_rate(0.05f);
+  auto opt = std::move(*Optimizer::Create(oc, 1));
+  const std::string dir = absl::StrCat("/tmp/shardps-sparse-tiers-", getpid());
+  std::unique_ptr<SparseTable> t =
+      TierTable(storage, cache_pct, static_cast<int64_t>(working_set.size()),
+                opt.get(), dir);
+  SparseTable& table = *t;
+  std::vector<float> rows(kBatchKeys * kDim), grads(kBatchKeys * kDim, 0.01f);
+  const float one[] = {1.0f};
+  int64_t step = 0;
+  for (const auto& keys : batches) {  // every row made once
+    table.Read(keys, rows.data());
+    table.Apply(++step, keys, grads, one);
+  }
+  int64_t total_rows = 0;
+  for (auto _ : state) {
+    const auto& keys = batches[step % batches.size()];
+    table.Read(keys, rows.data());
+    table.Apply(++step, keys, grads, one);
+    total_rows += 2 * static_cast<int64_t>(keys.size());
+  }
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(total_rows),
+                                                benchmark::Counter::kIsRate);
+  const SparseCounters c = table.counters();
+  state.counters["working_set"] = static_cast<double>(working_set.size());
+  state.counters["rows_in_memory"] = static_cast<double>(c.rows);
+  state.counters["bytes_per_row"] =
+      static_cast<double>(table.MemoryBytes()) / std::max<int64_t>(1, c.rows);
+  if (cache_pct > 0) {
+    uint64_t disk_bytes = 0;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+      if (f.is_regular_file()) disk_bytes += f.file_size();
+    }
+    const int64_t on_disk = static_cast<int64_t>(working_set.size()) - c.rows;
+    state.counters["disk_bytes_per_row"] =
+        static_cast<double>(disk_bytes) / std::max<int64_t>(1, on_disk);
+    state.counters["loaded/iter"] =
+        static_cast<double>(c.loaded_rows) / std::max<int64_t>(1, step);
+  }
+  state.SetLabel(SparseTableOptions::RowStorage_Name(storage) +
+                 (cache_pct > 0 ? absl::StrCat(" disk, cache ", cache_pct, "%")
+                                : std::string(" memory")));
+}
+BENCHMARK(BM_SparseTiers)
+    ->ArgsProduct({{SparseTableOptions::FLOAT32, SparseTableOptions::BF16},
+                   {0, 50, 20, 10}})
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 }  // namespace
 }  // namespace shardps

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -339,6 +340,14 @@ int Serve(const shardps::GrpcServerOptions& options) {
   });
   (*server)->Wait();
   signal_thread.detach();
+  // The jobs' tables go, and their disk tiers with them; then the
+  // process's directory under --sparse_store_dir.
+  server->reset();
+  if (const std::string& dir = options.pserver.store.sparse_store_dir;
+      !dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(dir, ec);
+  }
   return 0;
 }
 

@@ -42,7 +42,7 @@ class FaultTest(testlib.ProcessTestCase):
             num_trainers=2, port=port, env=env)
         return p, got
 
-    def kill_ps1_after_checkpoint(self, ps1, port, step=200):
+    def kill_ps1_after_checkpoint(self, ps1, port, step=200, extra=()):
         """Waits until pserver 1 has its checkpoint of `step`, kills it with
         SIGKILL and starts it again 1 s later on `port` with the same
         directory. Returns (the new popen, seconds it was away, trainer 0's
@@ -55,7 +55,7 @@ class FaultTest(testlib.ProcessTestCase):
         ps1.kill()
         ps1.wait()
         time.sleep(1)  # down for a second: the trainers' calls fail and retry
-        ps1, _ = self.start_ps(1, port=port)
+        ps1, _ = self.start_ps(1, port=port, extra=extra)
         return ps1, time.monotonic() - t_kill, at
 
     def ckpt(self, i):
@@ -278,6 +278,59 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
         self.assertRegex(self.log(1), r"restored step [1-9]")
         self.stop(ps0, ps1)
+
+    def test_disk_tier_pserver_killed_and_restarted(self):
+        """configs/ctr_lr.pbtxt with a disk tier of a 4 MiB cache
+        (docs/sparse_memory.md, "Disk tier"): most rows live in RocksDB
+        under --sparse_store_dir. Pserver 1 is killed with SIGKILL while it
+        moves rows to and from disk; restarted with the same directory, it
+        removes what its first life left there, restores its rows from the
+        checkpoint onto disk, the job rolls back and ends near the true
+        model's AUC."""
+        train = os.path.join(self.tmp, "train")
+        test = os.path.join(self.tmp, "test")
+        r = subprocess.run(
+            [os.path.join(testlib.BIN_DIR, "tools", "gen_ctr_data"),
+             "--train_out=" + train, "--test_out=" + test,
+             "--num_train=200000", "--num_test=20000"],
+            stdout=subprocess.PIPE, universal_newlines=True, check=True,
+            timeout=120)
+        truth = json.loads(r.stdout.strip().splitlines()[-1])
+        with open(os.path.join(testlib.REPO, "configs", "ctr_lr.pbtxt")) as f:
+            config = f.read().replace(
+                "sparse_input {", "sparse_input {\n  disk { cache_mb: 4 }", 1)
+        config_path = os.path.join(self.tmp, "ctr_lr_disk.pbtxt")
+        with open(config_path, "w") as f:
+            f.write(config)
+        store = os.path.join(self.tmp, "rows")
+        extra = ["--sparse_store_dir=" + store]
+        ps0, p0 = self.start_ps(0, extra=extra)
+        ps1, p1 = self.start_ps(1, extra=extra)
+        args = ["--config=" + config_path, "--train_data=" + train,
+                "--test_data=" + test, "--checkpoint_every_steps=100"]
+        trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
+        first = "pserver-%d" % ps1.pid
+        self.assertTrue(wait_for(
+            lambda: os.path.isdir(os.path.join(store, first)), 30))
+        ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1, extra=extra)
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            self.assertGreaterEqual(len(self.recoveries(k)), 1)
+        ev = final_eval(self.metrics(0), 0)
+        sys.stderr.write("[AUC %.4f after the restart, true model %.4f] " % (
+            ev["test_auc"], truth["true_test_auc"]))
+        self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
+        self.assertRegex(self.log(1), r"restored step [1-9]")
+        self.assertIn("removed " + os.path.join(store, first), self.log(1))
+        self.assertFalse(os.path.exists(os.path.join(store, first)))
+        self.stop(ps0, ps1)
+        written = [int(n) for n in re.findall(
+            r"on disk \((\d+) written there", self.log(0))]
+        self.assertTrue(written and written[-1] > 10000, self.log(0)[-3000:])
+        self.assertNotRegex(self.log(0), r"[1-9]\d* disk errors")
+        # Each pserver removes its own directory when it stops.
+        self.assertEqual(os.listdir(store), [])
 
     def test_pserver_killed_while_writing_a_checkpoint(self):
         """Pserver 1 dies halfway through writing its second checkpoint

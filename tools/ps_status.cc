@@ -83,7 +83,14 @@ void PrintSparseTable(const shardps::GetStatusResponse& resp,
                              ", ", shardps::SparseTableOptions::RowStorage_Name(
                                        t.storage_type()))
                        : "",
-                   "), ", t.created(), " created, ", t.evicted_full(),
+                   ")",
+                   t.on_disk()
+                       ? absl::StrCat(", ", t.disk_rows(), " on disk (",
+                                      t.spilled_rows(), " written there, ",
+                                      t.loaded_rows(), " read back, ",
+                                      t.disk_errors(), " disk errors)")
+                       : "",
+                   ", ", t.created(), " created, ", t.evicted_full(),
                    " evicted to make room, ", t.evicted_expired(), " expired, ",
                    t.refused_rows(), " refused, ", t.pending_keys(),
                    " awaiting admission")

@@ -84,7 +84,9 @@ class SparseInputPipeline final : public InputPipeline {
     *t.mutable_sparse()->mutable_init() = c.init();
     t.mutable_sparse()->set_admit_after(c.admit_after());
     t.mutable_sparse()->set_evict_after_steps(c.evict_after_steps());
-    *t.mutable_sparse()->mutable_eviction() = c.eviction();
+    if (c.has_eviction())
+      *t.mutable_sparse()->mutable_eviction() = c.eviction();
+    if (c.has_disk()) *t.mutable_sparse()->mutable_disk() = c.disk();
     t.mutable_sparse()->set_admission_max_keys(c.admission_max_keys());
     t.mutable_sparse()->set_storage_type(c.storage_type());
     t.mutable_sparse()->set_gradient_mean(c.gradient_mean());

@@ -183,6 +183,9 @@ TEST(SparseDeltasTest, EvictedRowsAndForgottenSightingsAreRemoved) {
   // key 4 sighted.
   struct Clear : SaveSink {
     void Append(uint32_t, absl::string_view) override {}
+    void Fail(uint32_t, const absl::Status& why) override {
+      ADD_FAILURE() << why;
+    }
   } clear;
   table.MarkForSave(&clear, 0);  // the full save: changes start from here
   std::string ignored;
@@ -194,6 +197,9 @@ TEST(SparseDeltasTest, EvictedRowsAndForgottenSightingsAreRemoved) {
     std::string bytes;
     void Append(uint32_t, absl::string_view r) override {
       bytes.append(r.data(), r.size());
+    }
+    void Fail(uint32_t, const absl::Status& why) override {
+      ADD_FAILURE() << why;
     }
   } delta;
   delta.bytes = SparseDeltas::Header(table);

@@ -3,13 +3,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "pserver/store/sparse/sparse_shard.h"
 
 namespace shardps {
 
-uint64_t SparseRowExport::Page(const SparseTable& table, uint64_t from,
-                               size_t max_rows, std::vector<uint64_t>* keys,
-                               std::vector<float>* values) {
+absl::StatusOr<uint64_t> SparseRowExport::Page(const SparseTable& table,
+                                               uint64_t from, size_t max_rows,
+                                               std::vector<uint64_t>* keys,
+                                               std::vector<float>* values) {
   const int dim = table.dim_;
   size_t stripe = static_cast<size_t>(from >> 32);
   uint32_t slot = static_cast<uint32_t>(from);
@@ -26,6 +28,51 @@ uint64_t SparseRowExport::Page(const SparseTable& table, uint64_t from,
       keys->push_back(key);
       values->insert(values->end(), row, row + dim);
       ++n;
+    }
+  }
+  if (table.store_ == nullptr) return kEnd;
+  return DiskPage(table, stripe - table.stripes_.size(), slot, max_rows - n,
+                  keys, values);
+}
+
+absl::StatusOr<uint64_t> SparseRowExport::DiskPage(const SparseTable& table,
+                                                   size_t bucket, uint32_t skip,
+                                                   size_t max_rows,
+                                                   std::vector<uint64_t>* keys,
+                                                   std::vector<float>* values) {
+  const int dim = table.dim_;
+  const size_t stripes = table.stripes_.size();
+  auto snapshot = table.store_->TakeSnapshot();
+  for (; bucket < RowStore::kBuckets; ++bucket, skip = 0) {
+    uint32_t seen = 0;
+    size_t taken = 0;
+    bool full = false;
+    absl::Status bad;
+    const absl::Status st = table.store_->ForEachInBucket(
+        static_cast<int>(bucket), *snapshot,
+        [&](uint64_t key, absl::string_view bytes) {
+          if (full || seen++ < skip) return;
+          if (taken == max_rows) {
+            full = true;
+            return;
+          }
+          if (bytes.size() != static_cast<size_t>(table.row_bytes_)) {
+            bad = absl::DataLossError(absl::StrCat("ExportRows: the row of ",
+                                                   key, " on disk is ",
+                                                   bytes.size(), " bytes"));
+            return;
+          }
+          keys->push_back(key);
+          values->resize(values->size() + dim);
+          table.codec_.Decode(bytes.data() + sizeof(RowHead), dim,
+                              values->data() + values->size() - dim);
+          ++taken;
+        });
+    if (!st.ok()) return st;
+    if (!bad.ok()) return bad;
+    max_rows -= taken;
+    if (full) {
+      return (uint64_t{stripes + bucket} << 32) | (skip + taken);
     }
   }
   return kEnd;
@@ -73,8 +120,10 @@ absl::Status ExportRowsPage(ParameterStore* store, const ExportRowsRequest& req,
             ", before ", req.min_version(), " (its last step is not applied)"));
       }
     }
-    const uint64_t next = SparseRowExport::Page(
-        s->rows(), at, max_rows - keys.size(), &keys, &values);
+    ASSIGN_OR_RETURN(
+        const uint64_t next,
+        SparseRowExport::Page(s->rows(), at, max_rows - keys.size(), &keys,
+                              &values));
     if (next != SparseRowExport::kEnd) {
       resp->set_next_cursor((uint64_t{shard} << 48) | next);
       break;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/ps_service.pb.h"
 #include "pserver/store/parameter_store.h"
 #include "pserver/store/sparse/sparse_table.h"
@@ -19,10 +20,23 @@ class SparseRowExport {
   static constexpr uint64_t kEnd = ~uint64_t{0};
   // Appends up to `max_rows` rows of `table` (each key, and its value's
   // dim floats without optimizer state) from position `from` (0: the
-  // first; a stripe and a slot in it), under each stripe's lock in turn.
-  // Returns the position of the next row, or kEnd after the last.
-  static uint64_t Page(const SparseTable& table, uint64_t from, size_t max_rows,
-                       std::vector<uint64_t>* keys, std::vector<float>* values);
+  // first; a stripe and a slot in it), under each stripe's lock in turn;
+  // then, with a disk tier, the rows on disk a RowStore bucket at a time
+  // (a position past the stripes: a bucket and the rows of it already
+  // read). Returns the position of the next row, or kEnd after the last;
+  // the disk's read error.
+  static absl::StatusOr<uint64_t> Page(const SparseTable& table, uint64_t from,
+                                       size_t max_rows,
+                                       std::vector<uint64_t>* keys,
+                                       std::vector<float>* values);
+
+ private:
+  // Page's rows on disk, from row `skip` of bucket `bucket`.
+  static absl::StatusOr<uint64_t> DiskPage(const SparseTable& table,
+                                           size_t bucket, uint32_t skip,
+                                           size_t max_rows,
+                                           std::vector<uint64_t>* keys,
+                                           std::vector<float>* values);
 };
 
 // The most rows, and the most bytes of values, in one page.

@@ -103,3 +103,60 @@ TEST(RowExportTest, RefusesBadPagesTablesAndEarlyVersions) {
 
 }  // namespace
 }  // namespace shardps
+
+namespace shardps {
+namespace {
+
+// A table with a disk tier: the rows in memory, then those on disk a
+// bucket at a time, each once, whatever the page size.
+TEST(RowExportTest, DiskTierRowsFollowTheMemorysInPages) {
+  OptimizerConfig oc;
+  oc.set_type(OptimizerConfig::ADAGRAD);
+  oc.set_learning_rate(0.1f);
+  auto opt = std::move(*Optimizer::Create(oc, 1));
+  SparseTableOptions so;
+  so.set_dim(3);
+  so.mutable_init()->set_type(RowInitializer::UNIFORM);
+  so.mutable_init()->set_scale(0.5f);
+  so.mutable_disk();
+  RowStore::Options ro;
+  ro.dir = ::testing::TempDir() + "/row_export_disk";
+  ro.write_buffer_bytes = 1 << 20;
+  ro.block_cache_bytes = 1 << 20;
+  SparseTable table(so, opt.get(), 4, nullptr, 200 * 80, nullptr,
+                    std::move(*RowStore::Open(ro)));
+  std::vector<uint64_t> all;
+  const float one[] = {1.0f};
+  for (int step = 1; step <= 20; ++step) {
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < 100; ++i) keys.push_back(step * 1000 + i);
+    table.Apply(step, keys, std::vector<float>(keys.size() * 3, 0.5f), one);
+    all.insert(all.end(), keys.begin(), keys.end());
+  }
+  ASSERT_GT(table.counters().spilled_rows, 1000);
+  for (size_t page : {7, 1000, 5000}) {
+    std::vector<uint64_t> keys;
+    std::vector<float> values;
+    uint64_t at = 0;
+    int pages = 0;
+    do {
+      const size_t before = keys.size();
+      absl::StatusOr<uint64_t> next =
+          SparseRowExport::Page(table, at, page, &keys, &values);
+      ASSERT_TRUE(next.ok()) << next.status();
+      EXPECT_LE(keys.size() - before, page);
+      at = *next;
+      ++pages;
+    } while (at != SparseRowExport::kEnd && pages < 10000);
+    std::vector<uint64_t> sorted = keys, want = all;
+    std::sort(sorted.begin(), sorted.end());
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(sorted, want) << "page " << page;
+    std::vector<float> pulled(keys.size() * 3);
+    table.Read(keys, pulled.data());
+    EXPECT_EQ(values, pulled);
+  }
+}
+
+}  // namespace
+}  // namespace shardps

@@ -80,7 +80,7 @@ std::map<int, std::map<uint64_t, std::vector<float>>> Rows(
     auto& rows = out[static_cast<int>(s->index())];
     std::vector<uint64_t> keys;
     std::vector<float> values;
-    EXPECT_EQ(SparseRowExport::Page(s->rows(), 0, 1 << 20, &keys, &values),
+    EXPECT_EQ(*SparseRowExport::Page(s->rows(), 0, 1 << 20, &keys, &values),
               SparseRowExport::kEnd);
     for (size_t i = 0; i < keys.size(); ++i) {
       rows[keys[i]] = {values[2 * i], values[2 * i + 1]};

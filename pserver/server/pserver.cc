@@ -531,24 +531,30 @@ void Pserver::LogCounters(const JobSlot& job) {
             << c.late_block_pushes << " late block pushes dropped, "
             << c.rollbacks << " rollbacks";
   for (const auto& t : store.SparseStats()) {
-    LOG(INFO) << "job " << job.id << ": sparse table " << t.name << ": "
-              << t.counters.rows << " rows (" << t.memory_bytes / (1 << 20)
-              << " MiB"
-              << (t.counters.rows > 0
-                      ? absl::StrCat(", ", t.memory_bytes / t.counters.rows,
-                                     " bytes a row")
-                      : "")
-              << (t.storage != SparseTableOptions::FLOAT32
-                      ? absl::StrCat(", ", SparseTableOptions::RowStorage_Name(
-                                               t.storage))
-                      : "")
-              << "), " << t.counters.created << " created, "
-              << t.counters.evicted_full << " evicted to make room (of at most "
-              << t.counters.max_rows << " rows; 0: no limit), "
-              << t.counters.expired << " expired, " << t.counters.pending_keys
-              << " keys awaiting admission, " << t.counters.dropped_updates
-              << " updates dropped before admission, "
-              << t.counters.refused_rows << " rows refused for want of room";
+    LOG(INFO)
+        << "job " << job.id << ": sparse table " << t.name << ": "
+        << t.counters.rows << " rows (" << t.memory_bytes / (1 << 20) << " MiB"
+        << (t.counters.rows > 0
+                ? absl::StrCat(", ", t.memory_bytes / t.counters.rows,
+                               " bytes a row")
+                : "")
+        << (t.storage != SparseTableOptions::FLOAT32
+                ? absl::StrCat(", ",
+                               SparseTableOptions::RowStorage_Name(t.storage))
+                : "")
+        << ")"
+        << (t.counters.on_disk
+                ? absl::StrCat(", ", t.counters.disk_rows, " on disk (",
+                               t.counters.spilled_rows, " written there, ",
+                               t.counters.loaded_rows, " read back, ",
+                               t.counters.disk_errors, " disk errors)")
+                : "")
+        << ", " << t.counters.created << " created, " << t.counters.evicted_full
+        << " evicted to make room (of at most " << t.counters.max_rows
+        << " rows; 0: no limit), " << t.counters.expired << " expired, "
+        << t.counters.pending_keys << " keys awaiting admission, "
+        << t.counters.dropped_updates << " updates dropped before admission, "
+        << t.counters.refused_rows << " rows refused for want of room";
   }
 }
 

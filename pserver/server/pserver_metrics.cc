@@ -183,6 +183,39 @@ void AddTables(const std::vector<JobStats>& jobs,
   for (FamilyBuilder* b : {&steps, &non_finite, &memory}) b->AppendTo(out);
 }
 
+// The disk tiers of the sparse tables that have one: rows on disk, rows
+// moved, errors.
+void AddSparseDiskTiers(const std::vector<JobStats>& jobs,
+                        std::vector<prometheus::MetricFamily>* out) {
+  FamilyBuilder disk_rows("shardps_pserver_sparse_disk_rows",
+                          "Rows of the sparse table on disk here (RocksDB's "
+                          "estimate)",
+                          MetricType::Gauge);
+  FamilyBuilder moved("shardps_pserver_sparse_disk_moves_total",
+                      "Rows moved by the disk tier, by direction (spilled: "
+                      "written to disk to make room in memory; loaded: read "
+                      "back to be updated)",
+                      MetricType::Counter);
+  FamilyBuilder disk_errors("shardps_pserver_sparse_disk_errors_total",
+                            "Rows the disk tier failed to read or write "
+                            "(their updates dropped, or pulls answered with "
+                            "initial values)",
+                            MetricType::Counter);
+  for (const JobStats& j : jobs) {
+    for (const auto& t : j.sparse) {
+      if (!t.counters.on_disk) continue;
+      const Labels l{{"job_id", j.id}, {"table", t.name}};
+      disk_rows.Add(l, static_cast<double>(t.counters.disk_rows));
+      moved.Add({{"job_id", j.id}, {"table", t.name}, {"dir", "spilled"}},
+                static_cast<double>(t.counters.spilled_rows));
+      moved.Add({{"job_id", j.id}, {"table", t.name}, {"dir", "loaded"}},
+                static_cast<double>(t.counters.loaded_rows));
+      disk_errors.Add(l, static_cast<double>(t.counters.disk_errors));
+    }
+  }
+  for (FamilyBuilder* b : {&disk_rows, &moved, &disk_errors}) b->AppendTo(out);
+}
+
 // Each sparse table's rows: held, created, evicted, refused, its share.
 void AddSparseTables(const std::vector<JobStats>& jobs,
                      std::vector<prometheus::MetricFamily>* out) {
@@ -290,6 +323,7 @@ std::vector<prometheus::MetricFamily> PserverCollector::Collect() const {
   AddJobCounters(jobs, &out);
   AddTables(jobs, &out);
   AddSparseTables(jobs, &out);
+  AddSparseDiskTiers(jobs, &out);
   AddCheckpoints(jobs, &out);
   return out;
 }

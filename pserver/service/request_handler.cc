@@ -544,6 +544,11 @@ absl::Status RequestHandler::GetStatus(const GetStatusRequest& req,
       st->set_dropped_updates(t.counters.dropped_updates);
       st->set_memory_bytes(static_cast<int64_t>(t.memory_bytes));
       st->set_storage_type(t.storage);
+      st->set_on_disk(t.counters.on_disk);
+      st->set_disk_rows(t.counters.disk_rows);
+      st->set_spilled_rows(t.counters.spilled_rows);
+      st->set_loaded_rows(t.counters.loaded_rows);
+      st->set_disk_errors(t.counters.disk_errors);
     }
   }
   resp->set_generation(store_->generation());

@@ -371,7 +371,7 @@ absl::Status JobTables::OpenDiskTiers(
       ASSIGN_OR_RETURN(
           DiskTierPlan plan,
           PlanDiskTier(spec, sparse_share,
-                       absl::StrCat(dir, "/tables-", n, "/t", i, "-s", k)));
+                       absl::StrCat(dir, "/job", n, "-table", i, "-shard", k)));
       ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store,
                        RowStore::Open(plan.store));
       LOG(INFO) << "sparse table " << spec.name() << ": rows beyond "

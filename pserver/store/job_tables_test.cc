@@ -3,6 +3,7 @@
 #include "pserver/store/job_tables.h"
 
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -61,6 +62,34 @@ TEST(JobTablesTest, StorageTypeChecksNameTheProblem) {
   job.mutable_tables(1)->mutable_sparse()->set_storage_type(
       SparseTableOptions::BF16);
   EXPECT_TRUE(CreateError(job, {}).ok());
+}
+
+TEST(JobTablesTest, DiskTiersNeedADirectoryAndGetOneEach) {
+  JobSpec job = Job();
+  job.mutable_tables(1)->mutable_sparse()->mutable_disk()->set_cache_mb(8);
+  Membership m(2, true);
+  absl::StatusOr<std::unique_ptr<JobTables>> jt =
+      JobTables::Create(job, {}, &m);
+  ASSERT_FALSE(jt.ok());
+  EXPECT_EQ(jt.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jt.status().message(),
+            "InitJob: sparse table e has a disk tier (disk { ... }), and this "
+            "pserver has no --sparse_store_dir to keep its rows in");
+  const std::string dir = ::testing::TempDir() + "/job_tables_disk";
+  // Two shards of a replicated job, each with a database of its own.
+  jt = JobTables::Create(job, {}, &m, nullptr, {0, 2}, dir);
+  ASSERT_TRUE(jt.ok()) << jt.status();
+  ASSERT_EQ((*jt)->sparse().size(), 2u);
+  for (SparseShard* shard : (*jt)->sparse()) {
+    EXPECT_TRUE(shard->rows().on_disk());
+    EXPECT_GT(shard->rows().counters().max_rows, 0);
+  }
+  jt->reset();
+  // The databases go with the tables.
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  job.mutable_tables(1)->mutable_sparse()->mutable_eviction()->set_policy(
+      EvictionOptions::L2_NORM);
+  EXPECT_EQ(CreateError(job, {}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JobTablesTest, TableAndBlockChecksNameTheProblem) {

@@ -63,8 +63,7 @@ std::unique_ptr<SparseTable> DiskTable(Storage storage, const Optimizer* opt,
                                        int stripes = 8) {
   const int64_t share = int64_t{cached} * 136;
   return std::make_unique<SparseTable>(Options(storage, true), opt, stripes,
-                                       nullptr, share, nullptr,
-                                       OpenStore(dir));
+                                       nullptr, share, nullptr, OpenStore(dir));
 }
 
 std::vector<float> ReadAll(const SparseTable& t,
@@ -167,10 +166,22 @@ TEST_P(SparseDiskTest, CheckpointsHoldMemoryAndDiskAndMoveBetweenKinds) {
   Train({&memory, restored.get(), disk.get()}, 31, 10, 12, &keys);
   EXPECT_EQ(ReadAll(*restored, keys), ReadAll(memory, keys));
   EXPECT_EQ(ReadAll(*disk, keys), ReadAll(memory, keys));
+  // Resharding: each new shard keeps the keys that are its own.
+  auto half = DiskTable(GetParam(), opt.get(), tmp.Path("c"), 300);
+  ASSERT_TRUE(
+      half->Deserialize(from_disk, [](uint64_t key) { return key % 2 == 0; })
+          .ok());
+  std::vector<uint64_t> even, odd;
+  for (uint64_t k : keys) (k % 2 == 0 ? even : odd).push_back(k);
+  SparseTable at30(Options(GetParam(), false), opt.get(), 4);
+  ASSERT_TRUE(at30.Deserialize(from_memory).ok());
+  SparseTable none(Options(GetParam(), false), opt.get(), 4);
+  EXPECT_EQ(ReadAll(*half, even), ReadAll(at30, even));
+  EXPECT_EQ(ReadAll(*half, odd), ReadAll(none, odd));
   // A cut blob is refused, and leaves the table empty.
-  EXPECT_EQ(restored->Deserialize(from_disk.substr(0, from_disk.size() / 2))
-                .code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      restored->Deserialize(from_disk.substr(0, from_disk.size() / 2)).code(),
+      absl::StatusCode::kDataLoss);
   SparseTable fresh(Options(GetParam(), false), opt.get(), 4);
   EXPECT_EQ(ReadAll(*restored, keys), ReadAll(fresh, keys));
   EXPECT_TRUE(SparseTableBlob::Check(*disk, from_disk).ok());
@@ -355,8 +366,7 @@ TEST(DiskTierPlanTest, SplitsTheCacheAndNamesBadOptions) {
       << ValidateDiskTier(ttl);
   TableSpec steps = spec;
   steps.mutable_sparse()->set_evict_after_steps(10);
-  EXPECT_EQ(ValidateDiskTier(steps).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateDiskTier(steps).code(), absl::StatusCode::kInvalidArgument);
   TableSpec refuse = spec;
   refuse.mutable_sparse()->mutable_eviction()->set_refuse_when_full(true);
   EXPECT_NE(ValidateDiskTier(refuse).message().find("refuse_when_full"),

@@ -288,100 +288,6 @@ void SparseTable::RemoveRow(Stripe& s, uint64_t key, uint32_t slot) {
   s.rows.Remove(key, slot);
 }
 
-void SparseTable::AddRows(Stripe& s, std::vector<NewKey>* fresh,
-                          ApplyContext* c) {
-  if (fresh->empty()) return;
-  std::stable_sort(
-      fresh->begin(), fresh->end(),
-      [](const NewKey& a, const NewKey& b) { return a.key < b.key; });
-  const size_t n = fresh->size();
-  std::vector<uint8_t> fate(n, kDropped);
-  // With the disk tier, rows on disk are read back, not created.
-  std::vector<std::string> stored;
-  if (store_ != nullptr &&
-      !SparseTableDisk::Find(*this, s, *fresh, &fate, &stored)) {
-    return;  // the disk cannot be read: no row may be made (counted)
-  }
-  int64_t adding = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = (*fresh)[i].key;
-    if (fate[i] == kLoad) {
-      ++adding;
-    } else if (i > 0 && (*fresh)[i - 1].key == key && fate[i - 1] != kDropped) {
-      fate[i] = kAgain;
-    } else if (SparseTableEviction::Admit(*this, s, key, c->step)) {
-      fate[i] = kCreate;
-      ++adding;
-    }
-  }
-  // Rows leave memory: dropped, or written to the disk tier.
-  const bool evicts =
-      store_ != nullptr || (c->evict_when_full && policy_.evicts_when_full());
-  const int64_t rows = static_cast<int64_t>(s.rows.size());
-  if (evicts && max_rows_per_stripe_ > 0 &&
-      rows + adding > max_rows_per_stripe_) {
-    // Down to a sixteenth below the limit, so that the scan of the stripe
-    // is not repeated for every new row.
-    const int64_t target =
-        max_rows_per_stripe_ - std::max<int64_t>(1, max_rows_per_stripe_ / 16);
-    SparseTableEviction::EvictLowest(
-        *this, s, rows + adding - std::max<int64_t>(target, 0), c);
-  }
-  // The rows made or read back first, then their updates: rows read back
-  // must leave the disk before they change.
-  std::vector<uint32_t> slot(n, kNoRow);
-  std::vector<uint64_t> loaded_keys;
-  std::vector<size_t> loaded_at;
-  auto make = [&](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    const uint64_t key = (*fresh)[i].key;
-    return fate[i] == kLoad ? SparseTableDisk::Load(*this, s, key, stored[i])
-                            : NewRow(s, key);
-  };
-  for (size_t i = 0; i < n; ++i) {
-    if (fate[i] != kCreate && fate[i] != kLoad) continue;
-    Changed(s, (*fresh)[i].key);  // a row now, or refused: either way a change
-    const bool room =
-        max_rows_per_stripe_ <= 0 ||
-        static_cast<int64_t>(s.rows.size()) < max_rows_per_stripe_ ||
-        (!c->evict_when_full && store_ == nullptr);
-    slot[i] = room ? make(i) : kNoRow;
-    if (slot[i] == kNoRow && evicts &&
-        SparseTableEviction::EvictLowest(*this, s, 1, c) == 1) {
-      slot[i] = make(i);
-    }
-    if (slot[i] == kNoRow) {
-      ++s.refused;
-      LOG_EVERY_T(WARNING, 60)
-          << "sparse table: no room for a new row (its stripe holds its "
-             "share of --max_memory_mb, and every row there was updated "
-             "in this step, or eviction is off, or the disk tier takes no "
-             "writes); new rows are refused and their updates dropped, "
-             "existing rows go on training";
-      continue;
-    }
-    // Kept through the step's evictions, as an updated row is.
-    s.rows.Head(slot[i])->last_step = c->step;
-    if (fate[i] == kLoad) {
-      loaded_keys.push_back((*fresh)[i].key);
-      loaded_at.push_back(i);
-    }
-  }
-  if (!loaded_keys.empty()) {
-    std::vector<uint32_t> loaded(loaded_at.size());
-    for (size_t j = 0; j < loaded.size(); ++j) loaded[j] = slot[loaded_at[j]];
-    if (!SparseTableDisk::Forget(*this, s, loaded_keys,
-                                 absl::MakeSpan(loaded))) {
-      for (size_t i : loaded_at) slot[i] = kNoRow;
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (fate[i] == kAgain) slot[i] = slot[i - 1];
-    if (slot[i] == kNoRow) continue;
-    const NewKey& k = (*fresh)[i];
-    UpdateRow(s, slot[i], k.grad, k.scale, c);
-  }
-}
-
 void SparseTable::UpdateRow(Stripe& s, uint32_t slot, const float* grad,
                             float scale, ApplyContext* c) {
   RowHead* head = s.rows.Head(slot);
@@ -453,7 +359,7 @@ void SparseTable::Apply(int64_t step, absl::Span<const uint64_t> keys,
         }
       }
     }
-    AddRows(s, &fresh, &c);
+    SparseNewRows::Add(*this, s, &fresh, &c);
   }
 }
 
@@ -520,7 +426,7 @@ int64_t SparseTable::ApplyAccumulated(int64_t step, int step_trainers,
         }
       }
     }
-    AddRows(s, &fresh, &c);
+    SparseNewRows::Add(*this, s, &fresh, &c);
     n += static_cast<int64_t>(keys);
     if (applied != nullptr) {
       applied->keys.insert(applied->keys.end(), s.accum_keys.begin(),

@@ -207,13 +207,13 @@ class SparseTable {
     std::vector<absl::Span<float>> slots;  // the optimizer's, of one row
     std::vector<float> row;  // a decoded row (storage other than float32)
   };
-  // A key of a stripe's batch without a row (yet): AddRows's input.
+  // A key of a stripe's batch without a row (yet): SparseNewRows's input.
   struct NewKey {
     uint64_t key;
     const float* grad;
     float scale;
   };
-  // What AddRows does with a NewKey.
+  // What SparseNewRows does with a NewKey.
   enum Fate : uint8_t {
     kDropped = 0,  // not admitted yet (or refused, or the disk failed)
     kCreate = 1,   // a new row
@@ -264,6 +264,7 @@ class SparseTable {
   friend class SparseTableEviction;  // admits, evicts and expires rows
   friend class SparseRowExport;      // reads rows a page at a time
   friend class SparseTableDisk;      // moves rows between memory and disk
+  friend class SparseNewRows;        // admits, makes and loads new rows
   // Notes a change of `key` in `s` for the next delta.
   void Changed(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     if (track_changes_) s.changed.insert(key);
@@ -288,13 +289,6 @@ class SparseTable {
   // A new row for `key`, or kNoRow when the budget has no room for the
   // chunk or index growth it needs.
   uint32_t NewRow(Stripe& s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Applies the updates of the keys of a stripe's batch that had no row,
-  // in key order (so that admission and eviction do not depend on the
-  // order of the pushes): counts their sightings, makes room for the
-  // admitted ones, creates and updates them. A key may appear more than
-  // once (a push's keys may repeat).
-  void AddRows(Stripe& s, std::vector<NewKey>* fresh, ApplyContext* c)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Frees the row of `key` in `slot` (index entry, slot, change note).
   void RemoveRow(Stripe& s, uint64_t key, uint32_t slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
@@ -403,6 +397,38 @@ class SparseTableEviction {
                        bool full);
 };
 
+// A stripe's keys without a row in memory, of one Apply or ApplyAccumulated
+// (its lock held): in key order (so that admission and eviction do not
+// depend on the order of the pushes), counts their sightings (or, with a
+// disk tier, finds their rows on disk), makes room for the admitted ones,
+// creates them (or reads them back), and applies their updates. A key may
+// appear more than once (a push's keys may repeat).
+class SparseNewRows {
+ public:
+  static void Add(SparseTable& t, SparseTable::Stripe& s,
+                  std::vector<SparseTable::NewKey>* fresh,
+                  SparseTable::ApplyContext* c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+
+ private:
+  // Each entry's fate; the rows to make or read back, or -1 when the disk
+  // cannot be read (then none may be made).
+  static int64_t Decide(SparseTable& t, SparseTable::Stripe& s,
+                        absl::Span<const SparseTable::NewKey> fresh,
+                        SparseTable::ApplyContext* c,
+                        std::vector<uint8_t>* fate,
+                        std::vector<std::string>* stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Makes (or reads back) the rows of the kCreate and kLoad entries into
+  // (*slot)[i], evicting for room where `evicts`; kNoRow when refused.
+  static void Place(SparseTable& t, SparseTable::Stripe& s,
+                    absl::Span<const SparseTable::NewKey> fresh,
+                    absl::Span<const uint8_t> fate,
+                    absl::Span<const std::string> stored, bool evicts,
+                    SparseTable::ApplyContext* c, std::vector<uint32_t>* slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+};
+
 // A sparse table's disk tier (SparseTableOptions.disk; docs/sparse_memory.md,
 // "Disk tier"): the stripes cache the rows of a RowStore. A key's row is
 // in one of the two at most: a row read back into memory is deleted from
@@ -422,7 +448,7 @@ class SparseTableDisk {
   // disk cannot be read: counted and logged).
   static void ReadMisses(const SparseTable& t, absl::Span<const uint64_t> keys,
                          absl::Span<const uint32_t> misses, float* out);
-  // AddRows: fate[i] = kLoad, with the row's bytes in rows[i], for the
+  // SparseNewRows: fate[i] = kLoad, with the row's bytes in rows[i], for the
   // first entry of each key of `fresh` (sorted by key) whose row is on
   // disk. False when the disk cannot be read (counted, logged): then no
   // key of `fresh` may make a row.
