@@ -123,15 +123,33 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
   o.max_background_jobs = 2;
   o.compression = rocksdb::kNoCompression;  // floats hardly compress
   o.avoid_flush_during_shutdown = true;     // the directory goes next
-  o.max_open_files = 256;
+  o.max_open_files = -1;                    // no table cache churn
+  // Levels sized from the last one up, and a first level of a few
+  // memtables: a table of rows is rewritten a few times, not each time
+  // the first level fills.
+  o.level_compaction_dynamic_level_bytes = true;
+  o.max_bytes_for_level_base = 4 * o.write_buffer_size;
+  o.target_file_size_base = o.write_buffer_size;
+  o.level0_file_num_compaction_trigger = 8;
+  // Rows read straight from the files' pages, without a copy.
+  o.allow_mmap_reads = true;
+  // A filter on the memtables too: most keys asked for are not there.
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.05;
   // The info LOG in the directory, kept small.
   o.max_log_file_size = 1 << 20;
   o.keep_log_file_num = 2;
-  auto cache = rocksdb::NewLRUCache(
-      static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1)));
+  // Index and filter blocks in the high-priority half of the cache, so
+  // that rows read once do not push out what every read needs.
+  rocksdb::LRUCacheOptions co;
+  co.capacity =
+      static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1));
+  co.high_pri_pool_ratio = 0.5;
+  auto cache = rocksdb::NewLRUCache(co);
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = cache;
   table.cache_index_and_filter_blocks = true;  // within the cache's bytes
+  table.cache_index_and_filter_blocks_with_high_priority = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   // Most keys a push asks for are new: a filter answers them without a
   // read.

@@ -49,9 +49,9 @@ absl::StatusOr<DiskTierPlan> PlanDiskTier(const TableSpec& spec, int64_t share,
   }
   plan.store.dir = std::move(dir);
   plan.store.write_buffer_bytes =
-      std::clamp<int64_t>(plan.cache_bytes / 16, kMiB, 16 * kMiB);
+      std::clamp<int64_t>(plan.cache_bytes / 16, kMiB, 64 * kMiB);
   plan.store.block_cache_bytes =
-      std::clamp<int64_t>(plan.cache_bytes / 8, kMiB, 16 * kMiB);
+      std::clamp<int64_t>(plan.cache_bytes / 4, kMiB, 1024 * kMiB);
   const int64_t rocksdb =
       2 * plan.store.write_buffer_bytes + plan.store.block_cache_bytes;
   plan.row_share = plan.cache_bytes - rocksdb;

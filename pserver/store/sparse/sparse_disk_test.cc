@@ -337,18 +337,18 @@ TEST(DiskTierPlanTest, SplitsTheCacheAndNamesBadOptions) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->cache_bytes, 64 << 20);
   EXPECT_EQ(plan->store.write_buffer_bytes, 4 << 20);
-  EXPECT_EQ(plan->store.block_cache_bytes, 8 << 20);
-  EXPECT_EQ(plan->row_share, 48 << 20);
+  EXPECT_EQ(plan->store.block_cache_bytes, 16 << 20);
+  EXPECT_EQ(plan->row_share, 40 << 20);
   // The share of --max_memory_mb caps cache_mb.
   plan = PlanDiskTier(spec, 32 << 20, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 32 << 20);
-  // Without either: 256 MiB, RocksDB's memory at most 48 MiB.
+  // Without either: 256 MiB, of which RocksDB takes 3/8.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(0);
   plan = PlanDiskTier(spec, 0, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 256 << 20);
-  EXPECT_EQ(plan->row_share, (256 - 48) << 20);
+  EXPECT_EQ(plan->row_share, 160 << 20);
   // Too small a cache says how much to give.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(2);
   plan = PlanDiskTier(spec, 0, "/x");

@@ -253,12 +253,15 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
   GroupByStripe(keys, &order, &begin);
   uint64_t batch_keys[kLookupBatch];
   uint32_t slots[kLookupBatch];
-  // The disk tier: keys not in memory, read from disk at the end.
+  // The disk tier: keys not in memory, read from disk at the end, and the
+  // stripes' spill counts then.
   std::vector<uint32_t> misses;
+  std::vector<int64_t> spills(store_ != nullptr ? stripes_.size() : 0);
   for (size_t i = 0; i < stripes_.size(); ++i) {
     const Stripe& s = stripes_[i];
     if (begin[i] == begin[i + 1]) continue;
     absl::MutexLock l(&s.mu);
+    if (!spills.empty()) spills[i] = s.spilled;
     for (uint32_t b = begin[i]; b < begin[i + 1]; b += kLookupBatch) {
       const size_t n = std::min<size_t>(kLookupBatch, begin[i + 1] - b);
       for (size_t j = 0; j < n; ++j) batch_keys[j] = keys[order[b + j]];
@@ -268,7 +271,8 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
                        slots);
       for (size_t j = 0; j < n; ++j) {
         float* dst = out + static_cast<size_t>(order[b + j]) * dim_;
-        if (slots[j] == kNoRow && store_ != nullptr) {
+        if (slots[j] == kNoRow && store_ != nullptr &&
+            !s.absent.contains(batch_keys[j])) {
           misses.push_back(order[b + j]);
         } else if (slots[j] == kNoRow) {
           InitialRow(batch_keys[j], dst);
@@ -280,7 +284,9 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
   }
   // Outside the stripes' locks: a row that left memory since was written
   // to disk first.
-  if (store_ != nullptr) SparseTableDisk::ReadMisses(*this, keys, misses, out);
+  if (store_ != nullptr) {
+    SparseTableDisk::ReadMisses(*this, keys, misses, out, spills);
+  }
 }
 
 void SparseTable::RemoveRow(Stripe& s, uint64_t key, uint32_t slot) {
@@ -464,6 +470,7 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.sightings.Clear();
   s.changed.clear();
   s.pending_snapshot.reset();
+  s.absent.clear();
 }
 
 void SparseTable::ClearStripes() {

@@ -245,6 +245,11 @@ class SparseTable {
     int64_t spilled ABSL_GUARDED_BY(mu) = 0;
     int64_t loaded ABSL_GUARDED_BY(mu) = 0;
     int64_t disk_errors ABSL_GUARDED_BY(mu) = 0;
+    // The disk tier: keys a pull found neither in memory nor on disk, with
+    // no row of the stripe spilled since, so that the next push does not
+    // look for them on disk again (SparseTableDisk). A spill takes its
+    // keys out; the push's lookup empties it.
+    absl::flat_hash_set<uint64_t> absent ABSL_GUARDED_BY(mu);
     // Bytes of rows, index and accumulators counted in the budget.
     int64_t reserved ABSL_GUARDED_BY(mu) = 0;
     // A streaming save that has not written this stripe yet.
@@ -446,8 +451,18 @@ class SparseTableDisk {
   // Read: the rows of keys[p], for each p in `misses` (keys not in memory),
   // into `out` (initial values for those not on disk, and for all when the
   // disk cannot be read: counted and logged).
+  // `spills[i]`: stripe i's spill count when its misses were found; the
+  // keys found nowhere are noted absent in stripes that have spilled
+  // nothing since.
   static void ReadMisses(const SparseTable& t, absl::Span<const uint64_t> keys,
-                         absl::Span<const uint32_t> misses, float* out);
+                         absl::Span<const uint32_t> misses, float* out,
+                         absl::Span<const int64_t> spills);
+  // Notes `keys` (found nowhere) absent in their stripes, where spills[i]
+  // is still stripe i's spill count.
+  static void NoteAbsent(const SparseTable& t, absl::Span<const uint64_t> keys,
+                         absl::Span<const int64_t> spills);
+  // The most keys a stripe notes absent.
+  static constexpr size_t kMaxAbsent = 8192;
   // SparseNewRows: fate[i] = kLoad, with the row's bytes in rows[i], for the
   // first entry of each key of `fresh` (sorted by key) whose row is on
   // disk. False when the disk cannot be read (counted, logged): then no

@@ -31,8 +31,8 @@ void AppendRowRecord(std::string* out, uint64_t key, int64_t last_step,
 
 void SparseTableDisk::ReadMisses(const SparseTable& t,
                                  absl::Span<const uint64_t> keys,
-                                 absl::Span<const uint32_t> misses,
-                                 float* out) {
+                                 absl::Span<const uint32_t> misses, float* out,
+                                 absl::Span<const int64_t> spills) {
   if (misses.empty()) return;
   std::vector<uint64_t> want(misses.size());
   for (size_t i = 0; i < misses.size(); ++i) want[i] = keys[misses[i]];
@@ -43,15 +43,38 @@ void SparseTableDisk::ReadMisses(const SparseTable& t,
     LOG_EVERY_T(ERROR, 10) << "sparse table: " << st << "; the " << want.size()
                            << " rows of a pull not in memory read as their "
                               "initial values";
-    found.assign(want.size(), false);
+    for (size_t i = 0; i < want.size(); ++i)
+      t.InitialRow(want[i], out + static_cast<size_t>(misses[i]) * t.dim_);
+    return;  // and nothing is noted absent
   }
+  std::vector<uint64_t> nowhere;
   for (size_t i = 0; i < want.size(); ++i) {
     float* dst = out + static_cast<size_t>(misses[i]) * t.dim_;
     if (found[i] && rows[i].size() == static_cast<size_t>(t.row_bytes_)) {
       t.codec_.Decode(rows[i].data() + sizeof(RowHead), t.dim_, dst);
     } else {
       if (found[i]) ++t.read_errors_;
+      if (!found[i]) nowhere.push_back(want[i]);
       t.InitialRow(want[i], dst);
+    }
+  }
+  NoteAbsent(t, nowhere, spills);
+}
+
+void SparseTableDisk::NoteAbsent(const SparseTable& t,
+                                 absl::Span<const uint64_t> keys,
+                                 absl::Span<const int64_t> spills) {
+  std::vector<uint32_t> order, begin;
+  t.GroupByStripe(keys, &order, &begin);
+  for (size_t i = 0; i < t.stripes_.size(); ++i) {
+    if (begin[i] == begin[i + 1]) continue;
+    SparseTable::Stripe& s = t.stripes_[i];
+    absl::MutexLock l(&s.mu);
+    // A row spilled since the read may be one of these keys.
+    if (s.spilled != spills[i]) continue;
+    for (uint32_t p = begin[i]; p < begin[i + 1]; ++p) {
+      if (s.absent.size() >= kMaxAbsent) break;
+      s.absent.insert(keys[order[p]]);
     }
   }
 }
@@ -64,9 +87,11 @@ bool SparseTableDisk::Find(SparseTable& t, SparseTable::Stripe& s,
   std::vector<size_t> first;
   for (size_t i = 0; i < fresh.size(); ++i) {
     if (i > 0 && fresh[i].key == fresh[i - 1].key) continue;
+    if (s.absent.contains(fresh[i].key)) continue;  // a pull looked already
     keys.push_back(fresh[i].key);
     first.push_back(i);
   }
+  s.absent.clear();
   std::vector<std::string> values;
   std::vector<bool> found;
   if (absl::Status st = t.store_->MultiGet(keys, &values, &found); !st.ok()) {
@@ -145,7 +170,11 @@ bool SparseTableDisk::Spill(SparseTable& t, SparseTable::Stripe& s,
                               "refused until the disk takes writes again";
     return false;
   }
-  for (uint32_t slot : slots) s.rows.Remove(s.rows.Head(slot)->key, slot);
+  for (uint32_t slot : slots) {
+    const uint64_t key = s.rows.Head(slot)->key;
+    s.absent.erase(key);
+    s.rows.Remove(key, slot);
+  }
   s.spilled += static_cast<int64_t>(slots.size());
   return true;
 }
@@ -298,6 +327,7 @@ absl::Status SparseTableDisk::RestoreRow(SparseTable& t, uint64_t key,
     // A copy in memory (a delta over a live table) gives way.
     SparseTable::Stripe& s = t.StripeOf(key);
     absl::MutexLock l(&s.mu);
+    s.absent.erase(key);
     if (const uint32_t slot = s.rows.Find(key); slot != SparseTable::kNoRow) {
       s.rows.Remove(key, slot);
     }

@@ -10,7 +10,6 @@
 
 namespace shardps {
 
-
 void SparseNewRows::Add(SparseTable& t, SparseTable::Stripe& s,
                         std::vector<SparseTable::NewKey>* fresh,
                         SparseTable::ApplyContext* c) {
