@@ -139,12 +139,12 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
   // The info LOG in the directory, kept small.
   o.max_log_file_size = 1 << 20;
   o.keep_log_file_num = 2;
-  // Index and filter blocks in the high-priority half of the cache, so
-  // that rows read once do not push out what every read needs.
+  // The cache is for the index and filter blocks that every read needs:
+  // rows are read once and move to memory (reads do not fill the cache).
   rocksdb::LRUCacheOptions co;
   co.capacity =
       static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1));
-  co.high_pri_pool_ratio = 0.5;
+  co.high_pri_pool_ratio = 0.9;
   auto cache = rocksdb::NewLRUCache(co);
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = cache;
@@ -153,7 +153,9 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   // Most keys a push asks for are new: a filter answers them without a
   // read.
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  // (A Ribbon filter: a Bloom filter's 1% false positives in 30% less
+  // memory.)
+  table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10));
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // Whatever a previous pserver left there is not this table's.
   rocksdb::Status s = rocksdb::DestroyDB(options.dir, o);
@@ -201,6 +203,7 @@ absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
   std::vector<rocksdb::PinnableSlice> pinned(n);
   std::vector<rocksdb::Status> statuses(n);
   rocksdb::ReadOptions ro;
+  ro.fill_cache = false;  // a row read moves to memory
   if (snapshot != nullptr) ro.snapshot = snapshot->get();
   db_->MultiGet(ro, db_->DefaultColumnFamily(), n, slices.data(), pinned.data(),
                 statuses.data());
