@@ -19,7 +19,10 @@ constexpr size_t kWidth = 78;
 bool IsLibraryFlag(const gflags::CommandLineFlagInfo& f) {
   return absl::StrContains(f.filename, "gflags") ||
          absl::StartsWith(f.filename, "./src/") ||
-         absl::StrContains(f.filename, "glog");
+         absl::StrContains(f.filename, "glog") ||
+         // Debian's librocksdb.so holds its tools' flags (trace_analyzer,
+         // block_cache_analyzer): none is ours.
+         absl::StartsWith(f.filename, "./tools/");
 }
 
 // `text` as lines of at most kWidth columns, each starting with `indent`.

@@ -55,6 +55,55 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what,
   return absl::UnavailableError(message);
 }
 
+// RocksDB's options for a store of rows, and its block cache.
+rocksdb::Options RocksOptions(const RowStore::Options& options,
+                              std::shared_ptr<rocksdb::Cache>* cache_out) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.error_if_exists = true;
+  o.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
+  o.max_write_buffer_number = 2;
+  o.max_background_jobs = 2;
+  o.compression = rocksdb::kNoCompression;  // floats hardly compress
+  o.avoid_flush_during_shutdown = true;     // the directory goes next
+  o.max_open_files = -1;                    // no table cache churn
+  // Levels sized from the last one up, and a first level of a few
+  // memtables: a table of rows is rewritten a few times, not each time
+  // the first level fills.
+  o.level_compaction_dynamic_level_bytes = true;
+  o.max_bytes_for_level_base = 4 * o.write_buffer_size;
+  o.target_file_size_base = o.write_buffer_size;
+  o.level0_file_num_compaction_trigger = 8;
+  // Rows read straight from the files' pages, without a copy.
+  o.allow_mmap_reads = true;
+  // A filter on the memtables too: most keys asked for are not there.
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.05;
+  // The info LOG in the directory, kept small.
+  o.max_log_file_size = 1 << 20;
+  o.keep_log_file_num = 2;
+  // The cache is for the index and filter blocks that every read needs:
+  // rows are read once and move to memory (reads do not fill the cache).
+  rocksdb::LRUCacheOptions co;
+  co.capacity =
+      static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1));
+  co.high_pri_pool_ratio = 0.9;
+  auto cache = rocksdb::NewLRUCache(co);
+  *cache_out = cache;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  table.cache_index_and_filter_blocks = true;  // within the cache's bytes
+  table.cache_index_and_filter_blocks_with_high_priority = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  // Most keys a push asks for are new: a filter answers them without a
+  // read.
+  // (A Ribbon filter: a Bloom filter's 1% false positives in 30% less
+  // memory.)
+  table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10));
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return o;
+}
+
 }  // namespace
 
 class RowStore::Snapshot {
@@ -115,48 +164,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
                                                options.dir, ": ", ec.message(),
                                                " (--sparse_store_dir)"));
   }
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  o.error_if_exists = true;
-  o.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
-  o.max_write_buffer_number = 2;
-  o.max_background_jobs = 2;
-  o.compression = rocksdb::kNoCompression;  // floats hardly compress
-  o.avoid_flush_during_shutdown = true;     // the directory goes next
-  o.max_open_files = -1;                    // no table cache churn
-  // Levels sized from the last one up, and a first level of a few
-  // memtables: a table of rows is rewritten a few times, not each time
-  // the first level fills.
-  o.level_compaction_dynamic_level_bytes = true;
-  o.max_bytes_for_level_base = 4 * o.write_buffer_size;
-  o.target_file_size_base = o.write_buffer_size;
-  o.level0_file_num_compaction_trigger = 8;
-  // Rows read straight from the files' pages, without a copy.
-  o.allow_mmap_reads = true;
-  // A filter on the memtables too: most keys asked for are not there.
-  o.memtable_whole_key_filtering = true;
-  o.memtable_prefix_bloom_size_ratio = 0.05;
-  // The info LOG in the directory, kept small.
-  o.max_log_file_size = 1 << 20;
-  o.keep_log_file_num = 2;
-  // The cache is for the index and filter blocks that every read needs:
-  // rows are read once and move to memory (reads do not fill the cache).
-  rocksdb::LRUCacheOptions co;
-  co.capacity =
-      static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1));
-  co.high_pri_pool_ratio = 0.9;
-  auto cache = rocksdb::NewLRUCache(co);
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = cache;
-  table.cache_index_and_filter_blocks = true;  // within the cache's bytes
-  table.cache_index_and_filter_blocks_with_high_priority = true;
-  table.pin_l0_filter_and_index_blocks_in_cache = true;
-  // Most keys a push asks for are new: a filter answers them without a
-  // read.
-  // (A Ribbon filter: a Bloom filter's 1% false positives in 30% less
-  // memory.)
-  table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10));
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  std::shared_ptr<rocksdb::Cache> cache;
+  const rocksdb::Options o = RocksOptions(options, &cache);
   // Whatever a previous pserver left there is not this table's.
   rocksdb::Status s = rocksdb::DestroyDB(options.dir, o);
   if (!s.ok()) return FromRocks(s, "emptying the directory", options.dir);
