@@ -1,15 +1,12 @@
 #include "pserver/store/disk/row_store.h"
 
-#include <sys/mount.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/small_disk.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
@@ -146,34 +143,9 @@ TEST(RowStoreTest, UnwritableDirectoryIsNamed) {
       << store.status();
 }
 
-// A tmpfs of `bytes` at a new directory, unmounted by the destructor. Needs
-// CAP_SYS_ADMIN (CI runs the suite as root).
-class SmallDisk {
- public:
-  SmallDisk(const std::string& dir, int64_t bytes) : dir_(dir) {
-    std::filesystem::create_directories(dir);
-    const std::string opts = absl::StrCat("size=", bytes);
-    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
-      ADD_FAILURE() << "mounting a tmpfs at " << dir
-                    << " failed: " << std::strerror(errno)
-                    << " (the full-disk test needs root)";
-      return;
-    }
-    mounted_ = true;
-  }
-  ~SmallDisk() {
-    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-
- private:
-  std::string dir_;
-  bool mounted_ = false;
-};
-
 TEST(RowStoreTest, FullDiskIsResourceExhaustedAndKeepsWhatWasWritten) {
   testing::ScopedTempDir tmp("row_store");
-  SmallDisk disk(tmp.Path("disk"), 3 << 20);
+  testing::SmallDisk disk(tmp.Path("disk"), 3 << 20);
   ASSERT_TRUE(disk.mounted());
   auto store = OpenIn(tmp.Path("disk/t"));
   ASSERT_NE(store, nullptr);

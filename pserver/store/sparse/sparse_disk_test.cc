@@ -4,21 +4,16 @@
 // unlimited memory; checkpoints, streaming saves and deltas hold the rows
 // of both; a full disk refuses new rows with a clear error and keeps what
 // it was given.
-#include <sys/mount.h>
-
 #include <atomic>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/testing/small_disk.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "pserver/store/sparse/disk_tier_plan.h"
@@ -289,32 +284,9 @@ INSTANTIATE_TEST_SUITE_P(Storages, SparseDiskTest,
                          ::testing::Values(SparseTableOptions::FLOAT32,
                                            SparseTableOptions::BF16));
 
-// A tmpfs of `bytes` at `dir`, unmounted by the destructor (CI runs the
-// suite as root).
-class SmallDisk {
- public:
-  SmallDisk(const std::string& dir, int64_t bytes) : dir_(dir) {
-    std::filesystem::create_directories(dir);
-    const std::string opts = absl::StrCat("size=", bytes);
-    mounted_ = mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) == 0;
-    if (!mounted_) {
-      ADD_FAILURE() << "mounting a tmpfs at " << dir << ": "
-                    << std::strerror(errno) << " (the test needs root)";
-    }
-  }
-  ~SmallDisk() {
-    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-
- private:
-  std::string dir_;
-  bool mounted_ = false;
-};
-
 TEST(SparseDiskFullTest, RefusesNewRowsAndKeepsEveryAcceptedUpdate) {
   testing::ScopedTempDir tmp("sparse_disk");
-  SmallDisk small(tmp.Path("disk"), 2 << 20);
+  testing::SmallDisk small(tmp.Path("disk"), 2 << 20);
   ASSERT_TRUE(small.mounted());
   auto opt = MakeAdam();
   auto disk = DiskTable(SparseTableOptions::FLOAT32, opt.get(),
