@@ -51,6 +51,8 @@ class EvictionPolicy {
   bool uses_clock() const {
     return policy_ == EvictionOptions::TTL || ttl_seconds_ > 0;
   }
+  // Whether Score looks at a row's value (L2_NORM): else it may be null.
+  bool scores_value() const { return policy_ == EvictionOptions::L2_NORM; }
   // The smallest step TTL in force (0: none).
   int64_t ttl_steps() const { return ttl_steps_; }
 

@@ -39,13 +39,14 @@ int64_t SparseTableEviction::EvictLowest(SparseTable& t, SparseTable::Stripe& s,
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(s.rows.size());
   std::vector<float> value(t.dim_);
+  const bool by_value = t.policy_.scores_value();  // else no row is decoded
   s.rows.ForEach([&](uint32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const RowUse use = t.UseOf(s, slot);
     if (use.last_step == c->step) return;  // updated in this step: kept
-    candidates.push_back(
-        {t.policy_.Score(use, s.rows.Floats(slot, t.dim_, value.data()), t.dim_,
-                         c->step),
-         s.rows.Head(slot)->key, slot});
+    const float* v =
+        by_value ? s.rows.Floats(slot, t.dim_, value.data()) : nullptr;
+    candidates.push_back({t.policy_.Score(use, v, t.dim_, c->step),
+                          s.rows.Head(slot)->key, slot});
   });
   const size_t n = std::min(candidates.size(), static_cast<size_t>(count));
   EvictionPolicy::SelectLowest(&candidates, n);
