@@ -4,6 +4,7 @@
 // unlimited memory; checkpoints, streaming saves and deltas hold the rows
 // of both; a full disk refuses new rows with a clear error and keeps what
 // it was given.
+
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -130,7 +131,7 @@ TEST_P(SparseDiskTest, PullsWhileRowsMoveChangeNothing) {
   auto disk = DiskTable(GetParam(), opt.get(), tmp.Path("t"), 300);
   std::atomic<bool> done{false};
   // Pulls of new keys, kept rows and rows on disk, while pushes create,
-  // spill and read back rows: what a pull finds (or notes absent) must
+  // spill and read back rows: what a pull reads and keeps for the push must
   // never hide a row from a later push.
   std::thread puller([&] {
     std::mt19937_64 rng(99);
@@ -278,6 +279,46 @@ TEST_P(SparseDiskTest, StreamingSavesAndDeltasArePointInTime) {
   ASSERT_TRUE(chain->Deserialize(header + whole.blob()).ok());
   ASSERT_TRUE(SparseDeltas::Apply(chain.get(), delta_blob).ok());
   EXPECT_EQ(ReadAll(*chain, keys), ReadAll(want, keys));
+}
+
+// What a pull found on disk is kept for the push; a delta applied in
+// between (rows restored, rows removed) voids it, so the pushes after
+// train what the delta left, exactly as a memory table does.
+TEST_P(SparseDiskTest, ADeltaAfterAPullVoidsWhatThePullFound) {
+  testing::ScopedTempDir tmp("sparse_disk");
+  auto opt = MakeAdam();
+  // The source evicts (its delta then removes keys).
+  SparseTableOptions small = Options(GetParam(), false);
+  small.mutable_eviction()->set_policy(EvictionOptions::LFU);
+  SparseTable source(small, opt.get(), 8, nullptr, int64_t{400} * 136);
+  source.TrackChanges(true);
+  std::vector<uint64_t> keys;
+  Train({&source}, 1, 10, 41, &keys);
+  const std::string header = source.SaveHeader();
+  StringSink whole;
+  source.MarkForSave(&whole, 0);
+  source.SaveRemaining();
+  Train({&source}, 11, 10, 42, &keys);
+  const std::string delta_header = SparseDeltas::Header(source);
+  StringSink delta;
+  source.MarkForSave(&delta, 0, /*delta=*/true);
+  source.SaveRemaining();
+  ASSERT_TRUE(whole.failed().ok() && delta.failed().ok());
+  const std::string delta_blob = delta_header + delta.blob();
+  ASSERT_GT(source.counters().evicted, 0);  // so the delta removes rows
+  SparseTable memory(Options(GetParam(), false), opt.get(), 8);
+  auto disk = DiskTable(GetParam(), opt.get(), tmp.Path("d"), 400);
+  for (SparseTable* t : {&memory, disk.get()}) {
+    ASSERT_TRUE(t->Deserialize(header + whole.blob()).ok());
+  }
+  ReadAll(*disk, keys);  // pulls: rows on disk found, and keys nowhere
+  for (SparseTable* t : {&memory, disk.get()}) {
+    ASSERT_TRUE(SparseDeltas::Apply(t, delta_blob).ok());
+  }
+  EXPECT_EQ(ReadAll(*disk, keys), ReadAll(memory, keys));
+  Train({&memory, disk.get()}, 21, 6, 43, &keys);
+  EXPECT_EQ(ReadAll(*disk, keys), ReadAll(memory, keys));
+  EXPECT_GT(disk->counters().loaded_rows, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, SparseDiskTest,

@@ -271,13 +271,17 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, float* out) const {
                        slots);
       for (size_t j = 0; j < n; ++j) {
         float* dst = out + static_cast<size_t>(order[b + j]) * dim_;
-        if (slots[j] == kNoRow && store_ != nullptr &&
-            !s.absent.contains(batch_keys[j])) {
-          misses.push_back(order[b + j]);
-        } else if (slots[j] == kNoRow) {
-          InitialRow(batch_keys[j], dst);
-        } else {
+        if (slots[j] != kNoRow) {
           codec_.Decode(s.rows.Payload(slots[j]), dim_, dst);
+          continue;
+        }
+        auto it = s.looked.find(batch_keys[j]);  // empty without a disk tier
+        if (store_ != nullptr && it == s.looked.end()) {
+          misses.push_back(order[b + j]);
+        } else if (it != s.looked.end() && !it->second.empty()) {
+          codec_.Decode(it->second.data() + sizeof(RowHead), dim_, dst);
+        } else {
+          InitialRow(batch_keys[j], dst);
         }
       }
     }
@@ -470,7 +474,8 @@ void SparseTable::ClearStripe(Stripe& s) {
   s.sightings.Clear();
   s.changed.clear();
   s.pending_snapshot.reset();
-  s.absent.clear();
+  s.looked.clear();
+  s.looked_bytes = 0;
 }
 
 void SparseTable::ClearStripes() {

@@ -245,11 +245,13 @@ class SparseTable {
     int64_t spilled ABSL_GUARDED_BY(mu) = 0;
     int64_t loaded ABSL_GUARDED_BY(mu) = 0;
     int64_t disk_errors ABSL_GUARDED_BY(mu) = 0;
-    // The disk tier: keys a pull found neither in memory nor on disk, with
-    // no row of the stripe spilled since, so that the next push does not
-    // look for them on disk again (SparseTableDisk). A spill takes its
-    // keys out; the push's lookup empties it.
-    absl::flat_hash_set<uint64_t> absent ABSL_GUARDED_BY(mu);
+    // The disk tier: keys a pull looked for on disk, with no row of the
+    // stripe spilled since, to the bytes of their rows found there (empty:
+    // found nowhere), so that the next push does not read them again
+    // (SparseTableDisk). A spill, a restore or a drop takes its keys out;
+    // the push's lookup empties it. looked_bytes: the rows' bytes.
+    absl::flat_hash_map<uint64_t, std::string> looked ABSL_GUARDED_BY(mu);
+    int64_t looked_bytes ABSL_GUARDED_BY(mu) = 0;
     // Bytes of rows, index and accumulators counted in the budget.
     int64_t reserved ABSL_GUARDED_BY(mu) = 0;
     // A streaming save that has not written this stripe yet.
@@ -452,17 +454,24 @@ class SparseTableDisk {
   // into `out` (initial values for those not on disk, and for all when the
   // disk cannot be read: counted and logged).
   // `spills[i]`: stripe i's spill count when its misses were found; the
-  // keys found nowhere are noted absent in stripes that have spilled
-  // nothing since.
+  // keys and what the disk held for them are noted (Stripe::looked) in
+  // stripes that have spilled nothing since.
   static void ReadMisses(const SparseTable& t, absl::Span<const uint64_t> keys,
                          absl::Span<const uint32_t> misses, float* out,
                          absl::Span<const int64_t> spills);
-  // Notes `keys` (found nowhere) absent in their stripes, where spills[i]
-  // is still stripe i's spill count.
-  static void NoteAbsent(const SparseTable& t, absl::Span<const uint64_t> keys,
+  // Notes keys[i] with rows[i] (empty: not on disk) in their stripes'
+  // `looked`, where spills[j] is still stripe j's spill count.
+  static void NoteLooked(const SparseTable& t, absl::Span<const uint64_t> keys,
+                         std::vector<std::string>* rows,
                          absl::Span<const int64_t> spills);
-  // The most keys a stripe notes absent.
-  static constexpr size_t kMaxAbsent = 8192;
+  // Takes `key` out of its stripe's `looked`.
+  static void Unlook(SparseTable::Stripe& s, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // The most keys a stripe notes, and the most bytes of rows: a sixteenth
+  // of its rows' (the room eviction leaves), at least kMinLookedBytes.
+  static constexpr size_t kMaxLooked = 8192;
+  static constexpr int64_t kMinLookedBytes = 16 << 10;
+  static int64_t MaxLookedBytes(const SparseTable& t);
   // SparseNewRows: fate[i] = kLoad, with the row's bytes in rows[i], for the
   // first entry of each key of `fresh` (sorted by key) whose row is on
   // disk. False when the disk cannot be read (counted, logged): then no

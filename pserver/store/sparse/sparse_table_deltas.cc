@@ -135,8 +135,9 @@ absl::Status SparseDeltas::DropRow(SparseTable& t, SparseTable::Stripe& s,
                                    uint64_t key) {
   const uint32_t slot = s.rows.Find(key);
   if (slot != SparseTable::kNoRow) s.rows.Remove(key, slot);
-  return t.store_ != nullptr ? SparseTableDisk::DropRow(t, key)
-                             : absl::OkStatus();
+  if (t.store_ == nullptr) return absl::OkStatus();
+  SparseTableDisk::Unlook(s, key);  // what a pull found is gone
+  return SparseTableDisk::DropRow(t, key);
 }
 
 absl::Status SparseDeltas::Apply(SparseTable* t, absl::string_view blob,

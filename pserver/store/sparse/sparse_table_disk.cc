@@ -47,36 +47,56 @@ void SparseTableDisk::ReadMisses(const SparseTable& t,
       t.InitialRow(want[i], out + static_cast<size_t>(misses[i]) * t.dim_);
     return;  // and nothing is noted absent
   }
-  std::vector<uint64_t> nowhere;
   for (size_t i = 0; i < want.size(); ++i) {
     float* dst = out + static_cast<size_t>(misses[i]) * t.dim_;
     if (found[i] && rows[i].size() == static_cast<size_t>(t.row_bytes_)) {
       t.codec_.Decode(rows[i].data() + sizeof(RowHead), t.dim_, dst);
     } else {
       if (found[i]) ++t.read_errors_;
-      if (!found[i]) nowhere.push_back(want[i]);
+      rows[i].clear();  // noted as not on disk: the push makes a new row
       t.InitialRow(want[i], dst);
     }
   }
-  NoteAbsent(t, nowhere, spills);
+  NoteLooked(t, want, &rows, spills);
 }
 
-void SparseTableDisk::NoteAbsent(const SparseTable& t,
+int64_t SparseTableDisk::MaxLookedBytes(const SparseTable& t) {
+  if (t.max_rows_per_stripe_ <= 0) return 1 << 20;
+  return std::max<int64_t>(kMinLookedBytes,
+                           t.max_rows_per_stripe_ * t.row_bytes_ / 16);
+}
+
+void SparseTableDisk::NoteLooked(const SparseTable& t,
                                  absl::Span<const uint64_t> keys,
+                                 std::vector<std::string>* rows,
                                  absl::Span<const int64_t> spills) {
+  const int64_t max_bytes = MaxLookedBytes(t);
   std::vector<uint32_t> order, begin;
   t.GroupByStripe(keys, &order, &begin);
   for (size_t i = 0; i < t.stripes_.size(); ++i) {
     if (begin[i] == begin[i + 1]) continue;
     SparseTable::Stripe& s = t.stripes_[i];
     absl::MutexLock l(&s.mu);
-    // A row spilled since the read may be one of these keys.
+    // A row spilled since the read may be one of these keys, and newer.
     if (s.spilled != spills[i]) continue;
     for (uint32_t p = begin[i]; p < begin[i + 1]; ++p) {
-      if (s.absent.size() >= kMaxAbsent) break;
-      s.absent.insert(keys[order[p]]);
+      std::string& row = (*rows)[order[p]];
+      const int64_t bytes = static_cast<int64_t>(row.size());
+      if (s.looked.size() >= kMaxLooked) break;
+      if (s.looked_bytes + bytes > max_bytes) continue;
+      auto [it, added] = s.looked.try_emplace(keys[order[p]]);
+      if (!added) continue;  // a key asked for twice
+      it->second = std::move(row);
+      s.looked_bytes += bytes;
     }
   }
+}
+
+void SparseTableDisk::Unlook(SparseTable::Stripe& s, uint64_t key) {
+  auto it = s.looked.find(key);
+  if (it == s.looked.end()) return;
+  s.looked_bytes -= static_cast<int64_t>(it->second.size());
+  s.looked.erase(it);
 }
 
 bool SparseTableDisk::Find(SparseTable& t, SparseTable::Stripe& s,
@@ -85,13 +105,22 @@ bool SparseTableDisk::Find(SparseTable& t, SparseTable::Stripe& s,
                            std::vector<std::string>* rows) {
   std::vector<uint64_t> keys;
   std::vector<size_t> first;
+  rows->resize(fresh.size());
   for (size_t i = 0; i < fresh.size(); ++i) {
     if (i > 0 && fresh[i].key == fresh[i - 1].key) continue;
-    if (s.absent.contains(fresh[i].key)) continue;  // a pull looked already
+    if (auto it = s.looked.find(fresh[i].key); it != s.looked.end()) {
+      // A pull read it already: on disk (its bytes) or not (empty).
+      if (!it->second.empty()) {
+        (*fate)[i] = SparseTable::kLoad;
+        (*rows)[i] = std::move(it->second);
+      }
+      continue;
+    }
     keys.push_back(fresh[i].key);
     first.push_back(i);
   }
-  s.absent.clear();
+  s.looked.clear();
+  s.looked_bytes = 0;
   std::vector<std::string> values;
   std::vector<bool> found;
   if (absl::Status st = t.store_->MultiGet(keys, &values, &found); !st.ok()) {
@@ -102,7 +131,6 @@ bool SparseTableDisk::Find(SparseTable& t, SparseTable::Stripe& s,
            "disk errors) until the disk reads again";
     return false;
   }
-  rows->resize(fresh.size());
   for (size_t j = 0; j < keys.size(); ++j) {
     if (!found[j]) continue;
     (*fate)[first[j]] = SparseTable::kLoad;
@@ -172,7 +200,7 @@ bool SparseTableDisk::Spill(SparseTable& t, SparseTable::Stripe& s,
   }
   for (uint32_t slot : slots) {
     const uint64_t key = s.rows.Head(slot)->key;
-    s.absent.erase(key);
+    Unlook(s, key);
     s.rows.Remove(key, slot);
   }
   s.spilled += static_cast<int64_t>(slots.size());
@@ -327,7 +355,7 @@ absl::Status SparseTableDisk::RestoreRow(SparseTable& t, uint64_t key,
     // A copy in memory (a delta over a live table) gives way.
     SparseTable::Stripe& s = t.StripeOf(key);
     absl::MutexLock l(&s.mu);
-    s.absent.erase(key);
+    Unlook(s, key);
     if (const uint32_t slot = s.rows.Find(key); slot != SparseTable::kNoRow) {
       s.rows.Remove(key, slot);
     }
