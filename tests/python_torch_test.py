@@ -21,6 +21,7 @@ starts itself again there when the interpreter that ran it has no torch):
 """
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -233,6 +234,80 @@ class PythonTorchTest(testlib.ProcessTestCase):
         self.assertLess(rows, 0.02)
         self.assertGreater(rows, 1e-6)  # they are rounded
         self.assertLess(loss, 0.01)
+
+    def test_disk_tier_trains_as_memory_does(self):
+        """A ShardedEmbeddingBag(disk=4) on a pserver with
+        --sparse_store_dir, whose 5,700 rows of 64 floats need three times
+        what its 4 MiB cache holds (1 MiB of it for rows), trains to exactly the rows of the same
+        table on a pserver without a limit, with rows written to disk and
+        read back; bad disk and eviction arguments raise, naming them."""
+        store = os.path.join(self.tmp, "rows")
+        disk_ps, disk_port, _ = self.start_pserver(
+            "disk", extra=["--sparse_store_dir=" + store,
+                           "--max_memory_mb=16"])
+        _, mem_port, _ = self.start_pserver("mem")
+        g = torch.Generator().manual_seed(5)
+        vocab = torch.randint(-2**62, 2**62, (12000,), generator=g)
+        twins = []
+        for port, disk in ((disk_port, 4), (mem_port, None)):
+            job = self.job(port)
+            emb = shardps.torch.ShardedEmbeddingBag(
+                job, "emb", 64, shardps.optim.Adagrad(lr=0.1),
+                init=("uniform", 0.5), disk=disk)
+            head = torch.nn.Linear(64, 1)
+            torch.nn.init.constant_(head.weight, 0.1)
+            torch.nn.init.constant_(head.bias, 0.0)
+            opt = shardps.torch.DistributedOptimizer(
+                head, job, shardps.optim.SGD(lr=0.05))
+            twins.append((job, emb, head, opt))
+        for step in range(12):
+            bags = vocab[torch.randint(0, len(vocab), (100, 5),
+                                       generator=g)]
+            target = torch.randn(100, 1, generator=g)
+            for job, emb, head, opt in twins:
+                loss = ((head(emb(bags)) - target) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step(loss=loss)
+        disk_rows, mem_rows = (embedding_rows(t[1], "bag", vocab, 64)
+                               for t in twins)
+        differ = (disk_rows != mem_rows).any(dim=1)
+        self.assertFalse(differ.any(), "%d rows differ, by up to %g:\n%s" % (
+            differ.sum().item(), (disk_rows - mem_rows).abs().max().item(),
+            self.text("disk")[-3000:]))
+        for t in twins:
+            t[0].finish()
+        disk_ps.terminate()  # it logs its tables' counters as it stops
+        self.assertEqual(disk_ps.wait(60), 0)
+        line = wait_for(lambda: re.search(
+            r"(\d+) on disk \((\d+) written there, (\d+) read back, 0 disk",
+            self.text("disk")), 30)
+        self.assertTrue(line, self.text("disk")[-3000:])
+        on_disk, written, read = (int(x) for x in line.groups())
+        sys.stderr.write("[%d rows on disk, %d written, %d read] " %
+                         (on_disk, written, read))
+        self.assertGreater(on_disk, 2000)
+        self.assertGreater(read, 0)
+        self.check_bad_disk_arguments(mem_port)
+
+    def check_bad_disk_arguments(self, port):
+        job = self.job(port, job_id="bad")
+        adagrad = shardps.optim.Adagrad(lr=0.1)
+        for kwargs, message in (
+                (dict(disk=2), "disk must be None, True or the memory "
+                 "cache's MiB \\(at least 4\\), got 2"),
+                (dict(disk="yes"), "disk must be .*got 'yes'"),
+                (dict(eviction="ttl"), "eviction must be None, 'lru' or "
+                 "'lfu', got 'ttl'")):
+            with self.assertRaisesRegex(shardps.InvalidArgumentError,
+                                        message):
+                shardps.torch.ShardedEmbedding(job, "emb", 4, adagrad,
+                                               **kwargs)
+        shardps.torch.ShardedEmbedding(job, "emb", 4, adagrad, disk=True)
+        with self.assertRaisesRegex(shardps.FailedPreconditionError,
+                                    "--sparse_store_dir"):
+            shardps.torch.DistributedOptimizer(torch.nn.Linear(4, 1), job,
+                                               shardps.optim.SGD(lr=0.1))
 
     def test_embedding_equals_torch(self):
         _, port, _ = self.start_pserver("ps")

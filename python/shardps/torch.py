@@ -296,10 +296,15 @@ _MEANS = {"step_trainers": "STEP_TRAINERS", "key_pushers": "KEY_PUSHERS"}
 _STORAGES = {"float32": "FLOAT32", "bf16": "BF16", "fp16": "FP16"}
 
 
-def _sparse_text(dim, init, seed, admit_after, evict_after_steps,
-                 gradient_mean, storage):
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        _bad("dim must be a positive integer, got %r" % (dim,))
+_EVICTIONS = {"lru": "LRU", "lfu": "LFU"}
+
+
+def _check_count(name, v):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        _bad("%s must be an integer >= 0, got %r" % (name, v))
+
+
+def _init_text(init, seed):
     if isinstance(init, str):
         init = (init, 0.0)
     if (not isinstance(init, (tuple, list)) or len(init) != 2 or
@@ -310,22 +315,50 @@ def _sparse_text(dim, init, seed, admit_after, evict_after_steps,
     if not math.isfinite(scale) or (init[0] == "uniform" and scale <= 0):
         _bad("init scale must be finite (and positive for uniform), got %r" %
              (init[1],))
-    for name, v in (("admit_after", admit_after),
-                    ("evict_after_steps", evict_after_steps),
-                    ("seed", seed)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            _bad("%s must be an integer >= 0, got %r" % (name, v))
+    _check_count("seed", seed)
+    return "init { type: %s scale: %r seed: %d }" % (_INIT_TYPES[init[0]],
+                                                     scale, seed)
+
+
+def _memory_text(eviction, disk):
+    """The eviction { } and disk { } of a table: ``eviction`` None or a
+    policy name, ``disk`` None, True (the table's memory share as the
+    cache) or the cache's MiB."""
+    text = ""
+    if eviction is not None:
+        if eviction not in _EVICTIONS:
+            _bad("eviction must be None, 'lru' or 'lfu', got %r" %
+                 (eviction,))
+        text += " eviction { policy: %s }" % _EVICTIONS[eviction]
+    if disk is True:
+        text += " disk { }"
+    elif disk is not None and disk is not False:
+        if isinstance(disk, bool) or not isinstance(disk, int) or disk < 4:
+            _bad("disk must be None, True or the memory cache's MiB (at "
+                 "least 4), got %r" % (disk,))
+        text += " disk { cache_mb: %d }" % disk
+    return text
+
+
+def _sparse_text(dim, init, seed, admit_after=0, evict_after_steps=0,
+                 gradient_mean="step_trainers", storage="float32",
+                 eviction=None, disk=None):
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        _bad("dim must be a positive integer, got %r" % (dim,))
+    init_text = _init_text(init, seed)
+    _check_count("admit_after", admit_after)
+    _check_count("evict_after_steps", evict_after_steps)
     if gradient_mean not in _MEANS:
         _bad("gradient_mean must be 'step_trainers' or 'key_pushers', got "
              "%r" % (gradient_mean,))
     if storage not in _STORAGES:
         _bad("storage must be 'float32', 'bf16' or 'fp16', got %r" %
              (storage,))
-    return ("dim: %d init { type: %s scale: %r seed: %d } admit_after: %d "
-            "evict_after_steps: %d gradient_mean: %s storage_type: %s" % (
-                dim, _INIT_TYPES[init[0]], scale, seed, admit_after,
-                evict_after_steps, _MEANS[gradient_mean],
-                _STORAGES[storage]))
+    return ("dim: %d %s admit_after: %d evict_after_steps: %d "
+            "gradient_mean: %s storage_type: %s%s" % (
+                dim, init_text, admit_after, evict_after_steps,
+                _MEANS[gradient_mean], _STORAGES[storage],
+                _memory_text(eviction, disk)))
 
 
 # The last ids _unique was given and its answer: tables that share ids (an
@@ -368,14 +401,12 @@ class _ShardedRows(torch.nn.Module):
     fetched per batch (or with the previous step's push: prefetch), their
     gradients pushed at the optimizer's step."""
 
-    def __init__(self, job, name, dim, optimizer, init, seed, admit_after,
-                 evict_after_steps, gradient_mean, storage):
+    def __init__(self, job, name, dim, optimizer, init, seed, options):
         super().__init__()
         _optim.check(optimizer)
         self.name = name
         self.dim = dim
-        text = _sparse_text(dim, init, seed, admit_after, evict_after_steps,
-                            gradient_mean, storage)
+        text = _sparse_text(dim, init, seed, **options)
         self._job = job
         self._table = job._add_sparse_table(name, text, optimizer, self)
         # This step's (ids, rows) of each forward with gradients.
@@ -500,15 +531,24 @@ class ShardedEmbeddingBag(_ShardedRows):
     "key_pushers" (the trainers that pushed the id). ``storage``: how the
     pservers hold the rows and their optimizer state: "float32", "bf16"
     (half the bytes, stochastic rounding; docs/sparse_memory.md) or
-    "fp16" (SGD and momentum only)."""
+    "fp16" (SGD and momentum only). ``eviction``: "lru" (the least
+    recently updated) or "lfu" (the least often): which rows go first
+    when the table holds its share of the pservers' --max_memory_mb
+    (None: LRU, or LFU with ``disk``). ``disk``: True, or the MiB of a
+    memory cache, to keep the rows beyond the cache on the pservers'
+    disks (their --sparse_store_dir; docs/sparse_memory.md, "Disk
+    tier")."""
 
     def __init__(self, job, name, dim, optimizer, init=("uniform", 0.05),
                  seed=1, admit_after=0, evict_after_steps=0, mode="mean",
-                 gradient_mean="step_trainers", storage="float32"):
+                 gradient_mean="step_trainers", storage="float32",
+                 eviction=None, disk=None):
         if mode not in ("sum", "mean"):
             _bad("mode must be 'sum' or 'mean', got %r" % (mode,))
-        super().__init__(job, name, dim, optimizer, init, seed, admit_after,
-                         evict_after_steps, gradient_mean, storage)
+        super().__init__(job, name, dim, optimizer, init, seed, dict(
+            admit_after=admit_after, evict_after_steps=evict_after_steps,
+            gradient_mean=gradient_mean, storage=storage, eviction=eviction,
+            disk=disk))
         self.mode = mode
 
     def forward(self, ids, offsets=None, per_sample_weights=None):
@@ -541,9 +581,12 @@ class ShardedEmbedding(_ShardedRows):
 
     def __init__(self, job, name, dim, optimizer, init=("uniform", 0.05),
                  seed=1, admit_after=0, evict_after_steps=0,
-                 gradient_mean="step_trainers", storage="float32"):
-        super().__init__(job, name, dim, optimizer, init, seed, admit_after,
-                         evict_after_steps, gradient_mean, storage)
+                 gradient_mean="step_trainers", storage="float32",
+                 eviction=None, disk=None):
+        super().__init__(job, name, dim, optimizer, init, seed, dict(
+            admit_after=admit_after, evict_after_steps=evict_after_steps,
+            gradient_mean=gradient_mean, storage=storage, eviction=eviction,
+            disk=disk))
 
     def forward(self, ids):
         ids = self._ids(ids)
