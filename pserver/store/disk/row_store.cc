@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
@@ -67,13 +68,16 @@ rocksdb::Options RocksOptions(const RowStore::Options& options,
   o.compression = rocksdb::kNoCompression;  // floats hardly compress
   o.avoid_flush_during_shutdown = true;     // the directory goes next
   o.max_open_files = -1;                    // no table cache churn
-  // Levels sized from the last one up, and a first level of a few
-  // memtables: a table of rows is rewritten a few times, not each time
-  // the first level fills.
-  o.level_compaction_dynamic_level_bytes = true;
-  o.max_bytes_for_level_base = 4 * o.write_buffer_size;
-  o.target_file_size_base = o.write_buffer_size;
-  o.level0_file_num_compaction_trigger = 8;
+  // Universal (tiered) compaction, once 32 sorted runs are there: most
+  // rows are written once and seldom read (a CTR table's long tail), so
+  // fewer rewrites (2.8 times the bytes written instead of leveled
+  // compaction's 7.5) are worth a read's look at more runs' filters
+  // (docs/sparse_memory.md, "The disk tier"). A compaction may need up to
+  // twice the rows' bytes again on disk while it runs.
+  o.compaction_style = rocksdb::kCompactionStyleUniversal;
+  o.level0_file_num_compaction_trigger = 32;
+  o.level0_slowdown_writes_trigger = 52;
+  o.level0_stop_writes_trigger = 72;
   // Rows read straight from the files' pages, without a copy.
   o.allow_mmap_reads = true;
   // A filter on the memtables too: most keys asked for are not there.
@@ -82,8 +86,9 @@ rocksdb::Options RocksOptions(const RowStore::Options& options,
   // The info LOG in the directory, kept small.
   o.max_log_file_size = 1 << 20;
   o.keep_log_file_num = 2;
-  // The cache is for the index and filter blocks that every read needs:
-  // rows are read once and move to memory (reads do not fill the cache).
+  // The cache is for the index and filter blocks that every read needs,
+  // in its high-priority part; the blocks of rows read go through the
+  // rest (a tenth).
   rocksdb::LRUCacheOptions co;
   co.capacity =
       static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 1));
@@ -95,10 +100,9 @@ rocksdb::Options RocksOptions(const RowStore::Options& options,
   table.cache_index_and_filter_blocks = true;  // within the cache's bytes
   table.cache_index_and_filter_blocks_with_high_priority = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
-  // Most keys a push asks for are new: a filter answers them without a
-  // read.
-  // (A Ribbon filter: a Bloom filter's 1% false positives in 30% less
-  // memory.)
+  // Most keys a pull asks for are new: a filter answers them without a
+  // read. (A Ribbon filter: a Bloom filter's 1% false positives in 30%
+  // less memory.)
   table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10));
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return o;
@@ -185,6 +189,12 @@ RowStore::RowStore(std::string dir, std::unique_ptr<rocksdb::DB> db,
       memory_bytes_(memory_bytes) {}
 
 RowStore::~RowStore() {
+  if (VLOG_IS_ON(1)) {  // compactions, stalls, write amplification
+    std::string stats;
+    db_->GetProperty("rocksdb.stats", &stats);
+    LOG(INFO) << "sparse row store " << dir_ << ": RocksDB's figures:\n"
+              << stats;
+  }
   db_->Close().PermitUncheckedError();
   db_.reset();
   std::error_code ec;
@@ -211,8 +221,10 @@ absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
   }
   std::vector<rocksdb::PinnableSlice> pinned(n);
   std::vector<rocksdb::Status> statuses(n);
+  // Reads fill the cache, or a filter block pushed out by others would
+  // be read from its file for every key after (the rows' blocks go in its
+  // low-priority part).
   rocksdb::ReadOptions ro;
-  ro.fill_cache = false;  // a row read moves to memory
   if (snapshot != nullptr) ro.snapshot = snapshot->get();
   db_->MultiGet(ro, db_->DefaultColumnFamily(), n, slices.data(), pinned.data(),
                 statuses.data());
