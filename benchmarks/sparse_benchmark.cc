@@ -266,14 +266,15 @@ std::unique_ptr<SparseTable> TierTable(SparseTableOptions::RowStorage storage,
   int64_t share = 0;
   if (cache_pct > 0) {
     so.mutable_disk();
-    RowStore::Options ro;
-    ro.dir = dir;
-    store = std::move(*RowStore::Open(ro));
     // A row and its share of the index (at most 3/4 full, 8 bytes an entry).
     const int64_t row_bytes =
         RowSlab::RowBytes(kDim + opt->StateFloats(kDim), RowCodec(storage)) +
         16;
     share = rows * cache_pct / 100 * row_bytes;
+    RowStore::Options ro;
+    ro.dir = dir;
+    ro.filter_bytes = std::max<int64_t>(64 << 10, share / 16);  // as planned
+    store = std::move(*RowStore::Open(ro));
   }
   return std::make_unique<SparseTable>(so, opt, SparseTable::kDefaultStripes,
                                        nullptr, share, nullptr,

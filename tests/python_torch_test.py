@@ -237,8 +237,8 @@ class PythonTorchTest(testlib.ProcessTestCase):
 
     def test_disk_tier_trains_as_memory_does(self):
         """A ShardedEmbeddingBag(disk=4) on a pserver with
-        --sparse_store_dir, whose 5,700 rows of 64 floats need three times
-        what its 4 MiB cache holds (1 MiB of it for rows), trains to exactly the rows of the same
+        --sparse_store_dir, whose 5,700 rows of 64 floats need four times
+        what its 4 MiB cache holds (3/4 MiB of it for rows), trains to exactly the rows of the same
         table on a pserver without a limit, with rows written to disk and
         read back; bad disk and eviction arguments raise, naming them."""
         store = os.path.join(self.tmp, "rows")

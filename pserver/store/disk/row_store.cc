@@ -178,15 +178,21 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
   if (!s.ok()) return FromRocks(s, "opening", options.dir);
   return std::unique_ptr<RowStore>(new RowStore(
       options.dir, std::unique_ptr<rocksdb::DB>(db), std::move(cache),
-      2 * options.write_buffer_bytes + options.block_cache_bytes));
+      2 * options.write_buffer_bytes + options.block_cache_bytes,
+      options.filter_bytes));
 }
 
 RowStore::RowStore(std::string dir, std::unique_ptr<rocksdb::DB> db,
-                   std::shared_ptr<rocksdb::Cache> cache, int64_t memory_bytes)
+                   std::shared_ptr<rocksdb::Cache> cache, int64_t memory_bytes,
+                   int64_t filter_bytes)
     : dir_(std::move(dir)),
       cache_(std::move(cache)),
       db_(std::move(db)),
-      memory_bytes_(memory_bytes) {}
+      memory_bytes_(memory_bytes),
+      filter_(filter_bytes > 0 ? std::make_unique<KeyFilter>(filter_bytes)
+                               : nullptr) {
+  if (filter_ != nullptr) memory_bytes_ += filter_->bytes();
+}
 
 RowStore::~RowStore() {
   if (VLOG_IS_ON(1)) {  // compactions, stalls, write amplification
@@ -209,15 +215,21 @@ absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
                                 std::vector<std::string>* values,
                                 std::vector<bool>* found,
                                 const Snapshot* snapshot) const {
-  const size_t n = keys.size();
-  values->resize(n);
-  found->assign(n, false);
+  values->resize(keys.size());
+  found->assign(keys.size(), false);
+  // The keys RocksDB is asked for: at[j] is the place of the j-th.
+  std::vector<size_t> at;
+  at.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (filter_ == nullptr || filter_->MayContain(keys[i])) at.push_back(i);
+  }
+  const size_t n = at.size();
   if (n == 0) return absl::OkStatus();
   std::vector<char> encoded(n * kKeyBytes);
   std::vector<rocksdb::Slice> slices(n);
-  for (size_t i = 0; i < n; ++i) {
-    EncodeKey(keys[i], &encoded[i * kKeyBytes]);
-    slices[i] = rocksdb::Slice(&encoded[i * kKeyBytes], kKeyBytes);
+  for (size_t j = 0; j < n; ++j) {
+    EncodeKey(keys[at[j]], &encoded[j * kKeyBytes]);
+    slices[j] = rocksdb::Slice(&encoded[j * kKeyBytes], kKeyBytes);
   }
   std::vector<rocksdb::PinnableSlice> pinned(n);
   std::vector<rocksdb::Status> statuses(n);
@@ -228,11 +240,11 @@ absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
   if (snapshot != nullptr) ro.snapshot = snapshot->get();
   db_->MultiGet(ro, db_->DefaultColumnFamily(), n, slices.data(), pinned.data(),
                 statuses.data());
-  for (size_t i = 0; i < n; ++i) {
-    if (statuses[i].IsNotFound()) continue;
-    if (!statuses[i].ok()) return FromRocks(statuses[i], "a read", dir_);
-    (*values)[i].assign(pinned[i].data(), pinned[i].size());
-    (*found)[i] = true;
+  for (size_t j = 0; j < n; ++j) {
+    if (statuses[j].IsNotFound()) continue;
+    if (!statuses[j].ok()) return FromRocks(statuses[j], "a read", dir_);
+    (*values)[at[j]].assign(pinned[j].data(), pinned[j].size());
+    (*found)[at[j]] = true;
   }
   return absl::OkStatus();
 }
@@ -248,6 +260,7 @@ void RowStore::Batch::Put(uint64_t key, absl::string_view row) {
             rocksdb::Slice(row.data(), row.size()))
       .PermitUncheckedError();
   ++count_;
+  put_keys_.push_back(key);
 }
 
 void RowStore::Batch::Delete(uint64_t key) {
@@ -259,12 +272,18 @@ void RowStore::Batch::Delete(uint64_t key) {
 
 absl::Status RowStore::Write(Batch& batch) {
   if (batch.count_ == 0) return absl::OkStatus();
+  // In the filter before they can be read (also when the write fails:
+  // a false positive costs a read, a false negative a row).
+  if (filter_ != nullptr) {
+    for (uint64_t key : batch.put_keys_) filter_->Add(key);
+  }
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;  // rebuilt from a checkpoint after a crash
   return FromRocks(db_->Write(wo, batch.batch_.get()), "a write", dir_);
 }
 
 absl::Status RowStore::Clear() {
+  // The filter keeps its keys: a write racing a reset could lose its own.
   // Every key: its first byte is that of a bucket below kBuckets.
   const char hi[1] = {static_cast<char>((kBuckets >> 8) + 1)};
   rocksdb::WriteOptions wo;

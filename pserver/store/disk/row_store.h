@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "pserver/store/disk/key_filter.h"
 
 namespace rocksdb {
 class Cache;
@@ -39,6 +40,9 @@ class RowStore {
     // and the block cache, which holds the index and filter blocks too.
     int64_t write_buffer_bytes = 4 << 20;
     int64_t block_cache_bytes = 8 << 20;
+    // A filter of the keys written (KeyFilter), so that MultiGet answers
+    // most keys never written without RocksDB. 0: none.
+    int64_t filter_bytes = 0;
   };
 
   // This process's directory under `root` (--sparse_store_dir):
@@ -67,7 +71,8 @@ class RowStore {
   std::shared_ptr<const Snapshot> TakeSnapshot() const;
 
   // values[i] = the row of keys[i] and found[i] = true, or found[i] =
-  // false when the store has none. Through `snapshot` when not null.
+  // false when the store has none (without a read when the filter has
+  // never seen the key). Through `snapshot` when not null.
   // An error (an I/O failure, a corrupt block) is returned as RocksDB
   // names it.
   absl::Status MultiGet(absl::Span<const uint64_t> keys,
@@ -88,6 +93,7 @@ class RowStore {
     friend class RowStore;
     std::unique_ptr<rocksdb::WriteBatch> batch_;
     int count_ = 0;
+    std::vector<uint64_t> put_keys_;  // for the filter
   };
   // RESOURCE_EXHAUSTED when the disk is full (RocksDB's message and the
   // directory named), else UNAVAILABLE for other I/O errors; nothing of
@@ -108,12 +114,14 @@ class RowStore {
 
  private:
   RowStore(std::string dir, std::unique_ptr<rocksdb::DB> db,
-           std::shared_ptr<rocksdb::Cache> cache, int64_t memory_bytes);
+           std::shared_ptr<rocksdb::Cache> cache, int64_t memory_bytes,
+           int64_t filter_bytes);
 
   const std::string dir_;
   std::shared_ptr<rocksdb::Cache> cache_;
   std::unique_ptr<rocksdb::DB> db_;
-  const int64_t memory_bytes_;
+  int64_t memory_bytes_;  // the filter's included
+  std::unique_ptr<KeyFilter> filter_;  // null without one
 };
 
 }  // namespace shardps

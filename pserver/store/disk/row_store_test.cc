@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ std::unique_ptr<RowStore> OpenIn(const std::string& dir) {
   o.dir = dir;
   o.write_buffer_bytes = 1 << 20;
   o.block_cache_bytes = 1 << 20;
+  o.filter_bytes = 16 << 10;  // answers for keys never written
   absl::StatusOr<std::unique_ptr<RowStore>> store = RowStore::Open(o);
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? std::move(*store) : nullptr;
@@ -41,6 +43,26 @@ TEST(RowStoreTest, PutsDeletesAndReadsInBatches) {
   EXPECT_EQ(values[0], RowOf(0));
   EXPECT_EQ(values[1], RowOf(7919));
   EXPECT_EQ(values[5], RowOf(7919 * 999));
+}
+
+TEST(KeyFilterTest, NoFalseNegativesAndFewFalsePositives) {
+  for (const auto& [bytes, at_most] :
+       {std::pair<int64_t, double>{128 << 10, 0.02},    // 10.5 bits a key
+        std::pair<int64_t, double>{64 << 10, 0.15}}) {  // 5.2 bits a key
+    KeyFilter f(bytes);
+    for (uint64_t k = 0; k < 100000; ++k) f.Add(k * 0x9E3779B97F4A7C15ULL);
+    int false_positives = 0;
+    for (uint64_t k = 0; k < 100000; ++k) {
+      ASSERT_TRUE(f.MayContain(k * 0x9E3779B97F4A7C15ULL)) << k;
+      false_positives += f.MayContain(k * 0x9E3779B97F4A7C15ULL + 1);
+    }
+    const double rate = false_positives / 100000.0;
+    EXPECT_LT(rate, at_most) << bytes;
+    EXPECT_GT(rate, 0.0) << bytes;  // a filter, not a set
+  }
+  KeyFilter tiny(1);  // one line, which every key fills
+  EXPECT_EQ(tiny.bytes(), KeyFilter::kLineBytes);
+  EXPECT_FALSE(tiny.MayContain(5));
 }
 
 TEST(RowStoreTest, SnapshotsSeeTheStoreAsItWas) {

@@ -52,16 +52,20 @@ absl::StatusOr<DiskTierPlan> PlanDiskTier(const TableSpec& spec, int64_t share,
       std::clamp<int64_t>(plan.cache_bytes / 16, kMiB, 64 * kMiB);
   plan.store.block_cache_bytes =
       std::clamp<int64_t>(plan.cache_bytes / 4, kMiB, 1024 * kMiB);
-  const int64_t rocksdb =
-      2 * plan.store.write_buffer_bytes + plan.store.block_cache_bytes;
+  plan.store.filter_bytes =
+      std::clamp<int64_t>(plan.cache_bytes / 16, 64 << 10, 256 * kMiB);
+  const int64_t rocksdb = 2 * plan.store.write_buffer_bytes +
+                          plan.store.block_cache_bytes +
+                          plan.store.filter_bytes;
   plan.row_share = plan.cache_bytes - rocksdb;
-  if (plan.row_share < kMiB) {
+  if (plan.row_share < kMiB / 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InitJob: sparse table ", spec.name(), ": its disk tier's cache of ",
         plan.cache_bytes / double(kMiB), " MiB (",
         asked > 0 ? "disk.cache_mb" : "its share of --max_memory_mb",
-        ") leaves under 1 MiB for rows once RocksDB has its ", rocksdb / kMiB,
-        " MiB; give it at least 4 MiB"));
+        ") leaves under 512 KiB for rows once RocksDB and the filter of keys "
+        "on disk have their ",
+        rocksdb / double(kMiB), " MiB; give it at least 4 MiB"));
   }
   return plan;
 }

@@ -34,7 +34,9 @@ absl::Status ValidateDiskTier(const TableSpec& spec);
 
 // The plan of a shard of `spec` whose share of the budget is `share` (0:
 // no limit; JobTables::SparseShare) and whose rows go to `dir`.
-// INVALID_ARGUMENT when under 1 MiB would be left for rows.
+// RocksDB takes two memtables of cache/16 (1 to 64 MiB) and a block cache
+// of cache/4 (1 MiB to 1 GiB), the filter of keys on disk cache/16 (64 KiB
+// to 256 MiB). INVALID_ARGUMENT when under 512 KiB would be left for rows.
 absl::StatusOr<DiskTierPlan> PlanDiskTier(const TableSpec& spec, int64_t share,
                                           std::string dir);
 

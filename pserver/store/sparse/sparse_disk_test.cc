@@ -49,6 +49,7 @@ std::unique_ptr<RowStore> OpenStore(const std::string& dir) {
   o.dir = dir;
   o.write_buffer_bytes = 1 << 20;
   o.block_cache_bytes = 1 << 20;
+  o.filter_bytes = 64 << 10;
   absl::StatusOr<std::unique_ptr<RowStore>> store = RowStore::Open(o);
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? std::move(*store) : nullptr;
@@ -378,17 +379,18 @@ TEST(DiskTierPlanTest, SplitsTheCacheAndNamesBadOptions) {
   EXPECT_EQ(plan->cache_bytes, 64 << 20);
   EXPECT_EQ(plan->store.write_buffer_bytes, 4 << 20);
   EXPECT_EQ(plan->store.block_cache_bytes, 16 << 20);
-  EXPECT_EQ(plan->row_share, 40 << 20);
+  EXPECT_EQ(plan->store.filter_bytes, 4 << 20);
+  EXPECT_EQ(plan->row_share, 36 << 20);
   // The share of --max_memory_mb caps cache_mb.
   plan = PlanDiskTier(spec, 32 << 20, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 32 << 20);
-  // Without either: 256 MiB, of which RocksDB takes 3/8.
+  // Without either: 256 MiB, of which RocksDB and the filter take 7/16.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(0);
   plan = PlanDiskTier(spec, 0, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 256 << 20);
-  EXPECT_EQ(plan->row_share, 160 << 20);
+  EXPECT_EQ(plan->row_share, 144 << 20);
   // Too small a cache says how much to give.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(2);
   plan = PlanDiskTier(spec, 0, "/x");
