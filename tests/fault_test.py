@@ -246,11 +246,9 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertIn("restored step", self.log(1))
         self.stop(ps0, ps1)
 
-    def test_sparse_pserver_killed_and_restarted(self):
-        """A sparse CTR model (configs/ctr_lr.pbtxt, rows of a sparse
-        table on the pservers): the restarted pserver restores its rows and
-        their Adagrad state, the job rolls back and ends near the true
-        model's AUC."""
+    def ctr_data(self):
+        """gen_ctr_data's 200,000 training and 20,000 test records in tmp:
+        (train path, test path, its summary with the true model's AUC)."""
         train = os.path.join(self.tmp, "train")
         test = os.path.join(self.tmp, "test")
         r = subprocess.run(
@@ -259,7 +257,31 @@ class FaultTest(testlib.ProcessTestCase):
              "--num_train=200000", "--num_test=20000"],
             stdout=subprocess.PIPE, universal_newlines=True, check=True,
             timeout=120)
-        truth = json.loads(r.stdout.strip().splitlines()[-1])
+        return train, test, json.loads(r.stdout.strip().splitlines()[-1])
+
+    def end_restored_ctr_job(self, trainers, truth, exact_recoveries):
+        """Waits for the CTR job's trainers after pserver 1's restart: each
+        recovered once (at least once unless `exact_recoveries`), and the
+        job ends within 0.07 of the true model's AUC."""
+        for k, t in enumerate(trainers):
+            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
+                             self.trainer_log(k))
+            if exact_recoveries:
+                self.assertEqual(len(self.recoveries(k)), 1)
+            else:
+                self.assertGreaterEqual(len(self.recoveries(k)), 1)
+        ev = final_eval(self.metrics(0), 0)
+        sys.stderr.write("[AUC %.4f after the restart, true model %.4f] " % (
+            ev["test_auc"], truth["true_test_auc"]))
+        self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
+        self.assertRegex(self.log(1), r"restored step [1-9]")
+
+    def test_sparse_pserver_killed_and_restarted(self):
+        """A sparse CTR model (configs/ctr_lr.pbtxt, rows of a sparse
+        table on the pservers): the restarted pserver restores its rows and
+        their Adagrad state, the job rolls back and ends near the true
+        model's AUC."""
+        train, test, truth = self.ctr_data()
         ps0, p0 = self.start_ps(0)
         ps1, p1 = self.start_ps(1)
         args = ["--config=" + os.path.join(testlib.REPO, "configs",
@@ -268,15 +290,7 @@ class FaultTest(testlib.ProcessTestCase):
                 "--checkpoint_every_steps=100"]
         trainers = [self.start_trainer(k, [p0, p1], args) for k in (0, 1)]
         ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1)
-        for k, t in enumerate(trainers):
-            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
-                             self.trainer_log(k))
-            self.assertEqual(len(self.recoveries(k)), 1)
-        ev = final_eval(self.metrics(0), 0)
-        sys.stderr.write("[AUC %.4f after the restart, true model %.4f] " % (
-            ev["test_auc"], truth["true_test_auc"]))
-        self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
-        self.assertRegex(self.log(1), r"restored step [1-9]")
+        self.end_restored_ctr_job(trainers, truth, exact_recoveries=True)
         self.stop(ps0, ps1)
 
     def test_disk_tier_pserver_killed_and_restarted(self):
@@ -287,15 +301,7 @@ class FaultTest(testlib.ProcessTestCase):
         removes what its first life left there, restores its rows from the
         checkpoint onto disk, the job rolls back and ends near the true
         model's AUC."""
-        train = os.path.join(self.tmp, "train")
-        test = os.path.join(self.tmp, "test")
-        r = subprocess.run(
-            [os.path.join(testlib.BIN_DIR, "tools", "gen_ctr_data"),
-             "--train_out=" + train, "--test_out=" + test,
-             "--num_train=200000", "--num_test=20000"],
-            stdout=subprocess.PIPE, universal_newlines=True, check=True,
-            timeout=120)
-        truth = json.loads(r.stdout.strip().splitlines()[-1])
+        train, test, truth = self.ctr_data()
         with open(os.path.join(testlib.REPO, "configs", "ctr_lr.pbtxt")) as f:
             config = f.read().replace(
                 "sparse_input {", "sparse_input {\n  disk { cache_mb: 4 }", 1)
@@ -313,15 +319,7 @@ class FaultTest(testlib.ProcessTestCase):
         self.assertTrue(wait_for(
             lambda: os.path.isdir(os.path.join(store, first)), 30))
         ps1, _, _ = self.kill_ps1_after_checkpoint(ps1, p1, extra=extra)
-        for k, t in enumerate(trainers):
-            self.assertEqual(self.wait_exit(t, 240, "trainer %d" % k), 0,
-                             self.trainer_log(k))
-            self.assertGreaterEqual(len(self.recoveries(k)), 1)
-        ev = final_eval(self.metrics(0), 0)
-        sys.stderr.write("[AUC %.4f after the restart, true model %.4f] " % (
-            ev["test_auc"], truth["true_test_auc"]))
-        self.assertGreaterEqual(ev["test_auc"], truth["true_test_auc"] - 0.07)
-        self.assertRegex(self.log(1), r"restored step [1-9]")
+        self.end_restored_ctr_job(trainers, truth, exact_recoveries=False)
         self.assertIn("removed " + os.path.join(store, first), self.log(1))
         self.assertFalse(os.path.exists(os.path.join(store, first)))
         self.stop(ps0, ps1)
