@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "pserver/store/sparse/disk_tier_plan.h"
 #include "pserver/store/sparse/sparse_table.h"
+#include "pserver/store/sparse/sparse_testing.h"
 
 namespace shardps {
 namespace {
@@ -26,20 +27,14 @@ namespace {
 using Storage = SparseTableOptions::RowStorage;
 constexpr int kDim = 8;
 
+using testing::ReadAll;
+
 std::unique_ptr<Optimizer> MakeAdam() {
-  OptimizerConfig c;
-  c.set_type(OptimizerConfig::ADAM);
-  c.set_learning_rate(0.01f);
-  return std::move(*Optimizer::Create(c, 1));
+  return testing::MakeOptimizer(OptimizerConfig::ADAM, 0.01f);
 }
 
 SparseTableOptions Options(Storage storage, bool disk) {
-  SparseTableOptions o;
-  o.set_dim(kDim);
-  o.mutable_init()->set_type(RowInitializer::UNIFORM);
-  o.mutable_init()->set_scale(0.5f);
-  o.mutable_init()->set_seed(9);
-  o.set_storage_type(storage);
+  SparseTableOptions o = testing::UniformRows(kDim, 0.5f, 9, storage);
   if (disk) o.mutable_disk();
   return o;
 }
@@ -63,13 +58,6 @@ std::unique_ptr<SparseTable> DiskTable(Storage storage, const Optimizer* opt,
   const int64_t share = int64_t{cached} * 136;
   return std::make_unique<SparseTable>(Options(storage, true), opt, stripes,
                                        nullptr, share, nullptr, OpenStore(dir));
-}
-
-std::vector<float> ReadAll(const SparseTable& t,
-                           const std::vector<uint64_t>& keys) {
-  std::vector<float> out(keys.size() * t.dim());
-  t.Read(keys, out.data());
-  return out;
 }
 
 // Keys 1..n drawn log-uniformly (a heavy head, a long tail), distinct

@@ -7,34 +7,19 @@
 
 #include "gtest/gtest.h"
 #include "pserver/store/sparse/sparse_table.h"
+#include "pserver/store/sparse/sparse_testing.h"
 
 namespace shardps {
 namespace {
 
 using Storage = SparseTableOptions::RowStorage;
 
-std::unique_ptr<Optimizer> MakeOptimizer(OptimizerConfig::Type type, float lr) {
-  OptimizerConfig c;
-  c.set_type(type);
-  c.set_learning_rate(lr);
-  return std::move(*Optimizer::Create(c, 1));
-}
+using testing::MakeOptimizer;
+using testing::ReadAll;
+using testing::UniformRows;
 
 SparseTableOptions Options(int dim, Storage storage) {
-  SparseTableOptions o;
-  o.set_dim(dim);
-  o.mutable_init()->set_type(RowInitializer::UNIFORM);
-  o.mutable_init()->set_scale(0.5f);
-  o.mutable_init()->set_seed(5);
-  o.set_storage_type(storage);
-  return o;
-}
-
-std::vector<float> ReadAll(const SparseTable& t,
-                           const std::vector<uint64_t>& keys) {
-  std::vector<float> out(keys.size() * t.dim());
-  t.Read(keys, out.data());
-  return out;
+  return UniformRows(dim, 0.5f, 5, storage);
 }
 
 std::vector<uint64_t> Keys(int n) {

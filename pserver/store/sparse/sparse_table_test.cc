@@ -9,24 +9,17 @@
 
 #include "gtest/gtest.h"
 #include "pserver/store/sparse/sparse_shard.h"
+#include "pserver/store/sparse/sparse_testing.h"
 
 namespace shardps {
 namespace {
 
-std::unique_ptr<Optimizer> MakeOptimizer(OptimizerConfig::Type type, float lr) {
-  OptimizerConfig c;
-  c.set_type(type);
-  c.set_learning_rate(lr);
-  return std::move(*Optimizer::Create(c, 1));
-}
+using testing::MakeOptimizer;
+using testing::ReadAll;
+using testing::UniformRows;
 
 SparseTableOptions Options(int dim, float scale = 0.5f, uint64_t seed = 9) {
-  SparseTableOptions o;
-  o.set_dim(dim);
-  o.mutable_init()->set_type(RowInitializer::UNIFORM);
-  o.mutable_init()->set_scale(scale);
-  o.mutable_init()->set_seed(seed);
-  return o;
+  return UniformRows(dim, scale, seed);
 }
 
 std::vector<float> Row(const SparseTable& t, uint64_t key) {
@@ -309,13 +302,6 @@ SparseTableOptions SparseOptions(int dim, int64_t admit_after) {
   return o;
 }
 
-std::vector<float> ReadAll(const SparseTable& t,
-                           const std::vector<uint64_t>& keys) {
-  std::vector<float> out(keys.size() * t.dim());
-  t.Read(keys, out.data());
-  return out;
-}
-
 void ApplyKeys(SparseTable* t, int64_t step,
                const std::vector<uint64_t>& keys) {
   std::vector<float> g(keys.size() * t->dim());
@@ -465,7 +451,7 @@ TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
 // The parameter: the rows' storage_type (bf16 rounds stochastically, from
 // bits a backup draws alike).
 class SparseShardReplicationTest
-    : public testing::TestWithParam<SparseTableOptions::RowStorage> {
+    : public ::testing::TestWithParam<SparseTableOptions::RowStorage> {
  protected:
   // Sparse table "e" of rows of 4, admitted at a key's second sighting and
   // evicted after 6 steps without an update.
@@ -579,8 +565,8 @@ TEST_P(SparseShardReplicationTest,
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, SparseShardReplicationTest,
-                         testing::Values(SparseTableOptions::FLOAT32,
-                                         SparseTableOptions::BF16),
+                         ::testing::Values(SparseTableOptions::FLOAT32,
+                                           SparseTableOptions::BF16),
                          [](const auto& info) {
                            return std::string(
                                SparseTableOptions::RowStorage_Name(info.param));
