@@ -5,6 +5,7 @@
 // of both; a full disk refuses new rows with a clear error and keeps what
 // it was given.
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -308,6 +309,50 @@ TEST_P(SparseDiskTest, ADeltaAfterAPullVoidsWhatThePullFound) {
   Train({&memory, disk.get()}, 21, 6, 43, &keys);
   EXPECT_EQ(ReadAll(*disk, keys), ReadAll(memory, keys));
   EXPECT_GT(disk->counters().loaded_rows, 0);
+}
+
+// A row damaged on disk (cut short, or another key's) reads as the initial
+// row and counts as a disk error; the push after the pull reads it again
+// and drops its update, counted too, rather than laying a fresh row over
+// what the disk holds.
+TEST_P(SparseDiskTest, ADamagedRowOnDiskIsNeverReplacedByAFreshOne) {
+  testing::ScopedTempDir tmp("sparse_disk");
+  auto opt = MakeAdam();
+  std::unique_ptr<RowStore> store = OpenStore(tmp.Path("d"));
+  ASSERT_NE(store, nullptr);
+  RowStore* raw = store.get();
+  SparseTable disk(Options(GetParam(), true), opt.get(), 8, nullptr,
+                   int64_t{300} * 136, nullptr, std::move(store));
+  SparseTable memory(Options(GetParam(), false), opt.get(), 8);
+  // Rows pushed out to disk; one of them lends its bytes to key 12.
+  std::vector<uint64_t> trained;
+  const float one[] = {1.0f};
+  for (int step = 1; step <= 20; ++step) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; k < 100; ++k) keys.push_back(step * 1000 + k);
+    disk.Apply(step, keys, Grads(keys, step), one);
+    trained.insert(trained.end(), keys.begin(), keys.end());
+  }
+  std::vector<std::string> rows;
+  std::vector<bool> found;
+  ASSERT_TRUE(raw->MultiGet(trained, &rows, &found).ok());
+  const auto on_disk = std::find(found.begin(), found.end(), true);
+  ASSERT_NE(on_disk, found.end());
+  const std::vector<uint64_t> damaged = {11, 12};
+  RowStore::Batch batch;
+  batch.Put(11, "short");
+  batch.Put(12, rows[on_disk - found.begin()]);  // whole, but another key's
+  ASSERT_TRUE(raw->Write(batch).ok());
+  const SparseCounters before = disk.counters();
+  std::vector<float> pulled(damaged.size() * kDim);
+  disk.Read(damaged, pulled.data());
+  EXPECT_EQ(pulled, ReadAll(memory, damaged));
+  EXPECT_EQ(disk.counters().disk_errors, before.disk_errors + 2);
+  disk.Apply(21, damaged, Grads(damaged, 21), one);
+  const SparseCounters after = disk.counters();
+  EXPECT_EQ(after.created, before.created);
+  EXPECT_EQ(after.disk_errors, before.disk_errors + 4);
+  EXPECT_EQ(ReadAll(disk, damaged), ReadAll(memory, damaged));
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, SparseDiskTest,

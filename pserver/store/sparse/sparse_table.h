@@ -480,9 +480,14 @@ class SparseTableDisk {
                    absl::Span<const SparseTable::NewKey> fresh,
                    std::vector<uint8_t>* fate, std::vector<std::string>* rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // A slot holding the row `bytes` read from disk for `key`, or kNoRow
-  // when the budget has no room (or the bytes are not a row of `t`:
-  // counted as a disk error).
+  // Whether `bytes`, read from disk for `key`, are a whole row of that key;
+  // when not, a disk error (counted, logged): the key's updates are
+  // dropped, and no fresh row may take the place of what the disk holds.
+  static bool Usable(const SparseTable& t, SparseTable::Stripe& s, uint64_t key,
+                     const std::string& bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // A slot holding the Usable row `bytes` read from disk for `key`, or
+  // kNoRow when the budget has no room.
   static uint32_t Load(SparseTable& t, SparseTable::Stripe& s, uint64_t key,
                        const std::string& bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);

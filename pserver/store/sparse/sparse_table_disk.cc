@@ -27,6 +27,14 @@ void AppendRowRecord(std::string* out, uint64_t key, int64_t last_step,
   AppendFloats(out, row, n);
 }
 
+// Whether `bytes`, read from disk for `key`, is a whole row of that key.
+bool IsRowOf(uint64_t key, const std::string& bytes, int64_t row_bytes) {
+  if (bytes.size() != static_cast<size_t>(row_bytes)) return false;
+  RowHead head;
+  std::memcpy(&head, bytes.data(), sizeof(head));
+  return head.key == key;
+}
+
 }  // namespace
 
 void SparseTableDisk::ReadMisses(const SparseTable& t,
@@ -47,16 +55,27 @@ void SparseTableDisk::ReadMisses(const SparseTable& t,
       t.InitialRow(want[i], out + static_cast<size_t>(misses[i]) * t.dim_);
     return;  // and nothing is noted absent
   }
+  // Rows read well (or found absent) are kept for the push; a damaged one
+  // is not: the push reads it again, and Usable counts it and drops its
+  // updates, rather than a fresh row silently taking its place.
+  size_t kept = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     float* dst = out + static_cast<size_t>(misses[i]) * t.dim_;
-    if (found[i] && rows[i].size() == static_cast<size_t>(t.row_bytes_)) {
+    if (!found[i]) {
+      t.InitialRow(want[i], dst);
+    } else if (IsRowOf(want[i], rows[i], t.row_bytes_)) {
       t.codec_.Decode(rows[i].data() + sizeof(RowHead), t.dim_, dst);
     } else {
-      if (found[i]) ++t.read_errors_;
-      rows[i].clear();  // noted as not on disk: the push makes a new row
+      ++t.read_errors_;
       t.InitialRow(want[i], dst);
+      continue;
     }
+    want[kept] = want[i];
+    if (kept != i) rows[kept] = std::move(rows[i]);
+    ++kept;
   }
+  want.resize(kept);
+  rows.resize(kept);
   NoteLooked(t, want, &rows, spills);
 }
 
@@ -139,20 +158,19 @@ bool SparseTableDisk::Find(SparseTable& t, SparseTable::Stripe& s,
   return true;
 }
 
+bool SparseTableDisk::Usable(const SparseTable& t, SparseTable::Stripe& s,
+                             uint64_t key, const std::string& bytes) {
+  if (IsRowOf(key, bytes, t.row_bytes_)) return true;
+  ++s.disk_errors;
+  LOG_EVERY_T(ERROR, 10) << "sparse table: the row of key " << key
+                         << " on disk (" << t.store_->dir() << ") is "
+                         << bytes.size() << " bytes, not a row of that key ("
+                         << t.row_bytes_ << " bytes); its updates are dropped";
+  return false;
+}
+
 uint32_t SparseTableDisk::Load(SparseTable& t, SparseTable::Stripe& s,
                                uint64_t key, const std::string& bytes) {
-  RowHead head;
-  if (bytes.size() == static_cast<size_t>(t.row_bytes_)) {
-    std::memcpy(&head, bytes.data(), sizeof(head));
-  }
-  if (bytes.size() != static_cast<size_t>(t.row_bytes_) || head.key != key) {
-    ++s.disk_errors;
-    LOG_EVERY_T(ERROR, 10) << "sparse table: the row of key " << key
-                           << " on disk (" << t.store_->dir() << ") is "
-                           << bytes.size() << " bytes, not a row of "
-                           << t.row_bytes_ << "; its updates are dropped";
-    return SparseTable::kNoRow;
-  }
   if (!t.ReserveRow(s)) return SparseTable::kNoRow;
   const uint32_t slot = s.rows.Add(key);
   std::memcpy(s.rows.Head(slot), bytes.data(), bytes.size());

@@ -89,6 +89,10 @@ void SparseNewRows::Place(SparseTable& t, SparseTable::Stripe& s,
     if (fate[i] != SparseTable::kCreate && fate[i] != SparseTable::kLoad) {
       continue;
     }
+    if (fate[i] == SparseTable::kLoad &&
+        !SparseTableDisk::Usable(t, s, fresh[i].key, stored[i])) {
+      continue;  // its later entries (kAgain) are dropped with it
+    }
     t.Changed(s, fresh[i].key);  // a row now, or refused: either way a change
     const bool room = max <= 0 || static_cast<int64_t>(s.rows.size()) < max ||
                       (!c->evict_when_full && t.store_ == nullptr);
