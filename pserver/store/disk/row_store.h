@@ -37,7 +37,8 @@ class RowStore {
   struct Options {
     std::string dir;  // made (or emptied) by Open, removed by the destructor
     // RocksDB's memory: the memtables (two of write_buffer_bytes at most)
-    // and the block cache, which holds the index and filter blocks too.
+    // and a block cache, which reads of the mapped files hardly use
+    // (ReaderBytes is the rest).
     int64_t write_buffer_bytes = 4 << 20;
     int64_t block_cache_bytes = 8 << 20;
     // A filter of the keys written (KeyFilter), so that MultiGet answers
@@ -63,6 +64,10 @@ class RowStore {
   const std::string& dir() const { return dir_; }
   // The memory RocksDB may hold (what Options allow).
   int64_t MemoryBytes() const { return memory_bytes_; }
+  // The memory of RocksDB's readers of the files on disk, which keep their
+  // index and filter blocks: it grows with the rows on disk (their blocks'
+  // bytes are pages of the mapped files, the kernel's page cache).
+  int64_t ReaderBytes() const;
   static int BucketOf(uint64_t key);
 
   // A point-in-time view: reads through it see the store as it was when
@@ -120,7 +125,7 @@ class RowStore {
   const std::string dir_;
   std::shared_ptr<rocksdb::Cache> cache_;
   std::unique_ptr<rocksdb::DB> db_;
-  int64_t memory_bytes_;  // the filter's included
+  int64_t memory_bytes_;               // the filter's included
   std::unique_ptr<KeyFilter> filter_;  // null without one
 };
 

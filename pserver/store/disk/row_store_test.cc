@@ -1,5 +1,6 @@
 #include "pserver/store/disk/row_store.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -14,11 +15,12 @@
 namespace shardps {
 namespace {
 
-std::unique_ptr<RowStore> OpenIn(const std::string& dir) {
+std::unique_ptr<RowStore> OpenIn(const std::string& dir,
+                                 int64_t block_cache_bytes = 1 << 20) {
   RowStore::Options o;
   o.dir = dir;
   o.write_buffer_bytes = 1 << 20;
-  o.block_cache_bytes = 1 << 20;
+  o.block_cache_bytes = block_cache_bytes;
   o.filter_bytes = 16 << 10;  // answers for keys never written
   absl::StatusOr<std::unique_ptr<RowStore>> store = RowStore::Open(o);
   EXPECT_TRUE(store.ok()) << store.status();
@@ -43,6 +45,33 @@ TEST(RowStoreTest, PutsDeletesAndReadsInBatches) {
   EXPECT_EQ(values[0], RowOf(0));
   EXPECT_EQ(values[1], RowOf(7919));
   EXPECT_EQ(values[5], RowOf(7919 * 999));
+}
+
+// The files' readers keep their index and filter blocks: reads of the
+// mapped files need no block cache, and the readers' memory is counted.
+TEST(RowStoreTest, ReadersKeepIndexAndFilterBlocksWithoutTheCache) {
+  testing::ScopedTempDir tmp("row_store");
+  auto store = OpenIn(tmp.Path("t"), 64 << 10);
+  ASSERT_NE(store, nullptr);
+  const int64_t empty = store->ReaderBytes();
+  std::vector<uint64_t> keys;
+  for (int batch = 0; batch < 40; ++batch) {  // files of ~1 MiB
+    RowStore::Batch b;
+    for (uint64_t k = 0; k < 4000; ++k) {
+      keys.push_back(batch * 4000 + k);
+      b.Put(keys.back(), std::string(16, 'r'));
+    }
+    ASSERT_TRUE(store->Write(b).ok());
+  }
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::string> values;
+    std::vector<bool> found;
+    ASSERT_TRUE(store->MultiGet(keys, &values, &found).ok());
+    EXPECT_EQ(std::count(found.begin(), found.end(), true), 160000);
+    EXPECT_EQ(values[12345], std::string(16, 'r'));
+  }
+  EXPECT_GT(store->ReaderBytes(), empty);
+  EXPECT_LT(store->ReaderBytes(), 1 << 20);
 }
 
 TEST(KeyFilterTest, NoFalseNegativesAndFewFalsePositives) {

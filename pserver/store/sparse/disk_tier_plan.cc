@@ -50,8 +50,10 @@ absl::StatusOr<DiskTierPlan> PlanDiskTier(const TableSpec& spec, int64_t share,
   plan.store.dir = std::move(dir);
   plan.store.write_buffer_bytes =
       std::clamp<int64_t>(plan.cache_bytes / 16, kMiB, 64 * kMiB);
+  // Reads of the mapped files keep no blocks in RocksDB's cache (their
+  // index and filter blocks stay with the files' readers): a small one.
   plan.store.block_cache_bytes =
-      std::clamp<int64_t>(plan.cache_bytes / 4, kMiB, 1024 * kMiB);
+      std::clamp<int64_t>(plan.cache_bytes / 64, 256 << 10, 16 * kMiB);
   plan.store.filter_bytes =
       std::clamp<int64_t>(plan.cache_bytes / 16, 64 << 10, 256 * kMiB);
   const int64_t rocksdb = 2 * plan.store.write_buffer_bytes +

@@ -411,19 +411,19 @@ TEST(DiskTierPlanTest, SplitsTheCacheAndNamesBadOptions) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->cache_bytes, 64 << 20);
   EXPECT_EQ(plan->store.write_buffer_bytes, 4 << 20);
-  EXPECT_EQ(plan->store.block_cache_bytes, 16 << 20);
+  EXPECT_EQ(plan->store.block_cache_bytes, 1 << 20);
   EXPECT_EQ(plan->store.filter_bytes, 4 << 20);
-  EXPECT_EQ(plan->row_share, 36 << 20);
+  EXPECT_EQ(plan->row_share, 51 << 20);
   // The share of --max_memory_mb caps cache_mb.
   plan = PlanDiskTier(spec, 32 << 20, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 32 << 20);
-  // Without either: 256 MiB, of which RocksDB and the filter take 7/16.
+  // Without either: 256 MiB, of which RocksDB and the filter take 13/64.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(0);
   plan = PlanDiskTier(spec, 0, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 256 << 20);
-  EXPECT_EQ(plan->row_share, 144 << 20);
+  EXPECT_EQ(plan->row_share, 204 << 20);
   // Too small a cache says how much to give.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(2);
   plan = PlanDiskTier(spec, 0, "/x");

@@ -525,7 +525,9 @@ size_t SparseTable::MemoryBytes() const {
         s.accum_sums.capacity() * sizeof(float) +
         s.accum_counts.capacity() * sizeof(int32_t);
   }
-  if (store_ != nullptr) bytes += static_cast<size_t>(store_->MemoryBytes());
+  if (store_ != nullptr) {
+    bytes += static_cast<size_t>(store_->MemoryBytes() + store_->ReaderBytes());
+  }
   return bytes;
 }
 
