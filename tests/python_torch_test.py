@@ -237,10 +237,11 @@ class PythonTorchTest(testlib.ProcessTestCase):
 
     def test_disk_tier_trains_as_memory_does(self):
         """A ShardedEmbeddingBag(disk=4) on a pserver with
-        --sparse_store_dir, whose 5,700 rows of 64 floats need four times
-        what its 4 MiB cache holds (3/4 MiB of it for rows), trains to exactly the rows of the same
-        table on a pserver without a limit, with rows written to disk and
-        read back; bad disk and eviction arguments raise, naming them."""
+        --sparse_store_dir, whose 5,700 rows of 64 floats need about twice
+        what its 4 MiB cache holds (1.5 MiB of it for rows), trains to
+        exactly the rows of the same table on a pserver without a limit,
+        with rows written to disk and read back; bad disk and eviction
+        arguments raise, naming them."""
         store = os.path.join(self.tmp, "rows")
         disk_ps, disk_port, _ = self.start_pserver(
             "disk", extra=["--sparse_store_dir=" + store,
@@ -286,7 +287,7 @@ class PythonTorchTest(testlib.ProcessTestCase):
         on_disk, written, read = (int(x) for x in line.groups())
         sys.stderr.write("[%d rows on disk, %d written, %d read] " %
                          (on_disk, written, read))
-        self.assertGreater(on_disk, 2000)
+        self.assertGreater(on_disk, 1500)
         self.assertGreater(read, 0)
         self.check_bad_disk_arguments(mem_port)
 
