@@ -184,7 +184,7 @@ TEST(SparseDeltasTest, EvictedRowsAndForgottenSightingsAreRemoved) {
   table.Apply(0, std::vector<uint64_t>{1, 2}, g, {1.0f});  // rows
   table.Apply(1, std::vector<uint64_t>{3}, std::vector<float>{1, 1}, {1.0f});
   std::string full;
-  table.Serialize(&full);
+  EXPECT_TRUE(table.Serialize(&full).ok());
   ASSERT_TRUE(copy.Deserialize(full).ok());
   // Changes since: key 1 updated, key 2 evicted, sighting 3 forgotten,
   // key 4 sighted.
@@ -209,7 +209,7 @@ TEST(SparseDeltasTest, EvictedRowsAndForgottenSightingsAreRemoved) {
   ASSERT_TRUE(SparseDeltas::Verify(copy, delta.bytes).ok());
   ASSERT_TRUE(SparseDeltas::Apply(&copy, delta.bytes).ok());
   std::string a, b;
-  table.Serialize(&a);
+  EXPECT_TRUE(table.Serialize(&a).ok());
   SparseTable check(o, opt->get(), 4);
   ASSERT_TRUE(check.Deserialize(a).ok());
   EXPECT_EQ(copy.counters().rows, table.counters().rows);

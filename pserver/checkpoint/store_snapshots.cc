@@ -103,7 +103,8 @@ absl::StatusOr<StoreSnapshot> StoreSnapshots::Snapshot(int64_t step) const {
   absl::MutexLock g(&state_->gate);
   ASSIGN_OR_RETURN(snap.info, Describe(step));
   for (uint32_t t = 0; t < state_->tables->num_tables(); ++t) {
-    snap.files.emplace_back(TableFileName(t), EncodeTable(*state_->tables, t));
+    ASSIGN_OR_RETURN(std::string blob, EncodeTable(*state_->tables, t));
+    snap.files.emplace_back(TableFileName(t), std::move(blob));
   }
   return snap;
 }

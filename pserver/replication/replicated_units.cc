@@ -78,7 +78,7 @@ absl::StatusOr<std::string> ReplicatedUnits::ImageHeld(uint32_t table_id,
   absl::MutexLock l(&s->mu);
   std::string image;
   AppendPod(&image, s->barrier.version());
-  s->rows().Serialize(&image);
+  RETURN_IF_ERROR(s->rows().Serialize(&image));
   return image;
 }
 

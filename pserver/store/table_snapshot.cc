@@ -102,7 +102,8 @@ absl::Status CheckStepBoundary(const JobTables& tables, int64_t step) {
   return absl::OkStatus();
 }
 
-std::string EncodeTable(const JobTables& tables, uint32_t table_id) {
+absl::StatusOr<std::string> EncodeTable(const JobTables& tables,
+                                        uint32_t table_id) {
   std::string blob;
   if (auto shard = tables.FindSparse(table_id); shard.ok()) {
     // A replicated job's shards of the table share its blob: one header
@@ -116,7 +117,7 @@ std::string EncodeTable(const JobTables& tables, uint32_t table_id) {
     blob = header;
     for (const SparseShard* s : shards) {
       std::string one;
-      s->rows().Serialize(&one);
+      RETURN_IF_ERROR(s->rows().Serialize(&one));
       blob.append(one, header.size(), std::string::npos);
     }
     return blob;

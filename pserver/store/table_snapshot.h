@@ -73,8 +73,9 @@ absl::StatusOr<std::vector<DenseBlockImage>> ParseDenseBlob(
 // boundary), naming the first that is not.
 absl::Status CheckStepBoundary(const JobTables& tables, int64_t step);
 // The blob of table `table_id`: DSN1 for a dense table, SPT2 for a sparse
-// one.
-std::string EncodeTable(const JobTables& tables, uint32_t table_id);
+// one; an error when a disk tier's rows cannot be read whole.
+absl::StatusOr<std::string> EncodeTable(const JobTables& tables,
+                                        uint32_t table_id);
 
 // A snapshot checked against the tables it is to be loaded into.
 struct ParsedSnapshot {

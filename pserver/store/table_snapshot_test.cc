@@ -68,7 +68,9 @@ TEST(SnapshotTest, EncodedTablesParseBackAgainstTheTables) {
             "step boundary)");
   StoreSnapshot snap;
   for (uint32_t t = 0; t < 2; ++t) {
-    snap.files.emplace_back(TableFileName(t), EncodeTable(**tables, t));
+    absl::StatusOr<std::string> blob = EncodeTable(**tables, t);
+    EXPECT_TRUE(blob.ok()) << blob.status();
+    snap.files.emplace_back(TableFileName(t), blob.value_or(""));
   }
   auto parsed = ParseSnapshot(snap, **tables);
   ASSERT_TRUE(parsed.ok()) << parsed.status();

@@ -165,8 +165,8 @@ TEST_P(SparseDiskTest, CheckpointsHoldMemoryAndDiskAndMoveBetweenKinds) {
   std::vector<uint64_t> keys;
   Train({&memory, disk.get()}, 1, 30, 11, &keys);
   std::string from_disk, from_memory;
-  disk->Serialize(&from_disk);
-  memory.Serialize(&from_memory);
+  EXPECT_TRUE(disk->Serialize(&from_disk).ok());
+  EXPECT_TRUE(memory.Serialize(&from_memory).ok());
   // A disk table's blob loads into memory, and a memory table's onto disk.
   SparseTable loaded(Options(GetParam(), false), opt.get(), 4);
   ASSERT_TRUE(loaded.Deserialize(from_disk).ok());
@@ -239,7 +239,7 @@ TEST_P(SparseDiskTest, StreamingSavesAndDeltasArePointInTime) {
   // A whole save marked at step 20, written while training goes on.
   StringSink whole;
   std::string at20;
-  memory.Serialize(&at20);
+  EXPECT_TRUE(memory.Serialize(&at20).ok());
   const std::string header = disk->SaveHeader();
   disk->MarkForSave(&whole, 0);
   Train({&memory, disk.get()}, 21, 10, 22, &keys);
@@ -252,7 +252,7 @@ TEST_P(SparseDiskTest, StreamingSavesAndDeltasArePointInTime) {
   EXPECT_EQ(ReadAll(check, keys), ReadAll(want, keys));
   // A delta marked at step 30 on that save gives the table at step 30.
   std::string at30;
-  memory.Serialize(&at30);
+  EXPECT_TRUE(memory.Serialize(&at30).ok());
   StringSink delta;
   const std::string delta_header = SparseDeltas::Header(*disk);
   disk->MarkForSave(&delta, 0, /*delta=*/true);
@@ -353,6 +353,9 @@ TEST_P(SparseDiskTest, ADamagedRowOnDiskIsNeverReplacedByAFreshOne) {
   EXPECT_EQ(after.created, before.created);
   EXPECT_EQ(after.disk_errors, before.disk_errors + 4);
   EXPECT_EQ(ReadAll(disk, damaged), ReadAll(memory, damaged));
+  // A checkpoint of it fails as it is taken, not when it is loaded.
+  std::string blob;
+  EXPECT_EQ(disk.Serialize(&blob).code(), absl::StatusCode::kDataLoss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, SparseDiskTest,
@@ -395,7 +398,7 @@ TEST(SparseDiskFullTest, RefusesNewRowsAndKeepsEveryAcceptedUpdate) {
   EXPECT_GT(disk->counters().refused_rows, refused);
   // A checkpoint of what it holds still loads.
   std::string blob;
-  disk->Serialize(&blob);
+  ASSERT_TRUE(disk->Serialize(&blob).ok());
   SparseTable copy(Options(SparseTableOptions::FLOAT32, false), opt.get(), 8);
   ASSERT_TRUE(copy.Deserialize(blob).ok());
   EXPECT_EQ(ReadAll(copy, early), ReadAll(memory, early));

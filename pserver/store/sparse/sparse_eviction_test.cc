@@ -199,8 +199,8 @@ TEST(SparseEvictionTest, ABackupThatDropsThePrimarysEvictionsMatchesIt) {
   }
   EXPECT_GT(primary.counters().evicted_full, 0);
   std::string a, b;
-  primary.Serialize(&a);
-  backup.Serialize(&b);
+  EXPECT_TRUE(primary.Serialize(&a).ok());
+  EXPECT_TRUE(backup.Serialize(&b).ok());
   EXPECT_EQ(Keys(primary, 500), Keys(backup, 500));
   EXPECT_EQ(a.size(), b.size());
   EXPECT_EQ(backup.counters().evicted_full, primary.counters().evicted_full);
@@ -246,14 +246,14 @@ TEST(SparseEvictionTest, RowwiseStateIsOneFloatARowAndSurvivesACheckpoint) {
   full.Apply(1, keys, g, one);
   // 16 values and 1 accumulator against 16 and 16, in the checkpoint too.
   std::string lean_blob, full_blob;
-  lean.Serialize(&lean_blob);
-  full.Serialize(&full_blob);
+  EXPECT_TRUE(lean.Serialize(&lean_blob).ok());
+  EXPECT_TRUE(full.Serialize(&full_blob).ok());
   EXPECT_EQ(full_blob.size() - lean_blob.size(), keys.size() * 15 * 4);
   EXPECT_LT(lean.MemoryBytes(), full.MemoryBytes());
   SparseTable back(o, rowwise.get(), 4);
   ASSERT_TRUE(back.Deserialize(lean_blob).ok());
   std::string again;
-  back.Serialize(&again);
+  EXPECT_TRUE(back.Serialize(&again).ok());
   EXPECT_EQ(again.size(), lean_blob.size());
   // An Adagrad checkpoint does not load into a row-wise table.
   EXPECT_EQ(back.Deserialize(full_blob).code(), absl::StatusCode::kDataLoss);

@@ -109,7 +109,7 @@ TEST_P(SparseStorageTest, CheckpointsRoundTripAndMoveBetweenStorages) {
   SparseTable narrow(Options(6, GetParam()), opt.get());
   TrainTowardsTarget(&narrow, keys, 10);
   std::string blob;
-  narrow.Serialize(&blob);
+  EXPECT_TRUE(narrow.Serialize(&blob).ok());
 
   // The same storage: the same rows, and the same rows after a step more
   // (the accumulators and update counts came along).
@@ -123,14 +123,14 @@ TEST_P(SparseStorageTest, CheckpointsRoundTripAndMoveBetweenStorages) {
   // Into float32: every narrow value is a float32 one.
   SparseTable wide(Options(6, SparseTableOptions::FLOAT32), opt.get());
   std::string narrow_blob;  // Serialize appends
-  narrow.Serialize(&narrow_blob);
+  EXPECT_TRUE(narrow.Serialize(&narrow_blob).ok());
   ASSERT_TRUE(wide.Deserialize(narrow_blob).ok());
   EXPECT_EQ(ReadAll(wide, keys), ReadAll(narrow, keys));
 
   // And a float32 table's checkpoint into this storage: to the nearest.
   TrainTowardsTarget(&wide, keys, 3);
   std::string wide_blob;
-  wide.Serialize(&wide_blob);
+  EXPECT_TRUE(wide.Serialize(&wide_blob).ok());
   SparseTable back(Options(6, GetParam()), opt.get());
   ASSERT_TRUE(back.Deserialize(wide_blob).ok());
   const std::vector<float> w = ReadAll(wide, keys), n = ReadAll(back, keys);

@@ -157,7 +157,9 @@ class SparseTable {
   // update step and count) and pending admission sightings to `out`, in a
   // little-endian format of this class. The SYNC accumulators are not
   // saved: a checkpoint is taken at a step boundary, where they are empty.
-  void Serialize(std::string* out) const;
+  // With a disk tier, an error (DATA_LOSS, UNAVAILABLE) when the rows on
+  // disk cannot be read whole: `out` is then short of them, not to be kept.
+  absl::Status Serialize(std::string* out) const;
   // Replaces every row and sighting with those of `data` (from Serialize of
   // a table with the same dim and optimizer) and clears the accumulators.
   // DataLoss when `data` is malformed or its dim or state width differs,
@@ -358,7 +360,7 @@ class SparseTable {
 class SparseTableBlob {
  public:
   static std::string Header(const SparseTable& t, int copies);
-  static void Serialize(const SparseTable& t, std::string* out);
+  static absl::Status Serialize(const SparseTable& t, std::string* out);
   static absl::Status Load(SparseTable& t, absl::string_view data,
                            const SparseTable::KeyFilter& keep);
   static void MarkForSave(SparseTable& t, SaveSink* sink, uint32_t table_id,
@@ -511,7 +513,7 @@ class SparseTableDisk {
                           bool delta);
   static void SaveRemaining(SparseTable& t);
   // Serialize: the stripes' groups, then the disk's.
-  static void Serialize(const SparseTable& t, std::string* out);
+  static absl::Status Serialize(const SparseTable& t, std::string* out);
   // SparseDeltas::AppendGroup: appends the rows of those `keys` (changed,
   // neither in memory nor counted as sightings) on disk in `snapshot` to
   // `rows`, and the others to `removed`.
@@ -555,8 +557,8 @@ inline void SparseTable::DropRows(absl::Span<const uint64_t> keys, bool full) {
   SparseTableEviction::DropRows(*this, keys, full);
 }
 
-inline void SparseTable::Serialize(std::string* out) const {
-  SparseTableBlob::Serialize(*this, out);
+inline absl::Status SparseTable::Serialize(std::string* out) const {
+  return SparseTableBlob::Serialize(*this, out);
 }
 inline absl::Status SparseTable::Deserialize(absl::string_view data,
                                              const KeyFilter& keep) {

@@ -74,13 +74,15 @@ void SparseTableBlob::AppendGroup(const SparseTable& t,
   });
 }
 
-void SparseTableBlob::Serialize(const SparseTable& t, std::string* out) {
+absl::Status SparseTableBlob::Serialize(const SparseTable& t,
+                                        std::string* out) {
   out->append(Header(t, 1));
   if (t.store_ != nullptr) return SparseTableDisk::Serialize(t, out);
   for (const SparseTable::Stripe& s : t.stripes_) {
     absl::MutexLock l(&s.mu);
     AppendGroup(t, s, out);
   }
+  return absl::OkStatus();
 }
 
 void SparseTableBlob::MarkForSave(SparseTable& t, SaveSink* sink,

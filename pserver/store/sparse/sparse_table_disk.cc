@@ -308,7 +308,7 @@ void SparseTableDisk::SaveRemaining(SparseTable& t) {
   }
 }
 
-void SparseTableDisk::Serialize(const SparseTable& t, std::string* out)
+absl::Status SparseTableDisk::Serialize(const SparseTable& t, std::string* out)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   for (const SparseTable::Stripe& s : t.stripes_) s.mu.Lock();
   std::shared_ptr<const RowStore::Snapshot> snapshot = t.store_->TakeSnapshot();
@@ -320,8 +320,8 @@ void SparseTableDisk::Serialize(const SparseTable& t, std::string* out)
   }
   const absl::Status st = ForEachGroup(
       t, *snapshot, [out](const std::string& group) { out->append(group); });
-  // A blob short of groups fails to load (DATA_LOSS) wherever it goes.
   if (!st.ok()) LOG(ERROR) << "sparse table: a copy of the rows: " << st;
+  return st;
 }
 
 absl::Status SparseTableDisk::AppendChanged(

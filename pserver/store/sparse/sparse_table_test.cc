@@ -327,7 +327,7 @@ TEST(SparseTableCheckpointTest, RoundTripWithManyKeysAndSightings) {
   ASSERT_EQ(a.counters().pending_keys, 1000);
 
   std::string blob;
-  a.Serialize(&blob);
+  EXPECT_TRUE(a.Serialize(&blob).ok());
   SparseTable b(options, opt.get(), /*num_stripes=*/7);  // another layout
   ApplyKeys(&b, 0, {42, 43});                            // replaced
   ApplyKeys(&b, 1, {42, 43});
@@ -347,7 +347,7 @@ TEST(SparseTableCheckpointTest, RoundTripWithManyKeysAndSightings) {
   EXPECT_EQ(ReadAll(b, keys), ReadAll(a, keys));
   // And a serialization of the restored table restores the same again.
   std::string blob2;
-  b.Serialize(&blob2);
+  EXPECT_TRUE(b.Serialize(&blob2).ok());
   SparseTable c(options, opt.get());
   ASSERT_TRUE(c.Deserialize(blob2).ok());
   EXPECT_EQ(ReadAll(c, keys), ReadAll(a, keys));
@@ -359,7 +359,7 @@ TEST(SparseTableCheckpointTest, OtherDimOrStateWidthIsDataLossAndEmpty) {
   SparseTable a(SparseOptions(3, 1), adam.get());
   ApplyKeys(&a, 0, {1, 2, 3});
   std::string blob;
-  a.Serialize(&blob);
+  EXPECT_TRUE(a.Serialize(&blob).ok());
 
   SparseTable other_dim(SparseOptions(4, 2), adam.get());
   ApplyKeys(&other_dim, 0, {5, 6});  // sightings
@@ -388,7 +388,7 @@ TEST(SparseTableCheckpointTest, AKeyTwiceIsDataLoss) {
   ApplyKeys(&a, 1, {1});
   ASSERT_EQ(a.counters().rows, 1);
   std::string blob;
-  a.Serialize(&blob);
+  EXPECT_TRUE(a.Serialize(&blob).ok());
   // The header: magic, dim and state width (4 bytes each), group count.
   constexpr size_t kGroupsAt = 12, kHeader = 20;
   uint64_t groups = 0;
@@ -415,7 +415,7 @@ TEST(SparseTableCheckpointTest, EveryTruncationIsDataLoss) {
   ASSERT_EQ(a.counters().rows, 3);
   ASSERT_EQ(a.counters().pending_keys, 2);
   std::string blob;
-  a.Serialize(&blob);
+  EXPECT_TRUE(a.Serialize(&blob).ok());
   int accepted = 0;
   for (size_t len = 0; len < blob.size(); ++len) {
     SparseTable t(options, opt.get());
