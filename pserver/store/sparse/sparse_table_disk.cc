@@ -28,7 +28,7 @@ void AppendRowRecord(std::string* out, uint64_t key, int64_t last_step,
 }
 
 // Whether `bytes`, read from disk for `key`, is a whole row of that key.
-bool IsRowOf(uint64_t key, const std::string& bytes, int64_t row_bytes) {
+bool IsRowOf(uint64_t key, absl::string_view bytes, int64_t row_bytes) {
   if (bytes.size() != static_cast<size_t>(row_bytes)) return false;
   RowHead head;
   std::memcpy(&head, bytes.data(), sizeof(head));
@@ -260,11 +260,11 @@ absl::Status SparseTableDisk::ForEachGroup(
     rows.clear();
     RETURN_IF_ERROR(t.store_->ForEachInBucket(
         bucket, snapshot, [&](uint64_t key, absl::string_view bytes) {
-          RowHead head;
-          if (bytes.size() != static_cast<size_t>(t.row_bytes_)) {
+          if (!IsRowOf(key, bytes, t.row_bytes_)) {
             ++bad;
             return;
           }
+          RowHead head;
           std::memcpy(&head, bytes.data(), sizeof(head));
           t.codec_.Decode(bytes.data() + sizeof(RowHead), t.row_floats_,
                           row.data());
@@ -275,7 +275,7 @@ absl::Status SparseTableDisk::ForEachGroup(
     if (bad > 0) {
       return absl::DataLossError(
           absl::StrCat("sparse row store ", t.store_->dir(), ": ", bad,
-                       " rows of the wrong size in bucket ", bucket));
+                       " rows of the wrong size or key in bucket ", bucket));
     }
     group.clear();
     AppendPod<uint64_t>(&group, n);
