@@ -31,6 +31,10 @@ class KeyFilter {
   }
 
   int64_t bytes() const { return static_cast<int64_t>(lines_) * kLineBytes; }
+  // bytes() of a filter made with `bytes`.
+  static int64_t BytesFor(int64_t bytes) {
+    return std::max<int64_t>(1, bytes / kLineBytes) * kLineBytes;
+  }
 
   void Add(uint64_t key) {
     const uint64_t h = Mix64(key ^ kSalt);

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <map>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/placement/shard_map.h"
 #include "glog/logging.h"
 #include "rocksdb/cache.h"
@@ -17,13 +20,20 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
+#include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
-#include "rocksdb/write_batch.h"
 
 namespace shardps {
 namespace {
 
 constexpr size_t kKeyBytes = 10;  // the bucket (2 bytes), the key (8)
+// Sorted runs not yet compacted at which writes wait (RocksDB's own limit
+// for its memtables' flushes; ingested files are held to it by the store).
+constexpr int kStopFiles = 72;
+// A buffer's memory for an operation's key besides its row (its slot in
+// the hash, at the hash's usual load).
+constexpr int64_t kBytesPerKey = 32;
+constexpr char kIngestPrefix[] = "ingest-";
 
 // Big-endian, so that a bucket's keys are one range.
 void EncodeKey(uint64_t key, char out[kKeyBytes]) {
@@ -62,7 +72,9 @@ rocksdb::Options RocksOptions(const RowStore::Options& options,
   rocksdb::Options o;
   o.create_if_missing = true;
   o.error_if_exists = true;
-  o.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
+  // Rows come as ingested files (RowBuffer); the memtables hold only a
+  // Clear's deletion.
+  o.write_buffer_size = static_cast<size_t>(RowStore::kMemtableBytes / 2);
   o.max_write_buffer_number = 2;
   o.max_background_jobs = 2;
   o.compression = rocksdb::kNoCompression;  // floats hardly compress
@@ -77,12 +89,9 @@ rocksdb::Options RocksOptions(const RowStore::Options& options,
   o.compaction_style = rocksdb::kCompactionStyleUniversal;
   o.level0_file_num_compaction_trigger = 32;
   o.level0_slowdown_writes_trigger = 52;
-  o.level0_stop_writes_trigger = 72;
+  o.level0_stop_writes_trigger = kStopFiles;
   // Rows read straight from the files' pages, without a copy.
   o.allow_mmap_reads = true;
-  // A filter on the memtables too: most keys asked for are not there.
-  o.memtable_whole_key_filtering = true;
-  o.memtable_prefix_bloom_size_ratio = 0.05;
   // The info LOG in the directory, kept small.
   o.max_log_file_size = 1 << 20;
   o.keep_log_file_num = 2;
@@ -114,14 +123,18 @@ rocksdb::Options RocksOptions(const RowStore::Options& options,
 
 class RowStore::Snapshot {
  public:
-  Snapshot(rocksdb::DB* db, const rocksdb::Snapshot* snapshot)
-      : db_(db), snapshot_(snapshot) {}
+  Snapshot(rocksdb::DB* db, const rocksdb::Snapshot* snapshot,
+           std::vector<Sealed> buffers)
+      : db_(db), snapshot_(snapshot), buffers_(std::move(buffers)) {}
   ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
   const rocksdb::Snapshot* get() const { return snapshot_; }
+  // The buffers not yet in RocksDB when it was taken, oldest first.
+  absl::Span<const Sealed> buffers() const { return buffers_; }
 
  private:
   rocksdb::DB* const db_;
   const rocksdb::Snapshot* const snapshot_;
+  const std::vector<Sealed> buffers_;
 };
 
 int RowStore::BucketOf(uint64_t key) {
@@ -171,32 +184,56 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(
                                                " (--sparse_store_dir)"));
   }
   std::shared_ptr<rocksdb::Cache> cache;
-  const rocksdb::Options o = RocksOptions(options, &cache);
+  auto o = std::make_unique<rocksdb::Options>(RocksOptions(options, &cache));
   // Whatever a previous pserver left there is not this table's.
-  rocksdb::Status s = rocksdb::DestroyDB(options.dir, o);
+  rocksdb::Status s = rocksdb::DestroyDB(options.dir, *o);
   if (!s.ok()) return FromRocks(s, "emptying the directory", options.dir);
+  for (const auto& entry :
+       std::filesystem::directory_iterator(options.dir, ec)) {
+    if (entry.path().filename().string().rfind(kIngestPrefix, 0) == 0) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
   rocksdb::DB* db = nullptr;
-  s = rocksdb::DB::Open(o, options.dir, &db);
+  s = rocksdb::DB::Open(*o, options.dir, &db);
   if (!s.ok()) return FromRocks(s, "opening", options.dir);
-  return std::unique_ptr<RowStore>(new RowStore(
-      options.dir, std::unique_ptr<rocksdb::DB>(db), std::move(cache),
-      2 * options.write_buffer_bytes + options.block_cache_bytes,
-      options.filter_bytes));
+  return std::unique_ptr<RowStore>(
+      new RowStore(options, std::move(o), std::unique_ptr<rocksdb::DB>(db),
+                   std::move(cache)));
 }
 
-RowStore::RowStore(std::string dir, std::unique_ptr<rocksdb::DB> db,
-                   std::shared_ptr<rocksdb::Cache> cache, int64_t memory_bytes,
-                   int64_t filter_bytes)
-    : dir_(std::move(dir)),
+int64_t RowStore::MemoryOf(const Options& options) {
+  return 2 * options.write_buffer_bytes + options.block_cache_bytes +
+         kMemtableBytes +
+         (options.filter_bytes > 0 ? KeyFilter::BytesFor(options.filter_bytes)
+                                   : 0);
+}
+
+RowStore::RowStore(const Options& options,
+                   std::unique_ptr<rocksdb::Options> rocks,
+                   std::unique_ptr<rocksdb::DB> db,
+                   std::shared_ptr<rocksdb::Cache> cache)
+    : dir_(options.dir),
+      buffer_bytes_(std::max<int64_t>(options.write_buffer_bytes, 64 << 10)),
+      rocks_(std::move(rocks)),
       cache_(std::move(cache)),
       db_(std::move(db)),
-      memory_bytes_(memory_bytes),
-      filter_(filter_bytes > 0 ? std::make_unique<KeyFilter>(filter_bytes)
-                               : nullptr) {
-  if (filter_ != nullptr) memory_bytes_ += filter_->bytes();
+      memory_bytes_(MemoryOf(options)),
+      filter_(options.filter_bytes > 0
+                  ? std::make_unique<KeyFilter>(options.filter_bytes)
+                  : nullptr),
+      filling_(std::make_unique<RowBuffer>(buffer_bytes_)) {
+  ingester_ = std::thread([this] { IngestLoop(); });
 }
 
 RowStore::~RowStore() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  ingester_.join();     // the rows still in buffers go with the directory
   if (VLOG_IS_ON(1)) {  // compactions, stalls, write amplification
     std::string stats;
     db_->GetProperty("rocksdb.stats", &stats);
@@ -209,8 +246,27 @@ RowStore::~RowStore() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-std::shared_ptr<const RowStore::Snapshot> RowStore::TakeSnapshot() const {
-  return std::make_shared<const Snapshot>(db_.get(), db_->GetSnapshot());
+std::shared_ptr<const RowStore::Snapshot> RowStore::TakeSnapshot() {
+  absl::MutexLock l(&mu_);
+  SealLocked();
+  // Under mu_: a buffer leaves sealed_ only once it is in RocksDB, so each
+  // row written is in the buffers kept or under the snapshot (or both).
+  return std::make_shared<const Snapshot>(db_.get(), db_->GetSnapshot(),
+                                          sealed_);
+}
+
+bool RowStore::FindInBuffers(const RowBuffer* filling,
+                             absl::Span<const Sealed> sealed, uint64_t key,
+                             std::string* value, bool* found) {
+  RowBuffer::Found f = RowBuffer::Found::kNotHere;
+  if (filling != nullptr) f = filling->Find(key, value);
+  for (auto it = sealed.rbegin();
+       f == RowBuffer::Found::kNotHere && it != sealed.rend(); ++it) {
+    f = (*it)->Find(key, value);
+  }
+  if (f == RowBuffer::Found::kNotHere) return false;
+  *found = f == RowBuffer::Found::kRow;
+  return true;
 }
 
 absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
@@ -222,8 +278,24 @@ absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
   // The keys RocksDB is asked for: at[j] is the place of the j-th.
   std::vector<size_t> at;
   at.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (filter_ == nullptr || filter_->MayContain(keys[i])) at.push_back(i);
+  auto look = [&](const RowBuffer* filling, absl::Span<const Sealed> sealed) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (filter_ != nullptr && !filter_->MayContain(keys[i])) continue;
+      bool here = false;
+      if (FindInBuffers(filling, sealed, keys[i], &(*values)[i], &here)) {
+        (*found)[i] = here;
+      } else {
+        at.push_back(i);
+      }
+    }
+  };
+  if (snapshot != nullptr) {
+    look(nullptr, snapshot->buffers());
+  } else {
+    // A key in no buffer now is in RocksDB as it is now, or newer when a
+    // buffer is ingested before the read below: never older.
+    absl::MutexLock l(&mu_);
+    look(filling_.get(), sealed_);
   }
   const size_t n = at.size();
   if (n == 0) return absl::OkStatus();
@@ -248,41 +320,162 @@ absl::Status RowStore::MultiGet(absl::Span<const uint64_t> keys,
   return absl::OkStatus();
 }
 
-RowStore::Batch::Batch() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+RowStore::Batch::Batch() = default;
 RowStore::Batch::~Batch() = default;
 
 void RowStore::Batch::Put(uint64_t key, absl::string_view row) {
-  char k[kKeyBytes];
-  EncodeKey(key, k);
-  batch_
-      ->Put(rocksdb::Slice(k, kKeyBytes),
-            rocksdb::Slice(row.data(), row.size()))
-      .PermitUncheckedError();
+  ops_.push_back(Op{key, static_cast<int64_t>(rows_.size()),
+                    static_cast<int32_t>(row.size())});
+  rows_.append(row.data(), row.size());
   ++count_;
-  put_keys_.push_back(key);
 }
 
 void RowStore::Batch::Delete(uint64_t key) {
-  char k[kKeyBytes];
-  EncodeKey(key, k);
-  batch_->Delete(rocksdb::Slice(k, kKeyBytes)).PermitUncheckedError();
+  ops_.push_back(Op{key, 0, RowBuffer::kDeletedSize});
   ++count_;
 }
 
-absl::Status RowStore::Write(Batch& batch) {
+absl::Status RowStore::Write(const Batch& batch) {
   if (batch.count_ == 0) return absl::OkStatus();
-  // In the filter before they can be read (also when the write fails:
-  // a false positive costs a read, a false negative a row).
-  if (filter_ != nullptr) {
-    for (uint64_t key : batch.put_keys_) filter_->Add(key);
+  const int64_t incoming = static_cast<int64_t>(batch.rows_.size()) +
+                           kBytesPerKey * static_cast<int64_t>(batch.count_);
+  absl::MutexLock l(&mu_);
+  while (!filling_->empty() && filling_->bytes() + incoming > buffer_bytes_) {
+    // Sealed once the one before is in RocksDB.
+    if (sealed_.empty()) {
+      SealLocked();
+      break;
+    }
+    if (!ingest_error_.ok()) return ingest_error_;
+    cv_.Wait(&mu_);
   }
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = true;  // rebuilt from a checkpoint after a crash
-  return FromRocks(db_->Write(wo, batch.batch_.get()), "a write", dir_);
+  for (const Batch::Op& op : batch.ops_) {
+    if (op.size == RowBuffer::kDeletedSize) {
+      filling_->Delete(op.key);
+      continue;
+    }
+    // In the filter before it can be read.
+    if (filter_ != nullptr) filter_->Add(op.key);
+    filling_->Put(op.key, absl::string_view(batch.rows_.data() + op.offset,
+                                            static_cast<size_t>(op.size)));
+  }
+  return absl::OkStatus();
+}
+
+void RowStore::SealLocked() {
+  if (filling_->empty()) return;
+  sealed_rows_ += filling_->rows();
+  sealed_.push_back(std::move(filling_));
+  filling_ = std::make_unique<RowBuffer>(buffer_bytes_);
+  cv_.SignalAll();
+}
+
+void RowStore::IngestLoop() {
+  int64_t number = 0;
+  mu_.Lock();
+  while (!stop_) {
+    if (sealed_.empty()) {
+      cv_.Wait(&mu_);
+      continue;
+    }
+    const Sealed next = sealed_.front();
+    ingesting_ = true;
+    mu_.Unlock();
+    WaitForCompactions();
+    const absl::Status st = Ingest(*next, ++number);
+    mu_.Lock();
+    ingesting_ = false;
+    cv_.SignalAll();
+    if (!st.ok()) {
+      LOG_IF(ERROR, ingest_error_.ok())
+          << st
+          << "; its rows stay in memory, and writes wait, until it "
+             "succeeds (tried again every second)";
+      ingest_error_ = st;
+      cv_.WaitWithTimeout(&mu_, absl::Seconds(1));
+      // A compaction that found the disk full stops RocksDB's writes until
+      // told to go on (no-op otherwise).
+      mu_.Unlock();
+      db_->Resume().PermitUncheckedError();
+      mu_.Lock();
+      continue;
+    }
+    ingest_error_ = absl::OkStatus();
+    ++files_ingested_;
+    // Clear may have dropped it meanwhile.
+    if (!sealed_.empty() && sealed_.front() == next) {
+      sealed_.erase(sealed_.begin());
+      sealed_rows_ -= next->rows();
+    }
+  }
+  mu_.Unlock();
+}
+
+absl::Status RowStore::Ingest(const RowBuffer& buffer, int64_t number) {
+  const std::string path =
+      absl::StrCat(dir_, "/", kIngestPrefix, number, ".sst");
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(*rocks_), *rocks_,
+                                /*column_family=*/nullptr,
+                                /*invalidate_page_cache=*/false);
+  rocksdb::Status s = writer.Open(path);
+  char k[kKeyBytes];
+  for (const RowBuffer::Entry& e : buffer.Sorted(&RowStore::BucketOf)) {
+    if (!s.ok()) break;
+    EncodeKey(e.key, k);
+    const rocksdb::Slice key(k, kKeyBytes);
+    if (e.size == RowBuffer::kDeletedSize) {
+      s = writer.Delete(key);
+    } else {
+      const absl::string_view row = buffer.RowOf(e);
+      s = writer.Put(key, rocksdb::Slice(row.data(), row.size()));
+    }
+  }
+  if (s.ok()) s = writer.Finish();
+  if (s.ok()) {
+    rocksdb::IngestExternalFileOptions io;
+    io.move_files = true;           // linked, not copied
+    io.write_global_seqno = false;  // kept in the MANIFEST, not the file
+    s = db_->IngestExternalFile({path}, io);
+  }
+  if (!s.ok()) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  return FromRocks(s, "writing a file of rows", dir_);
+}
+
+void RowStore::WaitForCompactions() const {
+  // 10 s at most: a slow compaction makes reads slower, not rows lost.
+  for (int i = 0; i < 1000 && !stopping_.load(); ++i) {
+    uint64_t files = 0;
+    if (!db_->GetIntProperty("rocksdb.num-files-at-level0", &files) ||
+        files < static_cast<uint64_t>(kStopFiles)) {
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+absl::Status RowStore::Flush() {
+  absl::MutexLock l(&mu_);
+  SealLocked();
+  while (!sealed_.empty()) {
+    if (!ingest_error_.ok()) return ingest_error_;
+    cv_.Wait(&mu_);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RowStore::Clear() {
   // The filter keeps its keys: a write racing a reset could lose its own.
+  absl::MutexLock l(&mu_);
+  // A file being ingested lands first, and goes with the rest.
+  while (ingesting_) cv_.Wait(&mu_);
+  filling_ = std::make_unique<RowBuffer>(buffer_bytes_);
+  sealed_.clear();
+  sealed_rows_ = 0;
+  ingest_error_ = absl::OkStatus();
+  cv_.SignalAll();
   // Every key: its first byte is that of a bucket below kBuckets.
   const char hi[1] = {static_cast<char>((kBuckets >> 8) + 1)};
   rocksdb::WriteOptions wo;
@@ -300,8 +493,9 @@ int64_t RowStore::ReaderBytes() const {
 
 int64_t RowStore::EstimatedRows() const {
   uint64_t n = 0;
-  if (!db_->GetIntProperty("rocksdb.estimate-num-keys", &n)) return 0;
-  return static_cast<int64_t>(n);
+  if (!db_->GetIntProperty("rocksdb.estimate-num-keys", &n)) n = 0;
+  absl::MutexLock l(&mu_);
+  return static_cast<int64_t>(n) + filling_->rows() + sealed_rows_;
 }
 
 absl::Status RowStore::ForEachInBucket(
@@ -317,6 +511,22 @@ absl::Status RowStore::ForEachInBucket(
   ro.snapshot = snapshot.get();
   ro.fill_cache = false;  // a checkpoint's scan would push out the hot rows
   if (next < kBuckets) ro.iterate_upper_bound = &upper;
+  // The bucket's rows in the snapshot's buffers, the newest of each key
+  // (buffers oldest first), go before RocksDB's of the same key.
+  std::map<uint64_t, std::pair<const RowBuffer*, const RowBuffer::Entry*>>
+      buffered;
+  for (const Sealed& b : snapshot.buffers()) {
+    b->Sorted(&RowStore::BucketOf);
+    for (const RowBuffer::Entry& e : b->InBucket(bucket)) {
+      buffered[e.key] = {b.get(), &e};
+    }
+  }
+  auto pending = buffered.begin();
+  auto emit_next = [&]() {
+    const auto& [buffer, e] = pending->second;
+    if (e->size != RowBuffer::kDeletedSize) f(e->key, buffer->RowOf(*e));
+    ++pending;
+  };
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   for (it->Seek(rocksdb::Slice(lo, 2)); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
@@ -324,9 +534,19 @@ absl::Status RowStore::ForEachInBucket(
       return absl::DataLossError(absl::StrCat(
           "sparse row store ", dir_, ": a key of ", k.size(), " bytes"));
     }
-    f(DecodeKey(k), absl::string_view(it->value().data(), it->value().size()));
+    const uint64_t key = DecodeKey(k);
+    while (pending != buffered.end() && pending->first < key) emit_next();
+    if (pending != buffered.end() && pending->first == key) {
+      emit_next();  // this key's newer version
+      continue;
+    }
+    f(key, absl::string_view(it->value().data(), it->value().size()));
   }
-  return FromRocks(it->status(), "a scan", dir_);
+  if (absl::Status st = FromRocks(it->status(), "a scan", dir_); !st.ok()) {
+    return st;
+  }
+  while (pending != buffered.end()) emit_next();
+  return absl::OkStatus();
 }
 
 }  // namespace shardps

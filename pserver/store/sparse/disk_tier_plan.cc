@@ -56,9 +56,7 @@ absl::StatusOr<DiskTierPlan> PlanDiskTier(const TableSpec& spec, int64_t share,
       std::clamp<int64_t>(plan.cache_bytes / 64, 256 << 10, 16 * kMiB);
   plan.store.filter_bytes =
       std::clamp<int64_t>(plan.cache_bytes / 16, 64 << 10, 256 * kMiB);
-  const int64_t rocksdb = 2 * plan.store.write_buffer_bytes +
-                          plan.store.block_cache_bytes +
-                          plan.store.filter_bytes;
+  const int64_t rocksdb = RowStore::MemoryOf(plan.store);
   plan.row_share = plan.cache_bytes - rocksdb;
   if (plan.row_share < kMiB / 2) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -416,17 +416,19 @@ TEST(DiskTierPlanTest, SplitsTheCacheAndNamesBadOptions) {
   EXPECT_EQ(plan->store.write_buffer_bytes, 4 << 20);
   EXPECT_EQ(plan->store.block_cache_bytes, 1 << 20);
   EXPECT_EQ(plan->store.filter_bytes, 4 << 20);
-  EXPECT_EQ(plan->row_share, 51 << 20);
+  // RocksDB's memtables, which take only a Clear, are 128 KiB.
+  EXPECT_EQ(plan->row_share, (51 << 20) - RowStore::kMemtableBytes);
   // The share of --max_memory_mb caps cache_mb.
   plan = PlanDiskTier(spec, 32 << 20, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 32 << 20);
-  // Without either: 256 MiB, of which RocksDB and the filter take 13/64.
+  // Without either: 256 MiB, of which the buffers, RocksDB and the filter
+  // take 13/64 (and the memtables' 128 KiB).
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(0);
   plan = PlanDiskTier(spec, 0, "/x");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->cache_bytes, 256 << 20);
-  EXPECT_EQ(plan->row_share, 204 << 20);
+  EXPECT_EQ(plan->row_share, (204 << 20) - RowStore::kMemtableBytes);
   // Too small a cache says how much to give.
   spec.mutable_sparse()->mutable_disk()->set_cache_mb(2);
   plan = PlanDiskTier(spec, 0, "/x");
