@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 namespace shardps {
 
@@ -32,11 +33,19 @@ RowBuffer::Found RowBuffer::Find(uint64_t key, std::string* row) const {
   return Found::kRow;
 }
 
-int64_t RowBuffer::bytes() const {
-  // A slot of the hash is its pair and a control byte.
-  return static_cast<int64_t>(data_.size() +
-                              at_.capacity() * (sizeof(*at_.begin()) + 1) +
-                              sorted_.capacity() * sizeof(Entry));
+int64_t RowBuffer::bytes() const { return BytesWith(0, 0); }
+
+int64_t RowBuffer::BytesWith(int64_t more_bytes, int64_t more_keys) const {
+  // The hash grows to twice its slots (and one) past 7/8 full; the order,
+  // made once sealed, is counted from the start, so that the figure does
+  // not change once sealed.
+  // A slot of the hash: its pair and a control byte.
+  constexpr int64_t kSlotBytes = sizeof(std::pair<const uint64_t, Place>) + 1;
+  const int64_t keys = static_cast<int64_t>(at_.size()) + more_keys;
+  int64_t slots = static_cast<int64_t>(at_.capacity());
+  while (keys > slots - slots / 8) slots = slots * 2 + 1;
+  return static_cast<int64_t>(data_.size()) + more_bytes + slots * kSlotBytes +
+         keys * static_cast<int64_t>(sizeof(Entry));
 }
 
 absl::Span<const RowBuffer::Entry> RowBuffer::Sorted(

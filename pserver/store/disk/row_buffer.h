@@ -41,8 +41,11 @@ class RowBuffer {
   // Keys with a row (not deleted).
   int64_t rows() const { return rows_; }
   // The memory written: rows' bytes (an overwritten row's too), the
-  // hash, and the order once made.
+  // hash, and the order (made once sealed, counted before).
   int64_t bytes() const;
+  // bytes() once `more_bytes` of rows of `more_keys` keys not here are
+  // added (the hash grown as it would be).
+  int64_t BytesWith(int64_t more_bytes, int64_t more_keys) const;
 
   struct Entry {
     uint64_t key;

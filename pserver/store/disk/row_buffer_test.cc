@@ -31,6 +31,23 @@ TEST(RowBufferTest, KeepsTheNewestVersionOfEachKey) {
   EXPECT_GE(b.bytes(), 3 + 3 + 3 + 4);
 }
 
+// What a write will take is known before it is made (the store checks
+// its buffers' limit with it), the hash's growth included.
+TEST(RowBufferTest, BytesWithForeseesTheBytesOfNewKeys) {
+  RowBuffer b;
+  uint64_t key = 0;
+  for (int batch = 0; batch < 40; ++batch) {
+    const int n = 1 + batch * 7;
+    const int64_t foreseen = b.BytesWith(int64_t{n} * 100, n);
+    for (int i = 0; i < n; ++i) b.Put(++key, std::string(100, 'r'));
+    ASSERT_EQ(b.bytes(), foreseen) << "batch " << batch;
+  }
+  // Sorting does not change it.
+  const int64_t before = b.bytes();
+  b.Sorted(&BucketByTens);
+  EXPECT_EQ(b.bytes(), before);
+}
+
 TEST(RowBufferTest, SortedByBucketThenKeyOnceAndByBucket) {
   RowBuffer b;
   const std::vector<uint64_t> keys = {31, 5, 12, 40, 21, 3, 17, 29};

@@ -30,9 +30,6 @@ constexpr size_t kKeyBytes = 10;  // the bucket (2 bytes), the key (8)
 // Sorted runs not yet compacted at which writes wait (RocksDB's own limit
 // for its memtables' flushes; ingested files are held to it by the store).
 constexpr int kStopFiles = 72;
-// A buffer's memory for an operation's key besides its row (its slot in
-// the hash, at the hash's usual load).
-constexpr int64_t kBytesPerKey = 32;
 constexpr char kIngestPrefix[] = "ingest-";
 
 // Big-endian, so that a bucket's keys are one range.
@@ -338,14 +335,18 @@ void RowStore::Batch::Delete(uint64_t key) {
 
 absl::Status RowStore::Write(const Batch& batch) {
   if (batch.count_ == 0) return absl::OkStatus();
-  const int64_t incoming = static_cast<int64_t>(batch.rows_.size()) +
-                           kBytesPerKey * static_cast<int64_t>(batch.count_);
+  const int64_t rows = static_cast<int64_t>(batch.rows_.size());
   absl::MutexLock l(&mu_);
-  while (!filling_->empty() && filling_->bytes() + incoming > buffer_bytes_) {
-    // Sealed once the one before is in RocksDB.
-    if (sealed_.empty()) {
-      SealLocked();
-      break;
+  while (true) {
+    const int64_t after = filling_->BytesWith(rows, batch.count_);
+    const bool fits = filling_->empty() || after <= buffer_bytes_;
+    // Two buffers' bytes in all (a snapshot seals a buffer early).
+    const bool room =
+        sealed_.empty() || sealed_bytes_ + after <= 2 * buffer_bytes_;
+    if (fits && room) break;
+    if (!fits && sealed_.empty()) {
+      SealLocked();  // once the one before is in RocksDB
+      continue;
     }
     if (!ingest_error_.ok()) return ingest_error_;
     cv_.Wait(&mu_);
@@ -365,6 +366,7 @@ absl::Status RowStore::Write(const Batch& batch) {
 
 void RowStore::SealLocked() {
   if (filling_->empty()) return;
+  sealed_bytes_ += filling_->bytes();
   sealed_rows_ += filling_->rows();
   sealed_.push_back(std::move(filling_));
   filling_ = std::make_unique<RowBuffer>(buffer_bytes_);
@@ -406,6 +408,7 @@ void RowStore::IngestLoop() {
     // Clear may have dropped it meanwhile.
     if (!sealed_.empty() && sealed_.front() == next) {
       sealed_.erase(sealed_.begin());
+      sealed_bytes_ -= next->bytes();
       sealed_rows_ -= next->rows();
     }
   }
@@ -474,6 +477,7 @@ absl::Status RowStore::Clear() {
   while (ingesting_) cv_.Wait(&mu_);
   filling_ = std::make_unique<RowBuffer>(buffer_bytes_);
   sealed_.clear();
+  sealed_bytes_ = 0;
   sealed_rows_ = 0;
   ingest_error_ = absl::OkStatus();
   cv_.SignalAll();
@@ -490,6 +494,11 @@ int64_t RowStore::ReaderBytes() const {
   uint64_t n = 0;
   if (!db_->GetIntProperty("rocksdb.estimate-table-readers-mem", &n)) return 0;
   return static_cast<int64_t>(n);
+}
+
+int64_t RowStore::BufferedBytes() const {
+  absl::MutexLock l(&mu_);
+  return sealed_bytes_ + filling_->bytes();
 }
 
 int64_t RowStore::EstimatedRows() const {

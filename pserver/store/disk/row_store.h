@@ -139,6 +139,9 @@ class RowStore {
   // RocksDB's estimate of the rows held (deleted rows may count until a
   // compaction), and the buffers' rows.
   int64_t EstimatedRows() const;
+  // The memory of the write buffers (the filling one and those sealed and
+  // not yet in RocksDB): at most two buffers' bytes and a batch.
+  int64_t BufferedBytes() const;
   // Files of buffered rows written and ingested so far.
   int64_t FilesIngested() const { return files_ingested_.load(); }
 
@@ -183,6 +186,7 @@ class RowStore {
   absl::CondVar cv_;
   std::unique_ptr<RowBuffer> filling_ ABSL_GUARDED_BY(mu_);
   std::vector<Sealed> sealed_ ABSL_GUARDED_BY(mu_);  // oldest first
+  int64_t sealed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sealed_rows_ ABSL_GUARDED_BY(mu_) = 0;
   bool ingesting_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status ingest_error_ ABSL_GUARDED_BY(mu_);
